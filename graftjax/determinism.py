@@ -1,0 +1,101 @@
+"""The pinned deterministic configuration, and a record of it for every result.
+
+Call `pin()` before jax creates its backend (first array, first jit): XLA
+reads `XLA_FLAGS` only then. Every experiment attaches `record()` to its
+result, so a number always travels with the configuration that produced it.
+
+What is pinned:
+  * XLA_FLAGS: `--xla_allow_excess_precision=false` everywhere (bfloat16
+    intermediates are rounded as written, not kept in float32 when XLA
+    likes), plus `--xla_gpu_deterministic_ops=true` on GPU (deterministic
+    reductions and scatters; a superset of
+    `--xla_gpu_exclude_nondeterministic_ops`).
+  * jax: float32 matmuls at HIGHEST precision (no TF32 on the GPU), x64 off.
+XLA on CPU is run-to-run deterministic without further flags.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+COMMON_XLA_FLAGS = ('--xla_allow_excess_precision=false',)
+GPU_XLA_FLAGS = ('--xla_gpu_deterministic_ops=true',)
+MATMUL_PRECISION = 'highest'
+
+
+class DeterminismError(RuntimeError):
+  """The configuration could not be pinned as asked."""
+
+
+def _backends_initialized() -> bool:
+  try:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return False
+  check = getattr(xla_bridge, 'backends_are_initialized', None)
+  return bool(check()) if check else False
+
+
+def pinned_xla_flags() -> tuple[str, ...]:
+  return COMMON_XLA_FLAGS + GPU_XLA_FLAGS
+
+
+def pin() -> dict[str, Any]:
+  """Applies the pinned configuration; returns `record()` of it.
+
+  Raises:
+    DeterminismError: if jax's backend already started with other XLA flags.
+  """
+  current = os.environ.get('XLA_FLAGS', '').split()
+  missing = [f for f in pinned_xla_flags() if f not in current]
+  if missing:
+    if _backends_initialized():
+      raise DeterminismError(
+          f'jax started before determinism.pin(); XLA_FLAGS lacks {missing}.'
+          ' Call pin() before any jax computation.')
+    os.environ['XLA_FLAGS'] = ' '.join(current + missing)
+  import jax  # pylint: disable=g-import-not-at-top
+
+  jax.config.update('jax_default_matmul_precision', MATMUL_PRECISION)
+  jax.config.update('jax_enable_x64', False)
+  return record()
+
+
+def _cpu_model() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or 'unknown'
+
+
+def record() -> dict[str, Any]:
+  """Flags, versions and device of this process, as JSON-ready values."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jaxlib  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  device = jax.devices()[0]
+  return {
+      'xla_flags': os.environ.get('XLA_FLAGS', ''),
+      'pinned_flags_present': all(
+          f in os.environ.get('XLA_FLAGS', '').split() for f in pinned_xla_flags()),
+      'jax_default_matmul_precision': str(jax.config.jax_default_matmul_precision),
+      'jax_enable_x64': bool(jax.config.jax_enable_x64),
+      'jax_version': jax.__version__,
+      'jaxlib_version': jaxlib.__version__,
+      'numpy_version': np.__version__,
+      'python_version': sys.version.split()[0],
+      'backend': jax.default_backend(),
+      'device_kind': device.device_kind,
+      'device_count': jax.device_count(),
+      'platform_version': getattr(device.client, 'platform_version', ''),
+      'cpu_model': _cpu_model(),
+      'machine': platform.machine(),
+  }

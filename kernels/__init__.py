@@ -1,0 +1,13 @@
+"""Deterministic, chunk-invariant Pallas kernels (graftjax.kernels).
+
+One op per module, each with block sizes, kernel, jitted wrapper and a
+pure-jnp `*_reference`:
+
+  attention   attention(q, k, v, q_positions, k_positions, *, window, ...)
+  rotary      apply_rotary(x, positions, *, theta, ...), rotary_inv_freq
+  rmsnorm     rms_norm(x, w, *, eps, ...)
+  matmul      matmul(x, w, *, block_m, block_n, block_k, precision, ...)
+
+Import the module you need (`from graftjax.kernels import attention`); this
+package imports nothing eagerly.
+"""

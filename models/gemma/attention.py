@@ -1,0 +1,110 @@
+"""Multi-query attention of a chunk of tokens over the fixed-capacity cache.
+
+The chunk's keys and values are written into the cache first; queries then
+attend over all S slots of the cache, masked by positions:
+  a query at position p sees slot j iff positions[j] >= 0, positions[j] <= p,
+  and, on a sliding-window layer, p - positions[j] < window.
+Scores and softmax are float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from graftjax import cache as cache_lib
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import layers
+from graftjax.models.gemma import positions as positions_lib
+
+Scheme = config_lib.PositionScheme
+_MASKED = -2.3819763e38  # Finite, so a row with no visible key gives 0, not NaN.
+
+
+def visibility_mask(
+    q_positions: jax.Array, k_positions: jax.Array, window: int | None
+) -> jax.Array:
+  """[B, T, S] bool: which cache slots each query may see."""
+  q = q_positions[:, :, None]
+  k = k_positions[:, None, :]
+  visible = (k >= 0) & (k <= q)
+  if window is not None:
+    visible &= q - k < window
+  return visible
+
+
+def masked_softmax_attend(
+    scores: jax.Array, visible: jax.Array, v: jax.Array
+) -> jax.Array:
+  """Softmax over slots and weighted sum of values.
+
+  Args:
+    scores: [B, K, G, T, S] float32.
+    visible: [B, T, S] bool.
+    v: [B, S, K, H].
+  Returns:
+    [B, T, K, G, H] in v's dtype.
+  """
+  scores = jnp.where(visible[:, None, None], scores, _MASKED)
+  probs = jax.nn.softmax(scores, axis=-1)
+  probs = jnp.where(visible[:, None, None], probs, 0.0)
+  return layers.einsum('BKGTS,BSKH->BTKGH', probs.astype(v.dtype), v)
+
+
+def attention_block(
+    params: dict[str, jax.Array],
+    x: jax.Array,
+    q_positions: jax.Array,
+    cache: cache_lib.KVCache,
+    *,
+    layer: int,
+    write_index: jax.Array,
+    config: config_lib.GemmaConfig,
+    tables=None,
+) -> tuple[jax.Array, cache_lib.KVCache]:
+  """One attention layer: project, normalise, position, cache, attend.
+
+  Args:
+    params: this layer's 'q' [D, N, H], 'k'/'v' [D, K, H], 'o' [N, H, D],
+      'q_norm'/'k_norm' [H].
+    x: [B, T, D] normalised input.
+    q_positions: [B, T] positions of the chunk.
+    cache: the cache; its `positions` already include the chunk's.
+    layer: index of this layer.
+    write_index: first slot of the chunk.
+    config: the model config.
+    tables: host-built position tables (`positions.tables`), if the scheme needs them.
+  Returns:
+    (out [B, T, D], cache with this layer's new keys/values).
+  """
+  scheme = config.position_scheme
+  theta = config.rope_theta(layer)
+  q = layers.einsum('BTD,DNH->BTNH', x, params['q'])
+  k = layers.einsum('BTD,DKH->BTKH', x, params['k'])
+  v = layers.einsum('BTD,DKH->BTKH', x, params['v'])
+  q = layers.rms_norm(q, params['q_norm'], config.rms_norm_eps)
+  k = layers.rms_norm(k, params['k_norm'], config.rms_norm_eps)
+  q = positions_lib.rotate_for_cache(q, q_positions, scheme=scheme, theta=theta, tabs=tables)
+  k = positions_lib.rotate_for_cache(k, q_positions, scheme=scheme, theta=theta, tabs=tables)
+  q = q * jnp.asarray(config.query_scale, q.dtype)
+
+  cache = cache_lib.write_layer(cache, layer, write_index, k, v)
+  keys, values = cache.k[layer], cache.v[layer]  # [B, S, K, H]
+  k_positions = cache.positions
+
+  batch, length = x.shape[:2]
+  q = q.reshape(batch, length, config.num_kv_heads, config.num_groups, config.head_dim)
+  if scheme == Scheme.ROPE_RELATIVE:
+    scores = positions_lib.relative_rope_scores(
+        q, keys, q_positions, k_positions, tab=tables[positions_lib.theta_key(theta)])
+  else:
+    scores = layers.einsum('BTKGH,BSKH->BKGTS', q, keys).astype(jnp.float32)
+  bias = positions_lib.score_bias(
+      q_positions, k_positions, scheme=scheme, num_heads=config.num_heads)
+  if bias is not None:
+    scores = scores + bias.reshape(scores.shape[0], config.num_kv_heads, config.num_groups, *bias.shape[2:])
+
+  visible = visibility_mask(q_positions, k_positions, config.window(layer))
+  out = masked_softmax_attend(scores, visible, values)
+  out = out.reshape(batch, length, config.num_heads, config.head_dim)
+  return layers.einsum('BTNH,NHD->BTD', out, params['o']), cache

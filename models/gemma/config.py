@@ -1,0 +1,182 @@
+"""Gemma 3 configurations: frozen dataclasses with named sizes.
+
+`gemma3_270m()` is the real google/gemma-3-270m; `tiny()` is a random-weight
+model of the same architecture (local/global pattern, sliding window,
+multi-query attention, q/k norm, tied embeddings) small enough for unit tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+from typing import Any
+
+
+class AttentionType(enum.Enum):
+  """Which keys a layer's queries may see."""
+
+  GLOBAL = 'global'
+  LOCAL_SLIDING = 'local_sliding'
+
+
+class PositionScheme(str, enum.Enum):
+  """How token positions enter attention (see `positions.py`)."""
+
+  ROPE = 'rope'  # as trained: q and k rotated by absolute position (float32 angles).
+  ROPE_F64 = 'rope_f64'  # the same, angles and cos/sin computed in float64.
+  ROPE_RELATIVE = 'rope_relative'  # un-rotated keys, scores from integer distance.
+  ALIBI = 'alibi'  # linear distance bias per head, no rotation.
+  NOPE = 'nope'  # no position signal.
+
+
+# 1e-6 as the GGUF stores it (float32), so a config read from the file is equal.
+_GGUF_EPS = 9.999999974752427e-07
+
+# Gemma 3 repeats five sliding-window layers then one global layer.
+_GEMMA3_PATTERN = (AttentionType.LOCAL_SLIDING,) * 5 + (AttentionType.GLOBAL,)
+
+
+def gemma3_attention_pattern(num_layers: int) -> tuple[AttentionType, ...]:
+  return tuple(_GEMMA3_PATTERN[i % len(_GEMMA3_PATTERN)] for i in range(num_layers))
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmaConfig:
+  """Architecture of a Gemma 3 text decoder.
+
+  Attributes:
+    vocab_size: V, rows of the (tied) embedding table.
+    embed_dim: D, width of the residual stream.
+    hidden_dim: F, width of the gated MLP.
+    num_heads: N, query heads.
+    num_kv_heads: K, key/value heads (N is a multiple of K).
+    head_dim: H, width of one head.
+    attention_types: one entry per layer.
+    sliding_window: W, a local layer's query at position p sees keys at
+      positions p - W < q <= p.
+    local_rope_theta: rotary base of local layers.
+    global_rope_theta: rotary base of global layers.
+    query_scale: multiplies queries before the dot product.
+    rms_norm_eps: epsilon of every RMSNorm.
+    position_scheme: how positions enter attention.
+    bos_id, eos_id, pad_id: special token ids.
+    end_of_turn_id: `<end_of_turn>`; also stops generation.
+  """
+
+  vocab_size: int
+  embed_dim: int
+  hidden_dim: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  attention_types: tuple[AttentionType, ...]
+  sliding_window: int
+  local_rope_theta: float = 10_000.0
+  global_rope_theta: float = 1_000_000.0
+  query_scale: float | None = None
+  rms_norm_eps: float = 1e-6
+  position_scheme: PositionScheme = PositionScheme.ROPE
+  bos_id: int = 2
+  eos_id: int = 1
+  pad_id: int = 0
+  end_of_turn_id: int | None = None
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f'num_heads={self.num_heads} is not a multiple of'
+          f' num_kv_heads={self.num_kv_heads}'
+      )
+    if self.head_dim % 2:
+      raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
+    object.__setattr__(self, 'position_scheme', PositionScheme(self.position_scheme))
+    if self.query_scale is None:
+      object.__setattr__(self, 'query_scale', self.head_dim**-0.5)
+
+  @property
+  def num_layers(self) -> int:
+    return len(self.attention_types)
+
+  @property
+  def num_groups(self) -> int:
+    """Query heads per key/value head."""
+    return self.num_heads // self.num_kv_heads
+
+  def rope_theta(self, layer: int) -> float:
+    if self.attention_types[layer] == AttentionType.GLOBAL:
+      return self.global_rope_theta
+    return self.local_rope_theta
+
+  def window(self, layer: int) -> int | None:
+    """Sliding window of `layer`, or None for a global layer."""
+    if self.attention_types[layer] == AttentionType.LOCAL_SLIDING:
+      return self.sliding_window
+    return None
+
+  def replace(self, **changes: Any) -> GemmaConfig:
+    return dataclasses.replace(self, **changes)
+
+  def to_json(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out['attention_types'] = [t.value for t in self.attention_types]
+    out['position_scheme'] = self.position_scheme.value
+    return out
+
+  def digest(self) -> str:
+    """SHA-256 of the canonical JSON form: part of a model fingerprint."""
+    blob = json.dumps(self.to_json(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def gemma3_270m(**overrides: Any) -> GemmaConfig:
+  """google/gemma-3-270m (values checked against the GGUF's metadata)."""
+  cfg = GemmaConfig(
+      vocab_size=262_144,
+      embed_dim=640,
+      hidden_dim=2048,
+      num_heads=4,
+      num_kv_heads=1,
+      head_dim=256,
+      attention_types=gemma3_attention_pattern(18),
+      sliding_window=512,
+      local_rope_theta=10_000.0,
+      global_rope_theta=1_000_000.0,
+      query_scale=256**-0.5,
+      rms_norm_eps=_GGUF_EPS,
+      end_of_turn_id=106,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def tiny(**overrides: Any) -> GemmaConfig:
+  """A random-weight Gemma 3 for tests: 6 layers (5 local + 1 global)."""
+  cfg = GemmaConfig(
+      vocab_size=256,
+      embed_dim=32,
+      hidden_dim=64,
+      num_heads=4,
+      num_kv_heads=1,
+      head_dim=16,
+      attention_types=gemma3_attention_pattern(6),
+      sliding_window=8,
+      query_scale=16**-0.5,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+NAMED_CONFIGS = {
+    'gemma3-270m': gemma3_270m,
+    'tiny': tiny,
+}
+
+
+def get_config(name: str, **overrides: Any) -> GemmaConfig:
+  try:
+    factory = NAMED_CONFIGS[name]
+  except KeyError:
+    raise ValueError(
+        f'unknown model config {name!r}; known: {sorted(NAMED_CONFIGS)}'
+    ) from None
+  return factory(**overrides)

