@@ -174,11 +174,6 @@ def check_compatible(
         f'block layout version {meta.layout_version}, this code reads'
         f' {LAYOUT_VERSION}'
     )
-  if meta.model_fingerprint != model_fingerprint:
-    raise GraftError(
-        'block was captured from another model: fingerprint'
-        f' {meta.model_fingerprint[:16]}… != {model_fingerprint[:16]}…'
-    )
   if meta.position_scheme != str(position_scheme):
     raise GraftError(
         f'block position scheme {meta.position_scheme!r} !='
@@ -189,6 +184,11 @@ def check_compatible(
   if jnp.dtype(block.k.dtype).name != meta.dtype:
     raise GraftError(
         f'block arrays are {block.k.dtype} but metadata says {meta.dtype}'
+    )
+  if meta.model_fingerprint != model_fingerprint:
+    raise GraftError(
+        'block was captured from another model: fingerprint'
+        f' {meta.model_fingerprint[:16]}… != {model_fingerprint[:16]}…'
     )
   _, _, _, kv_heads, head_dim = cache.k.shape
   if block.k.shape[0] != cache.num_layers or block.k.shape[2:] != (kv_heads, head_dim):

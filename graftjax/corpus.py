@@ -75,3 +75,18 @@ def text_samples(
     if len(samples) == count:
       return samples
   raise ValueError(f'only {len(samples)} stdlib files are long enough; asked for {count}')
+
+
+class ByteTokenizer:
+  """Stand-in tokenizer for tiny random-weight models: one id per UTF-8 byte.
+
+  Ids are byte values modulo `vocab_size`; only for tests and smoke runs.
+  """
+
+  def __init__(self, vocab_size: int = 256, bos_id: int = 2):
+    self.vocab_size = vocab_size
+    self.bos_id = bos_id
+
+  def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
+    ids = [b % self.vocab_size for b in text.encode('utf-8')]
+    return ([self.bos_id] if add_bos else []) + ids

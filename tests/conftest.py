@@ -1,9 +1,16 @@
-"""Shared fixtures: the tiny random model for most tests, the real one for a few."""
+"""Shared fixtures: the tiny random model for most tests, the real one for a few.
 
-import jax.numpy as jnp
-import pytest
+The deterministic configuration is pinned before any test touches jax.
+"""
 
-from graftjax.models.gemma import model as gemma_model
+from graftjax import determinism
+
+determinism.pin()
+
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from graftjax.models.gemma import model as gemma_model  # pylint: disable=wrong-import-position
 
 
 @pytest.fixture(scope='session')

@@ -1,0 +1,22 @@
+# One command each: `make demo` (set up, then the byte-exact graft experiment on
+# the real gemma-3-270m, on CPU) and `make test` (set up, then the test suite).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+demo: setup
+	$(PY) experiments/exactness.py --model=gemma3-270m --samples=3 \
+	    --out=experiments/results/exactness_demo.json
+
+test: setup
+	$(PY) -m pytest -q

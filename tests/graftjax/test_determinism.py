@@ -1,0 +1,16 @@
+"""The pinned configuration is applied and recorded."""
+
+import os
+
+from graftjax import determinism
+
+
+def test_pin_sets_flags_and_records_them():
+  record = determinism.pin()
+  flags = os.environ['XLA_FLAGS'].split()
+  for flag in determinism.pinned_xla_flags():
+    assert flag in flags
+  assert record['pinned_flags_present']
+  assert record['jax_default_matmul_precision'] == 'highest'
+  for key in ('jax_version', 'jaxlib_version', 'backend', 'device_kind', 'cpu_model'):
+    assert record[key]

@@ -1,0 +1,59 @@
+"""The gate itself, and the whole fresh/grafted/other-process flow on the tiny model."""
+
+import numpy as np
+import pytest
+
+from graftjax import corpus
+from graftjax import exactness
+from graftjax import graft_gate
+from graftjax import ledger
+from graftjax import store as store_lib
+
+
+def test_identical_logits_pass():
+  a = np.random.default_rng(0).normal(size=(3, 50)).astype(np.float32)
+  c = exactness.compare(a, a.copy())
+  assert c.byte_equal and c.kl_max == 0.0 and c.argmax_agreement == 1.0
+
+
+def test_one_ulp_fails_the_byte_gate():
+  a = np.random.default_rng(0).normal(size=(3, 50)).astype(np.float32)
+  b = a.copy()
+  b[1, 7] = np.nextafter(b[1, 7], np.float32(np.inf))
+  c = exactness.compare(a, b)
+  assert not c.byte_equal and c.sha256_reference != c.sha256_candidate
+  assert c.max_abs_diff > 0 and c.kl_max >= 0
+
+
+def test_compare_refuses_mismatched_arrays():
+  with pytest.raises(ValueError, match='cannot compare'):
+    exactness.compare(np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float64))
+
+
+def test_gate_on_tiny_model(tiny_model, tmp_path):
+  rng = np.random.default_rng(5)
+  samples = [corpus.TextSample(
+      source=f'random-{i}', prefix_ids=tuple(int(t) for t in rng.integers(3, 256, 14)),
+      continuation_ids=tuple(int(t) for t in rng.integers(3, 256, 5))) for i in range(2)]
+  schedule = graft_gate.Schedule(chunk_size=4, rollout_tokens=3, capacity=24)
+  store = store_lib.BlockStore(tmp_path / 'store')
+  result = graft_gate.run_gate(model=tiny_model, model_name='tiny', samples=samples,
+                               schedule=schedule, store=store, workdir=tmp_path)
+  summary = result['summary']
+  for arm in ('fresh_vs_grafted', 'fresh_vs_fresh', 'fresh_vs_grafted_other_process'):
+    assert summary[arm]['byte_equal'] == 2, arm
+    assert summary[arm]['kl_max'] == 0.0, arm
+  assert summary['rollout_fresh_vs_grafted']['logits_byte_equal'] == 2
+  assert summary['rollout_fresh_vs_grafted_other_process']['tokens_equal'] == 2
+  assert len(store.list()) == 2
+  path = tmp_path / 'result.json'
+  ledger.write_result(path, result)
+  assert ledger.verify_result(path)['summary'] == summary
+
+
+def test_tampered_result_is_detected(tmp_path):
+  path = tmp_path / 'r.json'
+  ledger.write_result(path, {'byte_equal': 50})
+  path.write_text(path.read_text().replace('50', '49'))
+  with pytest.raises(ValueError, match='digest'):
+    ledger.verify_result(path)

@@ -1,0 +1,544 @@
+"""Tests for graftjax.store: round trips, keys, damage, escapes and races."""
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from graftjax import blocks
+from graftjax import store as store_lib
+
+FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
+_BITS = {'float32': np.uint32, 'bfloat16': np.uint16}
+_DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16}
+_SHAPE = (2, 3, 1, 4)  # [L, n, K, H]
+_CHUNK = 'k/c/0/0/0/0'
+
+# Seeds the two concurrent writers deposit: a shared run, then their own.
+WORKER_SEEDS = {
+    0: list(range(6)) + [100, 101, 102],
+    1: list(range(6)) + [200, 201, 202],
+}
+
+
+def make_block(seed, dtype='float32', *, start=5, k=None):
+  """A tiny block of random bit patterns (NaNs, infinities, -0 included)."""
+  rng = np.random.default_rng(seed)
+  n = _SHAPE[1]
+  random_bits = lambda: rng.integers(
+      0, np.iinfo(_BITS[dtype]).max, _SHAPE, dtype=_BITS[dtype], endpoint=True
+  ).view(_DTYPES[dtype])
+  meta = blocks.BlockMeta(
+      model_fingerprint=FINGERPRINT,
+      token_ids=tuple(int(t) for t in rng.integers(0, 262_144, n)),
+      start=start,
+      dtype=dtype,
+      position_scheme='rope',
+  )
+  return blocks.KVBlock(
+      k=random_bits() if k is None else k,
+      v=random_bits(),
+      positions=np.arange(start, start + n, dtype=np.int32),
+      meta=meta,
+  )
+
+
+def _bits(array):
+  array = np.asarray(array)
+  return array.view(_BITS[array.dtype.name])
+
+
+def _assert_same_block(got, want):
+  assert got.meta == want.meta
+  got_arrays, want_arrays = got.arrays(), want.arrays()
+  for name in ('k', 'v'):
+    assert got_arrays[name].dtype == want_arrays[name].dtype
+    np.testing.assert_array_equal(
+        _bits(got_arrays[name]), _bits(want_arrays[name])
+    )
+  assert got_arrays['positions'].dtype == np.int32
+  np.testing.assert_array_equal(got.positions, want.positions)
+
+
+def _raw_array(path, dtype, shape):
+  """Reads a chunk file with numpy alone (the store writes raw bytes)."""
+  with open(path, 'rb') as f:
+    return np.frombuffer(f.read(), _DTYPES[dtype]).reshape(shape)
+
+
+@pytest.fixture
+def store(tmp_path):
+  return store_lib.BlockStore(tmp_path / 'store')
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_round_trip_is_bit_exact(store, dtype):
+  block = make_block(0, dtype)
+
+  got = store.get(store.put(block))
+
+  _assert_same_block(got, block)
+  assert got.k.dtype == np.dtype(_DTYPES[dtype])
+
+
+def test_round_trip_keeps_zero_and_negative_zero_chunks(store):
+  block = make_block(0, k=np.zeros(_SHAPE, np.float32))
+  block = dataclasses.replace(block, v=np.full(_SHAPE, -0.0, np.float32))
+
+  key = store.put(block)
+
+  # tensorstore skips chunks equal to the fill value unless told otherwise.
+  assert os.path.isfile(os.path.join(store.root, key, _CHUNK))
+  _assert_same_block(store.get(key), block)
+
+
+def test_manifest_records_meta_shapes_and_documented_digests(store):
+  block = make_block(0, 'bfloat16')
+
+  key = store.put(block)
+
+  with open(os.path.join(store.root, key, 'manifest.json')) as f:
+    manifest = json.load(f)
+  assert manifest['format'] == 'graftjax.blockstore/1'
+  assert manifest['key'] == key
+  assert manifest['layout_version'] == blocks.LAYOUT_VERSION
+  assert manifest['meta'] == block.meta.to_json()
+  k_bytes = np.asarray(block.k).tobytes()
+  assert manifest['arrays']['k'] == {
+      'dtype': 'bfloat16',
+      'shape': list(_SHAPE),
+      'sha256': hashlib.sha256(b'bfloat16[2,3,1,4]\n' + k_bytes).hexdigest(),
+  }
+  assert manifest['arrays']['positions']['dtype'] == 'int32'
+
+
+def test_key_is_pinned():
+  meta = blocks.BlockMeta(
+      model_fingerprint='0' * 64, token_ids=(2, 818, 5279), start=0,
+      dtype='bfloat16', position_scheme='rope', layout_version=1,
+  )
+
+  canonical = (
+      '{"dtype":"bfloat16","key_scheme":"graftjax.block-key/1",'
+      '"layout_version":1,"model_fingerprint":"' + '0' * 64 + '",'
+      '"position_scheme":"rope","start":0,"stop":3,"token_ids":[2,818,5279]}'
+  )
+
+  key = store_lib.key_for(meta)
+
+  assert key == hashlib.sha256(canonical.encode()).hexdigest()
+  assert key == (
+      'b2339c4991b1e0b111b3da1a2bb8b4dad20c930c3f4ff40f8250cc8e7ce80bef'
+  )
+
+
+def test_key_is_stable_across_processes():
+  meta = make_block(0).meta
+  script = textwrap.dedent("""
+      import json, sys
+      from graftjax import blocks, store
+      meta = blocks.BlockMeta.from_json(json.loads(sys.argv[1]))
+      print(store.key_for(meta))
+  """)
+
+  result = subprocess.run(
+      [sys.executable, '-c', script, json.dumps(meta.to_json())],
+      env={**os.environ, 'PYTHONHASHSEED': '12345'},
+      capture_output=True, text=True, check=True, timeout=120,
+  )
+
+  assert result.stdout.strip() == store_lib.key_for(meta)
+
+
+@pytest.mark.parametrize('change', [
+    {'model_fingerprint': 'e' * 64},
+    {'token_ids': (1, 2, 4)},
+    {'start': 6},
+    {'dtype': 'bfloat16'},
+    {'position_scheme': 'alibi'},
+    {'layout_version': 2},
+])
+def test_key_changes_with_every_identity_field(change):
+  meta = dataclasses.replace(make_block(0).meta, token_ids=(1, 2, 3))
+
+  assert store_lib.key_for(dataclasses.replace(meta, **change)) != (
+      store_lib.key_for(meta)
+  )
+
+
+def test_list_shows_only_complete_blocks(store):
+  keys = sorted(store.put(make_block(seed)) for seed in (1, 2))
+  # A crashed deposit, a block dir without its manifest, and a stray dir.
+  crashed = os.path.join(store.root, '.tmp', f'{"c" * 64}.deadbeef')
+  os.makedirs(os.path.join(crashed, 'k', 'c'))
+  os.makedirs(os.path.join(store.root, 'd' * 64, 'k'))
+  os.makedirs(os.path.join(store.root, 'not-a-key'))
+
+  assert store.list() == keys
+  assert keys[0] in store
+  assert 'd' * 64 not in store
+  assert 'c' * 64 not in store
+
+
+def test_flipped_byte_in_k_is_named_with_both_digests(store):
+  block = make_block(0, 'bfloat16')
+  key = store.put(block)
+  chunk = os.path.join(store.root, key, _CHUNK)
+  with open(chunk, 'r+b') as f:
+    f.seek(5)
+    byte = f.read(1)
+    f.seek(5)
+    f.write(bytes([byte[0] ^ 0x01]))
+  expected = store_lib.array_digest(np.asarray(block.k))
+  found = store_lib.array_digest(_raw_array(chunk, 'bfloat16', _SHAPE))
+  assert found != expected
+
+  for read in (store.verify, store.get):
+    with pytest.raises(store_lib.CorruptBlockError) as error:
+      read(key)
+    assert f"array 'k': sha256 expected {expected}, found {found}" in str(
+        error.value
+    )
+
+
+def test_truncated_array_file_is_named_with_sizes(store):
+  key = store.put(make_block(0))
+  chunk = os.path.join(store.root, key, _CHUNK)
+  os.truncate(chunk, os.path.getsize(chunk) - 3)
+
+  for read in (store.verify, store.get):
+    with pytest.raises(
+        store_lib.CorruptBlockError,
+        match=f"array 'k': {_CHUNK} holds 93 bytes, expected 96",
+    ):
+      read(key)
+
+
+def test_missing_manifest_is_named_and_block_is_not_listed(store):
+  key = store.put(make_block(0))
+  os.remove(os.path.join(store.root, key, 'manifest.json'))
+
+  for read in (store.verify, store.get):
+    with pytest.raises(
+        store_lib.CorruptBlockError, match='missing file manifest.json'
+    ):
+      read(key)
+  assert key not in store
+  assert not store.list()
+
+
+def test_missing_chunk_file_is_named(store):
+  key = store.put(make_block(0, k=np.zeros(_SHAPE, np.float32)))
+  os.remove(os.path.join(store.root, key, 'k', 'c', '0', '0', '0', '0'))
+
+  # Without the file check, tensorstore could read back the zeros it lost.
+  with pytest.raises(
+      store_lib.CorruptBlockError, match=f'missing file {_CHUNK}'
+  ):
+    store.verify(key)
+
+
+def test_manifest_moved_to_another_key_is_refused(store):
+  key = store.put(make_block(0))
+  other = 'a' * 64
+  os.rename(os.path.join(store.root, key), os.path.join(store.root, other))
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=f'block {other}: manifest.json describes block {key}',
+  ):
+    store.get(other)
+
+
+@pytest.mark.parametrize('key', [
+    '../x', '/etc/passwd', '', '.', '..', '.tmp', 'A' * 64, 'g' * 64,
+    'a' * 63, 'a' * 65, 'a' * 64 + '\n', '../' + 'a' * 61,
+    'a' * 32 + '/' + 'a' * 31, None,
+])
+def test_invalid_keys_are_rejected(store, tmp_path, key):
+  bystander = tmp_path / 'x'
+  bystander.write_text('not the store')
+
+  for operation in (store.get, store.verify, store.delete, store.__contains__):
+    with pytest.raises(
+        store_lib.InvalidKeyError,
+        match='invalid block key .*: expected 64 lowercase hex digits',
+    ):
+      operation(key)
+  assert bystander.read_text() == 'not the store'
+
+
+def test_symlinked_block_is_refused(tmp_path):
+  elsewhere = store_lib.BlockStore(tmp_path / 'elsewhere')
+  key = elsewhere.put(make_block(0))
+  store = store_lib.BlockStore(tmp_path / 'store')
+  os.symlink(os.path.join(elsewhere.root, key), os.path.join(store.root, key))
+
+  with pytest.raises(
+      store_lib.UnsafePathError, match=f'block {key} is a symlink'
+  ):
+    store.get(key)
+  with pytest.raises(store_lib.UnsafePathError, match='symlink'):
+    store.put(make_block(0))
+  assert key not in store
+  assert not store.list()
+
+
+def test_symlink_inside_block_is_refused(store, tmp_path):
+  key = store.put(make_block(0))
+  metadata = os.path.join(store.root, key, 'k', 'zarr.json')
+  os.replace(metadata, tmp_path / 'zarr.json')
+  os.symlink(tmp_path / 'zarr.json', metadata)
+
+  with pytest.raises(
+      store_lib.UnsafePathError, match='k/zarr.json under .* is a symlink'
+  ):
+    store.verify(key)
+
+
+def test_put_is_idempotent(store):
+  block = make_block(0)
+  key = store.put(block)
+  manifest = os.path.join(store.root, key, 'manifest.json')
+  before = store_lib.digest_tree(os.path.join(store.root, key))
+  written_at = os.stat(manifest).st_mtime_ns
+
+  assert store.put(make_block(0)) == key
+
+  assert store_lib.digest_tree(os.path.join(store.root, key)) == before
+  assert os.stat(manifest).st_mtime_ns == written_at
+  assert store.list() == [key]
+
+
+def test_put_of_another_payload_under_a_stored_key_names_the_difference(store):
+  block = make_block(0)
+  key = store.put(block)
+  other = dataclasses.replace(block, k=np.asarray(block.k) + np.float32(1))
+  old = store_lib.array_digest(np.asarray(block.k))
+  new = store_lib.array_digest(np.asarray(other.k))
+
+  with pytest.raises(
+      store_lib.ConflictingBlockError,
+      match=f"arrays.k.sha256: '{old}' != '{new}'",
+  ):
+    store.put(other)
+  _assert_same_block(store.get(key), block)
+
+
+def test_put_onto_a_damaged_block_is_refused(store):
+  key = store.put(make_block(0))
+  os.truncate(os.path.join(store.root, key, _CHUNK), 0)
+
+  with pytest.raises(store_lib.CorruptBlockError, match="array 'k'"):
+    store.put(make_block(0))
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_same_block_gives_byte_identical_files(tmp_path, dtype):
+  first = store_lib.BlockStore(tmp_path / 'first')
+  second = store_lib.BlockStore(tmp_path / 'second')
+  key = first.put(make_block(3, dtype))
+  assert second.put(make_block(3, dtype)) == key
+  block_dirs = [os.path.join(s.root, key) for s in (first, second)]
+
+  files = [
+      sorted(os.path.relpath(os.path.join(d, f), block_dir)
+             for d, _, names in os.walk(block_dir) for f in names)
+      for block_dir in block_dirs
+  ]
+  assert files[0] == files[1] == [
+      _CHUNK, 'k/zarr.json', 'manifest.json', 'positions/c/0',
+      'positions/zarr.json', 'v/c/0/0/0/0', 'v/zarr.json',
+  ]
+  for name in files[0]:
+    contents = [open(os.path.join(d, name), 'rb').read() for d in block_dirs]
+    assert contents[0] == contents[1], name
+  assert store_lib.digest_tree(block_dirs[0]) == (
+      store_lib.digest_tree(block_dirs[1])
+  )
+
+
+def test_digest_tree_sees_a_changed_file(store):
+  key = store.put(make_block(0))
+  before = store_lib.digest_tree(os.path.join(store.root, key))
+  with open(os.path.join(store.root, key, 'k', 'zarr.json'), 'a') as f:
+    f.write(' ')
+
+  assert store_lib.digest_tree(os.path.join(store.root, key)) != before
+
+
+def test_delete(store):
+  kept = store.put(make_block(1))
+  key = store.put(make_block(0))
+
+  store.delete(key)
+
+  assert store.list() == [kept]
+  assert key not in store
+  with pytest.raises(store_lib.MissingBlockError, match=f'no block {key}'):
+    store.get(key)
+  with pytest.raises(store_lib.MissingBlockError, match=f'no block {key}'):
+    store.delete(key)
+  assert not os.listdir(os.path.join(store.root, '.tmp'))
+  assert store.put(make_block(0)) == key
+  store.verify(key)
+
+
+def test_gc_removes_what_a_crashed_deposit_left(store):
+  crashed = os.path.join(store.root, '.tmp', f'{"c" * 64}.deadbeef')
+  os.makedirs(os.path.join(crashed, 'k'))
+
+  assert store.gc() == 1
+
+  assert not os.listdir(os.path.join(store.root, '.tmp'))
+
+
+def test_next_put_removes_what_a_crashed_deposit_left(store):
+  crashed = os.path.join(store.root, '.tmp', f'{"c" * 64}.deadbeef')
+  os.makedirs(os.path.join(crashed, 'k'))
+
+  key = store.put(make_block(0))
+
+  assert not os.listdir(os.path.join(store.root, '.tmp'))
+  assert store.list() == [key]
+
+
+def test_failed_deposit_leaves_nothing_visible(store, monkeypatch):
+  write_array = store_lib._write_array
+
+  def write_one_then_fail(path, array):
+    write_array(path, array)
+    raise OSError('disk full')
+
+  monkeypatch.setattr(store_lib, '_write_array', write_one_then_fail)
+
+  with pytest.raises(OSError, match='disk full'):
+    store.put(make_block(0))
+  assert not store.list()
+  assert store_lib.key_for(make_block(0).meta) not in store
+  assert not os.listdir(os.path.join(store.root, '.tmp'))
+
+
+@pytest.mark.parametrize('winner_seed', [0, 1])
+def test_loser_of_a_race_on_one_key_verifies_the_winner(
+    store, monkeypatch, winner_seed
+):
+  """Another writer publishes the same key just before our rename."""
+  mine = make_block(0)
+  winner = make_block(winner_seed)
+  winner = dataclasses.replace(winner, meta=mine.meta)
+  rival = store_lib.BlockStore(store.root)
+  rename = store_lib._rename_unless_taken
+  raced = []
+
+  def rival_first(source, target):
+    if not raced:
+      raced.append(True)
+      rival.put(winner)
+    return rename(source, target)
+
+  monkeypatch.setattr(store_lib, '_rename_unless_taken', rival_first)
+
+  if winner_seed == 0:
+    assert store.put(mine) == store_lib.key_for(mine.meta)
+  else:
+    with pytest.raises(
+        store_lib.ConflictingBlockError, match='arrays.k.sha256'
+    ):
+      store.put(mine)
+  assert raced
+  _assert_same_block(store.get(store_lib.key_for(mine.meta)), winner)
+  assert not os.listdir(os.path.join(store.root, '.tmp'))
+
+
+_WORKER = textwrap.dedent("""
+    import os, sys, time
+    tests_dir, root, worker, go = sys.argv[1:]
+    sys.path.insert(0, tests_dir)
+    import test_store
+    from graftjax import store as store_lib
+    store = store_lib.BlockStore(root)
+    open(go + '.ready' + worker, 'w').close()
+    while not os.path.exists(go):
+      time.sleep(0.001)
+    for seed in test_store.WORKER_SEEDS[int(worker)]:
+      store.put(test_store.make_block(seed))
+""")
+
+
+def test_two_processes_depositing_at_once_lose_nothing(store, tmp_path):
+  go = str(tmp_path / 'go')
+  workers = [
+      subprocess.Popen(
+          [sys.executable, '-c', _WORKER, os.path.dirname(__file__),
+           store.root, str(worker), go],
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      )
+      for worker in WORKER_SEEDS
+  ]
+  deadline = time.monotonic() + 120
+  while not all(os.path.exists(f'{go}.ready{w}') for w in WORKER_SEEDS):
+    assert all(w.poll() is None for w in workers), workers[0].communicate()
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+  open(go, 'w').close()
+  for worker in workers:
+    _, stderr = worker.communicate(timeout=120)
+    assert worker.returncode == 0, stderr
+
+  seeds = sorted(set(WORKER_SEEDS[0]) | set(WORKER_SEEDS[1]))
+  want = {store_lib.key_for(make_block(s).meta): make_block(s) for s in seeds}
+  assert store.list() == sorted(want)
+  for key, block in want.items():
+    _assert_same_block(store.get(key), block)
+  assert not os.listdir(os.path.join(store.root, '.tmp'))
+
+
+def test_documented_snippet_reads_a_block_with_tensorstore_alone(store):
+  block = make_block(0, 'bfloat16')
+  key = store.put(block)
+  doc = store_lib.__doc__
+  snippet = doc[doc.index('  import json'):doc.index("'positions'))") + 13]
+  scope = {'root': store.root, 'key': key}
+
+  exec(textwrap.dedent(snippet), scope)  # pylint: disable=exec-used
+
+  assert scope['manifest']['meta'] == block.meta.to_json()
+  np.testing.assert_array_equal(_bits(scope['k']), _bits(block.k))
+  np.testing.assert_array_equal(_bits(scope['v']), _bits(block.v))
+  np.testing.assert_array_equal(scope['positions'], block.positions)
+
+
+def _with_meta(block, **changes):
+  return dataclasses.replace(
+      block, meta=dataclasses.replace(block.meta, **changes)
+  )
+
+
+def _empty_block():
+  empty = np.zeros((2, 0, 1, 4), np.float32)
+  return blocks.KVBlock(
+      k=empty, v=empty, positions=np.zeros((0,), np.int32),
+      meta=dataclasses.replace(make_block(0).meta, token_ids=()),
+  )
+
+
+@pytest.mark.parametrize('make, message', [
+    (_empty_block, 'cannot store an empty block'),
+    (lambda: _with_meta(make_block(0), dtype='float16'),
+     "cannot store k/v of dtype 'float16'"),
+    (lambda: _with_meta(make_block(0), dtype='bfloat16'),
+     "array 'k' is float32 but the block metadata says bfloat16"),
+])
+def test_unstorable_blocks_are_refused(store, make, message):
+  with pytest.raises(store_lib.StoreError, match=message):
+    store.put(make())
+  assert not store.list()
