@@ -1,7 +1,7 @@
 r"""Byte-exact graft: fresh vs grafted logits on real text, with the fresh-vs-fresh floor.
 
     python experiments/exactness.py --model=gemma3-270m --samples=50 \
-        --dtype=float32 --out=experiments/results/exactness_cpu.json
+        --dtype=float32 --dtype=bfloat16 --out=experiments/results/exactness_cpu.json
 
 For each sample (prefix and continuation from a Python standard-library
 file), a fresh context prefills the prefix and processes the continuation;
@@ -41,14 +41,15 @@ _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 256, 'Tokens in the graft
 _CONTINUATION_TOKENS = flags.DEFINE_integer('continuation_tokens', 32, 'Tokens processed after the graft.')
 _ROLLOUT_TOKENS = flags.DEFINE_integer('rollout_tokens', 128, 'Greedy tokens decoded after the continuation.')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 64, 'Tokens per forward call (prefix and continuation).')
-_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute and cache dtype.')
+_DTYPES = flags.DEFINE_multi_enum(
+    'dtype', ['float32'], ['float32', 'bfloat16'], 'Compute and cache dtypes (repeat for several).')
 _OTHER_PROCESS = flags.DEFINE_bool('other_process', True, 'Also graft in a separate process.')
 _STORE = flags.DEFINE_string('store', None, 'BlockStore folder (default: a temporary one).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/exactness.json', 'Result JSON path.')
 
 
 def format_table(result: dict) -> str:
-  """A short human-readable table of the summary."""
+  """A short human-readable table of one run's summary."""
   s = result['summary']
   rows = [('arm', 'byte-equal', 'KL max', 'argmax', 'max|Δ|')]
   for arm in ('fresh_vs_grafted', 'fresh_vs_grafted_other_process', 'fresh_vs_fresh'):
@@ -104,13 +105,15 @@ def run(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  result = run(
+  command = shlex.join(['python'] + sys.argv)
+  runs = [run(
       model_name=_MODEL.value, samples=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
       continuation_tokens=_CONTINUATION_TOKENS.value, rollout_tokens=_ROLLOUT_TOKENS.value,
-      chunk_size=_CHUNK_SIZE.value, dtype=_DTYPE.value, other_process=_OTHER_PROCESS.value,
-      store_dir=_STORE.value, command=shlex.join(['python'] + sys.argv))
-  digest = ledger.write_result(_OUT.value, result)
-  table = format_table(result)
+      chunk_size=_CHUNK_SIZE.value, dtype=dtype, other_process=_OTHER_PROCESS.value,
+      store_dir=_STORE.value, command=command) for dtype in _DTYPES.value]
+  digest = ledger.write_result(_OUT.value, {
+      'experiment': 'exactness', 'command': command, 'runs': runs})
+  table = '\n\n'.join(format_table(r) for r in runs)
   pathlib.Path(_OUT.value).with_suffix('.txt').write_text(table + '\n')
   print(table)
   print(f'wrote {_OUT.value} (sha256 {digest})')

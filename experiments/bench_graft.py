@@ -1,0 +1,217 @@
+r"""Time to first continuation token: graft a stored prefix vs recompute it.
+
+    python experiments/bench_graft.py --prefix_tokens=1024,4096,8192,32768 \
+        --llamacpp_python=/path/to/python-with-llama-cpp \
+        --out=experiments/results/bench_graft_cpu.json
+
+For each prefix length N (real text from the Python standard library):
+  recompute  new cache, prefill N tokens in chunks, forward the next token;
+  graft      read the block from the BlockStore (digests verified), install
+             it in a new cache, forward the next token; timed by stage.
+The floor is the block's bytes over this machine's measured bandwidth: a
+warm read of the block's files (plus a host-to-device copy on an
+accelerator). On CPU, llama.cpp's own `llama_state_seq_load_file` restore
+and its prefill of the same tokens run as the peer (in another interpreter,
+`--llamacpp_python`). Each timing is the median of `--repeats` runs after
+one warm-up run (which compiles).
+"""
+
+from graftjax import determinism
+
+determinism.pin()
+
+import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from graftjax import blocks
+from graftjax import corpus
+from graftjax import ledger
+from graftjax import store as store_lib
+from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import model as gemma_model
+
+_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
+_PREFIX_TOKENS = flags.DEFINE_list('prefix_tokens', ['1024', '4096', '8192', '32768'], 'Prefix lengths.')
+_RECOMPUTE_MAX = flags.DEFINE_integer(
+    'recompute_max', 1 << 30, 'Longest prefix to recompute (longer ones are reported as not run).')
+_CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
+_LLAMACPP_PYTHON = flags.DEFINE_string('llamacpp_python', None, 'Interpreter with llama-cpp-python.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/bench_graft.json', 'Result JSON.')
+
+
+def long_text_ids(tokenizer, n: int) -> list[int]:
+  """BOS + the first n-1 tokens of standard-library sources, concatenated in sorted order."""
+  ids = [tokenizer.bos_id] if hasattr(tokenizer, 'bos_id') else [2]
+  for path in corpus.stdlib_files():
+    ids += tokenizer.encode(path.read_text(encoding='utf-8', errors='replace'), add_bos=False)
+    if len(ids) > n:
+      return ids[: n + 1]  # n prefix tokens and the next one
+  raise ValueError(f'the standard library holds fewer than {n} tokens')
+
+
+def timed(fn, repeats: int) -> tuple[float, list[float], object]:
+  """Median seconds of `repeats` calls after one warm-up; also the last result."""
+  result = fn()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    result = fn()
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times)), times, result
+
+
+def read_bandwidth(folder: pathlib.Path) -> float:
+  """Bytes per second of a warm read of every file under `folder`."""
+  files = [p for p in folder.rglob('*') if p.is_file()]
+  total = sum(p.stat().st_size for p in files)
+  best = float('inf')
+  for _ in range(3):
+    t0 = time.perf_counter()
+    for p in files:
+      with open(p, 'rb') as f:
+        while f.read(1 << 24):
+          pass
+    best = min(best, time.perf_counter() - t0)
+  return total / best
+
+
+def host_to_device_bandwidth(nbytes: int) -> float | None:
+  """Bytes per second of jax.device_put of a host array; None on CPU."""
+  if jax.default_backend() == 'cpu':
+    return None
+  host = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+  jax.device_put(host).block_until_ready()
+  t0 = time.perf_counter()
+  jax.device_put(host).block_until_ready()
+  return host.nbytes / (time.perf_counter() - t0)
+
+
+def bench_one(model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute: bool) -> dict:
+  n = len(ids) - 1
+  prefix, next_token = ids[:n], ids[n]
+  capacity = -(-(n + 1) // chunk_size) * chunk_size + chunk_size
+  first = lambda cache: model.forward(
+      np.asarray([[next_token]]), np.asarray([[n]]), cache, logits='last')[0]
+
+  def recompute_fn():
+    cache = model.init_cache(capacity=capacity)
+    _, cache = model.prefill(prefix, cache=cache, chunk_size=chunk_size, logits='none')
+    return first(cache).block_until_ready()
+
+  _, cache = model.prefill(prefix, cache=model.init_cache(capacity=capacity),
+                           chunk_size=chunk_size, logits='none')
+  block = blocks.capture(cache, blocks.Span(0, n), token_ids=prefix,
+                         model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
+  reference = np.asarray(first(cache))
+  del cache
+  key = store.put(block)
+  block_bytes = sum(a.nbytes for a in block.arrays().values())
+  del block
+
+  stages = {'read_s': [], 'install_s': [], 'first_forward_s': []}
+
+  def graft_fn():
+    t0 = time.perf_counter()
+    got = store.get(key)
+    t1 = time.perf_counter()
+    cache = blocks.graft(model.init_cache(capacity=capacity), got,
+                         model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
+    jax.block_until_ready(cache)
+    t2 = time.perf_counter()
+    logits = first(cache).block_until_ready()
+    t3 = time.perf_counter()
+    for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2)):
+      stages[name].append(dt)
+    return logits
+
+  graft_s, graft_times, logits = timed(graft_fn, repeats)
+  row = {
+      'prefix_tokens': n, 'capacity': capacity, 'block_bytes': block_bytes,
+      'graft_first_token_s': graft_s, 'graft_times_s': graft_times,
+      'graft_stages_median_s': {k: float(np.median(v[1:])) for k, v in stages.items()},
+      'graft_logits_equal_recompute': bool(
+          np.asarray(logits).tobytes() == reference.tobytes()),
+      'read_bandwidth_Bps': read_bandwidth(pathlib.Path(store.root) / key),
+  }
+  h2d = host_to_device_bandwidth(block_bytes)
+  row['host_to_device_bandwidth_Bps'] = h2d
+  row['floor_s'] = block_bytes / row['read_bandwidth_Bps'] + (block_bytes / h2d if h2d else 0.0)
+  row['graft_over_floor'] = graft_s / row['floor_s']
+  if recompute:
+    recompute_s, recompute_times, _ = timed(recompute_fn, repeats)
+    row.update(recompute_first_token_s=recompute_s, recompute_times_s=recompute_times,
+               speedup=recompute_s / graft_s)
+  else:
+    row['recompute_first_token_s'] = None
+    row['recompute_not_run'] = f'prefix longer than --recompute_max={_RECOMPUTE_MAX.value}'
+  store.delete(key)
+  return row
+
+
+def llamacpp_peer(python: str, prefixes: list[list[int]], next_token: int) -> dict:
+  with tempfile.TemporaryDirectory() as tmp:
+    request = pathlib.Path(tmp) / 'tokens.json'
+    request.write_text(json.dumps({'prefixes': prefixes, 'next_token': next_token}))
+    script = pathlib.Path(__file__).parent / 'peers' / 'llamacpp_restore.py'
+    proc = subprocess.run([python, str(script), str(gguf_lib.locate_gguf()), str(request),
+                           str(os.cpu_count())], capture_output=True, text=True, check=False)
+  if proc.returncode:
+    raise RuntimeError(f'llama.cpp peer failed:\n{proc.stderr[-3000:]}')
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  lengths = [int(x) for x in _PREFIX_TOKENS.value]
+  model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value))
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  ids = long_text_ids(tokenizer, max(lengths))
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
+    for n in tqdm.tqdm(lengths, desc='prefix lengths'):
+      rows.append(bench_one(model, store, ids[: n + 1], chunk_size=_CHUNK_SIZE.value,
+                            repeats=_REPEATS.value, recompute=n <= _RECOMPUTE_MAX.value))
+  result = {
+      'experiment': 'bench_graft', 'command': shlex.join(['python'] + sys.argv),
+      'model': _MODEL.value, 'dtype': _DTYPE.value, 'chunk_size': _CHUNK_SIZE.value,
+      'determinism': determinism.record(),
+      'inputs': {'model_fingerprint': model.fingerprint,
+                 'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1])},
+      'rows': rows,
+  }
+  if _LLAMACPP_PYTHON.value:
+    peer = llamacpp_peer(_LLAMACPP_PYTHON.value, [ids[:n] for n in lengths], ids[max(lengths)])
+    result['llamacpp'] = peer
+    for row, p in zip(rows, peer['results']):
+      row['llamacpp_restore_first_token_s'] = p['restore_and_first_token_s']
+      row['llamacpp_prefill_first_token_s'] = p['prefill_and_first_token_s']
+      row['graft_over_llamacpp_restore_per_token'] = (
+          row['graft_first_token_s'] / p['restore_and_first_token_s'])
+  digest = ledger.write_result(_OUT.value, result)
+  for row in rows:
+    print(f"N={row['prefix_tokens']:>6}  graft {row['graft_first_token_s']:.3f}s"
+          f"  floor {row['floor_s']:.3f}s ({row['graft_over_floor']:.1f}x)"
+          f"  recompute {row['recompute_first_token_s'] or float('nan'):.3f}s"
+          f"  llama.cpp restore {row.get('llamacpp_restore_first_token_s', float('nan')):.3f}s")
+  print(f'wrote {_OUT.value} (sha256 {digest})')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,283 @@
+"""Gemma 3 tokenizer built from a GGUF vocabulary, token-for-token with llama.cpp.
+
+The GGUF stores a sentencepiece vocabulary (`tokenizer.ggml.model == 'llama'`):
+pieces, scores and token types, no merge list. llama.cpp tokenizes it in two
+steps, and so does this module:
+
+1. Special-token partition. Every user-defined token (newline, tab and
+   space runs, `<table>`-style tags, `<start_of_image>`, ...) and, when
+   `parse_special` is on, every control token (`<bos>`, `<start_of_turn>`,
+   `<unused0>`, ...) is cut out of the text where it occurs literally. Tokens
+   are taken longest text first; each one splits every remaining stretch of
+   plain text at its leftmost non-overlapping occurrences. (No two special
+   tokens of equal length can overlap in this vocabulary, so the order among
+   equal lengths does not matter.)
+2. Score-driven BPE on each remaining stretch, with ' ' written as U+2581 and
+   no dummy prefix: start from single characters, repeatedly merge the
+   adjacent pair whose concatenation is the vocabulary piece with the highest
+   score (ties: leftmost pair first), until no adjacent pair forms a piece.
+   Any piece of the vocabulary may be formed this way, whatever its type. A
+   leftover character that is not a piece becomes its UTF-8 bytes as
+   `<0xNN>` byte tokens.
+
+`encode(..., parse_special=True)` matches llama.cpp's
+`llama_tokenize(..., parse_special=true)` (llama-cpp-python's
+`tokenize(..., special=True)`), the mode llama.cpp's own tools use for
+prompts, so a chat template written as text yields the real
+`<start_of_turn>` / `<end_of_turn>` ids. With `parse_special=False` a literal
+`<start_of_turn>` is tokenized as plain text, but user-defined tokens are still
+cut out, as in llama.cpp.
+
+One deliberate difference: llama.cpp recognises end-of-generation tokens by
+name and turns any it finds into control tokens; for Gemma 3 that includes the
+user-defined HTML token '</s>' (id 212). This module keeps the types the GGUF
+gives, so '</s>' is cut out in both modes; only `parse_special=False` on text
+containing '</s>' differs from llama.cpp.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import heapq
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graftjax.models.gemma import gguf
+
+SPACE_MARK = '\u2581'  # '▁': how the vocabulary writes a space.
+
+
+class TokenType(enum.IntEnum):
+  """Sentencepiece token types, as stored in `tokenizer.ggml.token_type`."""
+
+  NORMAL = 1
+  UNKNOWN = 2
+  CONTROL = 3
+  USER_DEFINED = 4
+  UNUSED = 5
+  BYTE = 6
+
+
+def _byte_piece(value: int) -> str:
+  return f'<0x{value:02X}>'
+
+
+class Tokenizer:
+  """Sentencepiece-style BPE with byte fallback over a GGUF vocabulary.
+
+  Attributes:
+    pieces: the vocabulary, one string per id.
+    scores: float32 [vocab_size], merge priority of each piece (higher first).
+    types: int32 [vocab_size], a `TokenType` per id.
+  """
+
+  def __init__(
+      self,
+      pieces: Sequence[str],
+      scores: np.ndarray,
+      types: np.ndarray,
+      *,
+      bos_id: int,
+      eos_id: int,
+      pad_id: int,
+      unk_id: int,
+  ):
+    if not len(pieces) == len(scores) == len(types):
+      raise ValueError(
+          f'vocabulary arrays disagree: {len(pieces)} pieces, {len(scores)} scores, {len(types)} types'
+      )
+    self.pieces = list(pieces)
+    self.scores = np.asarray(scores, np.float32)
+    self.types = np.asarray(types, np.int32)
+    self._bos_id, self._eos_id, self._pad_id, self._unk_id = bos_id, eos_id, pad_id, unk_id
+    self._piece_to_id = dict(zip(self.pieces, range(len(self.pieces))))
+    if len(self._piece_to_id) != len(self.pieces):
+      raise ValueError('vocabulary has duplicate pieces')
+    self._score_list = self.scores.tolist()
+    self._type_list = self.types.tolist()
+    self._byte_ids = [self._piece_to_id[_byte_piece(b)] for b in range(256)]
+    self._specials = self._specials_longest_first()
+
+  @classmethod
+  def from_gguf(cls, path_or_metadata: str | os.PathLike | Mapping[str, Any]) -> Tokenizer:
+    """Builds the tokenizer from a GGUF file or its parsed metadata dict."""
+    if isinstance(path_or_metadata, Mapping):
+      metadata = path_or_metadata
+    else:
+      metadata = gguf.open_gguf(path_or_metadata).metadata
+    model = metadata.get('tokenizer.ggml.model')
+    if model != 'llama':
+      raise ValueError(f"tokenizer.ggml.model is {model!r}; this tokenizer reads 'llama' (sentencepiece)")
+    if metadata.get('tokenizer.ggml.add_space_prefix', True):
+      raise ValueError('tokenizer.ggml.add_space_prefix is set; this tokenizer adds no dummy prefix')
+    return cls(
+        metadata['tokenizer.ggml.tokens'],
+        metadata['tokenizer.ggml.scores'],
+        metadata['tokenizer.ggml.token_type'],
+        bos_id=int(metadata['tokenizer.ggml.bos_token_id']),
+        eos_id=int(metadata['tokenizer.ggml.eos_token_id']),
+        pad_id=int(metadata['tokenizer.ggml.padding_token_id']),
+        unk_id=int(metadata['tokenizer.ggml.unknown_token_id']),
+    )
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.pieces)
+
+  @property
+  def bos_id(self) -> int:
+    return self._bos_id
+
+  @property
+  def eos_id(self) -> int:
+    return self._eos_id
+
+  @property
+  def pad_id(self) -> int:
+    return self._pad_id
+
+  @property
+  def unk_id(self) -> int:
+    return self._unk_id
+
+  def encode(self, text: str, *, add_bos: bool = True, parse_special: bool = True) -> list[int]:
+    """Token ids of `text`, as llama.cpp's `llama_tokenize` gives them.
+
+    Args:
+      text: any string without lone surrogates.
+      add_bos: put `bos_id` first.
+      parse_special: cut literal control-token text (e.g. '<start_of_turn>')
+        out as that token; user-defined tokens are cut out either way.
+
+    Returns:
+      list[int] of ids in [0, vocab_size).
+    """
+    ids = [self._bos_id] if add_bos else []
+    for fragment in self._partition(text, parse_special):
+      if isinstance(fragment, int):
+        ids.append(fragment)
+      else:
+        ids.extend(self._bpe(fragment.replace(' ', SPACE_MARK)))
+    return ids
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """The text of `ids`; `decode(encode(text)) == text` for ordinary text.
+
+    Byte tokens are joined into UTF-8 (invalid sequences become U+FFFD), U+2581
+    in normal pieces reads as a space, and control tokens read as their
+    literal text, except BOS, EOS and PAD, which read as nothing. (So text that
+    contains a literal U+2581, '<bos>', '<eos>' or '<pad>' does not come back
+    unchanged.)
+
+    Args:
+      ids: token ids, e.g. a list[int] or an int array [T].
+    """
+    return b''.join(self._piece_bytes(int(i)) for i in ids).decode('utf-8', errors='replace')
+
+  def digest(self) -> str:
+    """Hex SHA-256 of the vocabulary: pieces, scores, types and special ids."""
+    h = hashlib.sha256(b'graftjax.tokenizer.v1\0')
+    h.update(struct.pack('<QQQQQ', self.vocab_size, self._bos_id, self._eos_id, self._pad_id, self._unk_id))
+    for piece in self.pieces:
+      raw = piece.encode('utf-8', errors='surrogateescape')
+      h.update(struct.pack('<Q', len(raw)))
+      h.update(raw)
+    h.update(self.scores.astype('<f4').tobytes())
+    h.update(self.types.astype('<i4').tobytes())
+    return h.hexdigest()
+
+  def _specials_longest_first(self) -> list[tuple[str, int, bool]]:
+    """(piece, id, is_user_defined) for every piece cut out before BPE, longest first."""
+    cut_types = [TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN]
+    ids = np.flatnonzero(np.isin(self.types, cut_types))
+    is_user_defined = self.types[ids] == TokenType.USER_DEFINED
+    specials = [(self.pieces[i], i, user) for i, user in zip(ids.tolist(), is_user_defined.tolist())]
+    specials.sort(key=lambda special: -len(special[0].encode('utf-8')))
+    return specials
+
+  def _partition(self, text: str, parse_special: bool) -> list[str | int]:
+    """Splits `text` into plain-text stretches (str) and special-token ids (int)."""
+    fragments: list[str | int] = [text] if text else []
+    for piece, token_id, is_user_defined in self._specials:
+      if not (parse_special or is_user_defined) or piece not in text:
+        continue
+      fragments = [
+          part
+          for fragment in fragments
+          for part in (_split_around(fragment, piece, token_id) if isinstance(fragment, str) else (fragment,))
+      ]
+    return fragments
+
+  def _bpe(self, text: str) -> list[int]:
+    """Score-ordered BPE over the characters of `text` (spaces already U+2581)."""
+    n = len(text)
+    if not n:
+      return []
+    # Symbol i covers text[i : i + size[i]]; size 0 once merged into its left neighbour.
+    size = [1] * n
+    prev = list(range(-1, n - 1))
+    next_ = list(range(1, n)) + [-1]
+    queue: list[tuple[float, int, int, int]] = []
+
+    def push_pair(left: int, right: int) -> None:
+      if left < 0 or right < 0:
+        return
+      token_id = self._piece_to_id.get(text[left : right + size[right]])
+      if token_id is not None:
+        heapq.heappush(queue, (-self._score_list[token_id], left, right, size[left] + size[right]))
+
+    for i in range(n - 1):
+      push_pair(i, i + 1)
+    while queue:
+      _, left, right, pair_size = heapq.heappop(queue)
+      if not size[left] or not size[right] or size[left] + size[right] != pair_size:
+        continue  # Stale: one side has merged with something else since.
+      size[left] = pair_size
+      size[right] = 0
+      next_[left] = next_[right]
+      if next_[right] >= 0:
+        prev[next_[right]] = left
+      push_pair(prev[left], left)
+      push_pair(left, next_[left])
+
+    ids = []
+    i = 0
+    while i >= 0:
+      symbol = text[i : i + size[i]]
+      token_id = self._piece_to_id.get(symbol)
+      if token_id is None:
+        ids.extend(self._byte_ids[b] for b in symbol.encode('utf-8'))
+      else:
+        ids.append(token_id)
+      i = next_[i]
+    return ids
+
+  def _piece_bytes(self, token_id: int) -> bytes:
+    if token_id in (self._bos_id, self._eos_id, self._pad_id):
+      return b''
+    piece = self.pieces[token_id]
+    token_type = self._type_list[token_id]
+    if token_type == TokenType.BYTE:
+      return bytes([int(piece[3:5], 16)])
+    if token_type == TokenType.NORMAL:
+      piece = piece.replace(SPACE_MARK, ' ')
+    return piece.encode('utf-8', errors='surrogateescape')
+
+
+def _split_around(text: str, piece: str, token_id: int) -> list[str | int]:
+  """`text` with each leftmost non-overlapping `piece` replaced by `token_id`.
+
+  Empty stretches between or around matches are dropped.
+  """
+  parts: list[str | int] = []
+  for i, stretch in enumerate(text.split(piece)):
+    if i:
+      parts.append(token_id)
+    if stretch:
+      parts.append(stretch)
+  return parts
