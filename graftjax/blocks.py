@@ -51,6 +51,9 @@ class BlockMeta:
     model_fingerprint: SHA-256 over the model's config, weights and tokenizer.
     token_ids: the tokens whose state the block holds, one per slot.
     start: the first slot the block was captured from (its own slot).
+    first_position: position of the block's first token when captured.
+    shift: positions the block was moved by since capture (0: own
+      position). A shifted block is grafted only when asked for explicitly.
     dtype: numpy name of the k/v dtype ('float32', 'bfloat16').
     position_scheme: how positions entered attention ('rope', ...).
     layout_version: version of the block layout (`LAYOUT_VERSION`).
@@ -61,6 +64,8 @@ class BlockMeta:
   start: int
   dtype: str
   position_scheme: str
+  first_position: int = 0
+  shift: int = 0
   layout_version: int = LAYOUT_VERSION
 
   def to_json(self) -> dict[str, Any]:
@@ -154,6 +159,7 @@ def capture(
       model_fingerprint=model_fingerprint,
       token_ids=token_ids,
       start=span.start,
+      first_position=int(positions[0]),
       dtype=jnp.dtype(cache.dtype).name,
       position_scheme=str(position_scheme),
   )
@@ -206,8 +212,12 @@ def graft(
     *,
     model_fingerprint: str,
     position_scheme: str,
+    allow_shifted: bool = False,
 ) -> cache_lib.KVCache:
   """Installs `block` at its own slots and positions in every batch row.
+
+  A block moved to other positions (`meta.shift != 0`, see the model's
+  `relocate`) is refused unless `allow_shifted` is set.
 
   The block's slots must lie at or after the cache's write index (nothing
   already there is overwritten) and inside its capacity. Slots between the
@@ -222,6 +232,10 @@ def graft(
       cache, block, model_fingerprint=model_fingerprint,
       position_scheme=position_scheme,
   )
+  if block.meta.shift and not allow_shifted:
+    raise GraftError(
+        f'block was moved by {block.meta.shift} positions; pass'
+        ' allow_shifted=True to graft it away from its own position')
   span = block.span
   length = int(cache.length)
   if span.stop > cache.capacity:

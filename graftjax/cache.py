@@ -30,6 +30,9 @@ class KVCache:
     k: [L, B, S, K, H] keys (for rotary schemes, already rotated).
     v: [L, B, S, K, H] values.
     positions: [B, S] int32 position of each slot's token, -1 if empty.
+    segments: [B, S] int32 attention segment of each slot. A query in
+      segment 0 sees every earlier key; a query in segment s > 0 sees only
+      keys of segment s (block attention: independent blocks in one cache).
     length: [] int32, slots written so far (the next write index, shared by
       every batch row).
   """
@@ -37,6 +40,7 @@ class KVCache:
   k: jax.Array
   v: jax.Array
   positions: jax.Array
+  segments: jax.Array
   length: jax.Array
 
   @property
@@ -77,6 +81,7 @@ def init(
       k=jnp.zeros(shape, dtype),
       v=jnp.zeros(shape, dtype),
       positions=jnp.full((batch_size, capacity), EMPTY_POSITION, jnp.int32),
+      segments=jnp.zeros((batch_size, capacity), jnp.int32),
       length=jnp.zeros((), jnp.int32),
   )
 
@@ -92,8 +97,8 @@ def write_layer(
   )
 
 
-def advance(cache: KVCache, positions: jax.Array) -> KVCache:
-  """Claims slots [length, length+T) for a chunk at `positions` [B, T].
+def advance(cache: KVCache, positions: jax.Array, segments: jax.Array) -> KVCache:
+  """Claims slots [length, length+T) for a chunk at `positions`, `segments` [B, T].
 
   The model calls this first, so that the attention mask already sees the
   chunk's own positions, then writes each layer's keys/values at the old
@@ -102,8 +107,12 @@ def advance(cache: KVCache, positions: jax.Array) -> KVCache:
   new_positions = jax.lax.dynamic_update_slice(
       cache.positions, positions.astype(jnp.int32), (0, cache.length)
   )
+  new_segments = jax.lax.dynamic_update_slice(
+      cache.segments, segments.astype(jnp.int32), (0, cache.length)
+  )
   return cache.replace(
-      positions=new_positions, length=cache.length + positions.shape[1]
+      positions=new_positions, segments=new_segments,
+      length=cache.length + positions.shape[1],
   )
 
 
@@ -117,3 +126,15 @@ def slice_rows(cache: KVCache, start: int, stop: int, batch_index: int = 0):
       cache.v[:, batch_index, start:stop],
       cache.positions[batch_index, start:stop],
   )
+
+
+def reserve(cache: KVCache, slots: int) -> KVCache:
+  """Skips `slots` slots, leaving them empty (position -1, always masked).
+
+  Lets a block be computed alone at the slots it will occupy later, which
+  keeps the arithmetic of every attention row the same in both places.
+  """
+  if slots < 0 or int(cache.length) + slots > cache.capacity:
+    raise ValueError(
+        f'cannot reserve {slots} slots: {int(cache.length)} of {cache.capacity} used')
+  return cache.replace(length=cache.length + slots)

@@ -22,14 +22,24 @@ _MASKED = -2.3819763e38  # Finite, so a row with no visible key gives 0, not NaN
 
 
 def visibility_mask(
-    q_positions: jax.Array, k_positions: jax.Array, window: int | None
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    window: int | None,
+    q_segments: jax.Array,
+    k_segments: jax.Array,
 ) -> jax.Array:
-  """[B, T, S] bool: which cache slots each query may see."""
+  """[B, T, S] bool: which cache slots each query may see.
+
+  Causal by position, limited to the window on local layers, and, for a
+  query in segment s > 0, limited to keys of segment s.
+  """
   q = q_positions[:, :, None]
   k = k_positions[:, None, :]
   visible = (k >= 0) & (k <= q)
   if window is not None:
     visible &= q - k < window
+  q_seg = q_segments[:, :, None]
+  visible &= (q_seg == 0) | (q_seg == k_segments[:, None, :])
   return visible
 
 
@@ -55,6 +65,7 @@ def attention_block(
     params: dict[str, jax.Array],
     x: jax.Array,
     q_positions: jax.Array,
+    q_segments: jax.Array,
     cache: cache_lib.KVCache,
     *,
     layer: int,
@@ -69,6 +80,7 @@ def attention_block(
       'q_norm'/'k_norm' [H].
     x: [B, T, D] normalised input.
     q_positions: [B, T] positions of the chunk.
+    q_segments: [B, T] attention segments of the chunk (see `visibility_mask`).
     cache: the cache; its `positions` already include the chunk's.
     layer: index of this layer.
     write_index: first slot of the chunk.
@@ -104,7 +116,8 @@ def attention_block(
   if bias is not None:
     scores = scores + bias.reshape(scores.shape[0], config.num_kv_heads, config.num_groups, *bias.shape[2:])
 
-  visible = visibility_mask(q_positions, k_positions, config.window(layer))
+  visible = visibility_mask(
+      q_positions, k_positions, config.window(layer), q_segments, cache.segments)
   out = masked_softmax_attend(scores, visible, values)
   out = out.reshape(batch, length, config.num_heads, config.head_dim)
   return layers.einsum('BTNH,NHD->BTD', out, params['o']), cache

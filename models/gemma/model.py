@@ -74,6 +74,30 @@ class Gemma:
     scheme = config_lib.PositionScheme(scheme)
     return dataclasses.replace(self, config=self.config.replace(position_scheme=scheme))
 
+  def relocate(self, block, first_position: int):
+    """`block` moved so its first token sits at `first_position`.
+
+    Positions shift by delta = first_position - block.positions[0]. Under
+    `rope`/`rope_f64` each layer's cached keys are re-rotated by delta
+    (R(delta) R(p) k, the K-shift of llama.cpp and CacheBlend); under
+    `rope_relative`, `alibi` and `nope` the cached keys carry no absolute
+    position and are kept as they are. The block's slots do not change.
+    """
+    from graftjax import blocks as blocks_lib  # pylint: disable=g-import-not-at-top
+
+    if block.meta.position_scheme != self.position_scheme:
+      raise blocks_lib.GraftError(
+          f'block scheme {block.meta.position_scheme!r} != model {self.position_scheme!r}')
+    delta = int(first_position) - int(np.asarray(block.positions)[0])
+    scheme = self.config.position_scheme
+    k = jnp.stack([
+        positions_lib.relocate_keys(jnp.asarray(block.k[layer]), delta, scheme=scheme,
+                                    theta=self.config.rope_theta(layer))
+        for layer in range(self.config.num_layers)])
+    meta = dataclasses.replace(block.meta, shift=block.meta.shift + delta)
+    return blocks_lib.KVBlock(
+        k=k, v=block.v, positions=jnp.asarray(block.positions) + delta, meta=meta)
+
   def init_cache(self, *, batch_size: int = 1, capacity: int) -> cache_lib.KVCache:
     return cache_lib.init(
         num_layers=self.config.num_layers, batch_size=batch_size,
@@ -81,8 +105,11 @@ class Gemma:
         head_dim=self.config.head_dim, dtype=self.dtype,
     )
 
-  def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all'):
+  def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all', segment: int = 0):
     """Appends tokens [B, T] at positions [B, T]; returns (logits, new cache).
+
+    `segment` > 0 makes the chunk attend only to keys of the same segment
+    (block attention); 0, the default, sees every earlier key.
 
     Raises:
       ValueError: if the chunk does not fit the cache (checked on the host).
@@ -99,7 +126,8 @@ class Gemma:
           f' of {cache.capacity} slots')
     return transformer.forward_jit(
         self.params, tokens, positions, cache, config=self.config,
-        logits=logits, tables=self.tables())
+        logits=logits, tables=self.tables(),
+        segments=jnp.full(tokens.shape, segment, jnp.int32))
 
   def prefill(
       self,
@@ -109,6 +137,7 @@ class Gemma:
       chunk_size: int,
       start_position: int = 0,
       logits: str = 'last',
+      segment: int = 0,
   ):
     """Processes one sequence [T] (every batch row alike) in fixed-size chunks.
 
@@ -132,8 +161,7 @@ class Gemma:
       pos = start_position + begin + np.arange(chunk.size, dtype=np.int32)
       out, cache = self.forward(
           np.broadcast_to(chunk, (batch, chunk.size)),
-          np.broadcast_to(pos, (batch, chunk.size)), cache,
-          logits='all' if logits == 'all' else ('last' if logits == 'last' else 'none'))
+          np.broadcast_to(pos, (batch, chunk.size)), cache, logits=logits, segment=segment)
       if logits == 'all':
         outputs.append(out)
     if logits == 'all':

@@ -131,17 +131,17 @@ def relocate_keys(
   For schemes whose cached keys carry no absolute position, keys are
   returned as they are.
   """
-  if scheme in (Scheme.ROPE, Scheme.ROPE_F64):
-    n = k.shape[-3]
-    positions = jnp.full((1, n), delta, jnp.int32)
-    lead = k.shape[:-3]
-    flat = k.reshape((-1, n) + k.shape[-2:])
-    if scheme == Scheme.ROPE:
-      cos, sin = rotary_cos_sin(positions, k.shape[-1], theta)
-    else:
-      cos, sin = _lookup(table(k.shape[-1], theta, delta + 1), positions)
-    return rotate(flat, cos, sin).reshape(lead + k.shape[-3:])
-  return k
+  if scheme not in (Scheme.ROPE, Scheme.ROPE_F64):
+    return k
+  head_dim = k.shape[-1]
+  if scheme == Scheme.ROPE:
+    cos, sin = rotary_cos_sin(jnp.full((1, 1), delta, jnp.int32), head_dim, theta)
+  else:
+    inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    cos = jnp.asarray(np.cos(delta * inv_freq).astype(np.float32))[None, None]
+    sin = jnp.asarray(np.sin(delta * inv_freq).astype(np.float32))[None, None]
+  flat = k.reshape((1, -1) + k.shape[-2:])  # every cached row shifts by the same delta
+  return rotate(flat, cos, sin).reshape(k.shape)
 
 
 def alibi_slopes(num_heads: int) -> jax.Array:

@@ -32,6 +32,7 @@ def decoder_layer(
     params: Params,
     x: jax.Array,
     positions: jax.Array,
+    segments: jax.Array,
     cache: cache_lib.KVCache,
     *,
     layer: int,
@@ -42,7 +43,7 @@ def decoder_layer(
   """Pre- and post-normed attention and MLP with residuals: x [B, T, D]."""
   eps = config.rms_norm_eps
   attn_out, cache = attention.attention_block(
-      params, layers.rms_norm(x, params['attn_norm'], eps), positions, cache,
+      params, layers.rms_norm(x, params['attn_norm'], eps), positions, segments, cache,
       layer=layer, write_index=write_index, config=config, tables=tables,
   )
   x = x + layers.rms_norm(attn_out, params['post_attn_norm'], eps)
@@ -59,6 +60,7 @@ def forward(
     config: config_lib.GemmaConfig,
     logits: LogitsMode = 'all',
     tables=None,
+    segments: jax.Array | None = None,
 ) -> tuple[jax.Array | None, cache_lib.KVCache]:
   """Runs a chunk of tokens through the model, appending it to the cache.
 
@@ -71,15 +73,19 @@ def forward(
     logits: 'all' -> [B, T, V]; 'last' -> [B, V] of the chunk's last token;
       'none' -> None (prefill only).
     tables: position tables for schemes that need them (`positions.tables`).
+    segments: [B, T] int32 attention segments (default 0: see everything
+      earlier); a chunk in segment s > 0 sees only keys of segment s.
   Returns:
     (float32 logits or None, the cache with the chunk appended).
   """
+  if segments is None:
+    segments = jnp.zeros_like(positions)
   write_index = cache.length
-  cache = cache_lib.advance(cache, positions)
+  cache = cache_lib.advance(cache, positions, segments)
   x = layers.embed(params['embedding'], tokens, config.embed_dim)
   for layer in range(config.num_layers):
     x, cache = decoder_layer(
-        params['layers'][layer], x, positions, cache, layer=layer,
+        params['layers'][layer], x, positions, segments, cache, layer=layer,
         write_index=write_index, config=config, tables=tables,
     )
   if logits == 'none':
@@ -92,9 +98,11 @@ def forward(
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'logits'), donate_argnums=(3,))
-def forward_jit(params, tokens, positions, cache, *, config, logits='all', tables=None):
+def forward_jit(params, tokens, positions, cache, *, config, logits='all', tables=None,
+                segments=None):
   """`forward`, jitted; the input cache is donated."""
-  return forward(params, tokens, positions, cache, config=config, logits=logits, tables=tables)
+  return forward(params, tokens, positions, cache, config=config, logits=logits,
+                 tables=tables, segments=segments)
 
 
 def init_params(

@@ -1,0 +1,298 @@
+r"""Speed of the invariant Pallas kernels against their plain XLA counterparts.
+
+    python experiments/bench_kernels.py               # GPU: the real sizes
+    python experiments/bench_kernels.py --quick       # CPU smoke test
+
+Cases, at gemma-3-270m shapes (N=4 query heads, K=1 kv head, H=256, D=640,
+MLP 640 -> 2048), each in float32 and bfloat16, each as Pallas kernel and as
+XLA (the `*_reference` beside the kernel, jitted):
+  attention prefill  T = S in --lengths (queries over a cache they fill),
+                     plus a sliding-window (--window) variant in bfloat16
+  attention decode   T = 1 over S in --lengths cached slots
+  rotary, rms_norm, matmul  on --aux_lengths tokens
+Timing: --warmup calls, then the median of --repeats calls, each ended by
+block_until_ready. FLOPs and bytes are counted from the shapes (useful work,
+minimal HBM traffic: causal pairs only, every input and output touched once),
+and reported as fractions of the H200's HBM bandwidth (4.3e12 B/s) and
+bfloat16 dense peak (7.9e14 FLOP/s) whatever the dtype. Each case also
+records the largest |pallas - xla| difference. A case that fails (e.g. a
+lowering error) is recorded with its error and the run goes on; cases past
+--time_budget_s are recorded as skipped.
+
+Writes experiments/results/bench_kernels_<backend>.json with the pinned
+configuration (graftjax.determinism), jax version and device kind.
+"""
+
+from graftjax import determinism
+
+determinism.pin()  # before jax starts
+
+import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pathlib
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax.kernels import attention as attention_lib
+from graftjax.kernels import matmul as matmul_lib
+from graftjax.kernels import rmsnorm as rmsnorm_lib
+from graftjax.kernels import rotary as rotary_lib
+
+HBM_BYTES_PER_S = 4.3e12  # H200
+BF16_DENSE_FLOPS = 7.9e14  # H200, dense bfloat16
+HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256  # gemma-3-270m
+HIDDEN, MLP = 640, 2048
+ROPE_THETA = 1_000_000.0
+KERNELS = ('attention', 'rotary', 'rms_norm', 'matmul')
+
+_QUICK = flags.DEFINE_bool(
+    'quick', False, 'Tiny sizes, interpret mode off GPU: a smoke test.')
+_LENGTHS = flags.DEFINE_list(
+    'lengths', ['1024', '4096', '16384', '32768'],
+    'Attention sizes: prefill T = S, and decode cache sizes S.')
+_AUX_LENGTHS = flags.DEFINE_list(
+    'aux_lengths', ['1', '4096', '32768'],
+    'Token counts for rotary, rms_norm and matmul.')
+_DTYPES = flags.DEFINE_list('dtypes', ['float32', 'bfloat16'], 'Dtypes.')
+_KERNELS = flags.DEFINE_list('kernels', list(KERNELS), 'Kernels to run.')
+_WINDOW = flags.DEFINE_integer(
+    'window', 512, 'Sliding window of the windowed prefill case (0: none).')
+_XLA_MAX_LENGTH = flags.DEFINE_integer(
+    'xla_max_length', 16384,
+    'Skip XLA attention prefill above this T (its [T, S] scores in float32).')
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed calls per case.')
+_REPEATS = flags.DEFINE_integer('repeats', 10, 'Timed calls per case.')
+_TIME_BUDGET_S = flags.DEFINE_float(
+    'time_budget_s', 170.0, 'Skip the remaining cases after this long.')
+_OUT = flags.DEFINE_string(
+    'out', None,
+    'Result JSON (default experiments/results/bench_kernels_<backend>.json).')
+
+
+def _time(fn: Callable[[], jax.Array], *, warmup: int,
+          repeats: int) -> tuple[list[float], jax.Array]:
+  out = None
+  for _ in range(max(warmup, 1)):  # the first call compiles
+    out = jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return times, out
+
+
+def _attention_cases(lengths, dtypes, window, xla_max_length, interpret):
+  """(name, phase, dtype, shape, flops, bytes, {impl: thunk-maker}) tuples."""
+  cases = []
+  for dtype in dtypes:
+    item = jnp.dtype(dtype).itemsize
+    for phase in ('prefill', 'decode'):
+      for length in lengths:
+        windows = [None]
+        if phase == 'prefill' and window and dtype == 'bfloat16':
+          windows.append(window)
+        for win in windows:
+          num_q = length if phase == 'prefill' else 1
+          capacity = length
+          q_pos = np.arange(capacity - num_q, capacity, dtype=np.int32)
+          k_pos = np.arange(capacity, dtype=np.int32)
+          vis = np.minimum(q_pos + 1, capacity).astype(np.int64)
+          if win:
+            vis = np.minimum(vis, win)
+          pairs = int(vis.sum())
+          flops = 4 * HEADS * HEAD_DIM * pairs  # QK^T and PV, 2 FLOPs a MAC
+          bytes_ = (2 * num_q * HEADS * HEAD_DIM * item  # q, out
+                    + 2 * capacity * KV_HEADS * HEAD_DIM * item  # k, v
+                    + 4 * (num_q + capacity))  # positions
+
+          def make(num_q=num_q, capacity=capacity, q_pos=q_pos, k_pos=k_pos,
+                   dtype=dtype):
+            rng = np.random.default_rng(0)
+            q = jnp.asarray(
+                rng.standard_normal((1, num_q, HEADS, HEAD_DIM))
+                * HEAD_DIM**-0.5, dtype)
+            k = jnp.asarray(
+                rng.standard_normal((1, capacity, KV_HEADS, HEAD_DIM)), dtype)
+            v = jnp.asarray(
+                rng.standard_normal((1, capacity, KV_HEADS, HEAD_DIM)), dtype)
+            return q, k, v, jnp.asarray(q_pos[None]), jnp.asarray(k_pos[None])
+
+          impls = {
+              'pallas': lambda a, win=win: attention_lib.attention(
+                  *a, window=win, interpret=interpret),
+          }
+          if phase == 'decode' or length <= xla_max_length:
+            impls['xla'] = lambda a, win=win: attention_lib.attention_reference(
+                *a, window=win)
+          name = 'attention' if not win else f'attention_window{win}'
+          shape = dict(B=1, T=num_q, S=capacity, N=HEADS, K=KV_HEADS,
+                       H=HEAD_DIM, window=win)
+          cases.append((name, phase, dtype, shape, flops, bytes_, make, impls))
+  return cases
+
+
+def _aux_cases(kernels, lengths, dtypes, interpret):
+  cases = []
+  for dtype in dtypes:
+    item = jnp.dtype(dtype).itemsize
+    for tokens in lengths:
+      phase = 'decode' if tokens == 1 else 'prefill'
+      if 'rotary' in kernels:
+        def make_rotary(tokens=tokens, dtype=dtype):
+          rng = np.random.default_rng(0)
+          x = jnp.asarray(
+              rng.standard_normal((1, tokens, HEADS, HEAD_DIM)), dtype)
+          pos = jnp.arange(tokens, dtype=jnp.int32)[None]
+          return x, pos
+        elems = tokens * HEADS * HEAD_DIM
+        cases.append((
+            'rotary', phase, dtype,
+            dict(B=1, T=tokens, N=HEADS, H=HEAD_DIM),
+            3 * elems, 2 * elems * item + 4 * tokens, make_rotary,
+            {'pallas': lambda a: rotary_lib.apply_rotary(
+                *a, theta=ROPE_THETA, interpret=interpret),
+             'xla': lambda a: rotary_lib.apply_rotary_reference(
+                 *a, theta=ROPE_THETA)}))
+      if 'rms_norm' in kernels:
+        def make_norm(tokens=tokens, dtype=dtype):
+          rng = np.random.default_rng(0)
+          x = jnp.asarray(rng.standard_normal((tokens, HIDDEN)), dtype)
+          w = jnp.asarray(1 + 0.1 * rng.standard_normal(HIDDEN), jnp.float32)
+          return x, w
+        elems = tokens * HIDDEN
+        cases.append((
+            'rms_norm', phase, dtype, dict(M=tokens, D=HIDDEN),
+            4 * elems, 2 * elems * item + 4 * HIDDEN, make_norm,
+            {'pallas': lambda a: rmsnorm_lib.rms_norm(*a, interpret=interpret),
+             'xla': lambda a: rmsnorm_lib.rms_norm_reference(*a)}))
+      if 'matmul' in kernels:
+        def make_matmul(tokens=tokens, dtype=dtype):
+          rng = np.random.default_rng(0)
+          x = jnp.asarray(rng.standard_normal((tokens, HIDDEN)), dtype)
+          w = jnp.asarray(
+              rng.standard_normal((HIDDEN, MLP)) * HIDDEN**-0.5, dtype)
+          return x, w
+        cases.append((
+            'matmul', phase, dtype, dict(M=tokens, K=HIDDEN, N=MLP),
+            2 * tokens * HIDDEN * MLP,
+            (tokens * HIDDEN + HIDDEN * MLP + tokens * MLP) * item,
+            make_matmul,
+            {'pallas': lambda a: matmul_lib.matmul(*a, interpret=interpret),
+             'xla': lambda a: matmul_lib.matmul_reference(*a)}))
+  return cases
+
+
+def run_benchmarks(
+    *,
+    kernels: Sequence[str] = KERNELS,
+    lengths: Sequence[int],
+    aux_lengths: Sequence[int],
+    dtypes: Sequence[str] = ('float32', 'bfloat16'),
+    window: int = 512,
+    xla_max_length: int = 16384,
+    warmup: int = 2,
+    repeats: int = 10,
+    time_budget_s: float = 170.0,
+    interpret: bool | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+  """Times every case; returns the JSON-ready result."""
+  unknown = set(kernels) - set(KERNELS)
+  if unknown:
+    raise ValueError(f'unknown kernels {sorted(unknown)}; known: {KERNELS}')
+  if interpret is None:
+    interpret = jax.default_backend() != 'gpu'
+  cases = []
+  if 'attention' in kernels:
+    cases += _attention_cases(lengths, dtypes, window, xla_max_length,
+                              interpret)
+  cases += _aux_cases(kernels, aux_lengths, dtypes, interpret)
+
+  started = time.perf_counter()
+  rows = []
+  for name, phase, dtype, shape, flops, bytes_, make, impls in cases:
+    args = None
+    outs = {}
+    for impl, fn in impls.items():
+      row = dict(kernel=name, impl=impl, phase=phase, dtype=dtype,
+                 shape=shape, flops=flops, bytes=bytes_)
+      if time.perf_counter() - started > time_budget_s:
+        row['skipped'] = f'time budget of {time_budget_s} s spent'
+        rows.append(row)
+        continue
+      try:
+        if args is None:
+          args = make()
+        times, out = _time(lambda fn=fn: fn(args), warmup=warmup,
+                           repeats=repeats)
+        outs[impl] = out
+        median = statistics.median(times)
+        row.update(
+            median_s=median, min_s=min(times), repeats=repeats,
+            hbm_fraction=bytes_ / median / HBM_BYTES_PER_S,
+            bf16_peak_fraction=flops / median / BF16_DENSE_FLOPS,
+        )
+        log(f'{name:22s} {phase:7s} {dtype:8s} {impl:6s} {shape}'
+            f' {1e3 * median:9.3f} ms  hbm {row["hbm_fraction"]:6.3f}'
+            f'  peak {row["bf16_peak_fraction"]:6.3f}')
+      except Exception as e:  # pylint: disable=broad-exception-caught
+        row['error'] = f'{type(e).__name__}: {e}'[:2000]
+        log(f'{name} {phase} {dtype} {impl} {shape} FAILED: {row["error"]}')
+      rows.append(row)
+    if 'pallas' in outs and 'xla' in outs:
+      diff = float(jnp.max(jnp.abs(outs['pallas'].astype(jnp.float32)
+                                   - outs['xla'].astype(jnp.float32))))
+      for row in rows[-len(impls):]:
+        row['max_abs_diff_pallas_vs_xla'] = diff
+    del args, outs
+  return dict(
+      config=determinism.record(),
+      interpret=interpret,
+      peaks=dict(hbm_bytes_per_s=HBM_BYTES_PER_S,
+                 bf16_dense_flops=BF16_DENSE_FLOPS),
+      settings=dict(kernels=list(kernels), lengths=list(lengths),
+                    aux_lengths=list(aux_lengths), dtypes=list(dtypes),
+                    window=window, xla_max_length=xla_max_length,
+                    warmup=warmup, repeats=repeats),
+      wall_s=time.perf_counter() - started,
+      cases=rows,
+  )
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if _QUICK.value:
+    lengths, aux_lengths, warmup, repeats = [128], [1, 64], 1, 2
+  else:
+    lengths = [int(n) for n in _LENGTHS.value]
+    aux_lengths = [int(n) for n in _AUX_LENGTHS.value]
+    warmup, repeats = _WARMUP.value, _REPEATS.value
+  result = run_benchmarks(
+      kernels=_KERNELS.value, lengths=lengths, aux_lengths=aux_lengths,
+      dtypes=_DTYPES.value, window=_WINDOW.value if not _QUICK.value else 32,
+      xla_max_length=_XLA_MAX_LENGTH.value, warmup=warmup, repeats=repeats,
+      time_budget_s=_TIME_BUDGET_S.value,
+  )
+  result['quick'] = _QUICK.value
+  result['command'] = ' '.join(sys.argv)
+  out = pathlib.Path(
+      _OUT.value or
+      f'experiments/results/bench_kernels_{jax.default_backend()}.json')
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(result, indent=1, sort_keys=True) + '\n')
+  failed = [c for c in result['cases'] if 'error' in c]
+  print(f'wrote {out}: {len(result["cases"])} cases, {len(failed)} failed,'
+        f' {result["wall_s"]:.1f} s')
+
+
+if __name__ == '__main__':
+  app.run(main)

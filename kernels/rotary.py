@@ -1,0 +1,147 @@
+"""NEOX (rotate-half) rotary embedding of queries or keys.
+
+  inv_freq[i] = 1 / theta ** (2 i / H)          i in [0, H / 2), float32
+  angle[i]    = float32(position) * inv_freq[i]
+  out         = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+
+with x1 = x[..., :H/2], x2 = x[..., H/2:], all in float32, cast back to x's
+dtype. Every element is a fixed function of (x row, position): no reduction,
+nothing shared between rows, so a token's rotated key has the same bits
+whatever chunk or batch it was computed in. `inv_freq` is a host constant
+(`rotary_inv_freq`, computed in float64 and rounded once to float32) so the
+kernel, the reference and any caller can share the very same table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+  """Tile sizes of the rotary kernel (elementwise; keep fixed all the same).
+
+  Attributes:
+    block_t: tokens per program; T is padded to a multiple.
+  """
+
+  block_t: int = 1
+
+
+DEFAULT_BLOCK_SIZES = BlockSizes()
+
+
+def rotary_inv_freq(head_dim: int, theta: float) -> np.ndarray:
+  """[H / 2] float32: 1 / theta ** (arange(0, H, 2) / H)."""
+  if head_dim <= 0 or head_dim % 2:
+    raise ValueError(f'head_dim must be positive and even, got {head_dim}')
+  exponent = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+  return (1.0 / np.float64(theta) ** exponent).astype(np.float32)
+
+
+def _rotate(x1, x2, pos, inv_freq):
+  """x1, x2 [..., N, H/2] float32; pos [...] float32; inv_freq [H/2]."""
+  angle = pos[..., None] * inv_freq  # [..., H/2]
+  cos = jnp.cos(angle)[..., None, :]
+  sin = jnp.sin(angle)[..., None, :]
+  return x1 * cos - x2 * sin, x2 * cos + x1 * sin
+
+
+def _rotary_kernel(x_ref, pos_ref, inv_freq_ref, o_ref):
+  """x_ref, o_ref [block_t, N, H]; pos_ref [block_t]; inv_freq_ref [H/2]."""
+  half = x_ref.shape[-1] // 2
+  lo, hi = pl.ds(0, half), pl.ds(half, half)
+  x1 = x_ref[:, :, lo].astype(jnp.float32)
+  x2 = x_ref[:, :, hi].astype(jnp.float32)
+  pos = pos_ref[...].astype(jnp.float32)
+  out1, out2 = _rotate(x1, x2, pos, inv_freq_ref[...])
+  o_ref[:, :, lo] = out1.astype(o_ref.dtype)
+  o_ref[:, :, hi] = out2.astype(o_ref.dtype)
+
+
+def _gpu_compiler_params(num_warps: int):
+  """Selects the Triton lowering on GPU; ignored in interpret mode."""
+  from jax.experimental.pallas import triton as plt  # pylint: disable=g-import-not-at-top
+
+  return plt.CompilerParams(num_warps=num_warps, num_stages=1)
+
+
+@functools.partial(
+    jax.jit, static_argnames=('theta', 'block_t', 'num_warps', 'interpret')
+)
+def apply_rotary(
+    x: jax.Array,
+    positions: jax.Array,
+    *,
+    theta: float,
+    block_t: int = DEFAULT_BLOCK_SIZES.block_t,
+    num_warps: int = 4,
+    interpret: bool = False,
+) -> jax.Array:
+  """Rotates x by its positions (NEOX rotate-half).
+
+  Args:
+    x: [B, T, N, H] queries or keys, H even.
+    positions: [B, T] integer positions.
+    theta: rotary base (Gemma 3: 10_000 local, 1_000_000 global).
+    block_t: tokens per program (T is padded to a multiple).
+    num_warps: Triton only.
+    interpret: run the kernel in the Pallas interpreter (CPU).
+
+  Returns:
+    [B, T, N, H] in x's dtype.
+  """
+  if x.ndim != 4:
+    raise ValueError(f'x must be [B, T, N, H], got {x.shape}')
+  batch, num_t, num_heads, head_dim = x.shape
+  if positions.shape != (batch, num_t):
+    raise ValueError(
+        f'positions {positions.shape} must be [B, T] = {(batch, num_t)}'
+    )
+  if head_dim % 2:
+    raise ValueError(f'head dim H={head_dim} must be even')
+  if block_t <= 0:
+    raise ValueError(f'{block_t=} must be positive')
+  inv_freq = jnp.asarray(rotary_inv_freq(head_dim, theta))
+  padded = pl.cdiv(num_t, block_t) * block_t
+  if padded != num_t:
+    x = jnp.pad(x, ((0, 0), (0, padded - num_t), (0, 0), (0, 0)))
+    positions = jnp.pad(positions, ((0, 0), (0, padded - num_t)))
+  out = pl.pallas_call(
+      _rotary_kernel,
+      grid=(batch, padded // block_t),
+      in_specs=[
+          pl.BlockSpec((None, block_t, num_heads, head_dim),
+                       lambda b, t: (b, t, 0, 0)),
+          pl.BlockSpec((None, block_t), lambda b, t: (b, t)),
+          pl.BlockSpec((head_dim // 2,), lambda b, t: (0,)),
+      ],
+      out_specs=pl.BlockSpec((None, block_t, num_heads, head_dim),
+                             lambda b, t: (b, t, 0, 0)),
+      out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+      compiler_params=None if interpret else _gpu_compiler_params(num_warps),
+      interpret=interpret,
+      name='graftjax_rotary',
+  )(x, positions.astype(jnp.int32), inv_freq)
+  return out[:, :num_t]
+
+
+@functools.partial(jax.jit, static_argnames=('theta',))
+def apply_rotary_reference(
+    x: jax.Array, positions: jax.Array, *, theta: float
+) -> jax.Array:
+  """Pure jnp, the same formula and the same inv_freq table."""
+  half = x.shape[-1] // 2
+  inv_freq = jnp.asarray(rotary_inv_freq(x.shape[-1], theta))
+  xf = x.astype(jnp.float32)
+  out1, out2 = _rotate(
+      xf[..., :half], xf[..., half:],
+      positions.astype(jnp.int32).astype(jnp.float32), inv_freq,
+  )
+  return jnp.concatenate([out1, out2], axis=-1).astype(x.dtype)

@@ -1,0 +1,90 @@
+"""graftjax.kernels.matmul: against XLA, row-invariance, and XLA's lack of it."""
+
+import functools
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from graftjax.kernels import matmul as mm
+
+INTERPRET = jax.default_backend() != 'gpu'
+
+
+@functools.cache
+def _kernel(**static):
+  """The kernel with its static keywords bound, jitted once per setting. In
+  the interpreter XLA compiles it at -O0: same semantics, 2-3x faster builds."""
+  fn = functools.partial(mm.matmul, interpret=INTERPRET, **static)
+  options = {'xla_backend_optimization_level': 0} if INTERPRET else None
+  return jax.jit(fn, compiler_options=options)
+
+
+DEPTH, COLS = 640, 128  # gemma-3-270m's hidden size as the contraction
+TOLERANCE = {
+    jnp.float32: dict(rtol=1e-5, atol=1e-4),
+    jnp.bfloat16: dict(rtol=2e-2, atol=1e-1),
+}
+
+
+def _data(rng, rows, dtype):
+  x = jnp.asarray(rng.standard_normal((rows, DEPTH)), dtype)
+  w = jnp.asarray(rng.standard_normal((DEPTH, COLS)) * DEPTH**-0.5, dtype)
+  return x, w
+
+
+def _run(x, w):
+  return np.asarray(_kernel()(x, w).astype(jnp.float32))
+
+
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+def test_matches_reference(dtype):
+  x, w = _data(np.random.default_rng(0), 70, dtype)  # two row blocks, padded
+  out = _run(x, w)
+  ref = np.asarray(mm.matmul_reference(x, w).astype(jnp.float32))
+  assert out.shape == (70, COLS)
+  np.testing.assert_allclose(out, ref, **TOLERANCE[dtype])
+  exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+  np.testing.assert_allclose(out, exact, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+def test_rows_do_not_depend_on_m(dtype):
+  x, w = _data(np.random.default_rng(1), 70, dtype)
+  full = _run(x, w)
+  for rows in (1, 7, 64):
+    np.testing.assert_array_equal(_run(x[:rows], w), full[:rows])
+  # A row moved to another place in the batch keeps its bits.
+  np.testing.assert_array_equal(_run(x[5:12], w), full[5:12])
+
+
+def test_xla_matmul_is_not_row_invariant():
+  """The failure the kernel exists to prevent: XLA's row 0 of [M, K] @ [K, N]
+  changes bits with M (measured on CPU and H200), so the invariance tests
+  above can fail."""
+  rng = np.random.default_rng(2)
+  dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=lax.Precision.HIGHEST))
+  differs = []
+  for depth, cols in ((256, 256), (640, 2048)):
+    x = jnp.asarray(rng.standard_normal((1024, depth)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((depth, cols)), jnp.float32)
+    alone = np.asarray(dot(x[:1], w))[0]
+    for rows in (2, 7, 33, 256, 1024):
+      if not np.array_equal(np.asarray(dot(x[:rows], w))[0], alone):
+        differs.append((depth, cols, rows))
+  assert differs, 'XLA matmul unexpectedly row-invariant for every M tried'
+
+
+@pytest.mark.parametrize(
+    'x_shape,w_shape,match',
+    [
+        ((4, 640), (320, 128), 'need x'),
+        ((4, 640), (640, 100), 'multiple of block_n'),
+        ((4, 100), (100, 128), 'multiple of block_k'),
+    ],
+)
+def test_shape_errors(x_shape, w_shape, match):
+  with pytest.raises(ValueError, match=match):
+    mm.matmul(jnp.zeros(x_shape), jnp.zeros(w_shape), interpret=INTERPRET)
