@@ -101,6 +101,13 @@ def rms_norm(
   if not interpret and block_d & (block_d - 1):
     raise ValueError(f'{block_d=} must be a power of 2 for the GPU kernel')
   rows = x.reshape(-1, features)
+  num_rows = rows.shape[0]
+  if interpret and num_rows == 1:
+    # The interpreter's grid is an XLA loop; with one program XLA inlines it
+    # and fuses the body with its neighbours, which changes the bits of the
+    # row's reduction. Two programs keep the loop, so one row alone matches
+    # the same row among many.
+    rows = jnp.pad(rows, ((0, 1), (0, 0)))
   out = pl.pallas_call(
       functools.partial(_rms_norm_kernel, eps=eps, block_d=block_d),
       grid=(rows.shape[0],),
@@ -114,7 +121,7 @@ def rms_norm(
       interpret=interpret,
       name='graftjax_rms_norm',
   )(rows, w)
-  return out.reshape(x.shape)
+  return out[:num_rows].reshape(x.shape)
 
 
 @functools.partial(jax.jit, static_argnames=('eps',))

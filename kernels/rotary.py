@@ -110,6 +110,8 @@ def apply_rotary(
     raise ValueError(f'{block_t=} must be positive')
   inv_freq = jnp.asarray(rotary_inv_freq(head_dim, theta))
   padded = pl.cdiv(num_t, block_t) * block_t
+  if interpret and batch * padded == block_t:
+    padded += block_t  # keep the interpreter's grid a loop (see rmsnorm.py)
   if padded != num_t:
     x = jnp.pad(x, ((0, 0), (0, padded - num_t), (0, 0), (0, 0)))
     positions = jnp.pad(positions, ((0, 0), (0, padded - num_t)))

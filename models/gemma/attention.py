@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from graftjax import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import layers
+from graftjax.models.gemma import ops
 from graftjax.models.gemma import positions as positions_lib
 
 Scheme = config_lib.PositionScheme
@@ -89,15 +90,19 @@ def attention_block(
   Returns:
     (out [B, T, D], cache with this layer's new keys/values).
   """
-  scheme = config.position_scheme
+  scheme, impl = config.position_scheme, config.impl
   theta = config.rope_theta(layer)
-  q = layers.einsum('BTD,DNH->BTNH', x, params['q'])
-  k = layers.einsum('BTD,DKH->BTKH', x, params['k'])
-  v = layers.einsum('BTD,DKH->BTKH', x, params['v'])
-  q = layers.rms_norm(q, params['q_norm'], config.rms_norm_eps)
-  k = layers.rms_norm(k, params['k_norm'], config.rms_norm_eps)
-  q = positions_lib.rotate_for_cache(q, q_positions, scheme=scheme, theta=theta, tabs=tables)
-  k = positions_lib.rotate_for_cache(k, q_positions, scheme=scheme, theta=theta, tabs=tables)
+  q = ops.dense(x, params['q'], impl=impl)  # [B, T, N, H]
+  k = ops.dense(x, params['k'], impl=impl)  # [B, T, K, H]
+  v = ops.dense(x, params['v'], impl=impl)
+  q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=impl)
+  k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=impl)
+  if scheme == Scheme.ROPE:
+    q = ops.rotate(q, q_positions, theta, impl=impl)
+    k = ops.rotate(k, q_positions, theta, impl=impl)
+  else:
+    q = positions_lib.rotate_for_cache(q, q_positions, scheme=scheme, theta=theta, tabs=tables)
+    k = positions_lib.rotate_for_cache(k, q_positions, scheme=scheme, theta=theta, tabs=tables)
   q = q * jnp.asarray(config.query_scale, q.dtype)
 
   cache = cache_lib.write_layer(cache, layer, write_index, k, v)
@@ -105,6 +110,11 @@ def attention_block(
   k_positions = cache.positions
 
   batch, length = x.shape[:2]
+  w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
+  if impl == 'pallas':  # segments, alibi and rope_relative are refused upstream
+    out = ops.attention(q, keys, values, q_positions, k_positions, config.window(layer))
+    return ops.dense(out.reshape(batch, length, -1), w_out, impl=impl), cache
+
   q = q.reshape(batch, length, config.num_kv_heads, config.num_groups, config.head_dim)
   if scheme == Scheme.ROPE_RELATIVE:
     scores = positions_lib.relative_rope_scores(
@@ -119,5 +129,4 @@ def attention_block(
   visible = visibility_mask(
       q_positions, k_positions, config.window(layer), q_segments, cache.segments)
   out = masked_softmax_attend(scores, visible, values)
-  out = out.reshape(batch, length, config.num_heads, config.head_dim)
-  return layers.einsum('BTNH,NHD->BTD', out, params['o']), cache
+  return ops.dense(out.reshape(batch, length, -1), w_out, impl=impl), cache

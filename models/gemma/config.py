@@ -63,6 +63,7 @@ class GemmaConfig:
     position_scheme: how positions enter attention.
     bos_id, eos_id, pad_id: special token ids.
     end_of_turn_id: `<end_of_turn>`; also stops generation.
+    impl: 'xla' (default) or 'pallas' (chunk-invariant kernels; see ops.py).
   """
 
   vocab_size: int
@@ -82,8 +83,11 @@ class GemmaConfig:
   eos_id: int = 1
   pad_id: int = 0
   end_of_turn_id: int | None = None
+  impl: str = 'xla'
 
   def __post_init__(self):
+    if self.impl not in ('xla', 'pallas'):
+      raise ValueError(f"impl must be 'xla' or 'pallas', got {self.impl!r}")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f'num_heads={self.num_heads} is not a multiple of'
@@ -92,6 +96,11 @@ class GemmaConfig:
     if self.head_dim % 2:
       raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
     object.__setattr__(self, 'position_scheme', PositionScheme(self.position_scheme))
+    if self.impl == 'pallas' and self.position_scheme in (
+        PositionScheme.ALIBI, PositionScheme.ROPE_RELATIVE):
+      raise ValueError(
+          f'the pallas attention kernel has no {self.position_scheme.value} variant yet;'
+          " use impl='xla'")
     if self.query_scale is None:
       object.__setattr__(self, 'query_scale', self.head_dim**-0.5)
 

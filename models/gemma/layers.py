@@ -39,14 +39,6 @@ def embed(table: jax.Array, tokens: jax.Array, embed_dim: int) -> jax.Array:
   return x * jnp.sqrt(jnp.float32(embed_dim)).astype(x.dtype)
 
 
-def unembed(table: jax.Array, x: jax.Array) -> jax.Array:
-  """Logits [B, T, V] in float32 from x [B, T, D] and the tied table [V, D]."""
-  return einsum('BTD,VD->BTV', x, table).astype(jnp.float32)
-
-
-def gated_mlp(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-  """down(gelu_tanh(gate(x)) * up(x)): x [B, T, D] -> [B, T, D]."""
-  gate = einsum('BTD,DF->BTF', x, params['gate'])
-  up = einsum('BTD,DF->BTF', x, params['up'])
-  hidden = jax.nn.gelu(gate, approximate=True) * up
-  return einsum('BTF,FD->BTD', hidden, params['down'])
+def gelu_gate(gate: jax.Array, up: jax.Array) -> jax.Array:
+  """gelu_tanh(gate) * up, elementwise."""
+  return jax.nn.gelu(gate, approximate=True) * up

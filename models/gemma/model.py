@@ -24,6 +24,7 @@ from graftjax import ledger
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import ops
 from graftjax.models.gemma import positions as positions_lib
 from graftjax.models.gemma import transformer
 
@@ -74,6 +75,10 @@ class Gemma:
     scheme = config_lib.PositionScheme(scheme)
     return dataclasses.replace(self, config=self.config.replace(position_scheme=scheme))
 
+  def with_impl(self, impl: str) -> Gemma:
+    """The same model computed by other kernels ('xla' or 'pallas'; another fingerprint)."""
+    return dataclasses.replace(self, config=self.config.replace(impl=impl))
+
   def relocate(self, block, first_position: int):
     """`block` moved so its first token sits at `first_position`.
 
@@ -120,6 +125,12 @@ class Gemma:
       raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
     if tokens.shape[0] != cache.batch_size:
       raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
+    if segment and self.config.impl == 'pallas':
+      raise ValueError("block attention (segment > 0) needs impl='xla'")
+    if self.config.impl == 'pallas' and cache.capacity % ops.ATTENTION_BLOCK_K:
+      raise ValueError(
+          f'impl=pallas needs a cache capacity that is a multiple of {ops.ATTENTION_BLOCK_K},'
+          f' got {cache.capacity}')
     if int(cache.length) + tokens.shape[1] > cache.capacity:
       raise ValueError(
           f'{tokens.shape[1]} tokens do not fit: cache holds {int(cache.length)}'
@@ -222,8 +233,10 @@ def load(
   return from_params(config, params, dtype=dtype, tokenizer=tok, params_digest=digest)
 
 
-def load_named(name: str, *, dtype=jnp.float32, position_scheme: str = 'rope') -> Gemma:
+def load_named(
+    name: str, *, dtype=jnp.float32, position_scheme: str = 'rope', impl: str = 'xla'
+) -> Gemma:
   """A model by name: 'gemma3-270m' (the real weights) or 'tiny' (random, seed 0)."""
   if name == 'tiny':
-    return tiny(dtype=dtype, position_scheme=position_scheme)
-  return load(name, dtype=dtype, position_scheme=position_scheme)
+    return tiny(dtype=dtype, position_scheme=position_scheme, impl=impl)
+  return load(name, dtype=dtype, position_scheme=position_scheme).with_impl(impl)

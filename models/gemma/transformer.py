@@ -23,6 +23,7 @@ from graftjax import cache as cache_lib
 from graftjax.models.gemma import attention
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import layers
+from graftjax.models.gemma import ops
 
 Params = dict
 LogitsMode = Literal['all', 'last', 'none']
@@ -41,14 +42,21 @@ def decoder_layer(
     tables=None,
 ) -> tuple[jax.Array, cache_lib.KVCache]:
   """Pre- and post-normed attention and MLP with residuals: x [B, T, D]."""
-  eps = config.rms_norm_eps
+  norm = lambda y, name: ops.rms_norm(y, params[name], config.rms_norm_eps, impl=config.impl)
   attn_out, cache = attention.attention_block(
-      params, layers.rms_norm(x, params['attn_norm'], eps), positions, segments, cache,
+      params, norm(x, 'attn_norm'), positions, segments, cache,
       layer=layer, write_index=write_index, config=config, tables=tables,
   )
-  x = x + layers.rms_norm(attn_out, params['post_attn_norm'], eps)
-  mlp_out = layers.gated_mlp(params, layers.rms_norm(x, params['ffn_norm'], eps))
-  return x + layers.rms_norm(mlp_out, params['post_ffn_norm'], eps), cache
+  x = x + norm(attn_out, 'post_attn_norm')
+  mlp_out = gated_mlp(params, norm(x, 'ffn_norm'), impl=config.impl)
+  return x + norm(mlp_out, 'post_ffn_norm'), cache
+
+
+def gated_mlp(params: Params, x: jax.Array, *, impl: str) -> jax.Array:
+  """down(gelu_tanh(gate(x)) * up(x)): x [B, T, D] -> [B, T, D]."""
+  hidden = layers.gelu_gate(ops.dense(x, params['gate'], impl=impl),
+                            ops.dense(x, params['up'], impl=impl))
+  return ops.dense(hidden, params['down'], impl=impl)
 
 
 def forward(
@@ -92,8 +100,8 @@ def forward(
     return None, cache
   if logits == 'last':
     x = x[:, -1:]
-  x = layers.rms_norm(x, params['final_norm'], config.rms_norm_eps)
-  out = layers.unembed(params['embedding'], x)
+  x = ops.rms_norm(x, params['final_norm'], config.rms_norm_eps, impl=config.impl)
+  out = ops.dense(x, params['embedding'].T, impl=config.impl).astype(jnp.float32)
   return (out[:, 0] if logits == 'last' else out), cache
 
 

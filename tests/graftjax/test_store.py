@@ -19,8 +19,9 @@ from graftjax import store as store_lib
 FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
 _BITS = {'float32': np.uint32, 'bfloat16': np.uint16}
 _DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16}
-_SHAPE = (2, 3, 1, 4)  # [L, n, K, H]
-_CHUNK = 'k/c/0/0/0/0'
+_SHAPE = (3, 3, 1, 4)  # [L, n, K, H]
+_CHUNK = 'k/c/0/0/0/0'  # layer 0 of k
+_CHUNK_BYTES = 3 * 1 * 4 * 4  # one float32 layer [1, n, K, H]
 
 # Seeds the two concurrent writers deposit: a shared run, then their own.
 WORKER_SEEDS = {
@@ -68,10 +69,29 @@ def _assert_same_block(got, want):
   np.testing.assert_array_equal(got.positions, want.positions)
 
 
-def _raw_array(path, dtype, shape):
-  """Reads a chunk file with numpy alone (the store writes raw bytes)."""
-  with open(path, 'rb') as f:
-    return np.frombuffer(f.read(), _DTYPES[dtype]).reshape(shape)
+def _sha256(data):
+  return hashlib.sha256(data).hexdigest()
+
+
+def _layer_digests(array):
+  """SHA-256 hex of each layer's raw bytes: the chunk digests of k or v."""
+  return [_sha256(np.asarray(layer).tobytes()) for layer in array]
+
+
+def _flip_byte(path, offset):
+  with open(path, 'r+b') as f:
+    f.seek(offset)
+    byte = f.read(1)
+    f.seek(offset)
+    f.write(bytes([byte[0] ^ 0x01]))
+
+
+def _edit_json(path, edit):
+  with open(path) as f:
+    data = json.load(f)
+  edit(data)
+  with open(path, 'w') as f:
+    json.dump(data, f)
 
 
 @pytest.fixture
@@ -87,6 +107,19 @@ def test_round_trip_is_bit_exact(store, dtype):
 
   _assert_same_block(got, block)
   assert got.k.dtype == np.dtype(_DTYPES[dtype])
+  assert all(isinstance(a, np.ndarray) for a in got.arrays().values())
+
+
+def test_round_trip_reading_chunks_in_small_uneven_pieces(store, monkeypatch):
+  block = make_block(0)
+  key = store.put(block)
+  # Each 48-byte chunk in six 7-byte pieces and one of 6 bytes.
+  monkeypatch.setattr(store_lib, '_PIECE', 7)
+
+  _assert_same_block(store.get(key), block)
+  _flip_byte(os.path.join(store.root, key, 'k', 'c', '1', '0', '0', '0'), 44)
+  with pytest.raises(store_lib.CorruptBlockError, match="array 'k' layer 1"):
+    store.get(key)
 
 
 def test_round_trip_keeps_zero_and_negative_zero_chunks(store):
@@ -107,17 +140,34 @@ def test_manifest_records_meta_shapes_and_documented_digests(store):
 
   with open(os.path.join(store.root, key, 'manifest.json')) as f:
     manifest = json.load(f)
-  assert manifest['format'] == 'graftjax.blockstore/1'
+  assert manifest['format'] == 'graftjax.blockstore/2'
   assert manifest['key'] == key
   assert manifest['layout_version'] == blocks.LAYOUT_VERSION
   assert manifest['meta'] == block.meta.to_json()
-  k_bytes = np.asarray(block.k).tobytes()
+  layers = _layer_digests(block.k)
+  assert len(set(layers)) == _SHAPE[0]
+  for layer, digest in enumerate(layers):
+    with open(os.path.join(store.root, key, f'k/c/{layer}/0/0/0'), 'rb') as f:
+      assert _sha256(f.read()) == digest
+  two_level = _sha256(
+      b'bfloat16[3,3,1,4]\n' + b''.join(bytes.fromhex(d) for d in layers)
+  )
   assert manifest['arrays']['k'] == {
       'dtype': 'bfloat16',
       'shape': list(_SHAPE),
-      'sha256': hashlib.sha256(b'bfloat16[2,3,1,4]\n' + k_bytes).hexdigest(),
+      'chunk_shape': [1, *_SHAPE[1:]],
+      'chunk_sha256': layers,
+      'sha256': two_level,
   }
-  assert manifest['arrays']['positions']['dtype'] == 'int32'
+  assert store_lib.array_digest('bfloat16', _SHAPE, layers) == two_level
+  positions_digest = _sha256(np.asarray(block.positions).tobytes())
+  assert manifest['arrays']['positions'] == {
+      'dtype': 'int32',
+      'shape': [_SHAPE[1]],
+      'chunk_shape': [_SHAPE[1]],
+      'chunk_sha256': [positions_digest],
+      'sha256': store_lib.array_digest('int32', [3], [positions_digest]),
+  }
 
 
 def test_key_is_pinned():
@@ -127,16 +177,16 @@ def test_key_is_pinned():
   )
 
   canonical = (
-      '{"dtype":"bfloat16","key_scheme":"graftjax.block-key/1",'
+      '{"dtype":"bfloat16","first_position":0,"key_scheme":"graftjax.block-key/2",'
       '"layout_version":1,"model_fingerprint":"' + '0' * 64 + '",'
-      '"position_scheme":"rope","start":0,"stop":3,"token_ids":[2,818,5279]}'
+      '"position_scheme":"rope","shift":0,"start":0,"stop":3,"token_ids":[2,818,5279]}'
   )
 
   key = store_lib.key_for(meta)
 
   assert key == hashlib.sha256(canonical.encode()).hexdigest()
   assert key == (
-      'b2339c4991b1e0b111b3da1a2bb8b4dad20c930c3f4ff40f8250cc8e7ce80bef'
+      'c7559940d9548eac81077ae4ebbe49b9ecf4b0847b4544ed9ef32505570aada4'
   )
 
 
@@ -192,21 +242,60 @@ def test_flipped_byte_in_k_is_named_with_both_digests(store):
   block = make_block(0, 'bfloat16')
   key = store.put(block)
   chunk = os.path.join(store.root, key, _CHUNK)
-  with open(chunk, 'r+b') as f:
-    f.seek(5)
-    byte = f.read(1)
-    f.seek(5)
-    f.write(bytes([byte[0] ^ 0x01]))
-  expected = store_lib.array_digest(np.asarray(block.k))
-  found = store_lib.array_digest(_raw_array(chunk, 'bfloat16', _SHAPE))
+  _flip_byte(chunk, 5)
+  expected = _layer_digests(block.k)[0]
+  with open(chunk, 'rb') as f:
+    found = _sha256(f.read())
   assert found != expected
 
   for read in (store.verify, store.get):
     with pytest.raises(store_lib.CorruptBlockError) as error:
       read(key)
-    assert f"array 'k': sha256 expected {expected}, found {found}" in str(
-        error.value
+    assert (
+        f"array 'k' layer 0 ({_CHUNK}): sha256 expected {expected}, found"
+        f' {found}'
+    ) in str(error.value)
+
+
+@pytest.mark.parametrize('offset', [0, _CHUNK_BYTES - 1])
+def test_flipped_byte_in_a_middle_layer_names_that_layer(store, offset):
+  block = make_block(0)
+  key = store.put(block)
+  chunk = 'v/c/1/0/0/0'
+  _flip_byte(os.path.join(store.root, key, chunk), offset)
+  expected = _layer_digests(block.v)[1]
+  with open(os.path.join(store.root, key, chunk), 'rb') as f:
+    found = _sha256(f.read())
+
+  for read in (store.verify, store.get):
+    with pytest.raises(store_lib.CorruptBlockError) as error:
+      read(key)
+    assert str(error.value) == (
+        f"block {key}: array 'v' layer 1 ({chunk}): sha256 expected"
+        f' {expected}, found {found}'
     )
+
+
+def test_flipped_byte_in_positions_is_named(store):
+  key = store.put(make_block(0))
+  _flip_byte(os.path.join(store.root, key, 'positions', 'c', '0'), 0)
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=r"array 'positions' \(positions/c/0\): sha256 expected",
+  ):
+    store.get(key)
+
+
+def test_swapped_layer_chunks_are_caught(store):
+  key = store.put(make_block(0))
+  layer = lambda i: os.path.join(store.root, key, f'k/c/{i}/0/0/0')
+  os.rename(layer(0), layer(0) + '.swap')
+  os.rename(layer(2), layer(0))
+  os.rename(layer(0) + '.swap', layer(2))
+
+  with pytest.raises(store_lib.CorruptBlockError, match="array 'k' layer 0"):
+    store.verify(key)
 
 
 def test_truncated_array_file_is_named_with_sizes(store):
@@ -217,9 +306,34 @@ def test_truncated_array_file_is_named_with_sizes(store):
   for read in (store.verify, store.get):
     with pytest.raises(
         store_lib.CorruptBlockError,
-        match=f"array 'k': {_CHUNK} holds 93 bytes, expected 96",
+        match=(
+            f"array 'k' layer 0 \\({_CHUNK}\\): holds {_CHUNK_BYTES - 3}"
+            f' bytes, expected {_CHUNK_BYTES}'
+        ),
     ):
       read(key)
+
+
+def test_chunk_that_shrinks_after_its_size_check_is_caught(
+    store, monkeypatch
+):
+  key = store.put(make_block(0))
+  map_threads = store_lib._map_threads
+
+  def truncate_then_read(fn, items):
+    os.truncate(os.path.join(store.root, key, 'v', 'c', '2', '0', '0', '0'), 5)
+    return map_threads(fn, items)
+
+  monkeypatch.setattr(store_lib, '_map_threads', truncate_then_read)
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=(
+          r"array 'v' layer 2 \(v/c/2/0/0/0\): ended after 5 of"
+          f' {_CHUNK_BYTES} bytes'
+      ),
+  ):
+    store.get(key)
 
 
 def test_missing_manifest_is_named_and_block_is_not_listed(store):
@@ -237,13 +351,118 @@ def test_missing_manifest_is_named_and_block_is_not_listed(store):
 
 def test_missing_chunk_file_is_named(store):
   key = store.put(make_block(0, k=np.zeros(_SHAPE, np.float32)))
-  os.remove(os.path.join(store.root, key, 'k', 'c', '0', '0', '0', '0'))
+  os.remove(os.path.join(store.root, key, 'k', 'c', '2', '0', '0', '0'))
 
   # Without the file check, tensorstore could read back the zeros it lost.
   with pytest.raises(
-      store_lib.CorruptBlockError, match=f'missing file {_CHUNK}'
+      store_lib.CorruptBlockError, match='missing file k/c/2/0/0/0$'
   ):
     store.verify(key)
+
+
+def test_extra_chunk_file_is_named(store):
+  key = store.put(make_block(0))
+  extra = os.path.join(store.root, key, 'k', 'c', '3', '0', '0')
+  os.makedirs(extra)
+  with open(os.path.join(extra, '0'), 'wb') as f:
+    f.write(bytes(_CHUNK_BYTES))
+
+  with pytest.raises(
+      store_lib.CorruptBlockError, match='unexpected file k/c/3/0/0/0$'
+  ):
+    store.verify(key)
+
+
+def test_other_format_is_refused_by_name(store):
+  key = store.put(make_block(0))
+  manifest = os.path.join(store.root, key, 'manifest.json')
+  _edit_json(manifest, lambda m: m.update(format='graftjax.blockstore/1'))
+
+  for read in (store.verify, store.get, lambda _: store.put(make_block(0))):
+    with pytest.raises(
+        store_lib.UnsupportedFormatError,
+        match=(
+            f"block {key}: manifest.json has format 'graftjax.blockstore/1';"
+            " this code reads only 'graftjax.blockstore/2'"
+        ),
+    ):
+      read(key)
+
+
+def test_manifest_with_a_missing_chunk_digest_is_malformed(store):
+  key = store.put(make_block(0))
+  _edit_json(
+      os.path.join(store.root, key, 'manifest.json'),
+      lambda m: m['arrays']['v']['chunk_sha256'].pop(),
+  )
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=(
+          r"malformed manifest.json: array 'v' of shape \[3, 3, 1, 4\] needs"
+          ' 3 chunk digests'
+      ),
+  ):
+    store.verify(key)
+
+
+@pytest.mark.parametrize('field, value', [
+    ('sha256', '0' * 64),
+    ('chunk_shape', [3, 3, 1, 4]),
+])
+def test_manifest_disagreeing_with_its_chunks_is_named(store, field, value):
+  key = store.put(make_block(0))
+  _edit_json(
+      os.path.join(store.root, key, 'manifest.json'),
+      lambda m: m['arrays']['k'].update({field: value}),
+  )
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=f'manifest.json disagrees with its payload .*arrays.k.{field}',
+  ):
+    store.verify(key)
+
+
+def test_manifest_meta_in_another_spelling_is_refused(store):
+  block = make_block(0)
+  key = store.put(block)
+  token = block.meta.token_ids[0]
+  # int(str(token)) reads back the same BlockMeta, under the same key.
+  _edit_json(
+      os.path.join(store.root, key, 'manifest.json'),
+      lambda m: m['meta']['token_ids'].__setitem__(0, str(token)),
+  )
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=(
+          f"disagrees with its payload .*meta.token_ids.0: '{token}' !="
+          f' {token}'
+      ),
+  ):
+    store.verify(key)
+
+
+@pytest.mark.parametrize('change', [
+    {'chunk_grid': {'name': 'regular',
+                    'configuration': {'chunk_shape': [3, 3, 1, 4]}}},
+    {'data_type': 'int32'},
+    {'chunk_key_encoding': {'name': 'v2'}},
+    {'codecs': [{'name': 'bytes', 'configuration': {'endian': 'big'}}]},
+    {'storage_transformers': [{'name': 'x'}]},
+])
+def test_zarr_metadata_that_would_read_otherwise_is_refused(store, change):
+  block = make_block(0)
+  key = store.put(block)
+  metadata = os.path.join(store.root, key, 'k', 'zarr.json')
+  _edit_json(metadata, lambda m: m.update(change))
+
+  with pytest.raises(
+      store_lib.CorruptBlockError,
+      match=f'k/zarr.json disagrees with manifest.json .*{next(iter(change))}',
+  ):
+    store.get(key)
 
 
 def test_manifest_moved_to_another_key_is_refused(store):
@@ -321,15 +540,20 @@ def test_put_is_idempotent(store):
 def test_put_of_another_payload_under_a_stored_key_names_the_difference(store):
   block = make_block(0)
   key = store.put(block)
-  other = dataclasses.replace(block, k=np.asarray(block.k) + np.float32(1))
-  old = store_lib.array_digest(np.asarray(block.k))
-  new = store_lib.array_digest(np.asarray(other.k))
+  k = np.asarray(block.k).copy()
+  k[1, 0, 0, 0] += np.float32(1)
+  other = dataclasses.replace(block, k=k)
+  old, new = _layer_digests(block.k), _layer_digests(k)
+  old_k = store_lib.array_digest('float32', _SHAPE, old)
+  new_k = store_lib.array_digest('float32', _SHAPE, new)
 
-  with pytest.raises(
-      store_lib.ConflictingBlockError,
-      match=f"arrays.k.sha256: '{old}' != '{new}'",
-  ):
+  with pytest.raises(store_lib.ConflictingBlockError) as error:
     store.put(other)
+  assert str(error.value) == (
+      f'block {key} is already stored with another payload (stored != new):'
+      f" arrays.k.chunk_sha256.1: '{old[1]}' != '{new[1]}';"
+      f" arrays.k.sha256: '{old_k}' != '{new_k}'"
+  )
   _assert_same_block(store.get(key), block)
 
 
@@ -355,8 +579,9 @@ def test_same_block_gives_byte_identical_files(tmp_path, dtype):
       for block_dir in block_dirs
   ]
   assert files[0] == files[1] == [
-      _CHUNK, 'k/zarr.json', 'manifest.json', 'positions/c/0',
-      'positions/zarr.json', 'v/c/0/0/0/0', 'v/zarr.json',
+      'k/c/0/0/0/0', 'k/c/1/0/0/0', 'k/c/2/0/0/0', 'k/zarr.json',
+      'manifest.json', 'positions/c/0', 'positions/zarr.json',
+      'v/c/0/0/0/0', 'v/c/1/0/0/0', 'v/c/2/0/0/0', 'v/zarr.json',
   ]
   for name in files[0]:
     contents = [open(os.path.join(d, name), 'rb').read() for d in block_dirs]
@@ -512,8 +737,11 @@ def test_documented_snippet_reads_a_block_with_tensorstore_alone(store):
   exec(textwrap.dedent(snippet), scope)  # pylint: disable=exec-used
 
   assert scope['manifest']['meta'] == block.meta.to_json()
-  np.testing.assert_array_equal(_bits(scope['k']), _bits(block.k))
-  np.testing.assert_array_equal(_bits(scope['v']), _bits(block.v))
+  got = store.get(key)
+  for name, want in (('k', block.k), ('v', block.v)):
+    assert scope[name].dtype == got.arrays()[name].dtype
+    np.testing.assert_array_equal(_bits(scope[name]), _bits(want))
+    np.testing.assert_array_equal(_bits(scope[name]), _bits(got.arrays()[name]))
   np.testing.assert_array_equal(scope['positions'], block.positions)
 
 
