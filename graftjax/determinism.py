@@ -75,6 +75,21 @@ def _cpu_model() -> str:
   return platform.processor() or 'unknown'
 
 
+def _source_revision() -> str:
+  """git commit of the graftjax checkout (+ '-dirty' if changed), or 'unknown'."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    head = subprocess.run(['git', '-C', root, 'rev-parse', 'HEAD'], capture_output=True,
+                          text=True, check=True, timeout=10).stdout.strip()
+    dirty = subprocess.run(['git', '-C', root, 'status', '--porcelain', '--untracked-files=no'],
+                           capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return 'unknown'
+  return head + ('-dirty' if dirty else '')
+
+
 def record() -> dict[str, Any]:
   """Flags, versions and device of this process, as JSON-ready values."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -98,4 +113,5 @@ def record() -> dict[str, Any]:
       'platform_version': getattr(device.client, 'platform_version', ''),
       'cpu_model': _cpu_model(),
       'machine': platform.machine(),
+      'source_revision': _source_revision(),
   }
