@@ -46,6 +46,8 @@ from jax import lax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from graftjax.kernels import _common
+
 _HIGHEST = lax.Precision.HIGHEST
 
 
@@ -178,15 +180,6 @@ def tile_ranges(
   return jnp.stack([lo, hi], axis=-1).astype(jnp.int32)
 
 
-def _is_power_of_2(n: int) -> bool:
-  return n > 0 and n & (n - 1) == 0
-
-
-def _gpu_compiler_params(num_warps: int, num_stages: int):
-  """Selects the Triton lowering on GPU; ignored in interpret mode."""
-  from jax.experimental.pallas import triton as plt  # pylint: disable=g-import-not-at-top
-
-  return plt.CompilerParams(num_warps=num_warps, num_stages=num_stages)
 
 
 @functools.partial(
@@ -282,7 +275,7 @@ def attention(
   if not interpret:
     for name, size in (('block_q * G', rows), ('block_k', block_k),
                        ('head dim H', head_dim)):
-      if not _is_power_of_2(size) or size < 16:
+      if not _common.is_power_of_2(size) or size < 16:
         raise ValueError(
             f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel'
         )
@@ -335,7 +328,7 @@ def attention(
                              lambda i, b, h: (b, h, i, 0)),
       out_shape=jax.ShapeDtypeStruct(q_rows.shape, q.dtype),
       compiler_params=(
-          None if interpret else _gpu_compiler_params(num_warps, num_stages)
+          None if interpret else _common.gpu_compiler_params(num_warps, num_stages)
       ),
       interpret=interpret,
       name='graftjax_attention',

@@ -24,6 +24,8 @@ from jax import lax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from graftjax.kernels import _common
+
 _HIGHEST = lax.Precision.HIGHEST
 
 
@@ -68,15 +70,6 @@ def _matmul_kernel(
   o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _is_power_of_2(n: int) -> bool:
-  return n > 0 and n & (n - 1) == 0
-
-
-def _gpu_compiler_params(num_warps: int, num_stages: int):
-  """Selects the Triton lowering on GPU; ignored in interpret mode."""
-  from jax.experimental.pallas import triton as plt  # pylint: disable=g-import-not-at-top
-
-  return plt.CompilerParams(num_warps=num_warps, num_stages=num_stages)
 
 
 @functools.partial(
@@ -133,7 +126,7 @@ def matmul(
   if not interpret:
     for name, size in (('block_m', block_m), ('block_n', block_n),
                        ('block_k', block_k)):
-      if not _is_power_of_2(size) or size < 16:
+      if not _common.is_power_of_2(size) or size < 16:
         raise ValueError(
             f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel'
         )
@@ -152,7 +145,7 @@ def matmul(
       out_specs=pl.BlockSpec((block_m, block_n), lambda i, j: (i, j)),
       out_shape=jax.ShapeDtypeStruct((padded, cols), out_dtype),
       compiler_params=(
-          None if interpret else _gpu_compiler_params(num_warps, num_stages)
+          None if interpret else _common.gpu_compiler_params(num_warps, num_stages)
       ),
       interpret=interpret,
       name='graftjax_matmul',

@@ -18,6 +18,8 @@ from jax import lax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from graftjax.kernels import _common
+
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
@@ -58,12 +60,6 @@ def _rms_norm_kernel(x_ref, w_ref, o_ref, *, eps: float, block_d: int):
     w = w_ref[chunk].astype(jnp.float32)
     o_ref[chunk] = (x * inv * w).astype(o_ref.dtype)
 
-
-def _gpu_compiler_params(num_warps: int):
-  """Selects the Triton lowering on GPU; ignored in interpret mode."""
-  from jax.experimental.pallas import triton as plt  # pylint: disable=g-import-not-at-top
-
-  return plt.CompilerParams(num_warps=num_warps, num_stages=1)
 
 
 @functools.partial(
@@ -117,7 +113,7 @@ def rms_norm(
       ],
       out_specs=pl.BlockSpec((None, features), lambda i: (i, 0)),
       out_shape=jax.ShapeDtypeStruct(rows.shape, x.dtype),
-      compiler_params=None if interpret else _gpu_compiler_params(num_warps),
+      compiler_params=None if interpret else _common.gpu_compiler_params(num_warps),
       interpret=interpret,
       name='graftjax_rms_norm',
   )(rows, w)

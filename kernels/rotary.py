@@ -20,6 +20,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+
+from graftjax.kernels import _common
 import numpy as np
 
 
@@ -64,12 +66,6 @@ def _rotary_kernel(x_ref, pos_ref, inv_freq_ref, o_ref):
   o_ref[:, :, lo] = out1.astype(o_ref.dtype)
   o_ref[:, :, hi] = out2.astype(o_ref.dtype)
 
-
-def _gpu_compiler_params(num_warps: int):
-  """Selects the Triton lowering on GPU; ignored in interpret mode."""
-  from jax.experimental.pallas import triton as plt  # pylint: disable=g-import-not-at-top
-
-  return plt.CompilerParams(num_warps=num_warps, num_stages=1)
 
 
 @functools.partial(
@@ -127,7 +123,7 @@ def apply_rotary(
       out_specs=pl.BlockSpec((None, block_t, num_heads, head_dim),
                              lambda b, t: (b, t, 0, 0)),
       out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-      compiler_params=None if interpret else _gpu_compiler_params(num_warps),
+      compiler_params=None if interpret else _common.gpu_compiler_params(num_warps),
       interpret=interpret,
       name='graftjax_rotary',
   )(x, positions.astype(jnp.int32), inv_freq)
