@@ -55,7 +55,7 @@ def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int) ->
   def decode(last, cache):
     out = sampler.decode(model.params, last, jnp.full((1,), len(prompt), jnp.int32), cache,
                          jax.random.key(0), config=model.config, max_new_tokens=decode_tokens,
-                         tables=model.tables())
+                         tables=model.tables)
     return jax.block_until_ready(out)
 
   decode(*prefill())  # compile both

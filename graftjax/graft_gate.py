@@ -87,7 +87,7 @@ def continue_and_roll_out(
   tokens, step_logits, steps, _ = sampler.decode(
       model.params, jnp.asarray(logits[-1:]), jnp.full((1,), next_position, jnp.int32),
       cache, jax.random.key(0), config=model.config,
-      max_new_tokens=schedule.rollout_tokens, keep_logits=True, tables=model.tables())
+      max_new_tokens=schedule.rollout_tokens, keep_logits=True, tables=model.tables)
   n = int(steps)
   return ArmOutput(
       logits=logits,

@@ -129,7 +129,7 @@ def _model(model_factory: ModelFactory, task: _Task, highest_position: int):
   if model.position_scheme != task.scheme:
     raise ValueError(f'factory gave a {model.position_scheme!r} model for {task.scheme!r}')
   if model.position_scheme in _TABLE_SCHEMES:
-    positions_lib.check_table_size(model.tables(), highest_position)
+    positions_lib.check_table_size(model.tables, highest_position)
   return model
 
 

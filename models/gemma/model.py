@@ -67,7 +67,9 @@ class Gemma:
   def position_scheme(self) -> str:
     return self.config.position_scheme.value
 
+  @functools.cached_property
   def tables(self):
+    """Position tables of the scheme (None for `rope`, `alibi`, `nope`), built once."""
     return positions_lib.tables(self.config, self.table_size)
 
   def with_position_scheme(self, scheme: str | config_lib.PositionScheme) -> Gemma:
@@ -137,7 +139,7 @@ class Gemma:
           f' of {cache.capacity} slots')
     return transformer.forward_jit(
         self.params, tokens, positions, cache, config=self.config,
-        logits=logits, tables=self.tables(),
+        logits=logits, tables=self.tables,
         segments=jnp.full(tokens.shape, segment, jnp.int32))
 
   def prefill(

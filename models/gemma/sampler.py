@@ -185,7 +185,7 @@ def generate(
       model.params, last, jnp.full((1,), prompt.size, jnp.int32), cache,
       rng if rng is not None else jax.random.key(0),
       config=model.config, max_new_tokens=max_new_tokens, sampling=sampling,
-      stop_ids=tuple(stop_ids), keep_logits=keep_logits, tables=model.tables())
+      stop_ids=tuple(stop_ids), keep_logits=keep_logits, tables=model.tables)
   n = int(steps)
   out = {'tokens': [int(t) for t in np.asarray(tokens)[0, :n]], 'cache': cache}
   if keep_logits:
