@@ -10,6 +10,13 @@ import sys
 import time
 
 import llama_cpp
+import numpy as np
+
+
+def _last_argmax(llm) -> int:
+  """Argmax of the logits of the last evaluated token."""
+  logits = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+  return int(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),)).argmax())
 
 
 def main(argv):
@@ -21,11 +28,11 @@ def main(argv):
   t0 = time.perf_counter()
   llm.eval(prompt)
   prefill_s = time.perf_counter() - t0
-  token = int(llm.scores[llm.n_tokens - 1].argmax())
+  token = _last_argmax(llm)
   t0 = time.perf_counter()
   for _ in range(decode_tokens):
     llm.eval([token])
-    token = int(llm.scores[llm.n_tokens - 1].argmax())
+    token = _last_argmax(llm)
   decode_s = time.perf_counter() - t0
   print(json.dumps({
       'llama_cpp_python': llama_cpp.__version__, 'threads': threads,
