@@ -5,25 +5,20 @@ Shapes are small; head shapes are gemma-3-270m's (N=4, K=1, H=256) unless a
 test needs grouped kv heads.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import kernel_testing
+
 from graftjax.kernels import attention as attn
 
-INTERPRET = jax.default_backend() != 'gpu'
+INTERPRET = kernel_testing.INTERPRET
 
 
-@functools.cache
 def _kernel(**static):
-  """The kernel with its static keywords bound, jitted once per setting. In
-  the interpreter XLA compiles it at -O0: same semantics, 2-3x faster builds."""
-  fn = functools.partial(attn.attention, interpret=INTERPRET, **static)
-  options = {'xla_backend_optimization_level': 0} if INTERPRET else None
-  return jax.jit(fn, compiler_options=options)
+  return kernel_testing.jitted(attn.attention, **static)
 
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256

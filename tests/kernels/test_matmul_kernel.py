@@ -1,25 +1,20 @@
 """graftjax.kernels.matmul: against XLA, row-invariance, and XLA's lack of it."""
 
-import functools
-
 import jax
 from jax import lax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import kernel_testing
+
 from graftjax.kernels import matmul as mm
 
-INTERPRET = jax.default_backend() != 'gpu'
+INTERPRET = kernel_testing.INTERPRET
 
 
-@functools.cache
 def _kernel(**static):
-  """The kernel with its static keywords bound, jitted once per setting. In
-  the interpreter XLA compiles it at -O0: same semantics, 2-3x faster builds."""
-  fn = functools.partial(mm.matmul, interpret=INTERPRET, **static)
-  options = {'xla_backend_optimization_level': 0} if INTERPRET else None
-  return jax.jit(fn, compiler_options=options)
+  return kernel_testing.jitted(mm.matmul, **static)
 
 
 DEPTH, COLS = 640, 128  # gemma-3-270m's hidden size as the contraction

@@ -1,24 +1,19 @@
 """graftjax.kernels.rotary: against the reference and row-invariance."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import kernel_testing
+
 from graftjax.kernels import rotary
 
-INTERPRET = jax.default_backend() != 'gpu'
+INTERPRET = kernel_testing.INTERPRET
 
 
-@functools.cache
 def _kernel(**static):
-  """The kernel with its static keywords bound, jitted once per setting. In
-  the interpreter XLA compiles it at -O0: same semantics, 2-3x faster builds."""
-  fn = functools.partial(rotary.apply_rotary, interpret=INTERPRET, **static)
-  options = {'xla_backend_optimization_level': 0} if INTERPRET else None
-  return jax.jit(fn, compiler_options=options)
+  return kernel_testing.jitted(rotary.apply_rotary, **static)
 
 
 HEADS, HEAD_DIM = 4, 256
