@@ -28,7 +28,6 @@ from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from graftjax import corpus
 from graftjax import ledger

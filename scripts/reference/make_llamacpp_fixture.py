@@ -27,7 +27,6 @@ import numpy as np
 
 import fixture_io
 import hf_from_gguf
-import prompt_corpus
 
 GGML_TYPE_F32 = 0
 

@@ -1,6 +1,5 @@
 """graftjax.kernels.rmsnorm: against the reference and row-invariance."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
