@@ -7,6 +7,11 @@ r"""Grafted continuation vs single-pass prefill, across chunk sizes and batch si
 With `--impl=pallas` (chunk-invariant kernels) every cell should be byte
 equal to the single pass; with `--impl=xla` the same comparison shows how
 XLA's shape-dependent kernels break it.
+
+A long run can be split: `--shard=i --num_shards=n` runs the i-th of n
+contiguous ranges of the `--samples` samples, and
+`--merge=shard0.json,shard1.json,...` checks the shards' digests and
+settings and writes the combined table to `--out`.
 """
 
 from graftjax import determinism
@@ -20,6 +25,7 @@ import tempfile
 from absl import app
 from absl import flags
 import jax.numpy as jnp
+import numpy as np
 import tqdm
 
 from graftjax import corpus
@@ -31,45 +37,106 @@ from graftjax.models.gemma import ops
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _IMPL = flags.DEFINE_enum('impl', 'pallas', list(ops.IMPLS), 'Kernels for every op.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
-_SAMPLES = flags.DEFINE_integer('samples', 50, 'Text samples.')
+_SAMPLES = flags.DEFINE_integer('samples', 50, 'Text samples (over all shards).')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 224, 'Grafted prefix tokens (BOS included).')
 _CONTINUATION_TOKENS = flags.DEFINE_integer('continuation_tokens', 32, 'Tokens after the graft.')
 _CHUNK_SIZES = flags.DEFINE_list('chunk_sizes', ['1', '7', '64', '512'], 'Chunk sizes.')
 _BATCH_SIZES = flags.DEFINE_list('batch_sizes', ['1', '8'], 'Batch sizes of the grafted arm.')
+_SHARD = flags.DEFINE_integer('shard', 0, 'Which contiguous range of the samples to run.')
+_NUM_SHARDS = flags.DEFINE_integer('num_shards', 1, 'Number of ranges the samples are split into.')
+_MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --out (runs nothing).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
+
+# Fields that must agree between shards of one run.
+_SHARED_FIELDS = ('experiment', 'model', 'impl', 'dtype', 'capacity', 'settings')
+_SHARED_DETERMINISM = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
+                       'jaxlib_version', 'backend', 'device_kind', 'source_revision')
+
+
+def shard_range(total: int, shard: int, num_shards: int) -> range:
+  """The shard-th of num_shards contiguous, near-equal ranges of range(total)."""
+  if not 0 <= shard < num_shards:
+    raise app.UsageError(f'--shard={shard} must be in [0, --num_shards={num_shards})')
+  bounds = np.linspace(0, total, num_shards + 1).round().astype(int)
+  return range(bounds[shard], bounds[shard + 1])
+
+
+def run(command: str) -> dict:
+  model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value), impl=_IMPL.value)
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  samples = corpus.text_samples(tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
+                                continuation_tokens=_CONTINUATION_TOKENS.value)
+  indices = shard_range(len(samples), _SHARD.value, _NUM_SHARDS.value)
+  need = _PREFIX_TOKENS.value + _CONTINUATION_TOKENS.value
+  capacity = -(-need // ops.ATTENTION_BLOCK_K) * ops.ATTENTION_BLOCK_K
+  with tempfile.TemporaryDirectory() as tmp:
+    result = invariance.run_invariance(
+        model=model, samples=[samples[i] for i in indices],
+        chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
+        batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value), capacity=capacity,
+        store_root=tmp, progress=lambda it: tqdm.tqdm(it, desc='samples'))
+  for index, record in zip(indices, result['samples']):
+    sample = samples[index]
+    record.update(index=index, sha256_prefix_ids=ledger.sha256_tokens(sample.prefix_ids),
+                  sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids))
+  return {
+      'experiment': 'invariance', 'command': command,
+      'model': _MODEL.value, 'impl': _IMPL.value, 'dtype': _DTYPE.value, 'capacity': capacity,
+      'settings': {'samples': _SAMPLES.value, 'prefix_tokens': _PREFIX_TOKENS.value,
+                   'continuation_tokens': _CONTINUATION_TOKENS.value,
+                   'chunk_sizes': [int(c) for c in _CHUNK_SIZES.value],
+                   'batch_sizes': [int(b) for b in _BATCH_SIZES.value]},
+      'shard': {'index': _SHARD.value, 'count': _NUM_SHARDS.value,
+                'samples': [indices.start, indices.stop]},
+      'determinism': determinism.record(),
+      'inputs': {'model_fingerprint': model.fingerprint},
+      **result,
+  }
+
+
+def merge(paths: list[str], command: str) -> dict:
+  """Combines shard results; refuses shards of different runs, gaps or overlaps."""
+  shards = [ledger.verify_result(p) for p in paths]
+  shards.sort(key=lambda s: s['shard']['samples'][0])
+  first = shards[0]
+  for shard, path in zip(shards, paths):
+    for field in _SHARED_FIELDS:
+      if shard[field] != first[field]:
+        raise ValueError(f'{path}: {field} {shard[field]!r} != {first[field]!r}')
+    for field in _SHARED_DETERMINISM:
+      if shard['determinism'][field] != first['determinism'][field]:
+        raise ValueError(f'{path}: determinism {field} differs between shards')
+    if shard['inputs'] != first['inputs']:
+      raise ValueError(f'{path}: another model fingerprint')
+  covered = [i for s in shards for i in range(*s['shard']['samples'])]
+  if covered != list(range(first['settings']['samples'])):
+    raise ValueError(f'shards cover samples {covered}, not 0..{first["settings"]["samples"] - 1}')
+  samples = [record for s in shards for record in s['samples']]
+  return {
+      **{field: first[field] for field in _SHARED_FIELDS},
+      'command': command,
+      'shards': [{'command': s['command'], 'result_sha256': s['result_sha256'],
+                  'samples': s['shard']['samples']} for s in shards],
+      'determinism': first['determinism'], 'inputs': first['inputs'],
+      'samples': samples, 'cells': invariance.merge_cells(samples),
+  }
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value), impl=_IMPL.value)
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  samples = corpus.text_samples(tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
-                                continuation_tokens=_CONTINUATION_TOKENS.value)
-  need = _PREFIX_TOKENS.value + _CONTINUATION_TOKENS.value
-  capacity = -(-need // ops.ATTENTION_BLOCK_K) * ops.ATTENTION_BLOCK_K
-  with tempfile.TemporaryDirectory() as tmp:
-    result = invariance.run_invariance(
-        model=model, samples=samples, chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
-        batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value), capacity=capacity,
-        store_root=tmp, progress=lambda it: tqdm.tqdm(it, desc='samples'))
-  result.update({
-      'experiment': 'invariance', 'command': shlex.join(['python'] + sys.argv),
-      'model': _MODEL.value, 'impl': _IMPL.value, 'dtype': _DTYPE.value, 'capacity': capacity,
-      'determinism': determinism.record(),
-      'inputs': {'model_fingerprint': model.fingerprint,
-                 'samples': [{'source': s.source,
-                              'sha256_prefix_ids': ledger.sha256_tokens(s.prefix_ids),
-                              'sha256_continuation_ids': ledger.sha256_tokens(s.continuation_ids)}
-                             for s in samples]},
-  })
+  command = shlex.join(['python'] + sys.argv)
+  result = merge(_MERGE.value, command) if _MERGE.value else run(command)
   digest = ledger.write_result(_OUT.value, result)
-  print(f"{_MODEL.value} impl={_IMPL.value} {_DTYPE.value} on {result['determinism']['device_kind']}")
+  print(f"{result['model']} impl={result['impl']} {result['dtype']}"
+        f" on {result['determinism']['device_kind']}")
   print('chunk  batch  samples byte-equal  KL max  argmax  max|Δ|')
   for cell in result['cells']:
     print(f"{cell['chunk_size']:>5}  {cell['batch_size']:>5}  {cell['samples_byte_equal']:>3}/{cell['samples']:<3}"
           f"              {cell['rows_kl_max']:.3g}  {100 * cell['rows_argmax_agreement']:.1f}%"
           f"  {cell['rows_max_abs_diff']:.3g}")
+  seconds = [s['seconds'] for s in result['samples']]
+  print(f'{np.mean(seconds):.1f} s per sample')
   print(f'wrote {_OUT.value} (sha256 {digest})')
 
 

@@ -9,10 +9,15 @@ arms, for one sample and a chunk size c:
                 the store, read back, grafted into a cache of batch b; the
                 continuation then processed in chunks of c.
 Every arm has the same cache capacity. Batch rows repeat the sample.
+
+Results are kept per sample (`run_invariance(...)['samples']`), so runs over
+disjoint sample ranges can be merged (`merge_cells`) into one table.
 """
 
 from __future__ import annotations
 
+import pathlib
+import time
 from typing import Any
 
 import numpy as np
@@ -20,6 +25,8 @@ import numpy as np
 from graftjax import blocks
 from graftjax import corpus
 from graftjax import exactness
+from graftjax import ledger
+from graftjax import store as store_lib
 
 
 def single_pass(model, sample: corpus.TextSample, capacity: int) -> np.ndarray:
@@ -30,21 +37,70 @@ def single_pass(model, sample: corpus.TextSample, capacity: int) -> np.ndarray:
   return np.asarray(logits[0, len(sample.prefix_ids):])
 
 
-def grafted(model, sample: corpus.TextSample, *, capacity: int, chunk_size: int,
-            batch_size: int, store) -> np.ndarray:
-  """Continuation logits [b, Tc, V] after grafting a chunk-prefilled prefix."""
+def prefix_block(model, sample: corpus.TextSample, *, capacity: int,
+                 chunk_size: int) -> blocks.KVBlock:
+  """The prefix's state after a prefill in chunks of `chunk_size` (batch 1)."""
   _, cache = model.prefill(sample.prefix_ids, cache=model.init_cache(capacity=capacity),
                            chunk_size=chunk_size, logits='none')
-  block = blocks.capture(cache, blocks.Span(0, len(sample.prefix_ids)),
-                         token_ids=sample.prefix_ids, model_fingerprint=model.fingerprint,
-                         position_scheme=model.position_scheme)
-  key = store.put(block)
-  cache = blocks.graft(model.init_cache(batch_size=batch_size, capacity=capacity),
-                       store.get(key), model_fingerprint=model.fingerprint,
+  return blocks.capture(cache, blocks.Span(0, len(sample.prefix_ids)),
+                        token_ids=sample.prefix_ids, model_fingerprint=model.fingerprint,
+                        position_scheme=model.position_scheme)
+
+
+def grafted_continuation(model, sample: corpus.TextSample, block: blocks.KVBlock, *,
+                         capacity: int, chunk_size: int, batch_size: int) -> np.ndarray:
+  """Continuation logits [b, Tc, V] after grafting `block` into a batch-b cache."""
+  cache = blocks.graft(model.init_cache(batch_size=batch_size, capacity=capacity), block,
+                       model_fingerprint=model.fingerprint,
                        position_scheme=model.position_scheme)
   logits, _ = model.prefill(sample.continuation_ids, cache=cache, chunk_size=chunk_size,
                             start_position=len(sample.prefix_ids), logits='all')
   return np.asarray(logits)
+
+
+def cell_summary(comparisons: list[exactness.Comparison]) -> dict[str, Any]:
+  """One sample's rows in one cell: counts, worst KL, and the distinct row digests."""
+  return {
+      'rows': len(comparisons),
+      'rows_byte_equal': sum(c.byte_equal for c in comparisons),
+      'kl_max': max(c.kl_max for c in comparisons),
+      'kl_mean': float(np.mean([c.kl_mean for c in comparisons])),
+      'argmax_agreement': float(np.mean([c.argmax_agreement for c in comparisons])),
+      'max_abs_diff': max(c.max_abs_diff for c in comparisons),
+      'sha256_rows': sorted({c.sha256_candidate for c in comparisons}),
+  }
+
+
+def merge_cells(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Per (chunk size, batch size) totals over per-sample records.
+
+  Args:
+    samples: `run_invariance(...)['samples']` entries, possibly from several
+      runs over disjoint sample ranges.
+  Returns:
+    One dict per cell: samples, samples_byte_equal (every row equal),
+    rows_byte_equal / rows, worst KL, mean KL and argmax agreement, worst |Δ|.
+  """
+  if not samples:
+    raise ValueError('no samples to merge')
+  table = []
+  for index, first in enumerate(samples[0]['cells']):
+    per_sample = [s['cells'][index] for s in samples]
+    if any((c['chunk_size'], c['batch_size']) != (first['chunk_size'], first['batch_size'])
+           for c in per_sample):
+      raise ValueError('samples were run over different chunk or batch sizes')
+    table.append({
+        'chunk_size': first['chunk_size'], 'batch_size': first['batch_size'],
+        'samples': len(per_sample),
+        'samples_byte_equal': sum(c['rows_byte_equal'] == c['rows'] for c in per_sample),
+        'rows': sum(c['rows'] for c in per_sample),
+        'rows_byte_equal': sum(c['rows_byte_equal'] for c in per_sample),
+        'rows_kl_max': max(c['kl_max'] for c in per_sample),
+        'rows_kl_mean': float(np.mean([c['kl_mean'] for c in per_sample])),
+        'rows_argmax_agreement': float(np.mean([c['argmax_agreement'] for c in per_sample])),
+        'rows_max_abs_diff': max(c['max_abs_diff'] for c in per_sample),
+    })
+  return table
 
 
 def run_invariance(
@@ -57,32 +113,35 @@ def run_invariance(
     store_root,
     progress=None,
 ) -> dict[str, Any]:
-  """Per (chunk size, batch size): byte-equal rows, KL and argmax vs the single pass.
+  """Per sample and (chunk size, batch size): the grafted rows vs the single pass.
 
-  Blocks prefilled with different chunk sizes go to different stores under
-  `store_root`: under impl='xla' their bits differ, and one content key
-  must never name two payloads.
+  The prefix is prefilled and deposited once per chunk size, and its block
+  grafted into a cache of each batch size. Blocks prefilled with different
+  chunk sizes go to different stores under `store_root`: under impl='xla'
+  their bits differ, and one content key must never name two payloads.
+
+  Returns:
+    {'samples': per-sample records (digest of the single pass, one
+    `cell_summary` per cell, seconds), 'cells': `merge_cells` of them}.
   """
-  import pathlib  # pylint: disable=g-import-not-at-top
-
-  from graftjax import store as store_lib  # pylint: disable=g-import-not-at-top
-
-  stores = {c: store_lib.BlockStore(pathlib.Path(store_root) / f'chunk_{c}') for c in chunk_sizes}
-  cells = {(c, b): [] for c in chunk_sizes for b in batch_sizes}
-  iterate = progress(samples) if progress else samples
-  for sample in iterate:
+  stores = {c: store_lib.BlockStore(pathlib.Path(store_root) / f'chunk_{c}')
+            for c in chunk_sizes}
+  records = []
+  for sample in progress(samples) if progress else samples:
+    start = time.perf_counter()
     reference = single_pass(model, sample, capacity)
-    for (c, b), found in cells.items():
-      logits = grafted(model, sample, capacity=capacity, chunk_size=c, batch_size=b,
-                       store=stores[c])
-      found.append([exactness.compare(reference, row) for row in logits])
-  table = []
-  for (c, b), per_sample in cells.items():
-    rows = [comparison for sample_rows in per_sample for comparison in sample_rows]
-    table.append({
-        'chunk_size': c, 'batch_size': b, 'samples': len(per_sample),
-        'samples_byte_equal': sum(all(r.byte_equal for r in s) for s in per_sample),
-        **{f'rows_{k}': v for k, v in exactness.summarize(rows).items()},
-        'sha256_first_sample_rows': [r.sha256_candidate for r in per_sample[0]],
+    cells = []
+    for c in chunk_sizes:
+      key = stores[c].put(prefix_block(model, sample, capacity=capacity, chunk_size=c))
+      block = stores[c].get(key)
+      for b in batch_sizes:
+        logits = grafted_continuation(model, sample, block, capacity=capacity,
+                                      chunk_size=c, batch_size=b)
+        cells.append({'chunk_size': c, 'batch_size': b, **cell_summary(
+            [exactness.compare(reference, row) for row in logits])})
+    records.append({
+        'source': sample.source,
+        'sha256_single_pass': ledger.sha256_array(reference),
+        'cells': cells, 'seconds': time.perf_counter() - start,
     })
-  return {'cells': table}
+  return {'samples': records, 'cells': merge_cells(records)}

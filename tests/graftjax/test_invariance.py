@@ -5,10 +5,15 @@ single-pass prefill byte for byte at every chunk and batch size; with
 impl='xla' the same comparison fails, so the test can fail.
 """
 
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 
 from graftjax import corpus
 from graftjax import invariance
+from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
 
 RNG = np.random.default_rng(21)
@@ -34,3 +39,44 @@ def test_xla_grafted_differs_from_single_pass(tmp_path):
   found = cells('xla', tmp_path)
   assert any(cell['samples_byte_equal'] == 0 for cell in found)
   assert all(cell['rows_argmax_agreement'] == 1.0 for cell in found)
+
+
+def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
+  model = gemma_model.tiny(impl='pallas')
+  result = invariance.run_invariance(
+      model=model, samples=[SAMPLE], chunk_sizes=(7,), batch_sizes=(2,), capacity=64,
+      store_root=tmp_path)
+  (record,) = result['samples']
+  (cell,) = record['cells']
+  assert cell['rows'] == 2 and cell['rows_byte_equal'] == 2
+  assert cell['sha256_rows'] == [record['sha256_single_pass']]
+
+
+def _run_script(*flags):
+  script = pathlib.Path(__file__).parents[2] / 'experiments' / 'invariance.py'
+  return subprocess.run([sys.executable, str(script), '--model=tiny', '--impl=xla', *flags],
+                        capture_output=True, text=True, check=False)
+
+
+def test_shards_merge_into_the_unsharded_table(tmp_path):
+  common = ['--samples=3', '--prefix_tokens=12', '--continuation_tokens=4',
+            '--chunk_sizes=1,5', '--batch_sizes=1,2']
+  paths = [tmp_path / f'{name}.json' for name in ('whole', 'a', 'b', 'merged')]
+  runs = [_run_script(*common, f'--out={paths[0]}'),
+          _run_script(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
+          _run_script(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}'),]
+  for proc in runs:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+  proc = _run_script(f'--merge={paths[2]},{paths[1]}', f'--out={paths[3]}')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  whole, merged = (ledger.verify_result(p) for p in (paths[0], paths[3]))
+  assert merged['cells'] == whole['cells']
+  assert [s['sha256_single_pass'] for s in merged['samples']] == [
+      s['sha256_single_pass'] for s in whole['samples']]
+  assert [s['samples'] for s in merged['shards']] == [[0, 2], [2, 3]]
+
+  overlap = _run_script(f'--merge={paths[1]},{paths[1]},{paths[2]}', f'--out={tmp_path / "x.json"}')
+  assert overlap.returncode != 0 and 'cover samples' in overlap.stderr
+  paths[2].write_text(paths[2].read_text().replace('"dtype": "float32"', '"dtype": "bfloat16"'))
+  tampered = _run_script(f'--merge={paths[1]},{paths[2]}', f'--out={tmp_path / "y.json"}')
+  assert tampered.returncode != 0
