@@ -1,21 +1,37 @@
 """Causal attention of a chunk of queries over a fixed-capacity KV cache.
 
-  out[b, t, n] = softmax_j(q[b, t, n] . k[b, j, n // G]) v[b, j, n // G]
+  out[b, t, n] = softmax_j(score(b, t, n, j)) v[b, j, n // G]
 
 over the slots j that query (b, t) may see: slot j is visible iff it is
 written (`k_positions[b, j] >= 0`), not in the future
-(`k_positions[b, j] <= q_positions[b, t]`) and, for sliding-window layers,
-inside the window (`q_positions[b, t] - k_positions[b, j] < window`). The
-cache is the whole capacity S; slots are not assumed sorted by position.
+(`k_positions[b, j] <= q_positions[b, t]`), for sliding-window layers inside
+the window (`q_positions[b, t] - k_positions[b, j] < window`) and, with
+segments, in the query's segment or the query is in segment 0
+(`q_segments[b, t] == 0 | q_segments[b, t] == k_segments[b, j]`). The cache
+is the whole capacity S; slots are not assumed sorted by position.
+
+With d = q_positions[b, t] - k_positions[b, j] (an integer), the score is
+
+  q[b, t, n] . k[b, j, n // G]                      (queries/keys pre-rotated)
+  sum_i a_i cos[d, i] + b_i sin[d, i]               (`relative_table`)
+      a = q1 k1 + q2 k2,  b = q1 k2 - q2 k1,  q1/q2 = q[:H/2]/q[H/2:] (NEOX)
+  ... - alibi_slopes[n] * float32(d)                (`alibi_slopes`, added)
+
+The relative form is rotary attention of un-rotated queries and keys with
+cos/sin read from a table indexed by the distance alone, so every arithmetic
+input is a function of d and moving a whole context by M changes no bit.
 
 Why the bits of one query row do not depend on anything but that row, its
-position and the visible keys (the chunk-invariance the graft relies on):
+position (and segment) and the visible keys (the chunk-invariance the graft
+relies on):
 
 * One program owns `block_q` query tokens times the G query heads that share
   a kv head, i.e. a fixed [block_q * G, H] tile; the tile size never adapts to
   T. The wrapper pads T up to a multiple of `block_q` (pad rows have position
-  -1, see nothing and are sliced off), so a row is computed by the same code
-  whether it arrives alone, in a chunk of 7 or of 64, and whatever its batch.
+  -1 and segment 0, see nothing and are sliced off), so a row is computed by
+  the same code whether it arrives alone, in a chunk of 7 or of 64, and
+  whatever its batch. Per-row operands (positions, segments, ALiBi slopes)
+  are laid out like the rows.
 * The cache is walked in KV tiles of one fixed size `block_k`, anchored at
   absolute slot multiples (tile i is slots [i * block_k, (i + 1) * block_k)),
   in ascending order, with an online softmax in float32. There is no split
@@ -24,15 +40,30 @@ position and the visible keys (the chunk-invariance the graft relies on):
   running max, sum and accumulator are carried through a `where` untouched.
   So a program may walk any superset of the tiles its rows see: it walks
   the range [lo, hi) from `tile_ranges` (block and tile min/max positions,
-  computed beside the kernel), and which other rows share the program, or
-  how full the cache is, does not matter. Probabilities of hidden slots are
-  set to exactly 0 with a `where` (never via exp(-inf) arithmetic), so
-  garbage in empty slots cannot leak in as long as it is finite.
+  computed beside the kernel; segments only hide more), and which other rows
+  share the program, or how full the cache is, does not matter.
+  Probabilities of hidden slots are set to exactly 0 with a `where` (never
+  via exp(-inf) arithmetic), so garbage in empty slots cannot leak in as
+  long as it is finite.
 * Every matmul states its precision and accumulates in float32: with
   `precision=HIGHEST`, a float32 dot is full IEEE float32 (in Triton the
   default would be TF32), a bfloat16 dot multiplies exactly and accumulates
   in float32. The probabilities are cast to v's dtype before p @ v, as in any
   flash kernel (a no-op for float32 caches).
+* The relative score is no matmul: cos/sin differ per (row, slot), so each
+  KV tile gathers their table rows by the tile's distances,
+  `cos_ref[d, i0:i0 + block_h]` -> [block_q * G, block_k, block_h], and sums
+  a cos + b sin elementwise in float32, `block_h` head-dim pairs per step of
+  a fixed loop over H / 2 (so the order of the sum is fixed too). The tables
+  are passed whole (one block covering [D, H/2]) and read with an integer
+  array index: on the GPU a gather from global memory (a pointer load of
+  the computed offsets in Triton), in the interpreter an XLA gather. Tables
+  of cos/sin per tile built outside the kernel would cost [T * G, S, H/2]
+  per call; anything indexed by absolute position (cos(p) cos(k) +
+  sin(p) sin(k)) would break exact relocation. d is clamped to [0, D - 1]
+  for the gather only: hidden slots may have any distance, and a visible
+  distance >= D would read row D - 1, so the caller sizes the table
+  (`positions.check_table_size`).
 * A row that sees no slot at all returns exactly 0, not NaN.
 """
 
@@ -55,69 +86,130 @@ _HIGHEST = lax.Precision.HIGHEST
 class BlockSizes:
   """Tile sizes of the attention kernel.
 
-  Both are part of the numerics: fresh and grafted paths must use the same
+  All are part of the numerics: fresh and grafted paths must use the same
   values (the defaults) for their bits to agree.
 
   Attributes:
     block_q: query tokens per program; a program holds block_q * G query rows
       (G = query heads per kv head).
     block_k: cache slots per KV tile; the capacity S must be a multiple.
+    block_h: head-dim pairs per step of the relative (`relative_table`)
+      score, a [block_q * G, block_k, block_h] gather; H / 2 must be a
+      multiple.
   """
 
   block_q: int = 16
   block_k: int = 64
+  block_h: int = 8
 
 
 DEFAULT_BLOCK_SIZES = BlockSizes()
 
 
-def visible(q_pos: jax.Array, k_pos: jax.Array, window: int | None) -> jax.Array:
-  """Which keys a query sees; broadcasts q_pos against k_pos.
+def visible(
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    window: int | None,
+    q_seg: jax.Array | None = None,
+    k_seg: jax.Array | None = None,
+) -> jax.Array:
+  """Which keys a query sees; broadcasts query operands against key operands.
 
   Args:
     q_pos: int32 query positions, e.g. [..., T, 1].
     k_pos: int32 slot positions, -1 for an empty slot, e.g. [..., 1, S].
     window: sliding-window length, or None for a global layer.
+    q_seg: int32 query segments shaped like q_pos, or None (no segments).
+    k_seg: int32 slot segments shaped like k_pos; given iff q_seg is.
 
   Returns:
     bool, the broadcast shape: k_pos >= 0 & k_pos <= q_pos
-    (& q_pos - k_pos < window).
+    (& q_pos - k_pos < window) (& (q_seg == 0 | q_seg == k_seg)).
   """
   mask = (k_pos >= 0) & (k_pos <= q_pos)
   if window is not None:
     mask = mask & (q_pos - k_pos < window)
+  if q_seg is not None:
+    mask = mask & ((q_seg == 0) | (q_seg == k_seg))
   return mask
+
+
+def _relative_scores(q_ref, k_ref, slots, distance, cos_ref, sin_ref, *,
+                     block_h: int) -> jax.Array:
+  """[R, block_k] float32 rotary scores of un-rotated q and k from distances.
+
+  Args:
+    q_ref: [R, H] queries.
+    k_ref: [S, H] keys; `slots` selects the tile.
+    slots: the tile's slot range.
+    distance: [R, block_k] int32 q_pos - k_pos.
+    cos_ref, sin_ref: [D, H/2] float32, indexed by distance.
+    block_h: head-dim pairs per step.
+  """
+  rows, head_dim = q_ref.shape
+  half = head_dim // 2
+  index = jnp.clip(distance, 0, cos_ref.shape[0] - 1)
+
+  def step(c, s):
+    first = pl.ds(pl.multiple_of(c * block_h, block_h), block_h)
+    second = pl.ds(pl.multiple_of(half + c * block_h, block_h), block_h)
+    q1 = q_ref[:, first].astype(jnp.float32)[:, None, :]  # [R, 1, block_h]
+    q2 = q_ref[:, second].astype(jnp.float32)[:, None, :]
+    k1 = k_ref[slots, first].astype(jnp.float32)[None]  # [1, block_k, block_h]
+    k2 = k_ref[slots, second].astype(jnp.float32)[None]
+    a = q1 * k1 + q2 * k2  # [R, block_k, block_h]
+    b = q1 * k2 - q2 * k1
+    terms = a * cos_ref[index, first] + b * sin_ref[index, first]
+    return s + jnp.sum(terms, axis=2)
+
+  return lax.fori_loop(0, half // block_h, step,
+                       jnp.zeros((rows, index.shape[1]), jnp.float32))
 
 
 def _attention_kernel(
     q_ref,  # [R, H], R = block_q * G query rows
     q_pos_ref,  # [R] int32
+    q_seg_ref,  # [R] int32, or None
+    slope_ref,  # [R] float32 ALiBi slope of each row's head, or None
     k_ref,  # [S, H]
     v_ref,  # [S, H]
     k_pos_ref,  # [S] int32
+    k_seg_ref,  # [S] int32, or None
+    table_refs,  # (cos, sin) [D, H/2] float32, or None
     tiles_ref,  # [2] int32: this program visits KV tiles [lo, hi)
     o_ref,  # [R, H]
     *,
     block_k: int,
+    block_h: int,
     window: int | None,
     precision: lax.Precision,
 ):
   rows, head_dim = q_ref.shape
-  q = q_ref[...]
   q_pos = q_pos_ref[...]
+  q_seg = None if q_seg_ref is None else q_seg_ref[...][:, None]
+  neg_slope = None if slope_ref is None else -slope_ref[...][:, None]
+  q = q_ref[...] if table_refs is None else None
 
   def body(tile, carry):
     """One online-softmax step; rows that see nothing in the tile keep carry."""
     o, m, l = carry
     slots = pl.ds(pl.multiple_of(tile * block_k, block_k), block_k)
-    mask = visible(q_pos[:, None], k_pos_ref[slots][None, :], window)
-    k = k_ref[slots, :]
-    v = v_ref[slots, :]
-    s = lax.dot_general(
-        q, k, (((1,), (1,)), ((), ())),
-        precision=precision, preferred_element_type=jnp.float32,
-    )  # [R, block_k]
+    k_pos = k_pos_ref[slots]
+    k_seg = None if k_seg_ref is None else k_seg_ref[slots][None, :]
+    mask = visible(q_pos[:, None], k_pos[None, :], window, q_seg, k_seg)
+    distance = q_pos[:, None] - k_pos[None, :]  # [R, block_k] int32
+    if table_refs is None:
+      s = lax.dot_general(
+          q, k_ref[slots, :], (((1,), (1,)), ((), ())),
+          precision=precision, preferred_element_type=jnp.float32,
+      )  # [R, block_k]
+    else:
+      s = _relative_scores(q_ref, k_ref, slots, distance, *table_refs,
+                           block_h=block_h)
+    if neg_slope is not None:
+      s = s + neg_slope * distance.astype(jnp.float32)
     s = jnp.where(mask, s, -jnp.inf)
+    v = v_ref[slots, :]
     row_live = jnp.max(mask.astype(jnp.int32), axis=1) > 0  # [R]
     m_next = jnp.maximum(m, jnp.max(s, axis=1))  # == m where not live
     # exp(-inf - finite) = 0 on a row's first live tile; hidden slots get an
@@ -180,12 +272,51 @@ def tile_ranges(
   return jnp.stack([lo, hi], axis=-1).astype(jnp.int32)
 
 
+def _check_options(
+    q: jax.Array,
+    k: jax.Array,
+    q_segments: jax.Array | None,
+    k_segments: jax.Array | None,
+    alibi_slopes: jax.Array | None,
+    relative_table: tuple[jax.Array, jax.Array] | None,
+    block_h: int,
+) -> None:
+  """Shape checks of the optional operands (ValueError with the numbers)."""
+  batch, num_q, num_heads, head_dim = q.shape
+  capacity = k.shape[1]
+  if (q_segments is None) != (k_segments is None):
+    raise ValueError('q_segments and k_segments must be given together')
+  if q_segments is not None and q_segments.shape != (batch, num_q):
+    raise ValueError(
+        f'q_segments {q_segments.shape} must be [B, T] = {(batch, num_q)}'
+    )
+  if k_segments is not None and k_segments.shape != (batch, capacity):
+    raise ValueError(
+        f'k_segments {k_segments.shape} must be [B, S] = {(batch, capacity)}'
+    )
+  if alibi_slopes is not None and alibi_slopes.shape != (num_heads,):
+    raise ValueError(
+        f'alibi_slopes {alibi_slopes.shape} must be [N] = {(num_heads,)}'
+    )
+  if relative_table is not None:
+    cos, sin = relative_table
+    if head_dim % 2:
+      raise ValueError(f'relative scores need an even head dim, got H={head_dim}')
+    if cos.ndim != 2 or cos.shape[1] != head_dim // 2 or sin.shape != cos.shape:
+      raise ValueError(
+          f'relative_table cos {cos.shape} and sin {sin.shape} must both be'
+          f' [D, H/2] with H/2={head_dim // 2}'
+      )
+    if block_h <= 0 or (head_dim // 2) % block_h:
+      raise ValueError(
+          f'H/2={head_dim // 2} must be a multiple of block_h={block_h}'
+      )
 
 
 @functools.partial(
     jax.jit,
     static_argnames=(
-        'window', 'block_q', 'block_k', 'precision', 'num_warps',
+        'window', 'block_q', 'block_k', 'block_h', 'precision', 'num_warps',
         'num_stages', 'skip_masked_tiles', 'interpret',
     ),
 )
@@ -196,9 +327,14 @@ def attention(
     q_positions: jax.Array,
     k_positions: jax.Array,
     *,
+    q_segments: jax.Array | None = None,
+    k_segments: jax.Array | None = None,
+    alibi_slopes: jax.Array | None = None,
+    relative_table: tuple[jax.Array, jax.Array] | None = None,
     window: int | None = None,
     block_q: int = DEFAULT_BLOCK_SIZES.block_q,
     block_k: int = DEFAULT_BLOCK_SIZES.block_k,
+    block_h: int = DEFAULT_BLOCK_SIZES.block_h,
     precision: lax.Precision = _HIGHEST,
     num_warps: int = 8,
     num_stages: int | None = None,
@@ -208,15 +344,29 @@ def attention(
   """Causal, optionally windowed, multi-query attention over the cache.
 
   Args:
-    q: [B, T, N, H] queries, already scaled and rotated.
+    q: [B, T, N, H] queries, already scaled (and rotated, unless
+      `relative_table` is given).
     k: [B, S, K, H] keys of the whole cache capacity S (N = K * G).
     v: [B, S, K, H] values.
     q_positions: [B, T] int32 position of each query.
     k_positions: [B, S] int32 position of each slot, -1 for an empty slot.
+    q_segments: [B, T] int32 segment of each query, or None (no segment
+      masking): a query in segment s > 0 sees only slots of segment s, one in
+      segment 0 sees every slot.
+    k_segments: [B, S] int32 segment of each slot; given iff q_segments is.
+    alibi_slopes: [N] float32 ALiBi slope of each query head, or None: adds
+      -slope * float32(q_pos - k_pos) to the scores.
+    relative_table: (cos, sin), each [D, H/2] float32 indexed by the distance
+      q_pos - k_pos, or None: q and k are then un-rotated and the scores
+      rotary from distances (see the module docstring). Distances of
+      visible slots must be < D (the caller's check,
+      `positions.check_table_size`); larger ones read row D - 1.
     window: sliding-window length (query at p sees p - window < pos <= p), or
       None for global attention.
     block_q: query tokens per program (numerics-relevant, keep fixed).
     block_k: slots per KV tile; S must be a multiple (numerics-relevant).
+    block_h: head-dim pairs per step of the relative score; H/2 must be a
+      multiple (numerics-relevant).
     precision: of both matmuls; HIGHEST = IEEE float32 for float32 inputs.
     num_warps: Triton only.
     num_stages: Triton only; None = 2 for 16-bit inputs, 1 for float32
@@ -260,6 +410,8 @@ def attention(
     raise ValueError(
         f'q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}'
     )
+  _check_options(q, k, q_segments, k_segments, alibi_slopes, relative_table,
+                 block_h)
   if block_q <= 0 or block_k <= 0:
     raise ValueError(f'block sizes must be positive: {block_q=} {block_k=}')
   if capacity % block_k:
@@ -279,22 +431,35 @@ def attention(
         raise ValueError(
             f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel'
         )
+    if relative_table is not None and not _common.is_power_of_2(block_h):
+      raise ValueError(f'{block_h=} must be a power of 2 for the GPU kernel')
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
   # Pad queries to whole programs; pad rows see nothing and are dropped.
   padded = pl.cdiv(num_q, block_q) * block_q
-  if padded != num_q:
-    q = jnp.pad(q, ((0, 0), (0, padded - num_q), (0, 0), (0, 0)))
-    q_positions = jnp.pad(
-        q_positions, ((0, 0), (0, padded - num_q)), constant_values=-1
-    )
+  pad_q = ((0, 0), (0, padded - num_q))
+  q = jnp.pad(q, pad_q + ((0, 0), (0, 0)))
+  q_positions = jnp.pad(q_positions, pad_q, constant_values=-1)
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
-  # (a pure reshape when K == 1).
+  # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)
   q_rows = q_rows.transpose(0, 2, 1, 3, 4)
   q_rows = q_rows.reshape(batch, num_kv_heads, padded * group, head_dim)
-  q_pos_rows = jnp.repeat(q_positions, group, axis=1)
+  q_pos_rows = jnp.repeat(q_positions, group, axis=1)  # [B, Tp*G]
+  q_seg_rows = k_seg = None
+  if q_segments is not None:
+    q_seg_rows = jnp.repeat(
+        jnp.pad(q_segments.astype(jnp.int32), pad_q), group, axis=1)
+    k_seg = k_segments.astype(jnp.int32)
+  slope_rows = None
+  if alibi_slopes is not None:
+    # Row t*G + g of kv head h is query head h*G + g, whatever t: [K, R].
+    slope_rows = jnp.tile(
+        alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group),
+        (1, block_q))
+  if relative_table is not None:
+    relative_table = tuple(t.astype(jnp.float32) for t in relative_table)
 
   # Which KV tiles each program walks: only a speed matter, never the bits.
   if skip_masked_tiles:
@@ -305,8 +470,17 @@ def attention(
         jnp.array([0, capacity // block_k], jnp.int32),
         (batch, padded // block_q, 2))
   kernel = functools.partial(
-      _attention_kernel, block_k=block_k, window=window, precision=precision
+      _attention_kernel, block_k=block_k, block_h=block_h, window=window,
+      precision=precision,
   )
+  row_spec = pl.BlockSpec((None, rows), lambda i, b, h: (b, i))
+  slot_spec = pl.BlockSpec((None, capacity), lambda i, b, h: (b, 0))
+  cache_spec = pl.BlockSpec((None, capacity, None, head_dim),
+                            lambda i, b, h: (b, 0, h, 0))
+  table_spec = None
+  if relative_table is not None:  # whole tables, read by gather
+    whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h: (0, 0))
+    table_spec = (whole, whole)
   # Query blocks vary fastest, so programs that share a kv head run together
   # and their K/V tiles stay in L2.
   grid = (padded // block_q, batch, num_kv_heads)
@@ -316,12 +490,15 @@ def attention(
       in_specs=[
           pl.BlockSpec((None, None, rows, head_dim),
                        lambda i, b, h: (b, h, i, 0)),
-          pl.BlockSpec((None, rows), lambda i, b, h: (b, i)),
-          pl.BlockSpec((None, capacity, None, head_dim),
-                       lambda i, b, h: (b, 0, h, 0)),
-          pl.BlockSpec((None, capacity, None, head_dim),
-                       lambda i, b, h: (b, 0, h, 0)),
-          pl.BlockSpec((None, capacity), lambda i, b, h: (b, 0)),
+          row_spec,
+          None if q_seg_rows is None else row_spec,
+          None if slope_rows is None else pl.BlockSpec(
+              (None, rows), lambda i, b, h: (h, 0)),
+          cache_spec,
+          cache_spec,
+          slot_spec,
+          None if k_seg is None else slot_spec,
+          table_spec,
           pl.BlockSpec((None, None, 2), lambda i, b, h: (b, i, 0)),
       ],
       out_specs=pl.BlockSpec((None, None, rows, head_dim),
@@ -332,7 +509,8 @@ def attention(
       ),
       interpret=interpret,
       name='graftjax_attention',
-  )(q_rows, q_pos_rows, k, v, k_positions, tiles)
+  )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_seg,
+    relative_table, tiles)
   out = out.reshape(batch, num_kv_heads, padded, group, head_dim)
   out = out.transpose(0, 2, 1, 3, 4).reshape(batch, padded, num_heads, head_dim)
   return out[:, :num_q]
@@ -346,6 +524,10 @@ def attention_reference(
     q_positions: jax.Array,
     k_positions: jax.Array,
     *,
+    q_segments: jax.Array | None = None,
+    k_segments: jax.Array | None = None,
+    alibi_slopes: jax.Array | None = None,
+    relative_table: tuple[jax.Array, jax.Array] | None = None,
     window: int | None = None,
     precision: lax.Precision = _HIGHEST,
 ) -> jax.Array:
@@ -359,14 +541,31 @@ def attention_reference(
   qg = q.astype(jnp.float32).reshape(
       batch, num_q, num_kv_heads, group, head_dim
   )
-  s = jnp.einsum(
-      'BTKGH,BSKH->BKGTS', qg, k.astype(jnp.float32), precision=precision
-  )
-  mask = visible(
-      q_positions[:, :, None].astype(jnp.int32),
-      k_positions[:, None, :].astype(jnp.int32),
-      window,
-  )[:, None, None]  # [B, 1, 1, T, S]
+  kf = k.astype(jnp.float32)
+  q_pos = q_positions[:, :, None].astype(jnp.int32)  # [B, T, 1]
+  k_pos = k_positions[:, None, :].astype(jnp.int32)  # [B, 1, S]
+  distance = q_pos - k_pos  # [B, T, S]
+  if relative_table is None:
+    s = jnp.einsum('BTKGH,BSKH->BKGTS', qg, kf, precision=precision)
+  else:
+    index = jnp.clip(distance, 0, relative_table[0].shape[0] - 1)
+    cos, sin = (jnp.take(t.astype(jnp.float32), index, axis=0)
+                for t in relative_table)  # [B, T, S, H/2]
+    q1, q2 = jnp.split(qg, 2, axis=-1)
+    k1, k2 = jnp.split(kf, 2, axis=-1)
+    score = functools.partial(jnp.einsum, 'BTKGi,BSKi,BTSi->BKGTS',
+                              precision=precision)
+    s = (score(q1, k1, cos) + score(q2, k2, cos)
+         + score(q1, k2, sin) - score(q2, k1, sin))
+  if alibi_slopes is not None:
+    neg_slopes = -alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group)
+    s = s + neg_slopes[None, :, :, None, None] * distance.astype(
+        jnp.float32)[:, None, None]
+  q_seg = k_seg = None
+  if q_segments is not None:
+    q_seg = q_segments[:, :, None].astype(jnp.int32)
+    k_seg = k_segments[:, None, :].astype(jnp.int32)
+  mask = visible(q_pos, k_pos, window, q_seg, k_seg)[:, None, None]
   s = jnp.where(mask, s, -jnp.inf)
   m = jnp.max(s, axis=-1, keepdims=True)
   m = jnp.where(jnp.isfinite(m), m, 0.0)

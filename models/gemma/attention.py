@@ -111,8 +111,14 @@ def attention_block(
 
   batch, length = x.shape[:2]
   w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
-  if impl == 'pallas':  # segments, alibi and rope_relative are refused upstream
-    out = ops.attention(q, keys, values, q_positions, k_positions, config.window(layer))
+  if impl == 'pallas':
+    tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
+    out = ops.attention(
+        q, keys, values, q_positions, k_positions, config.window(layer),
+        q_segments=q_segments, k_segments=cache.segments,
+        alibi_slopes=(
+            positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None),
+        relative_table=None if tab is None else (tab['cos'], tab['sin']))
     return ops.dense(out.reshape(batch, length, -1), w_out, impl=impl), cache
 
   q = q.reshape(batch, length, config.num_kv_heads, config.num_groups, config.head_dim)

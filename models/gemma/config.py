@@ -96,11 +96,6 @@ class GemmaConfig:
     if self.head_dim % 2:
       raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
     object.__setattr__(self, 'position_scheme', PositionScheme(self.position_scheme))
-    if self.impl == 'pallas' and self.position_scheme in (
-        PositionScheme.ALIBI, PositionScheme.ROPE_RELATIVE):
-      raise ValueError(
-          f'the pallas attention kernel has no {self.position_scheme.value} variant yet;'
-          " use impl='xla'")
     if self.query_scale is None:
       object.__setattr__(self, 'query_scale', self.head_dim**-0.5)
 

@@ -127,8 +127,6 @@ class Gemma:
       raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
     if tokens.shape[0] != cache.batch_size:
       raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
-    if segment and self.config.impl == 'pallas':
-      raise ValueError("block attention (segment > 0) needs impl='xla'")
     if self.config.impl == 'pallas' and cache.capacity % ops.ATTENTION_BLOCK_K:
       raise ValueError(
           f'impl=pallas needs a cache capacity that is a multiple of {ops.ATTENTION_BLOCK_K},'

@@ -68,10 +68,17 @@ def rotate(x: jax.Array, positions: jax.Array, theta: float, *, impl: str) -> ja
   return rotary.apply_rotary(x, positions, theta=theta, interpret=_interpret())
 
 
-def attention(q, k, v, q_positions, k_positions, window):
-  """The Pallas attention kernel: q [B, T, N, H], k/v [B, S, K, H] -> [B, T, N, H]."""
+def attention(q, k, v, q_positions, k_positions, window, *, q_segments=None,
+              k_segments=None, alibi_slopes=None, relative_table=None):
+  """The Pallas attention kernel: q [B, T, N, H], k/v [B, S, K, H] -> [B, T, N, H].
+
+  Optional: segments q [B, T] / k [B, S], ALiBi slopes [N], and for
+  un-rotated q/k the (cos, sin) [D, H/2] distance table (see the kernel).
+  """
   from graftjax.kernels import attention as attention_kernel  # pylint: disable=g-import-not-at-top
 
   return attention_kernel.attention(
-      q, k, v, q_positions, k_positions, window=window, block_k=ATTENTION_BLOCK_K,
+      q, k, v, q_positions, k_positions, q_segments=q_segments,
+      k_segments=k_segments, alibi_slopes=alibi_slopes,
+      relative_table=relative_table, window=window, block_k=ATTENTION_BLOCK_K,
       interpret=_interpret())

@@ -1,8 +1,12 @@
 """Relocation and composition: exact for schemes whose keys carry no absolute position.
 
 The same assertion fails for `rope` with re-rotated keys, which shows the
-byte test can fail and that absolute rotary relocation is not exact.
+byte test can fail and that absolute rotary relocation is not exact. Both
+hold under impl='xla' and under impl='pallas' (the chunk-invariant kernels,
+in the Pallas interpreter on CPU).
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -68,3 +72,44 @@ def test_shifted_block_needs_explicit_consent():
   with pytest.raises(blocks.GraftError, match='allow_shifted'):
     blocks.graft(m.init_cache(capacity=16), moved, model_fingerprint=m.fingerprint,
                  position_scheme=m.position_scheme)
+
+
+# impl='pallas': every forward is one chunk of 3 tokens, so each model
+# compiles once (the interpreter is slow to build).
+PALLAS_BLOCK, PALLAS_CONT = BLOCK[:6], CONT[:3]
+PALLAS_LAYOUT = relocation.Layout(capacity=64, chunk_size=3)
+PALLAS_OFFSETS = (64, 200)
+
+
+@pytest.mark.parametrize('scheme', ['rope', 'rope_relative', 'alibi', 'nope'])
+def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
+  m = gemma_model.tiny(position_scheme=scheme, impl='pallas')
+  fresh = {offset: relocation.fresh_at(m, PALLAS_BLOCK, PALLAS_CONT, offset, PALLAS_LAYOUT)
+           for offset in PALLAS_OFFSETS}
+  equal = [same_bytes(relocation.relocated_to(m, PALLAS_BLOCK, PALLAS_CONT, offset,
+                                              PALLAS_LAYOUT), fresh[offset])
+           for offset in PALLAS_OFFSETS]
+  if scheme == 'rope':
+    assert not any(equal)  # re-rotated keys differ in the last bits
+  else:
+    assert all(equal)
+  # ...and the kernels compute the same model as the XLA path.
+  xla = relocation.fresh_at(m.with_impl('xla'), PALLAS_BLOCK, PALLAS_CONT, PALLAS_OFFSETS[1],
+                            PALLAS_LAYOUT)
+  np.testing.assert_allclose(fresh[PALLAS_OFFSETS[1]], xla, rtol=1e-5, atol=1e-5)
+
+
+def test_pallas_block_attention_matches_xla_and_composes_exactly():
+  m = gemma_model.tiny(position_scheme='alibi', impl='pallas')
+  a, b = PALLAS_BLOCK[:3], PALLAS_BLOCK[3:]
+  # B right after A, inside its sliding window: only segments keep B from A
+  # (without them the logits move by ~2).
+  offsets = (64, 67)
+  fresh = relocation.composed_fresh(m, a, b, PALLAS_CONT, offsets, PALLAS_LAYOUT)
+  xla = relocation.composed_fresh(m.with_impl('xla'), a, b, PALLAS_CONT, offsets, PALLAS_LAYOUT)
+  np.testing.assert_allclose(fresh, xla, rtol=1e-5, atol=1e-5)
+  one_at_a_time = dataclasses.replace(PALLAS_LAYOUT, chunk_size=1)
+  assert same_bytes(fresh, relocation.composed_fresh(m, a, b, PALLAS_CONT, offsets,
+                                                     one_at_a_time))
+  assert same_bytes(fresh, relocation.composed_grafted(m, a, b, PALLAS_CONT, offsets,
+                                                       PALLAS_LAYOUT))

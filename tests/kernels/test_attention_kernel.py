@@ -2,7 +2,8 @@
 
 Runs the kernel natively on GPU and in the Pallas interpreter elsewhere.
 Shapes are small; head shapes are gemma-3-270m's (N=4, K=1, H=256) unless a
-test needs grouped kv heads.
+test needs grouped kv heads. The optional variants (segments, ALiBi, rotary
+from distances) run at H=32 over S=64 slots.
 """
 
 import jax
@@ -31,9 +32,11 @@ TOLERANCE = {
 }
 
 
-def _run(q, k, v, q_pos, k_pos, **static):
+def _run(q, k, v, q_pos, k_pos, options=None, **static):
+  """The kernel's output in float32; `options` are its optional array operands."""
   static = dict(dict(block_k=BLOCK_K, window=None), **static)
-  out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos))
+  out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos),
+                          **(options or {}))
   return np.asarray(out.astype(jnp.float32))
 
 
@@ -227,6 +230,178 @@ def test_rows_that_see_nothing_are_zero():
   np.testing.assert_array_equal(np.asarray(ref), 0.0)
 
 
+# The optional variants: block-attention segments, ALiBi slopes, and rotary
+# scores from distances (un-rotated q and k, a cos/sin table indexed by
+# q_pos - k_pos). Small heads: H=32 is two block_h steps of the relative score.
+VARIANTS = ('segments', 'alibi', 'relative')
+VAR_DIM = 32
+VAR_CAPACITY = 64
+TABLE_SIZE = 128  # > every distance in these caches
+THETA = 10_000.0
+
+
+def _segment_of(positions):
+  """Segment of the token at each position (0 for an empty slot): 0, 1 or 2."""
+  return jnp.asarray(np.where(positions >= 0, positions // 5 % 3, 0), jnp.int32)
+
+
+def _slopes(num_heads):
+  return jnp.asarray(2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads),
+                     jnp.float32)
+
+
+def _inverse_frequencies(head_dim):
+  return THETA ** -(np.arange(0, head_dim, 2) / head_dim)  # float64
+
+
+def _distance_table(head_dim):
+  """(cos, sin) [TABLE_SIZE, H/2] of distance * inverse frequency, in float64."""
+  angles = np.arange(TABLE_SIZE)[:, None] * _inverse_frequencies(head_dim)
+  return (jnp.asarray(np.cos(angles), jnp.float32),
+          jnp.asarray(np.sin(angles), jnp.float32))
+
+
+def _options(variant, q_pos, k_pos):
+  """The optional operands of `variant` ('all': every one) for these tokens."""
+  options = {}
+  if variant in ('segments', 'all'):
+    options.update(q_segments=_segment_of(q_pos), k_segments=_segment_of(k_pos))
+  if variant in ('alibi', 'all'):
+    options.update(alibi_slopes=_slopes(HEADS))
+  if variant in ('relative', 'all'):
+    options.update(relative_table=_distance_table(VAR_DIM))
+  return options
+
+
+def _shuffled_cache(rng, batch, num_q):
+  """Slot positions [B, S]: tokens in shuffled slots with holes; queries [B, T]
+  at the latest positions, query (1, 3) unplaced."""
+  k_pos = np.full((batch, VAR_CAPACITY), -1, np.int32)
+  q_pos = np.zeros((batch, num_q), np.int32)
+  for b in range(batch):
+    filled = int(rng.integers(num_q + 10, VAR_CAPACITY + 1))
+    k_pos[b, :filled] = rng.permutation(filled)
+    k_pos[b, rng.choice(filled, filled // 8, replace=False)] = -1
+    q_pos[b] = np.arange(filled - num_q, filled)
+  q_pos[1, 3] = -1
+  return q_pos, k_pos
+
+
+@pytest.mark.parametrize(
+    'variant,dtype,window,kv_heads',
+    [
+        ('segments', jnp.float32, WINDOW, 2),
+        ('segments', jnp.bfloat16, None, 1),
+        ('alibi', jnp.float32, None, 1),
+        ('alibi', jnp.bfloat16, WINDOW, 2),
+        ('relative', jnp.float32, WINDOW, 2),
+        ('relative', jnp.bfloat16, None, 1),
+        ('all', jnp.float32, WINDOW, 2),
+    ],
+)
+def test_variants_match_reference(variant, dtype, window, kv_heads):
+  rng = np.random.default_rng(12)
+  batch, num_q = 2, 20
+  q = _normal(rng, (batch, num_q, HEADS, VAR_DIM), dtype, VAR_DIM**-0.5)
+  k = _normal(rng, (batch, VAR_CAPACITY, kv_heads, VAR_DIM), dtype)
+  v = _normal(rng, (batch, VAR_CAPACITY, kv_heads, VAR_DIM), dtype)
+  q_pos, k_pos = _shuffled_cache(rng, batch, num_q)
+  options = _options(variant, q_pos, k_pos)
+  out = _run(q, k, v, q_pos, k_pos, options, window=window)
+  ref = np.asarray(attn.attention_reference(
+      q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window,
+      **options).astype(jnp.float32))
+  assert np.isfinite(out).all()
+  np.testing.assert_allclose(out, ref, **TOLERANCE[dtype])
+  np.testing.assert_array_equal(out[1, 3], 0.0)
+  assert np.abs(out).max() > 0.1
+  if variant != 'segments':  # the option does change the result
+    plain = attn.attention_reference(
+        q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window)
+    assert np.abs(np.asarray(plain.astype(jnp.float32)) - ref).max() > 0.01
+
+
+def test_reference_variants_follow_their_definitions():
+  """The reference with every option equals, in float64, rotary attention of
+  q and k rotated by their absolute positions, plus -slope * distance,
+  masked by causality, window and segments."""
+  rng = np.random.default_rng(13)
+  batch, num_q, window = 2, 20, WINDOW
+  q = _normal(rng, (batch, num_q, HEADS, VAR_DIM), jnp.float32, VAR_DIM**-0.5)
+  k = _normal(rng, (batch, VAR_CAPACITY, 1, VAR_DIM), jnp.float32)
+  v = _normal(rng, (batch, VAR_CAPACITY, 1, VAR_DIM), jnp.float32)
+  q_pos, k_pos = _shuffled_cache(rng, batch, num_q)
+  options = _options('all', q_pos, k_pos)
+  ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos),
+                                 jnp.asarray(k_pos), window=window, **options)
+
+  def rotated(x, positions):  # [B, L, n, H] by positions [B, L], NEOX
+    angles = positions[:, :, None, None] * _inverse_frequencies(VAR_DIM)
+    x1, x2 = np.split(np.asarray(x, np.float64), 2, axis=-1)
+    cos, sin = np.cos(angles), np.sin(angles)
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+  scores = np.einsum('BTNH,BSH->BNTS', rotated(q, q_pos),
+                     rotated(k, k_pos)[:, :, 0])
+  distance = q_pos[:, :, None] - k_pos[:, None, :]
+  scores -= np.asarray(options['alibi_slopes'], np.float64)[:, None, None] * (
+      distance[:, None])
+  q_seg = np.asarray(options['q_segments'])[:, :, None]
+  k_seg = np.asarray(options['k_segments'])[:, None, :]
+  seen = ((k_pos[:, None, :] >= 0) & (distance >= 0) & (distance < window)
+          & ((q_seg == 0) | (q_seg == k_seg)))[:, None]
+  scores = np.where(seen, scores, -np.inf)
+  top = np.max(scores, axis=-1, keepdims=True)
+  weights = np.where(seen, np.exp(scores - np.where(seen.any(-1, keepdims=True),
+                                                    top, 0.0)), 0.0)
+  weights /= np.maximum(weights.sum(-1, keepdims=True), 1e-300)
+  want = np.einsum('BNTS,BSH->BTNH', weights, np.asarray(v, np.float64)[:, :, 0])
+  np.testing.assert_allclose(np.asarray(ref), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    'variant,dtype,window,kv_heads',
+    [
+        ('segments', jnp.float32, WINDOW, 1),
+        ('alibi', jnp.bfloat16, None, 2),
+        ('relative', jnp.float32, WINDOW, 2),
+    ],
+)
+def test_variant_row_bits_depend_only_on_the_row_and_distances(
+    variant, dtype, window, kv_heads):
+  """A query row gives the same bits alone, in a chunk of 7 or of 20, with
+  garbage in the empty slots; and, every position moved by M, the same bits
+  again (segments, slopes and table entries follow the tokens)."""
+  rng = np.random.default_rng(14)
+  prefix, chunk = 20, 20  # prompt 0..19, continuation 20..39
+  total = prefix + chunk
+  tok_q = _normal(rng, (total, HEADS, VAR_DIM), dtype, VAR_DIM**-0.5)
+  tok_k = _normal(rng, (total, kv_heads, VAR_DIM), dtype)
+  tok_v = _normal(rng, (total, kv_heads, VAR_DIM), dtype)
+
+  def case(first, last, garbage_seed, shift=0):
+    """Queries first..last-1 over slots 0..last-1 holding tokens 0..last-1."""
+    junk = np.random.default_rng(garbage_seed)
+    rest = (VAR_CAPACITY - last, kv_heads, VAR_DIM)
+    k = jnp.concatenate([tok_k[:last], _garbage(junk, rest, dtype)])[None]
+    v = jnp.concatenate([tok_v[:last], _garbage(junk, rest, dtype)])[None]
+    k_pos = np.full((1, VAR_CAPACITY), -1, np.int32)
+    k_pos[0, :last] = np.arange(last)
+    q_pos = np.arange(first, last, dtype=np.int32)[None]
+    options = _options(variant, q_pos, k_pos)
+    moved = np.where(k_pos >= 0, k_pos + shift, -1)
+    return _run(tok_q[None, first:last], k, v, q_pos + shift, moved, options,
+                window=window)[0]
+
+  out20 = case(prefix, total, garbage_seed=2)
+  out7 = case(27, 34, garbage_seed=3)
+  out1 = case(30, 31, garbage_seed=4)
+  moved = case(prefix, total, garbage_seed=5, shift=1000)
+  np.testing.assert_array_equal(out7, out20[27 - prefix:34 - prefix])
+  np.testing.assert_array_equal(out1[0], out20[30 - prefix])
+  np.testing.assert_array_equal(moved, out20)
+
+
 @pytest.mark.parametrize('window', [None, 5])
 def test_tile_ranges_cover_every_visible_tile(window):
   rng = np.random.default_rng(7)
@@ -263,6 +438,19 @@ def test_tile_ranges_cover_every_visible_tile(window):
         (((1, 4, 3, 256), (1, 128, 2, 256)), {}, 'multiple of kv heads'),
         (((1, 4, 4, 256), (1, 128, 1, 128)), {}, 'head dim'),
         (((1, 4, 4, 256), (1, 128, 1, 256)), {'window': 0}, 'window'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'q_segments': jnp.zeros((1, 4), jnp.int32)}, 'together'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'q_segments': jnp.zeros((1, 4), jnp.int32),
+          'k_segments': jnp.zeros((1, 64), jnp.int32)}, r'k_segments \(1, 64\)'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'alibi_slopes': jnp.zeros((1,), jnp.float32)}, r'\[N\] = \(4,\)'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'relative_table': (jnp.zeros((64, 256)), jnp.zeros((64, 256)))},
+         'H/2=128'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'relative_table': (jnp.zeros((64, 128)), jnp.zeros((64, 128))),
+          'block_h': 48}, 'multiple of block_h=48'),
     ],
 )
 def test_shape_errors(shapes, kwargs, match):
