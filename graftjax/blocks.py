@@ -213,8 +213,13 @@ def graft(
     model_fingerprint: str,
     position_scheme: str,
     allow_shifted: bool = False,
+    donate: bool = False,
 ) -> cache_lib.KVCache:
   """Installs `block` at its own slots and positions in every batch row.
+
+  With `donate=True` the input cache's buffers are reused for the result
+  (the block is written in place, as `Gemma.forward` does with its cache);
+  the input cache must not be used afterwards. The default leaves it intact.
 
   A block moved to other positions (`meta.shift != 0`, see the model's
   `relocate`) is refused unless `allow_shifted` is set.
@@ -248,16 +253,24 @@ def graft(
         f'block slots [{span.start}, {span.stop}) overlap the {length} slots'
         ' already written'
     )
-  batch = cache.batch_size
+  install = _install_donating if donate else _install
+  return install(cache, jnp.asarray(block.k), jnp.asarray(block.v),
+                 jnp.asarray(block.positions, jnp.int32), jnp.asarray(span.start, jnp.int32))
+
+
+def _install_rows(cache: cache_lib.KVCache, k, v, positions, start) -> cache_lib.KVCache:
+  """Writes k, v [L, n, K, H] and positions [n] at slots [start, start+n) of every row."""
+  batch, n = cache.batch_size, positions.shape[0]
   rows = lambda a: jnp.broadcast_to(
-      jnp.asarray(a, cache.dtype)[:, None], (a.shape[0], batch) + a.shape[1:]
-  )
-  positions = jnp.broadcast_to(
-      jnp.asarray(block.positions, jnp.int32)[None], (batch, len(block))
-  )
+      a.astype(cache.dtype)[:, None], (a.shape[0], batch) + a.shape[1:])
   return cache.replace(
-      k=jax.lax.dynamic_update_slice(cache.k, rows(block.k), (0, 0, span.start, 0, 0)),
-      v=jax.lax.dynamic_update_slice(cache.v, rows(block.v), (0, 0, span.start, 0, 0)),
-      positions=jax.lax.dynamic_update_slice(cache.positions, positions, (0, span.start)),
-      length=jnp.asarray(span.stop, jnp.int32),
+      k=jax.lax.dynamic_update_slice(cache.k, rows(k), (0, 0, start, 0, 0)),
+      v=jax.lax.dynamic_update_slice(cache.v, rows(v), (0, 0, start, 0, 0)),
+      positions=jax.lax.dynamic_update_slice(
+          cache.positions, jnp.broadcast_to(positions[None], (batch, n)), (0, start)),
+      length=(start + n).astype(jnp.int32),
   )
+
+
+_install = jax.jit(_install_rows)
+_install_donating = jax.jit(_install_rows, donate_argnums=0)

@@ -119,8 +119,11 @@ class Gemma:
     (block attention); 0, the default, sees every earlier key.
 
     Raises:
-      ValueError: if the chunk does not fit the cache (checked on the host).
+      ValueError: if the chunk does not fit the cache, or a position lies
+        beyond the scheme's float64 tables (checked on the host).
     """
+    if self.tables is not None:  # distances never exceed the largest position
+      positions_lib.check_table_size(self.tables, int(np.max(np.asarray(positions))))
     tokens = jnp.asarray(tokens, jnp.int32)
     positions = jnp.asarray(positions, jnp.int32)
     if tokens.shape != positions.shape or tokens.ndim != 2:

@@ -110,3 +110,14 @@ def test_metadata_round_trips_through_json(tiny_model):
   assert blocks.BlockMeta.from_json(meta.to_json()) == meta
   with pytest.raises(ValueError, match='unknown'):
     blocks.BlockMeta.from_json({**meta.to_json(), 'evil': 1})
+
+
+def test_donating_graft_writes_the_same_cache_in_place(tiny_model):
+  block = captured(tiny_model)
+  kept = graft_into_new(tiny_model, block)
+  fresh = tiny_model.init_cache(batch_size=1, capacity=CAPACITY)
+  donated = blocks.graft(fresh, block, model_fingerprint=tiny_model.fingerprint,
+                         position_scheme=tiny_model.position_scheme, donate=True)
+  for name in ('k', 'v', 'positions', 'segments', 'length'):
+    assert np.asarray(getattr(donated, name)).tobytes() == np.asarray(getattr(kept, name)).tobytes()
+  assert fresh.k.is_deleted()  # its buffer now holds the result

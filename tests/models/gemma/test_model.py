@@ -1,5 +1,7 @@
 """The Gemma forward pass on the tiny config: shapes, cache layout, determinism."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -79,3 +81,12 @@ def test_fingerprint_depends_on_weights_and_scheme():
   assert a.fingerprint != b.fingerprint
   assert a.fingerprint == gemma_model.tiny(seed=0).fingerprint
   assert a.with_position_scheme('alibi').fingerprint != a.fingerprint
+
+
+@pytest.mark.parametrize('scheme', ['rope_f64', 'rope_relative'])
+def test_positions_beyond_the_float64_tables_are_refused(scheme):
+  model = dataclasses.replace(gemma_model.tiny(position_scheme=scheme), table_size=32)
+  cache = model.init_cache(capacity=8)
+  model.forward(np.full((1, 1), 5), np.full((1, 1), 31), cache)  # the last covered row
+  with pytest.raises(ValueError, match='position table'):
+    model.forward(np.full((1, 1), 5), np.full((1, 1), 32), model.init_cache(capacity=8))
