@@ -1,7 +1,13 @@
-r"""CPU speed of the real model: prefill and decode tokens/s, float32 and bfloat16.
+r"""Speed of the real model: prefill and decode tokens/s, float32 and bfloat16.
 
     python experiments/bench_model.py --llamacpp_python=/path/to/python-with-llama-cpp \
         --out=experiments/results/bench_model_cpu.json
+    python experiments/bench_model.py --impl=xla --impl=pallas --prompt_tokens=4096 \
+        --decode_tokens=128 --out=experiments/results/bench_model_h200.json
+
+With several --impl, each dtype runs under each kernel set side by side, and
+`invariance_cost` gives how much slower the chunk-invariant Pallas kernels
+make the model than XLA's (xla tokens/s over pallas tokens/s, minus 1).
 
 Prefill: --prompt_tokens of standard-library text in chunks of --chunk_size
 (timed after a warm-up run that compiles). Decode: --decode_tokens greedy
@@ -39,6 +45,7 @@ _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 512, 'Prefill length.')
 _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 32, 'Greedy decode steps.')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 128, 'Prefill chunk.')
 _DTYPES = flags.DEFINE_multi_enum('dtype', ['float32', 'bfloat16'], ['float32', 'bfloat16'], 'Dtypes.')
+_IMPLS = flags.DEFINE_multi_enum('impl', ['xla'], ['xla', 'pallas'], 'Kernel sets (repeat).')
 _LLAMACPP_PYTHON = flags.DEFINE_string('llamacpp_python', None, 'Interpreter with llama-cpp-python.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/bench_model_cpu.json', 'Result JSON.')
 
@@ -68,19 +75,34 @@ def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int) ->
           'decode_tokens_per_s': decode_tokens / decode_s}
 
 
+def long_prompt(tokenizer, n: int) -> list[int]:
+  """The first n tokens (BOS included) of standard-library sources, concatenated."""
+  ids = []
+  for path in corpus.stdlib_files():
+    ids += tokenizer.encode(path.read_text(encoding='utf-8', errors='replace'), add_bos=not ids)
+    if len(ids) >= n:
+      return ids[:n]
+  raise ValueError(f'the standard library holds fewer than {n} tokens')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   rows = {}
+  invariance_cost = {}
   prompt = None
   for dtype in _DTYPES.value:
-    model = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
+    base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
     if prompt is None:
-      text = ''.join(p.read_text(encoding='utf-8', errors='replace') for p in corpus.stdlib_files()[:4])
-      prompt = model.tokenizer.encode(text)[: _PROMPT_TOKENS.value]
-    rows[f'graftjax_{dtype}'] = measure(model, prompt, chunk_size=_CHUNK_SIZE.value,
-                                        decode_tokens=_DECODE_TOKENS.value)
-    print(dtype, rows[f'graftjax_{dtype}'])
+      prompt = long_prompt(base.tokenizer, _PROMPT_TOKENS.value)
+    for impl in _IMPLS.value:
+      rows[f'graftjax_{dtype}_{impl}'] = measure(
+          base.with_impl(impl), prompt, chunk_size=_CHUNK_SIZE.value,
+          decode_tokens=_DECODE_TOKENS.value)
+      print(dtype, impl, rows[f'graftjax_{dtype}_{impl}'])
+    if {'xla', 'pallas'} <= set(_IMPLS.value):
+      xla, pallas = rows[f'graftjax_{dtype}_xla'], rows[f'graftjax_{dtype}_pallas']
+      invariance_cost[dtype] = {k: xla[k] / pallas[k] - 1 for k in xla}
   if _LLAMACPP_PYTHON.value:
     with tempfile.TemporaryDirectory() as tmp:
       path = pathlib.Path(tmp) / 'tokens.json'
@@ -98,7 +120,7 @@ def main(argv):
       'chunk_size': _CHUNK_SIZE.value,
       'inputs': {'sha256_prompt_ids': ledger.sha256_tokens(prompt),
                  'gguf_sha256': gguf_lib.expected_sha256()},
-      'rows': rows,
+      'impls': _IMPLS.value, 'rows': rows, 'invariance_cost': invariance_cost,
   }
   print(f'wrote {_OUT.value} (sha256 {ledger.write_result(_OUT.value, result)})')
 

@@ -1,0 +1,150 @@
+r"""Do the Pallas kernels give the same bits in another process and another device call?
+
+    python experiments/kernel_determinism.py --label=call1_a --out=/tmp/det_a.json
+    python experiments/kernel_determinism.py --label=call1_b --out=/tmp/det_b.json
+    # ... in a later device call:
+    python experiments/kernel_determinism.py --label=call2 --out=/tmp/det_c.json
+    python experiments/kernel_determinism.py --merge=/tmp/det_a.json,/tmp/det_b.json,/tmp/det_c.json \
+        --out=experiments/results/kernel_determinism_h200.json
+
+A run computes, from inputs drawn with fixed seeds, the SHA-256 of every
+kernel's output bytes (attention plain, sliding-window, with segments, ALiBi
+and rope_relative; rotary; rms_norm; matmul; float32 and bfloat16) and of the
+logits of `--model` under impl=pallas on `--samples` text samples. `--merge`
+checks each run's digest, that all runs used one configuration (flags, jax,
+device), and reports every output whose digest differs between runs.
+`--quick` uses small shapes (CPU interpret mode, for tests).
+"""
+
+from graftjax import determinism
+
+determinism.pin()  # before jax starts
+
+import os  # pylint: disable=g-import-not-at-top,wrong-import-position
+import shlex
+import socket
+import sys
+from typing import Any, Callable
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax import corpus
+from graftjax import ledger
+from graftjax.kernels import attention as attention_lib
+from graftjax.kernels import matmul as matmul_lib
+from graftjax.kernels import rmsnorm as rmsnorm_lib
+from graftjax.kernels import rotary as rotary_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import positions as positions_lib
+
+_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.')
+_SAMPLES = flags.DEFINE_integer('samples', 2, 'Text samples whose logits are digested.')
+_PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 64, 'Tokens per sample.')
+_LABEL = flags.DEFINE_string('label', 'run', 'Name of this run (e.g. which call and process).')
+_QUICK = flags.DEFINE_bool('quick', False, 'Small kernel shapes (CPU interpret mode).')
+_MERGE = flags.DEFINE_list('merge', [], 'Run files to compare (runs nothing).')
+_OUT = flags.DEFINE_string('out', 'experiments/results/kernel_determinism.json', 'Result JSON.')
+
+# Configuration that must be the same for runs to be comparable.
+_SAME_CONFIGURATION = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
+                       'jaxlib_version', 'backend', 'device_kind', 'source_revision')
+
+
+def kernel_cases(quick: bool) -> dict[str, Callable[[], jax.Array]]:
+  """Name -> a call of one kernel on seeded inputs, for float32 and bfloat16."""
+  cases = {}
+  for dtype in (jnp.float32, jnp.bfloat16):
+    cases |= {f'{name}_{jnp.dtype(dtype).name}': fn
+              for name, fn in _cases_of_dtype(dtype, quick).items()}
+  return cases
+
+
+def _cases_of_dtype(dtype, quick: bool) -> dict[str, Callable[[], jax.Array]]:
+  interpret = jax.default_backend() != 'gpu'
+  t, s, heads, head_dim, d, f = (12, 64, 4, 16, 32, 64) if quick else (64, 512, 4, 256, 640, 2048)
+  rng = np.random.default_rng(0)
+  draw = lambda *shape: jnp.asarray(rng.standard_normal(shape), dtype)
+  q, k, v = draw(1, t, heads, head_dim), draw(1, s, 1, head_dim), draw(1, s, 1, head_dim)
+  x, w_norm, w_dense = draw(t, d), draw(d), draw(d, f)
+  q_pos = jnp.arange(s - t, s, dtype=jnp.int32)[None]
+  k_pos = jnp.arange(s, dtype=jnp.int32)[None]
+  segments = (k_pos >= s // 2).astype(jnp.int32)
+  table = positions_lib.table(head_dim, 10_000.0, s)
+  attend = lambda **kw: attention_lib.attention(q, k, v, q_pos, k_pos, interpret=interpret, **kw)
+  return {
+      'attention': attend,
+      'attention_window': lambda: attend(window=s // 4),
+      'attention_segments': lambda: attend(q_segments=segments[:, s - t:], k_segments=segments),
+      'attention_alibi': lambda: attend(alibi_slopes=positions_lib.alibi_slopes(heads)),
+      'attention_rope_relative': lambda: attend(relative_table=(table['cos'], table['sin'])),
+      'rotary': lambda: rotary_lib.apply_rotary(q, q_pos, theta=10_000.0, interpret=interpret),
+      'rms_norm': lambda: rmsnorm_lib.rms_norm(x, w_norm, interpret=interpret),
+      'matmul': lambda: matmul_lib.matmul(x, w_dense, interpret=interpret),
+  }
+
+
+def run(command: str) -> dict[str, Any]:
+  digests = {name: ledger.sha256_array(np.asarray(fn()))
+             for name, fn in kernel_cases(_QUICK.value).items()}
+  model = gemma_model.load_named(_MODEL.value, impl='pallas')
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  samples = corpus.text_samples(tokenizer, count=_SAMPLES.value,
+                                prefix_tokens=_PREFIX_TOKENS.value, continuation_tokens=1)
+  capacity = -(-_PREFIX_TOKENS.value // 64) * 64
+  for i, sample in enumerate(samples):
+    logits, _ = model.prefill(sample.prefix_ids, cache=model.init_cache(capacity=capacity),
+                              chunk_size=capacity, logits='all')
+    digests[f'model_logits_sample_{i}'] = ledger.sha256_array(np.asarray(logits))
+  return {
+      'experiment': 'kernel_determinism', 'command': command, 'label': _LABEL.value,
+      'process': {'pid': os.getpid(), 'host': socket.gethostname()},
+      'model': _MODEL.value, 'quick': _QUICK.value,
+      'inputs': {'model_fingerprint': model.fingerprint,
+                 'samples': [ledger.sha256_tokens(s.prefix_ids) for s in samples]},
+      'determinism': determinism.record(), 'digests': digests,
+  }
+
+
+def merge(paths: list[str], command: str) -> dict[str, Any]:
+  """Compares runs; refuses runs of another configuration or other inputs."""
+  runs = [ledger.verify_result(p) for p in paths]
+  first = runs[0]
+  for other, path in zip(runs[1:], paths[1:]):
+    for field in _SAME_CONFIGURATION:
+      if other['determinism'][field] != first['determinism'][field]:
+        raise ValueError(f'{path}: determinism {field} differs from {paths[0]}')
+    if (other['inputs'], other['quick'], sorted(other['digests'])) != (
+        first['inputs'], first['quick'], sorted(first['digests'])):
+      raise ValueError(f'{path}: other inputs or outputs than {paths[0]}')
+  differing = sorted(name for name in first['digests']
+                     if len({r['digests'][name] for r in runs}) > 1)
+  return {
+      'experiment': 'kernel_determinism', 'command': command,
+      'runs': [{'label': r['label'], 'process': r['process'], 'command': r['command'],
+                'result_sha256': r['result_sha256']} for r in runs],
+      'determinism': first['determinism'], 'inputs': first['inputs'],
+      'outputs': len(first['digests']), 'identical': not differing, 'differing': differing,
+      'digests': {name: sorted({r['digests'][name] for r in runs}) for name in first['digests']},
+  }
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  command = shlex.join(['python'] + sys.argv)
+  result = merge(_MERGE.value, command) if _MERGE.value else run(command)
+  digest = ledger.write_result(_OUT.value, result)
+  if _MERGE.value:
+    print(f"{len(result['runs'])} runs, {result['outputs']} outputs:"
+          f" {'all identical' if result['identical'] else 'differing: ' + ', '.join(result['differing'])}")
+  else:
+    print(f"{len(result['digests'])} outputs digested on {result['determinism']['device_kind']}")
+  print(f'wrote {_OUT.value} (sha256 {digest})')
+
+
+if __name__ == '__main__':
+  app.run(main)
