@@ -10,7 +10,8 @@ r"""Do the Pallas kernels give the same bits in another process and another devi
 A run computes, from inputs drawn with fixed seeds, the SHA-256 of every
 kernel's output bytes (attention plain, sliding-window, with segments, ALiBi
 and rope_relative; rotary; rms_norm; matmul; float32 and bfloat16) and of the
-logits of `--model` under impl=pallas on `--samples` text samples. `--merge`
+logits of `--model` under impl=pallas on `--samples` text samples (a kernel
+that fails is listed under `errors`, not digested). `--merge`
 checks each run's digest, that all runs used one configuration (flags, jax,
 device), and reports every output whose digest differs between runs.
 `--quick` uses small shapes (CPU interpret mode, for tests).
@@ -88,8 +89,12 @@ def _cases_of_dtype(dtype, quick: bool) -> dict[str, Callable[[], jax.Array]]:
 
 
 def run(command: str) -> dict[str, Any]:
-  digests = {name: ledger.sha256_array(np.asarray(fn()))
-             for name, fn in kernel_cases(_QUICK.value).items()}
+  digests, errors = {}, {}
+  for name, fn in kernel_cases(_QUICK.value).items():
+    try:
+      digests[name] = ledger.sha256_array(np.asarray(fn()))
+    except Exception as e:  # pylint: disable=broad-except
+      errors[name] = f'{type(e).__name__}: {str(e)[:500]}'  # reported, never digested
   model = gemma_model.load_named(_MODEL.value, impl='pallas')
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   samples = corpus.text_samples(tokenizer, count=_SAMPLES.value,
@@ -105,7 +110,7 @@ def run(command: str) -> dict[str, Any]:
       'model': _MODEL.value, 'quick': _QUICK.value,
       'inputs': {'model_fingerprint': model.fingerprint,
                  'samples': [ledger.sha256_tokens(s.prefix_ids) for s in samples]},
-      'determinism': determinism.record(), 'digests': digests,
+      'determinism': determinism.record(), 'digests': digests, 'errors': errors,
   }
 
 
@@ -128,6 +133,7 @@ def merge(paths: list[str], command: str) -> dict[str, Any]:
                 'result_sha256': r['result_sha256']} for r in runs],
       'determinism': first['determinism'], 'inputs': first['inputs'],
       'outputs': len(first['digests']), 'identical': not differing, 'differing': differing,
+      'errors': {r['label']: r['errors'] for r in runs if r['errors']},
       'digests': {name: sorted({r['digests'][name] for r in runs}) for name in first['digests']},
   }
 
@@ -143,6 +149,8 @@ def main(argv):
           f" {'all identical' if result['identical'] else 'differing: ' + ', '.join(result['differing'])}")
   else:
     print(f"{len(result['digests'])} outputs digested on {result['determinism']['device_kind']}")
+  if result['errors']:
+    print(f"errors: {result['errors']}")
   print(f'wrote {_OUT.value} (sha256 {digest})')
 
 

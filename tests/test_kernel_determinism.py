@@ -26,7 +26,7 @@ def test_two_processes_agree_and_a_changed_digest_is_found(tmp_path):
   proc = _run(f'--merge={paths[0]},{paths[1]}', f'--out={merged}')
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = ledger.verify_result(merged)
-  assert result['identical'] and result['outputs'] == 17
+  assert result['identical'] and result['outputs'] == 17 and not result['errors']
   assert {run['label'] for run in result['runs']} == {'a', 'b'}
   assert result['runs'][0]['process']['pid'] != result['runs'][1]['process']['pid']
 
