@@ -11,7 +11,8 @@ XLA's shape-dependent kernels break it.
 A long run can be split: `--shard=i --num_shards=n` runs the i-th of n
 contiguous ranges of the `--samples` samples, and
 `--merge=shard0.json,shard1.json,...` checks the shards' digests and
-settings and writes the combined table to `--out`.
+settings and writes the combined table to `--out`; shards covering only the
+first samples (a run cut short) merge with `complete: false`.
 """
 
 from graftjax import determinism
@@ -109,12 +110,15 @@ def merge(paths: list[str], command: str) -> dict:
     if shard['inputs'] != first['inputs']:
       raise ValueError(f'{path}: another model fingerprint')
   covered = [i for s in shards for i in range(*s['shard']['samples'])]
-  if covered != list(range(first['settings']['samples'])):
-    raise ValueError(f'shards cover samples {covered}, not 0..{first["settings"]["samples"] - 1}')
+  planned = first['settings']['samples']
+  if covered != list(range(len(covered))):
+    raise ValueError(f'shards cover samples {covered}: not 0, 1, ... without gaps or overlaps')
   samples = [record for s in shards for record in s['samples']]
   return {
       **{field: first[field] for field in _SHARED_FIELDS},
       'command': command,
+      # A run stopped early is merged as what it is: its first samples_run samples.
+      'samples_run': len(covered), 'complete': len(covered) == planned,
       'shards': [{'command': s['command'], 'result_sha256': s['result_sha256'],
                   'samples': s['shard']['samples']} for s in shards],
       'determinism': first['determinism'], 'inputs': first['inputs'],
@@ -135,6 +139,8 @@ def main(argv):
     print(f"{cell['chunk_size']:>5}  {cell['batch_size']:>5}  {cell['samples_byte_equal']:>3}/{cell['samples']:<3}"
           f"              {cell['rows_kl_max']:.3g}  {100 * cell['rows_argmax_agreement']:.1f}%"
           f"  {cell['rows_max_abs_diff']:.3g}")
+  if not result.get('complete', True):
+    print(f"incomplete: {result['samples_run']} of {result['settings']['samples']} planned samples")
   seconds = [s['seconds'] for s in result['samples']]
   print(f'{np.mean(seconds):.1f} s per sample')
   print(f'wrote {_OUT.value} (sha256 {digest})')

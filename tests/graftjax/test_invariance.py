@@ -74,6 +74,15 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
   assert [s['sha256_single_pass'] for s in merged['samples']] == [
       s['sha256_single_pass'] for s in whole['samples']]
   assert [s['samples'] for s in merged['shards']] == [[0, 2], [2, 3]]
+  assert merged['complete'] and merged['samples_run'] == 3
+
+  partial = _run_script(f'--merge={paths[1]}', f'--out={tmp_path / "p.json"}')
+  assert partial.returncode == 0, partial.stderr[-2000:]
+  partial = ledger.verify_result(tmp_path / 'p.json')
+  assert not partial['complete'] and partial['samples_run'] == 2
+  assert all(cell['samples'] == 2 for cell in partial['cells'])
+  gap = _run_script(f'--merge={paths[2]}', f'--out={tmp_path / "g.json"}')
+  assert gap.returncode != 0 and 'cover samples' in gap.stderr
 
   overlap = _run_script(f'--merge={paths[1]},{paths[1]},{paths[2]}', f'--out={tmp_path / "x.json"}')
   assert overlap.returncode != 0 and 'cover samples' in overlap.stderr
