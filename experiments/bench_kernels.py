@@ -27,8 +27,8 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import json  # pylint: disable=g-import-not-at-top,wrong-import-position
-import pathlib
+import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import shlex
 import statistics
 import sys
 import time
@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax import ledger
 from graftjax.kernels import attention as attention_lib
 from graftjax.kernels import matmul as matmul_lib
 from graftjax.kernels import rmsnorm as rmsnorm_lib
@@ -283,12 +284,11 @@ def main(argv: Sequence[str]) -> None:
       time_budget_s=_TIME_BUDGET_S.value,
   )
   result['quick'] = _QUICK.value
-  result['command'] = ' '.join(sys.argv)
+  result['command'] = shlex.join(['python'] + sys.argv)
   out = pathlib.Path(
       _OUT.value or
       f'experiments/results/bench_kernels_{jax.default_backend()}.json')
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(result, indent=1, sort_keys=True) + '\n')
+  ledger.write_result(out, result)
   failed = [c for c in result['cases'] if 'error' in c]
   print(f'wrote {out}: {len(result["cases"])} cases, {len(failed)} failed,'
         f' {result["wall_s"]:.1f} s')

@@ -5,12 +5,14 @@ import pathlib
 
 import pytest
 
+from graftjax import invariance
 from graftjax import ledger
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'results'
 
 
-@pytest.mark.parametrize('path', sorted(RESULTS.glob('*.json')), ids=lambda p: p.name)
+@pytest.mark.parametrize('path', sorted(RESULTS.glob('**/*.json')),
+                         ids=lambda p: str(p.relative_to(RESULTS)))
 def test_result_file_verifies(path):
   ledger.verify_result(path)
 
@@ -23,3 +25,32 @@ def test_h200_gate_summary_matches_its_samples():
     assert byte_equal == run['summary']['fresh_vs_grafted']['byte_equal'] == len(samples)
     assert all(s['fresh_vs_grafted']['logits']['sha256_reference']
                == s['fresh_vs_grafted']['logits']['sha256_candidate'] for s in samples)
+
+
+def _runs_by_digest():
+  return {ledger.verify_result(p)['result_sha256']: ledger.verify_result(p)
+          for p in (RESULTS / 'runs').glob('*.json')}
+
+
+def test_h200_invariance_table_follows_from_its_committed_shards():
+  result = ledger.verify_result(RESULTS / 'invariance_h200.json')
+  runs = _runs_by_digest()
+  shards = [runs[s['result_sha256']] for s in result['shards']]  # every shard is committed
+  samples = [record for shard in shards for record in shard['samples']]
+  assert samples == result['samples']
+  assert invariance.merge_cells(samples) == result['cells']
+  assert result['samples_run'] == len(samples)
+  for record in samples:
+    for cell in record['cells']:
+      if cell['rows_byte_equal'] == cell['rows']:
+        assert cell['sha256_rows'] == [record['sha256_single_pass']]
+
+
+def test_h200_kernel_determinism_follows_from_its_committed_runs():
+  result = ledger.verify_result(RESULTS / 'kernel_determinism_h200.json')
+  runs = _runs_by_digest()
+  found = [runs[r['result_sha256']] for r in result['runs']]
+  assert len({r['process']['pid'] for r in found}) == len(found) >= 2
+  for name, digests in result['digests'].items():
+    assert digests == sorted({r['digests'][name] for r in found})
+  assert result['identical'] == all(len(d) == 1 for d in result['digests'].values())
