@@ -48,26 +48,14 @@ _NUM_SHARDS = flags.DEFINE_integer('num_shards', 1, 'Number of ranges the sample
 _MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --out (runs nothing).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
 
-# Fields that must agree between shards of one run.
-_SHARED_FIELDS = ('experiment', 'model', 'impl', 'dtype', 'capacity', 'settings')
-_SHARED_DETERMINISM = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
-                       'jaxlib_version', 'backend', 'device_kind', 'source_revision')
-
-
-def shard_range(total: int, shard: int, num_shards: int) -> range:
-  """The shard-th of num_shards contiguous, near-equal ranges of range(total)."""
-  if not 0 <= shard < num_shards:
-    raise app.UsageError(f'--shard={shard} must be in [0, --num_shards={num_shards})')
-  bounds = np.linspace(0, total, num_shards + 1).round().astype(int)
-  return range(bounds[shard], bounds[shard + 1])
-
-
 def run(command: str) -> dict:
   model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value), impl=_IMPL.value)
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   samples = corpus.text_samples(tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
                                 continuation_tokens=_CONTINUATION_TOKENS.value)
-  indices = shard_range(len(samples), _SHARD.value, _NUM_SHARDS.value)
+  if not 0 <= _SHARD.value < _NUM_SHARDS.value:
+    raise app.UsageError(f'--shard={_SHARD.value} must be in [0, --num_shards={_NUM_SHARDS.value})')
+  indices = invariance.shard_range(len(samples), _SHARD.value, _NUM_SHARDS.value)
   need = _PREFIX_TOKENS.value + _CONTINUATION_TOKENS.value
   capacity = -(-need // ops.ATTENTION_BLOCK_K) * ops.ATTENTION_BLOCK_K
   with tempfile.TemporaryDirectory() as tmp:
@@ -95,42 +83,14 @@ def run(command: str) -> dict:
   }
 
 
-def merge(paths: list[str], command: str) -> dict:
-  """Combines shard results; refuses shards of different runs, gaps or overlaps."""
-  shards = [ledger.verify_result(p) for p in paths]
-  shards.sort(key=lambda s: s['shard']['samples'][0])
-  first = shards[0]
-  for shard, path in zip(shards, paths):
-    for field in _SHARED_FIELDS:
-      if shard[field] != first[field]:
-        raise ValueError(f'{path}: {field} {shard[field]!r} != {first[field]!r}')
-    for field in _SHARED_DETERMINISM:
-      if shard['determinism'][field] != first['determinism'][field]:
-        raise ValueError(f'{path}: determinism {field} differs between shards')
-    if shard['inputs'] != first['inputs']:
-      raise ValueError(f'{path}: another model fingerprint')
-  covered = [i for s in shards for i in range(*s['shard']['samples'])]
-  planned = first['settings']['samples']
-  if covered != list(range(len(covered))):
-    raise ValueError(f'shards cover samples {covered}: not 0, 1, ... without gaps or overlaps')
-  samples = [record for s in shards for record in s['samples']]
-  return {
-      **{field: first[field] for field in _SHARED_FIELDS},
-      'command': command,
-      # A run stopped early is merged as what it is: its first samples_run samples.
-      'samples_run': len(covered), 'complete': len(covered) == planned,
-      'shards': [{'command': s['command'], 'result_sha256': s['result_sha256'],
-                  'samples': s['shard']['samples']} for s in shards],
-      'determinism': first['determinism'], 'inputs': first['inputs'],
-      'samples': samples, 'cells': invariance.merge_cells(samples),
-  }
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   command = shlex.join(['python'] + sys.argv)
-  result = merge(_MERGE.value, command) if _MERGE.value else run(command)
+  if _MERGE.value:
+    result = invariance.merge_shards([ledger.verify_result(p) for p in _MERGE.value], command)
+  else:
+    result = run(command)
   digest = ledger.write_result(_OUT.value, result)
   print(f"{result['model']} impl={result['impl']} {result['dtype']}"
         f" on {result['determinism']['device_kind']}")

@@ -11,7 +11,8 @@ arms, for one sample and a chunk size c:
 Every arm has the same cache capacity. Batch rows repeat the sample.
 
 Results are kept per sample (`run_invariance(...)['samples']`), so runs over
-disjoint sample ranges can be merged (`merge_cells`) into one table.
+disjoint sample ranges (`shard_range`) can be merged (`merge_shards`) into
+one table.
 """
 
 from __future__ import annotations
@@ -145,3 +146,57 @@ def run_invariance(
         'cells': cells, 'seconds': time.perf_counter() - start,
     })
   return {'samples': records, 'cells': merge_cells(records)}
+
+
+# Fields that must agree between shards of one run.
+_SHARED_FIELDS = ('experiment', 'model', 'impl', 'dtype', 'capacity', 'settings', 'inputs')
+_SHARED_DETERMINISM = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
+                       'jaxlib_version', 'backend', 'device_kind', 'source_revision')
+
+
+def shard_range(total: int, shard: int, num_shards: int) -> range:
+  """The shard-th of num_shards contiguous, near-equal ranges of range(total)."""
+  if not 0 <= shard < num_shards:
+    raise ValueError(f'shard {shard} outside [0, {num_shards})')
+  bounds = np.linspace(0, total, num_shards + 1).round().astype(int)
+  return range(int(bounds[shard]), int(bounds[shard + 1]))
+
+
+def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
+  """One result from shard results of one run (experiments/invariance.py --shard).
+
+  Args:
+    shards: verified shard results, in any order.
+    command: the merging command, recorded.
+  Returns:
+    The combined result; `complete` says whether every planned sample is in
+    (shards covering only the first samples merge as a run cut short).
+  Raises:
+    ValueError: for shards of different runs (settings, model, pinned
+      configuration), or shards that leave a gap or overlap.
+  """
+  if not shards:
+    raise ValueError('no shards to merge')
+  shards = sorted(shards, key=lambda s: s['shard']['samples'][0])
+  first = shards[0]
+  for shard in shards[1:]:
+    for field in _SHARED_FIELDS:
+      if shard[field] != first[field]:
+        raise ValueError(f'shards differ in {field}: {shard[field]!r} != {first[field]!r}')
+    for field in _SHARED_DETERMINISM:
+      if shard['determinism'][field] != first['determinism'][field]:
+        raise ValueError(f'shards differ in determinism {field}')
+  covered = [i for s in shards for i in range(*s['shard']['samples'])]
+  if covered != list(range(len(covered))):
+    raise ValueError(f'shards cover samples {covered}: not 0, 1, ... without gaps or overlaps')
+  samples = [record for s in shards for record in s['samples']]
+  return {
+      **{field: first[field] for field in _SHARED_FIELDS},
+      'command': command,
+      # A run stopped early is merged as what it is: its first samples_run samples.
+      'samples_run': len(covered), 'complete': len(covered) == first['settings']['samples'],
+      'shards': [{'command': s['command'], 'result_sha256': s['result_sha256'],
+                  'samples': s['shard']['samples']} for s in shards],
+      'determinism': first['determinism'],
+      'samples': samples, 'cells': merge_cells(samples),
+  }

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from graftjax import corpus
 from graftjax import invariance
@@ -64,28 +65,35 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
   paths = [tmp_path / f'{name}.json' for name in ('whole', 'a', 'b', 'merged')]
   runs = [_run_script(*common, f'--out={paths[0]}'),
           _run_script(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
-          _run_script(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}'),]
+          _run_script(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}')]
   for proc in runs:
     assert proc.returncode == 0, proc.stderr[-2000:]
   proc = _run_script(f'--merge={paths[2]},{paths[1]}', f'--out={paths[3]}')
   assert proc.returncode == 0, proc.stderr[-2000:]
-  whole, merged = (ledger.verify_result(p) for p in (paths[0], paths[3]))
+  whole, a, b, merged = (ledger.verify_result(p) for p in paths)
   assert merged['cells'] == whole['cells']
   assert [s['sha256_single_pass'] for s in merged['samples']] == [
       s['sha256_single_pass'] for s in whole['samples']]
   assert [s['samples'] for s in merged['shards']] == [[0, 2], [2, 3]]
   assert merged['complete'] and merged['samples_run'] == 3
 
-  partial = _run_script(f'--merge={paths[1]}', f'--out={tmp_path / "p.json"}')
-  assert partial.returncode == 0, partial.stderr[-2000:]
-  partial = ledger.verify_result(tmp_path / 'p.json')
+  partial = invariance.merge_shards([a], 'partial')
   assert not partial['complete'] and partial['samples_run'] == 2
   assert all(cell['samples'] == 2 for cell in partial['cells'])
-  gap = _run_script(f'--merge={paths[2]}', f'--out={tmp_path / "g.json"}')
-  assert gap.returncode != 0 and 'cover samples' in gap.stderr
+  with pytest.raises(ValueError, match='cover samples'):
+    invariance.merge_shards([b], 'gap')
+  with pytest.raises(ValueError, match='cover samples'):
+    invariance.merge_shards([a, a, b], 'overlap')
+  with pytest.raises(ValueError, match='dtype'):
+    invariance.merge_shards([a, {**b, 'dtype': 'bfloat16'}], 'other run')
+  b['determinism']['jax_version'] = 'other'
+  with pytest.raises(ValueError, match='jax_version'):
+    invariance.merge_shards([a, b], 'other jax')
 
-  overlap = _run_script(f'--merge={paths[1]},{paths[1]},{paths[2]}', f'--out={tmp_path / "x.json"}')
-  assert overlap.returncode != 0 and 'cover samples' in overlap.stderr
-  paths[2].write_text(paths[2].read_text().replace('"dtype": "float32"', '"dtype": "bfloat16"'))
-  tampered = _run_script(f'--merge={paths[1]},{paths[2]}', f'--out={tmp_path / "y.json"}')
-  assert tampered.returncode != 0
+
+def test_shard_ranges_tile_the_samples():
+  ranges = [invariance.shard_range(50, i, 10) for i in range(10)]
+  assert [i for r in ranges for i in r] == list(range(50))
+  assert invariance.shard_range(50, 0, 5) == range(0, 10)
+  with pytest.raises(ValueError):
+    invariance.shard_range(50, 5, 5)
