@@ -50,10 +50,6 @@ _QUICK = flags.DEFINE_bool('quick', False, 'Small kernel shapes (CPU interpret m
 _MERGE = flags.DEFINE_list('merge', [], 'Run files to compare (runs nothing).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/kernel_determinism.json', 'Result JSON.')
 
-# Configuration that must be the same for runs to be comparable.
-_SAME_CONFIGURATION = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
-                       'jaxlib_version', 'backend', 'device_kind', 'source_revision')
-
 
 def kernel_cases(quick: bool) -> dict[str, Callable[[], jax.Array]]:
   """Name -> a call of one kernel on seeded inputs, for float32 and bfloat16."""
@@ -119,7 +115,7 @@ def merge(paths: list[str], command: str) -> dict[str, Any]:
   runs = [ledger.verify_result(p) for p in paths]
   first = runs[0]
   for other, path in zip(runs[1:], paths[1:]):
-    for field in _SAME_CONFIGURATION:
+    for field in determinism.COMPARABLE_FIELDS:
       if other['determinism'][field] != first['determinism'][field]:
         raise ValueError(f'{path}: determinism {field} differs from {paths[0]}')
     if (other['inputs'], other['quick'], sorted(other['digests'])) != (

@@ -90,6 +90,11 @@ def _source_revision() -> str:
   return head + ('-dirty' if dirty else '')
 
 
+# Fields of `record()` that must agree for two runs' bits to be compared.
+COMPARABLE_FIELDS = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
+                     'jaxlib_version', 'backend', 'device_kind', 'source_revision')
+
+
 def record() -> dict[str, Any]:
   """Flags, versions and device of this process, as JSON-ready values."""
   import jax  # pylint: disable=g-import-not-at-top

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from graftjax import blocks
+from graftjax import determinism
 from graftjax import corpus
 from graftjax import exactness
 from graftjax import ledger
@@ -61,15 +62,9 @@ def grafted_continuation(model, sample: corpus.TextSample, block: blocks.KVBlock
 
 def cell_summary(comparisons: list[exactness.Comparison]) -> dict[str, Any]:
   """One sample's rows in one cell: counts, worst KL, and the distinct row digests."""
-  return {
-      'rows': len(comparisons),
-      'rows_byte_equal': sum(c.byte_equal for c in comparisons),
-      'kl_max': max(c.kl_max for c in comparisons),
-      'kl_mean': float(np.mean([c.kl_mean for c in comparisons])),
-      'argmax_agreement': float(np.mean([c.argmax_agreement for c in comparisons])),
-      'max_abs_diff': max(c.max_abs_diff for c in comparisons),
-      'sha256_rows': sorted({c.sha256_candidate for c in comparisons}),
-  }
+  summary = exactness.summarize(comparisons)
+  return {'rows': summary.pop('samples'), 'rows_byte_equal': summary.pop('byte_equal'),
+          **summary, 'sha256_rows': sorted({c.sha256_candidate for c in comparisons})}
 
 
 def merge_cells(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -150,8 +145,6 @@ def run_invariance(
 
 # Fields that must agree between shards of one run.
 _SHARED_FIELDS = ('experiment', 'model', 'impl', 'dtype', 'capacity', 'settings', 'inputs')
-_SHARED_DETERMINISM = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
-                       'jaxlib_version', 'backend', 'device_kind', 'source_revision')
 
 
 def shard_range(total: int, shard: int, num_shards: int) -> range:
@@ -183,7 +176,7 @@ def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
     for field in _SHARED_FIELDS:
       if shard[field] != first[field]:
         raise ValueError(f'shards differ in {field}: {shard[field]!r} != {first[field]!r}')
-    for field in _SHARED_DETERMINISM:
+    for field in determinism.COMPARABLE_FIELDS:
       if shard['determinism'][field] != first['determinism'][field]:
         raise ValueError(f'shards differ in determinism {field}')
   covered = [i for s in shards for i in range(*s['shard']['samples'])]
