@@ -57,7 +57,7 @@ def run(command: str) -> dict:
     raise app.UsageError(f'--shard={_SHARD.value} must be in [0, --num_shards={_NUM_SHARDS.value})')
   indices = invariance.shard_range(len(samples), _SHARD.value, _NUM_SHARDS.value)
   need = _PREFIX_TOKENS.value + _CONTINUATION_TOKENS.value
-  capacity = -(-need // ops.ATTENTION_BLOCK_K) * ops.ATTENTION_BLOCK_K
+  capacity = -(-need // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
   with tempfile.TemporaryDirectory() as tmp:
     result = invariance.run_invariance(
         model=model, samples=[samples[i] for i in indices],

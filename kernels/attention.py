@@ -33,15 +33,25 @@ relies on):
   whatever its batch. Per-row operands (positions, segments, ALiBi slopes)
   are laid out like the rows.
 * The cache is walked in KV tiles of one fixed size `block_k`, anchored at
-  absolute slot multiples (tile i is slots [i * block_k, (i + 1) * block_k)),
-  in ascending order, with an online softmax in float32. There is no split
-  over S, so nothing depends on how full the cache is or on its length.
+  absolute slot multiples (tile i is slots [i * block_k, (i + 1) * block_k)).
+  The tiles are grouped into splits of `block_s` slots, again anchored at
+  absolute multiples (split c is tiles [c * n, (c + 1) * n), n = block_s /
+  block_k). A first kernel computes, for each (query block, split), an online
+  softmax in float32 over the split's tiles in ascending order: a partial
+  (max m, sum l, unnormalised output o). A second kernel folds the partials
+  of one query block in ascending split order and normalises. The splits run
+  in parallel (a single decoded token over 32k slots gets 64 programs, not
+  one), yet nothing depends on T, on how full the cache is or on its length:
+  every row gets the same tiles, the same splits and the same fold whether
+  it arrives in a prefill chunk or alone.
 * A tile that a row cannot see at all is an exact no-op for that row: its
-  running max, sum and accumulator are carried through a `where` untouched.
-  So a program may walk any superset of the tiles its rows see: it walks
-  the range [lo, hi) from `tile_ranges` (block and tile min/max positions,
-  computed beside the kernel; segments only hide more), and which other rows
-  share the program, or how full the cache is, does not matter.
+  running max, sum and accumulator are carried through a `where` untouched;
+  likewise a split in which a row sees nothing (l = 0) in the fold. So a
+  program may walk any superset of the tiles its rows see: it walks the range
+  [lo, hi) from `tile_ranges` (block and tile min/max positions, computed
+  beside the kernel; segments only hide more) intersected with its split,
+  and the fold visits the splits that range touches. Which other rows share
+  the program, or how full the cache is, does not matter.
   Probabilities of hidden slots are set to exactly 0 with a `where` (never
   via exp(-inf) arithmetic), so garbage in empty slots cannot leak in as
   long as it is finite.
@@ -84,15 +94,17 @@ _HIGHEST = lax.Precision.HIGHEST
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-  """Tile sizes of the attention kernel.
+  """Tile sizes of the attention kernels.
 
   All are part of the numerics: fresh and grafted paths must use the same
-  values (the defaults) for their bits to agree.
+  values (the defaults for their dtype) for their bits to agree.
 
   Attributes:
     block_q: query tokens per program; a program holds block_q * G query rows
       (G = query heads per kv head).
     block_k: cache slots per KV tile; the capacity S must be a multiple.
+    block_s: cache slots per split (a multiple of block_k): the unit of
+      parallelism over S, folded in ascending order.
     block_h: head-dim pairs per step of the relative (`relative_table`)
       score, a [block_q * G, block_k, block_h] gather; H / 2 must be a
       multiple.
@@ -100,10 +112,28 @@ class BlockSizes:
 
   block_q: int = 16
   block_k: int = 64
+  block_s: int = 512
   block_h: int = 8
 
 
-DEFAULT_BLOCK_SIZES = BlockSizes()
+# Per compute dtype. float32 dots at IEEE precision run on CUDA cores, where
+# fewer query rows per program keep the operands in registers.
+DEFAULT_BLOCK_SIZES = {
+    'bfloat16': BlockSizes(),
+    'float16': BlockSizes(),
+    'float32': BlockSizes(block_q=4, block_k=32),
+}
+
+
+def default_block_sizes(dtype) -> BlockSizes:
+  """The tile sizes every path of this dtype uses (see `BlockSizes`)."""
+  name = jnp.dtype(dtype).name
+  if name not in DEFAULT_BLOCK_SIZES:
+    raise ValueError(
+        f'no default block sizes for {name}; known:'
+        f' {sorted(DEFAULT_BLOCK_SIZES)}'
+    )
+  return DEFAULT_BLOCK_SIZES[name]
 
 
 def visible(
@@ -166,7 +196,7 @@ def _relative_scores(q_ref, k_ref, slots, distance, cos_ref, sin_ref, *,
                        jnp.zeros((rows, index.shape[1]), jnp.float32))
 
 
-def _attention_kernel(
+def _split_kernel(
     q_ref,  # [R, H], R = block_q * G query rows
     q_pos_ref,  # [R] int32
     q_seg_ref,  # [R] int32, or None
@@ -176,19 +206,26 @@ def _attention_kernel(
     k_pos_ref,  # [S] int32
     k_seg_ref,  # [S] int32, or None
     table_refs,  # (cos, sin) [D, H/2] float32, or None
-    tiles_ref,  # [2] int32: this program visits KV tiles [lo, hi)
-    o_ref,  # [R, H]
+    tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
+    m_ref,  # [R] float32 out: running max of the split
+    l_ref,  # [R] float32 out: sum of exp(s - m) of the split
+    o_ref,  # [R, H] float32 out: unnormalised output of the split
     *,
     block_k: int,
     block_h: int,
+    tiles_per_split: int,
     window: int | None,
     precision: lax.Precision,
 ):
+  """Online softmax of one query block over the tiles of one split."""
   rows, head_dim = q_ref.shape
+  split = pl.program_id(3)
+  q = q_ref[...] if table_refs is None else None
+  lo = jnp.maximum(tiles_ref[0], split * tiles_per_split)
+  hi = jnp.minimum(tiles_ref[1], (split + 1) * tiles_per_split)
   q_pos = q_pos_ref[...]
   q_seg = None if q_seg_ref is None else q_seg_ref[...][:, None]
   neg_slope = None if slope_ref is None else -slope_ref[...][:, None]
-  q = q_ref[...] if table_refs is None else None
 
   def body(tile, carry):
     """One online-softmax step; rows that see nothing in the tile keep carry."""
@@ -224,15 +261,56 @@ def _attention_kernel(
     o_next = jnp.where(row_live[:, None], alpha[:, None] * o + pv, o)
     return o_next, m_next, l_next
 
+  # Splits outside [lo, hi) write nothing: the fold never reads them.
+  @pl.when(lo < hi)
+  def _():
+    o = jnp.zeros((rows, head_dim), jnp.float32)
+    m = jnp.full((rows,), -jnp.inf, jnp.float32)
+    l = jnp.zeros((rows,), jnp.float32)
+    o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))
+    m_ref[...] = m
+    l_ref[...] = l
+    o_ref[...] = o
+
+
+def _combine_kernel(
+    tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
+    m_ref,  # [C, R] float32 split maxima (C splits)
+    l_ref,  # [C, R] float32 split sums
+    o_ref,  # [C, R, H] float32 unnormalised split outputs
+    out_ref,  # [R, H]
+    *,
+    tiles_per_split: int,
+):
+  """Folds the splits of one query block in ascending order, then normalises."""
+  rows, head_dim = out_ref.shape
+  lo, hi = tiles_ref[0], tiles_ref[1]
+  first = lo // tiles_per_split
+  last = jnp.where(lo < hi, pl.cdiv(hi, tiles_per_split), first)
+
+  def fold(split, carry):
+    """A split whose rows saw nothing (l = 0) leaves them untouched."""
+    o, m, l = carry
+    m_s, l_s, o_s = m_ref[split], l_ref[split], o_ref[split]
+    live = l_s > 0.0
+    m_next = jnp.maximum(m, m_s)
+    # On a row's first live split m = -inf: a = 0 and b = 1 exactly, so the
+    # split's (l, o) are taken over unchanged.
+    a = jnp.exp(m - m_next)
+    b = jnp.exp(m_s - m_next)
+    l_next = jnp.where(live, a * l + b * l_s, l)
+    o_next = jnp.where(live[:, None], a[:, None] * o + b[:, None] * o_s, o)
+    return o_next, jnp.where(live, m_next, m), l_next
+
   o = jnp.zeros((rows, head_dim), jnp.float32)
   m = jnp.full((rows,), -jnp.inf, jnp.float32)
   l = jnp.zeros((rows,), jnp.float32)
-  o, m, l = lax.fori_loop(tiles_ref[0], tiles_ref[1], body, (o, m, l))
+  o, m, l = lax.fori_loop(first, last, fold, (o, m, l))
   has_keys = l > 0.0
   out = jnp.where(
       has_keys[:, None], o / jnp.where(has_keys, l, 1.0)[:, None], 0.0
   )
-  o_ref[...] = out.astype(o_ref.dtype)
+  out_ref[...] = out.astype(out_ref.dtype)
 
 
 def tile_ranges(
@@ -316,8 +394,8 @@ def _check_options(
 @functools.partial(
     jax.jit,
     static_argnames=(
-        'window', 'block_q', 'block_k', 'block_h', 'precision', 'num_warps',
-        'num_stages', 'skip_masked_tiles', 'interpret',
+        'window', 'block_sizes', 'precision', 'num_warps', 'num_stages',
+        'skip_masked_tiles', 'max_query_tokens', 'interpret',
     ),
 )
 def attention(
@@ -332,13 +410,12 @@ def attention(
     alibi_slopes: jax.Array | None = None,
     relative_table: tuple[jax.Array, jax.Array] | None = None,
     window: int | None = None,
-    block_q: int = DEFAULT_BLOCK_SIZES.block_q,
-    block_k: int = DEFAULT_BLOCK_SIZES.block_k,
-    block_h: int = DEFAULT_BLOCK_SIZES.block_h,
+    block_sizes: BlockSizes | None = None,
     precision: lax.Precision = _HIGHEST,
-    num_warps: int = 8,
+    num_warps: int | None = None,
     num_stages: int | None = None,
     skip_masked_tiles: bool = True,
+    max_query_tokens: int = 2048,
     interpret: bool = False,
 ) -> jax.Array:
   """Causal, optionally windowed, multi-query attention over the cache.
@@ -363,19 +440,20 @@ def attention(
       `positions.check_table_size`); larger ones read row D - 1.
     window: sliding-window length (query at p sees p - window < pos <= p), or
       None for global attention.
-    block_q: query tokens per program (numerics-relevant, keep fixed).
-    block_k: slots per KV tile; S must be a multiple (numerics-relevant).
-    block_h: head-dim pairs per step of the relative score; H/2 must be a
-      multiple (numerics-relevant).
+    block_sizes: tile sizes (numerics-relevant, keep fixed); None = the
+      default of q's dtype (`default_block_sizes`). S must be a multiple of
+      block_k.
     precision: of both matmuls; HIGHEST = IEEE float32 for float32 inputs.
-    num_warps: Triton only.
+    num_warps: Triton only; None = 8 for 16-bit inputs, 4 for float32.
     num_stages: Triton only; None = 2 for 16-bit inputs, 1 for float32
-      (two stages of [block_k, 256] float32 K and V tiles overflow shared
-      memory).
+      (two stages of float32 K and V tiles overflow shared memory).
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
-    interpret: run the kernel in the Pallas interpreter (CPU).
+    max_query_tokens: queries are processed in slices of at most this many
+      tokens, bounding the float32 partials ([T * N, S / block_s, H]); rows
+      are independent, so a pure memory knob.
+    interpret: run the kernels in the Pallas interpreter (CPU).
 
   Returns:
     [B, T, N, H] in q's dtype; rows that see no slot are 0.
@@ -410,110 +488,183 @@ def attention(
     raise ValueError(
         f'q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}'
     )
+  sizes = block_sizes or default_block_sizes(q.dtype)
   _check_options(q, k, q_segments, k_segments, alibi_slopes, relative_table,
-                 block_h)
-  if block_q <= 0 or block_k <= 0:
-    raise ValueError(f'block sizes must be positive: {block_q=} {block_k=}')
-  if capacity % block_k:
+                 sizes.block_h)
+  if min(sizes.block_q, sizes.block_k, sizes.block_s) <= 0:
+    raise ValueError(f'block sizes must be positive: {sizes}')
+  if sizes.block_s % sizes.block_k:
     raise ValueError(
-        f'cache capacity S={capacity} must be a multiple of {block_k=}'
+        f'block_s={sizes.block_s} must be a multiple of block_k={sizes.block_k}'
+    )
+  if capacity % sizes.block_k:
+    raise ValueError(
+        f'cache capacity S={capacity} must be a multiple of'
+        f' block_k={sizes.block_k}'
     )
   if window is not None and window <= 0:
     raise ValueError(f'window must be positive or None, got {window}')
+  if max_query_tokens < sizes.block_q:
+    raise ValueError(
+        f'{max_query_tokens=} must be at least block_q={sizes.block_q}'
+    )
   group = num_heads // num_kv_heads
-  rows = block_q * group
-  if num_stages is None:
-    num_stages = 2 if q.dtype.itemsize <= 2 else 1
+  rows = sizes.block_q * group
   if not interpret:
-    for name, size in (('block_q * G', rows), ('block_k', block_k),
+    for name, size in (('block_q * G', rows), ('block_k', sizes.block_k),
                        ('head dim H', head_dim)):
       if not _common.is_power_of_2(size) or size < 16:
         raise ValueError(
             f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel'
         )
-    if relative_table is not None and not _common.is_power_of_2(block_h):
-      raise ValueError(f'{block_h=} must be a power of 2 for the GPU kernel')
+    if relative_table is not None and not _common.is_power_of_2(sizes.block_h):
+      raise ValueError(
+          f'block_h={sizes.block_h} must be a power of 2 for the GPU kernel')
+  wide = q.dtype.itemsize > 2
+  launch = dict(
+      num_warps=num_warps or (4 if wide else 8),
+      num_stages=num_stages or (1 if wide else 2),
+  )
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
+  if q_segments is not None:
+    q_segments = q_segments.astype(jnp.int32)
+    k_segments = k_segments.astype(jnp.int32)
+  if relative_table is not None:
+    relative_table = tuple(t.astype(jnp.float32) for t in relative_table)
   # Pad queries to whole programs; pad rows see nothing and are dropped.
-  padded = pl.cdiv(num_q, block_q) * block_q
+  padded = pl.cdiv(num_q, sizes.block_q) * sizes.block_q
   pad_q = ((0, 0), (0, padded - num_q))
   q = jnp.pad(q, pad_q + ((0, 0), (0, 0)))
   q_positions = jnp.pad(q_positions, pad_q, constant_values=-1)
+  if q_segments is not None:
+    q_segments = jnp.pad(q_segments, pad_q)
+  # Rows are independent: slices of whole query blocks change no bit.
+  step = max_query_tokens // sizes.block_q * sizes.block_q
+  pieces = []
+  for start in range(0, padded, step):
+    part = slice(start, min(start + step, padded))
+    pieces.append(_attention_blocks(
+        q[:, part], k, v, q_positions[:, part], k_positions,
+        None if q_segments is None else q_segments[:, part], k_segments,
+        alibi_slopes, relative_table, window=window, sizes=sizes,
+        precision=precision, skip_masked_tiles=skip_masked_tiles,
+        launch=launch, interpret=interpret))
+  out = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=1)
+  return out[:, :num_q]
+
+
+def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
+                      k_segments, alibi_slopes, relative_table, *, window,
+                      sizes, precision, skip_masked_tiles, launch, interpret):
+  """`attention` of whole query blocks: q [B, Tp, N, H], Tp % block_q == 0."""
+  batch, padded, num_heads, head_dim = q.shape
+  _, capacity, num_kv_heads, _ = k.shape
+  group = num_heads // num_kv_heads
+  rows = sizes.block_q * group
+  num_blocks = padded // sizes.block_q
+  num_tiles = capacity // sizes.block_k
+  tiles_per_split = sizes.block_s // sizes.block_k
+  num_splits = pl.cdiv(num_tiles, tiles_per_split)
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
   # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)
   q_rows = q_rows.transpose(0, 2, 1, 3, 4)
   q_rows = q_rows.reshape(batch, num_kv_heads, padded * group, head_dim)
   q_pos_rows = jnp.repeat(q_positions, group, axis=1)  # [B, Tp*G]
-  q_seg_rows = k_seg = None
+  q_seg_rows = None
   if q_segments is not None:
-    q_seg_rows = jnp.repeat(
-        jnp.pad(q_segments.astype(jnp.int32), pad_q), group, axis=1)
-    k_seg = k_segments.astype(jnp.int32)
+    q_seg_rows = jnp.repeat(q_segments, group, axis=1)
   slope_rows = None
   if alibi_slopes is not None:
     # Row t*G + g of kv head h is query head h*G + g, whatever t: [K, R].
     slope_rows = jnp.tile(
         alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group),
-        (1, block_q))
-  if relative_table is not None:
-    relative_table = tuple(t.astype(jnp.float32) for t in relative_table)
+        (1, sizes.block_q))
 
   # Which KV tiles each program walks: only a speed matter, never the bits.
   if skip_masked_tiles:
     tiles = tile_ranges(q_positions, k_positions, window=window,
-                        block_q=block_q, block_k=block_k)
+                        block_q=sizes.block_q, block_k=sizes.block_k)
   else:
-    tiles = jnp.broadcast_to(
-        jnp.array([0, capacity // block_k], jnp.int32),
-        (batch, padded // block_q, 2))
-  kernel = functools.partial(
-      _attention_kernel, block_k=block_k, block_h=block_h, window=window,
-      precision=precision,
-  )
-  row_spec = pl.BlockSpec((None, rows), lambda i, b, h: (b, i))
-  slot_spec = pl.BlockSpec((None, capacity), lambda i, b, h: (b, 0))
+    tiles = jnp.broadcast_to(jnp.array([0, num_tiles], jnp.int32),
+                             (batch, num_blocks, 2))
+  compiler_params = (
+      None if interpret else _common.gpu_compiler_params(**launch))
+
+  # Kernel 1: a partial online softmax per (query block, split). Query blocks
+  # vary fastest, so programs that share KV tiles run together (L2).
+  row_spec = pl.BlockSpec((None, rows), lambda i, b, h, c: (b, i))
+  slot_spec = pl.BlockSpec((None, capacity), lambda i, b, h, c: (b, 0))
   cache_spec = pl.BlockSpec((None, capacity, None, head_dim),
-                            lambda i, b, h: (b, 0, h, 0))
+                            lambda i, b, h, c: (b, 0, h, 0))
   table_spec = None
   if relative_table is not None:  # whole tables, read by gather
-    whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h: (0, 0))
+    whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h, c: (0, 0))
     table_spec = (whole, whole)
-  # Query blocks vary fastest, so programs that share a kv head run together
-  # and their K/V tiles stay in L2.
-  grid = (padded // block_q, batch, num_kv_heads)
-  out = pl.pallas_call(
-      kernel,
-      grid=grid,
+  stat_shape = (batch, num_kv_heads, num_splits, padded * group)
+  stat_spec = pl.BlockSpec((None, None, None, rows),
+                           lambda i, b, h, c: (b, h, c, i))
+  m, l, o = pl.pallas_call(
+      functools.partial(
+          _split_kernel, block_k=sizes.block_k, block_h=sizes.block_h,
+          tiles_per_split=tiles_per_split, window=window, precision=precision),
+      grid=(num_blocks, batch, num_kv_heads, num_splits),
       in_specs=[
           pl.BlockSpec((None, None, rows, head_dim),
-                       lambda i, b, h: (b, h, i, 0)),
+                       lambda i, b, h, c: (b, h, i, 0)),
           row_spec,
           None if q_seg_rows is None else row_spec,
           None if slope_rows is None else pl.BlockSpec(
-              (None, rows), lambda i, b, h: (h, 0)),
+              (None, rows), lambda i, b, h, c: (h, 0)),
           cache_spec,
           cache_spec,
           slot_spec,
-          None if k_seg is None else slot_spec,
+          None if k_segments is None else slot_spec,
           table_spec,
+          pl.BlockSpec((None, None, 2), lambda i, b, h, c: (b, i, 0)),
+      ],
+      out_specs=[
+          stat_spec,
+          stat_spec,
+          pl.BlockSpec((None, None, None, rows, head_dim),
+                       lambda i, b, h, c: (b, h, c, i, 0)),
+      ],
+      out_shape=[
+          jax.ShapeDtypeStruct(stat_shape, jnp.float32),
+          jax.ShapeDtypeStruct(stat_shape, jnp.float32),
+          jax.ShapeDtypeStruct(stat_shape + (head_dim,), jnp.float32),
+      ],
+      compiler_params=compiler_params,
+      interpret=interpret,
+      name='graftjax_attention_splits',
+  )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments,
+    relative_table, tiles)
+
+  # Kernel 2: fold each query block's splits in ascending order.
+  all_stats = pl.BlockSpec((None, None, num_splits, rows),
+                           lambda i, b, h: (b, h, 0, i))
+  out = pl.pallas_call(
+      functools.partial(_combine_kernel, tiles_per_split=tiles_per_split),
+      grid=(num_blocks, batch, num_kv_heads),
+      in_specs=[
           pl.BlockSpec((None, None, 2), lambda i, b, h: (b, i, 0)),
+          all_stats,
+          all_stats,
+          pl.BlockSpec((None, None, num_splits, rows, head_dim),
+                       lambda i, b, h: (b, h, 0, i, 0)),
       ],
       out_specs=pl.BlockSpec((None, None, rows, head_dim),
                              lambda i, b, h: (b, h, i, 0)),
       out_shape=jax.ShapeDtypeStruct(q_rows.shape, q.dtype),
-      compiler_params=(
-          None if interpret else _common.gpu_compiler_params(num_warps, num_stages)
-      ),
+      compiler_params=compiler_params,
       interpret=interpret,
-      name='graftjax_attention',
-  )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_seg,
-    relative_table, tiles)
+      name='graftjax_attention_combine',
+  )(tiles, m, l, o)
   out = out.reshape(batch, num_kv_heads, padded, group, head_dim)
-  out = out.transpose(0, 2, 1, 3, 4).reshape(batch, padded, num_heads, head_dim)
-  return out[:, :num_q]
+  return out.transpose(0, 2, 1, 3, 4).reshape(batch, padded, num_heads,
+                                               head_dim)
 
 
 @functools.partial(jax.jit, static_argnames=('window', 'precision'))

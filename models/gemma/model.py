@@ -130,9 +130,9 @@ class Gemma:
       raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
     if tokens.shape[0] != cache.batch_size:
       raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
-    if self.config.impl == 'pallas' and cache.capacity % ops.ATTENTION_BLOCK_K:
+    if self.config.impl == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
       raise ValueError(
-          f'impl=pallas needs a cache capacity that is a multiple of {ops.ATTENTION_BLOCK_K},'
+          f'impl=pallas needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
           f' got {cache.capacity}')
     if int(cache.length) + tokens.shape[1] > cache.capacity:
       raise ValueError(

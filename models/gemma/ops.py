@@ -22,7 +22,9 @@ from graftjax.models.gemma import layers
 IMPLS = ('xla', 'pallas')
 _MATMUL_BLOCK_N = 64
 _MATMUL_BLOCK_K = 32
-ATTENTION_BLOCK_K = 64  # cache capacity must be a multiple under 'pallas'
+# Under 'pallas' the cache capacity must be a multiple of this: a multiple of
+# every dtype's KV tile (`attention.default_block_sizes`).
+CAPACITY_MULTIPLE = 64
 
 
 def _interpret() -> bool:
@@ -80,5 +82,4 @@ def attention(q, k, v, q_positions, k_positions, window, *, q_segments=None,
   return attention_kernel.attention(
       q, k, v, q_positions, k_positions, q_segments=q_segments,
       k_segments=k_segments, alibi_slopes=alibi_slopes,
-      relative_table=relative_table, window=window, block_k=ATTENTION_BLOCK_K,
-      interpret=_interpret())
+      relative_table=relative_table, window=window, interpret=_interpret())

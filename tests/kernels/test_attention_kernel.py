@@ -6,6 +6,8 @@ test needs grouped kv heads. The optional variants (segments, ALiBi, rotary
 from distances) run at H=32 over S=64 slots.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,7 +26,8 @@ def _kernel(**static):
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256
 CAPACITY = 128
-BLOCK_K = 32  # 4 KV tiles over the capacity
+BLOCK_K = 16  # 8 KV tiles over the capacity...
+BLOCK_S = 32  # ...in 4 splits of 2 tiles
 WINDOW = 24
 TOLERANCE = {
     jnp.float32: dict(rtol=2e-5, atol=2e-5),
@@ -32,9 +35,15 @@ TOLERANCE = {
 }
 
 
+def _sizes(dtype, **changes):
+  """The dtype's default tile sizes with small KV tiles and splits."""
+  return dataclasses.replace(attn.default_block_sizes(dtype), block_k=BLOCK_K,
+                             block_s=BLOCK_S, **changes)
+
+
 def _run(q, k, v, q_pos, k_pos, options=None, **static):
   """The kernel's output in float32; `options` are its optional array operands."""
-  static = dict(dict(block_k=BLOCK_K, window=None), **static)
+  static = dict(dict(block_sizes=_sizes(q.dtype), window=None), **static)
   out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos),
                           **(options or {}))
   return np.asarray(out.astype(jnp.float32))
@@ -161,6 +170,11 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
     out7_all_tiles = _run(tok_q[None, lo:hi], k7, v7, qp7, kp7,
                           skip_masked_tiles=False, **kwargs)
     np.testing.assert_array_equal(out7_all_tiles, out7)
+    # Nor do query slices (each block's rows are independent).
+    out64_sliced = _run(tok_q[None, prefix:], k64, v64, qp64, kp64,
+                        max_query_tokens=attn.default_block_sizes(dtype).block_q,
+                        **kwargs)
+    np.testing.assert_array_equal(out64_sliced, out64)
   # ...and the common rows are right, not merely consistent.
   ref = attn.attention_reference(
       tok_q[None, prefix:], k64, v64, jnp.asarray(qp64), jnp.asarray(kp64),
@@ -450,14 +464,20 @@ def test_tile_ranges_cover_every_visible_tile(window):
          'H/2=128'),
         (((1, 4, 4, 256), (1, 128, 1, 256)),
          {'relative_table': (jnp.zeros((64, 128)), jnp.zeros((64, 128))),
-          'block_h': 48}, 'multiple of block_h=48'),
+          'block_sizes': attn.BlockSizes(block_h=48)}, 'multiple of block_h=48'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'block_sizes': attn.BlockSizes(block_k=64, block_s=96)},
+         'block_s=96 must be a multiple of block_k=64'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'max_query_tokens': 2}, 'must be at least block_q'),
     ],
 )
 def test_shape_errors(shapes, kwargs, match):
   q_shape, k_shape = shapes
   q = jnp.zeros(q_shape, jnp.float32)
   k = jnp.zeros(k_shape, jnp.float32)
+  kwargs = dict(dict(block_sizes=attn.BlockSizes(block_k=64)), **kwargs)
   with pytest.raises(ValueError, match=match):
     attn.attention(q, k, k, jnp.zeros(q_shape[:2], jnp.int32),
-                   jnp.zeros(k_shape[:2], jnp.int32), block_k=64,
-                   interpret=INTERPRET, **kwargs)
+                   jnp.zeros(k_shape[:2], jnp.int32), interpret=INTERPRET,
+                   **kwargs)

@@ -1,4 +1,4 @@
-"""experiments/bench_kernels.py stays runnable: a --quick run of one kernel.
+"""The kernel benchmarks stay runnable: --quick runs of bench_kernels and the tile sweep.
 
 In a subprocess, because the script pins XLA flags before jax starts.
 """
@@ -30,3 +30,22 @@ def test_quick_run_writes_json(tmp_path):
     assert 'error' not in case, case
     assert case['median_s'] > 0 and case['bytes'] > 0 and case['flops'] > 0
     assert case['max_abs_diff_pallas_vs_xla'] < 1e-4
+
+
+def test_attention_tile_sweep_quick_run_writes_json(tmp_path):
+  out = tmp_path / 'tiles.json'
+  env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false')
+  subprocess.run(
+      [sys.executable, str(REPO / 'experiments' / 'bench_attention_tiles.py'),
+       '--quick', f'--out={out}'],
+      check=True, cwd=REPO, env=env, timeout=300,
+  )
+  result = json.loads(out.read_text())
+  rows = result['rows']
+  assert {r['dtype'] for r in rows} == {'float32', 'bfloat16'}
+  assert {r['phase'] for r in rows} == {'decode', 'prefill'}
+  for row in rows:
+    assert 'error' not in row, row
+    assert row['device_s'] > 0 and row['floor_s'] > 0
+    if row['impl'] == 'pallas':
+      assert row['max_abs_diff_vs_reference'] < 2e-2

@@ -8,6 +8,7 @@ import pytest
 
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import ops
 
 IDS = np.random.default_rng(0).integers(3, 256, 37).astype(np.int32)
 
@@ -90,3 +91,10 @@ def test_positions_beyond_the_float64_tables_are_refused(scheme):
   model.forward(np.full((1, 1), 5), np.full((1, 1), 31), cache)  # the last covered row
   with pytest.raises(ValueError, match='position table'):
     model.forward(np.full((1, 1), 5), np.full((1, 1), 32), model.init_cache(capacity=8))
+
+
+def test_pallas_capacity_multiple_fits_every_attention_tile():
+  from graftjax.kernels import attention  # pylint: disable=g-import-not-at-top
+
+  for dtype, sizes in attention.DEFAULT_BLOCK_SIZES.items():
+    assert ops.CAPACITY_MULTIPLE % sizes.block_k == 0, (dtype, sizes)

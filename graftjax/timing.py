@@ -1,0 +1,62 @@
+"""Timing of jitted calls for the benchmark scripts.
+
+Two clocks: `time_calls` times whole calls from the host (dispatch included,
+what a Python caller sees); `time_in_loop` runs the call `iters` times inside
+one jitted loop and divides, so a kernel of a few microseconds is not
+measured as the host's dispatch overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+
+
+def time_calls(fn: Callable[[], jax.Array], *, warmup: int,
+               repeats: int) -> tuple[list[float], jax.Array]:
+  """Wall seconds of `repeats` calls of fn() (after `warmup`, at least one,
+  which compiles), each ended by block_until_ready; and the last output."""
+  out = None
+  for _ in range(max(warmup, 1)):
+    out = jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return times, out
+
+
+def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
+                 args: Sequence[jax.Array], *, iters: int,
+                 repeats: int = 3) -> float:
+  """Seconds per call of fn(args) run `iters` times in one jitted fori_loop.
+
+  Each iteration adds 0 * (the previous output's first element) to args[0],
+  so the call depends on the loop carry and XLA cannot hoist it out of the
+  loop; that elementwise op is part of the time (microseconds for decode
+  shapes). Returns the best of `repeats` loops, after one that compiles.
+  """
+  if iters <= 0:
+    raise ValueError(f'iters must be positive, got {iters}')
+
+  def looped(*arrays):
+    def body(_, carry):
+      first = arrays[0] + (carry * 0).astype(arrays[0].dtype)
+      out = fn((first,) + tuple(arrays[1:]))
+      return out.reshape(-1)[0].astype(jnp.float32)
+
+    return lax.fori_loop(0, iters, body, jnp.float32(0))
+
+  run = jax.jit(looped)
+  jax.block_until_ready(run(*args))
+  best = float('inf')
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(run(*args))
+    best = min(best, time.perf_counter() - start)
+  return best / iters
