@@ -11,14 +11,18 @@ prefill T = S in --prefill_lengths, against the bandwidth floor (K and V read
 once: 2 S H itemsize bytes over 4.3e12 B/s) and the XLA reference. Every
 candidate is also checked against the reference (max |difference|).
 
-A candidate is "block_q,block_k,block_s,num_warps" (--float32 /
---bfloat16 lists). Writes experiments/results/bench_attention_tiles_<backend>.json.
+A candidate is "block_q,block_k,block_s,num_warps" or, with the pipelining
+stages of the two kernels (speed knobs: the rows' output digests show whether
+they change bits), "...,num_stages,combine_stages" (--float32 / --bfloat16
+lists). Writes experiments/results/bench_attention_tiles_<backend>.json.
 """
 
 from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
+import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
+import hashlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import shlex
 import sys
@@ -41,13 +45,13 @@ HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256  # gemma-3-270m
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes, interpret mode off GPU.')
 _FLOAT32 = flags.DEFINE_list(
     'float32',
-    ['4,32,512,4', '4,32,512,8', '4,16,512,4', '4,64,512,4', '16,32,512,4',
-     '16,64,512,8', '4,32,256,4', '4,32,1024,4'],
+    ['4,32,256,4', '4,32,256,4,1,3', '4,32,256,4,2,3', '4,16,256,4',
+     '4,32,128,4', '4,16,128,4', '4,32,256,2', '4,32,512,4,1,3'],
     'float32 candidates: block_q,block_k,block_s,num_warps.')
 _BFLOAT16 = flags.DEFINE_list(
     'bfloat16',
-    ['16,64,512,8', '16,64,512,4', '4,64,512,4', '16,128,512,8',
-     '16,64,256,8', '16,64,1024,8', '4,64,256,4', '16,32,512,4'],
+    ['4,64,512,4', '4,64,512,4,2,3', '4,64,512,4,3,3', '4,64,1024,4,2,3',
+     '4,64,256,4,2,3', '4,128,512,4,1,3', '4,64,512,8', '4,32,512,4,2,3'],
     'bfloat16 candidates: block_q,block_k,block_s,num_warps.')
 _DECODE_LENGTHS = flags.DEFINE_list('decode_lengths', ['1024', '32768'], 'Decode S.')
 _PREFILL_LENGTHS = flags.DEFINE_list('prefill_lengths', ['4096'], 'Prefill T = S.')
@@ -56,14 +60,21 @@ _TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip the rest after
 _OUT = flags.DEFINE_string('out', None, 'Result JSON (default by backend).')
 
 
-def _candidate(text: str) -> tuple[attention_lib.BlockSizes, int]:
+def _candidate(text: str) -> tuple[attention_lib.BlockSizes, dict[str, int]]:
+  """(tile sizes, pipelining stages) of 'q,k,s,warps[,stages,combine_stages]'."""
   try:
-    block_q, block_k, block_s, warps = (int(x) for x in text.split(','))
+    numbers = [int(x) for x in text.split(',')]
+    if len(numbers) not in (4, 6):
+      raise ValueError
   except ValueError as e:
     raise app.UsageError(
-        f'candidate {text!r} must be block_q,block_k,block_s,num_warps') from e
-  return attention_lib.BlockSizes(block_q=block_q, block_k=block_k,
-                                  block_s=block_s), warps
+        f'candidate {text!r} must be block_q,block_k,block_s,num_warps'
+        '[,num_stages,combine_stages]') from e
+  sizes = attention_lib.BlockSizes(*numbers[:3], num_warps=numbers[3])
+  stages = {}
+  if len(numbers) == 6:
+    stages = dict(num_stages=numbers[4], combine_stages=numbers[5])
+  return sizes, stages
 
 
 def _case(phase: str, length: int, dtype: str):
@@ -102,19 +113,16 @@ def sweep(*, candidates: dict[str, list[str]], decode_lengths: Sequence[int],
       log(f'{dtype:8s} {phase:7s} S={length:6d} xla {1e3 * xla_s:9.4f} ms'
           f' ({xla_s / floor_s:7.1f}x floor)')
       for text in texts:
-        sizes, warps = _candidate(text)
+        sizes, stages = _candidate(text)
         row = dict(base, impl='pallas', candidate=text,
-                   block_sizes=dict(block_q=sizes.block_q,
-                                    block_k=sizes.block_k,
-                                    block_s=sizes.block_s),
-                   num_warps=warps)
+                   block_sizes=dataclasses.asdict(sizes), stages=stages)
         if time.perf_counter() - started > time_budget_s:
           rows.append(dict(row, skipped='time budget spent'))
           continue
-        kernel = jax.jit(lambda *a, sizes=sizes, warps=warps:
+        kernel = jax.jit(lambda *a, sizes=sizes, stages=stages:
                          attention_lib.attention(
-                             *a, block_sizes=sizes, num_warps=warps,
-                             interpret=interpret))
+                             *a, block_sizes=sizes, interpret=interpret,
+                             **stages))
         try:
           got = np.asarray(kernel(*args).astype(jnp.float32))
           seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), args,
@@ -125,7 +133,8 @@ def sweep(*, candidates: dict[str, list[str]], decode_lengths: Sequence[int],
           continue
         row.update(device_s=seconds, over_floor=seconds / floor_s,
                    vs_xla=seconds / xla_s,
-                   max_abs_diff_vs_reference=float(np.abs(got - want).max()))
+                   max_abs_diff_vs_reference=float(np.abs(got - want).max()),
+                   output_sha256=hashlib.sha256(got.tobytes()).hexdigest())
         rows.append(row)
         log(f'{dtype:8s} {phase:7s} S={length:6d} {text:14s}'
             f' {1e3 * seconds:9.4f} ms ({seconds / floor_s:7.1f}x floor,'

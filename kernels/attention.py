@@ -94,10 +94,11 @@ _HIGHEST = lax.Precision.HIGHEST
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-  """Tile sizes of the attention kernels.
+  """Tile sizes and warps of the attention kernels.
 
   All are part of the numerics: fresh and grafted paths must use the same
-  values (the defaults for their dtype) for their bits to agree.
+  values (the defaults for their dtype and head grouping) for their bits to
+  agree.
 
   Attributes:
     block_q: query tokens per program; a program holds block_q * G query rows
@@ -108,32 +109,44 @@ class BlockSizes:
     block_h: head-dim pairs per step of the relative (`relative_table`)
       score, a [block_q * G, block_k, block_h] gather; H / 2 must be a
       multiple.
+    num_warps: Triton warps per program; the layout, hence the order of the
+      cross-thread sums, depends on it.
   """
 
-  block_q: int = 16
+  block_q: int = 4
   block_k: int = 64
   block_s: int = 512
   block_h: int = 8
+  num_warps: int = 4
 
 
-# Per compute dtype. float32 dots at IEEE precision run on CUDA cores, where
-# fewer query rows per program keep the operands in registers.
-DEFAULT_BLOCK_SIZES = {
-    'bfloat16': BlockSizes(),
-    'float16': BlockSizes(),
-    'float32': BlockSizes(block_q=4, block_k=32),
+# Query rows per program (block_q * G). Few rows suit decode (one token) and
+# keep float32 operands, whose IEEE dots run on CUDA cores, in registers.
+_ROWS = 16
+# Per compute dtype, measured with experiments/bench_attention_tiles.py
+# (results/bench_attention_tiles_gpu.json); block_q follows from G.
+_DEFAULTS = {
+    'bfloat16': BlockSizes(block_k=64, block_s=512),
+    'float16': BlockSizes(block_k=64, block_s=512),
+    'float32': BlockSizes(block_k=32, block_s=256),
 }
 
 
-def default_block_sizes(dtype) -> BlockSizes:
-  """The tile sizes every path of this dtype uses (see `BlockSizes`)."""
+def default_block_sizes(dtype, group: int) -> BlockSizes:
+  """The tile sizes every path of this dtype and grouping G uses."""
   name = jnp.dtype(dtype).name
-  if name not in DEFAULT_BLOCK_SIZES:
+  if name not in _DEFAULTS:
     raise ValueError(
-        f'no default block sizes for {name}; known:'
-        f' {sorted(DEFAULT_BLOCK_SIZES)}'
+        f'no default block sizes for {name}; known: {sorted(_DEFAULTS)}'
     )
-  return DEFAULT_BLOCK_SIZES[name]
+  if group <= 0:
+    raise ValueError(f'query heads per kv head must be positive, got {group}')
+  return dataclasses.replace(_DEFAULTS[name], block_q=max(1, _ROWS // group))
+
+
+def default_block_k_values() -> set[int]:
+  """Every dtype's default KV tile (the model's capacity must fit them all)."""
+  return {sizes.block_k for sizes in _DEFAULTS.values()}
 
 
 def visible(
@@ -394,7 +407,7 @@ def _check_options(
 @functools.partial(
     jax.jit,
     static_argnames=(
-        'window', 'block_sizes', 'precision', 'num_warps', 'num_stages',
+        'window', 'block_sizes', 'precision', 'num_stages', 'combine_stages',
         'skip_masked_tiles', 'max_query_tokens', 'interpret',
     ),
 )
@@ -412,8 +425,8 @@ def attention(
     window: int | None = None,
     block_sizes: BlockSizes | None = None,
     precision: lax.Precision = _HIGHEST,
-    num_warps: int | None = None,
     num_stages: int | None = None,
+    combine_stages: int = 1,
     skip_masked_tiles: bool = True,
     max_query_tokens: int = 2048,
     interpret: bool = False,
@@ -440,13 +453,14 @@ def attention(
       `positions.check_table_size`); larger ones read row D - 1.
     window: sliding-window length (query at p sees p - window < pos <= p), or
       None for global attention.
-    block_sizes: tile sizes (numerics-relevant, keep fixed); None = the
-      default of q's dtype (`default_block_sizes`). S must be a multiple of
-      block_k.
+    block_sizes: tile sizes and warps (numerics-relevant, keep fixed); None =
+      the default of q's dtype and G (`default_block_sizes`). S must be a
+      multiple of block_k.
     precision: of both matmuls; HIGHEST = IEEE float32 for float32 inputs.
-    num_warps: Triton only; None = 8 for 16-bit inputs, 4 for float32.
-    num_stages: Triton only; None = 2 for 16-bit inputs, 1 for float32
-      (two stages of float32 K and V tiles overflow shared memory).
+    num_stages: Triton software pipelining of the split kernel's K/V loads
+      (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
+      float32 K and V tiles may overflow shared memory).
+    combine_stages: the same for the combine kernel's loads of partials.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
@@ -488,7 +502,8 @@ def attention(
     raise ValueError(
         f'q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}'
     )
-  sizes = block_sizes or default_block_sizes(q.dtype)
+  group = num_heads // num_kv_heads
+  sizes = block_sizes or default_block_sizes(q.dtype, group)
   _check_options(q, k, q_segments, k_segments, alibi_slopes, relative_table,
                  sizes.block_h)
   if min(sizes.block_q, sizes.block_k, sizes.block_s) <= 0:
@@ -508,7 +523,6 @@ def attention(
     raise ValueError(
         f'{max_query_tokens=} must be at least block_q={sizes.block_q}'
     )
-  group = num_heads // num_kv_heads
   rows = sizes.block_q * group
   if not interpret:
     for name, size in (('block_q * G', rows), ('block_k', sizes.block_k),
@@ -520,11 +534,9 @@ def attention(
     if relative_table is not None and not _common.is_power_of_2(sizes.block_h):
       raise ValueError(
           f'block_h={sizes.block_h} must be a power of 2 for the GPU kernel')
-  wide = q.dtype.itemsize > 2
-  launch = dict(
-      num_warps=num_warps or (4 if wide else 8),
-      num_stages=num_stages or (1 if wide else 2),
-  )
+  if num_stages is None:
+    num_stages = 1 if q.dtype.itemsize > 2 else 2
+  stages = (num_stages, combine_stages)
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
@@ -550,14 +562,14 @@ def attention(
         None if q_segments is None else q_segments[:, part], k_segments,
         alibi_slopes, relative_table, window=window, sizes=sizes,
         precision=precision, skip_masked_tiles=skip_masked_tiles,
-        launch=launch, interpret=interpret))
+        stages=stages, interpret=interpret))
   out = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=1)
   return out[:, :num_q]
 
 
 def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
                       k_segments, alibi_slopes, relative_table, *, window,
-                      sizes, precision, skip_masked_tiles, launch, interpret):
+                      sizes, precision, skip_masked_tiles, stages, interpret):
   """`attention` of whole query blocks: q [B, Tp, N, H], Tp % block_q == 0."""
   batch, padded, num_heads, head_dim = q.shape
   _, capacity, num_kv_heads, _ = k.shape
@@ -590,8 +602,9 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
   else:
     tiles = jnp.broadcast_to(jnp.array([0, num_tiles], jnp.int32),
                              (batch, num_blocks, 2))
-  compiler_params = (
-      None if interpret else _common.gpu_compiler_params(**launch))
+  split_params, combine_params = (
+      (None, None) if interpret else
+      (_common.gpu_compiler_params(sizes.num_warps, n) for n in stages))
 
   # Kernel 1: a partial online softmax per (query block, split). Query blocks
   # vary fastest, so programs that share KV tiles run together (L2).
@@ -636,7 +649,7 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
           jax.ShapeDtypeStruct(stat_shape, jnp.float32),
           jax.ShapeDtypeStruct(stat_shape + (head_dim,), jnp.float32),
       ],
-      compiler_params=compiler_params,
+      compiler_params=split_params,
       interpret=interpret,
       name='graftjax_attention_splits',
   )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments,
@@ -658,7 +671,7 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
       out_specs=pl.BlockSpec((None, None, rows, head_dim),
                              lambda i, b, h: (b, h, i, 0)),
       out_shape=jax.ShapeDtypeStruct(q_rows.shape, q.dtype),
-      compiler_params=compiler_params,
+      compiler_params=combine_params,
       interpret=interpret,
       name='graftjax_attention_combine',
   )(tiles, m, l, o)

@@ -35,15 +35,16 @@ TOLERANCE = {
 }
 
 
-def _sizes(dtype, **changes):
-  """The dtype's default tile sizes with small KV tiles and splits."""
-  return dataclasses.replace(attn.default_block_sizes(dtype), block_k=BLOCK_K,
-                             block_s=BLOCK_S, **changes)
+def _sizes(dtype, group):
+  """The default tile sizes of (dtype, G) with small KV tiles and splits."""
+  return dataclasses.replace(attn.default_block_sizes(dtype, group),
+                             block_k=BLOCK_K, block_s=BLOCK_S)
 
 
 def _run(q, k, v, q_pos, k_pos, options=None, **static):
   """The kernel's output in float32; `options` are its optional array operands."""
-  static = dict(dict(block_sizes=_sizes(q.dtype), window=None), **static)
+  sizes = _sizes(q.dtype, q.shape[2] // k.shape[2])
+  static = dict(dict(block_sizes=sizes, window=None), **static)
   out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos),
                           **(options or {}))
   return np.asarray(out.astype(jnp.float32))
@@ -172,7 +173,7 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
     np.testing.assert_array_equal(out7_all_tiles, out7)
     # Nor do query slices (each block's rows are independent).
     out64_sliced = _run(tok_q[None, prefix:], k64, v64, qp64, kp64,
-                        max_query_tokens=attn.default_block_sizes(dtype).block_q,
+                        max_query_tokens=_sizes(dtype, HEADS).block_q,
                         **kwargs)
     np.testing.assert_array_equal(out64_sliced, out64)
   # ...and the common rows are right, not merely consistent.
@@ -481,3 +482,13 @@ def test_shape_errors(shapes, kwargs, match):
     attn.attention(q, k, k, jnp.zeros(q_shape[:2], jnp.int32),
                    jnp.zeros(k_shape[:2], jnp.int32), interpret=INTERPRET,
                    **kwargs)
+
+
+def test_default_block_sizes_follow_dtype_and_grouping():
+  f32 = attn.default_block_sizes(jnp.float32, 4)
+  assert f32.block_q * 4 == attn.default_block_sizes(jnp.bfloat16, 2).block_q * 2
+  assert f32 != attn.default_block_sizes(jnp.bfloat16, 4)
+  with pytest.raises(ValueError, match='no default block sizes for int8'):
+    attn.default_block_sizes(jnp.int8, 4)
+  with pytest.raises(ValueError, match='must be positive'):
+    attn.default_block_sizes(jnp.float32, 0)

@@ -96,5 +96,5 @@ def test_positions_beyond_the_float64_tables_are_refused(scheme):
 def test_pallas_capacity_multiple_fits_every_attention_tile():
   from graftjax.kernels import attention  # pylint: disable=g-import-not-at-top
 
-  for dtype, sizes in attention.DEFAULT_BLOCK_SIZES.items():
-    assert ops.CAPACITY_MULTIPLE % sizes.block_k == 0, (dtype, sizes)
+  for block_k in attention.default_block_k_values():
+    assert ops.CAPACITY_MULTIPLE % block_k == 0, block_k
