@@ -90,9 +90,29 @@ def _source_revision() -> str:
   return head + ('-dirty' if dirty else '')
 
 
+def source_sha256() -> str:
+  """SHA-256 of the code that computes: every .py file under graftjax/,
+  models/, kernels/ and experiments/ (path and bytes, in sorted order).
+
+  Unlike the git revision, it names the code even where the git metadata is
+  stale (the device machine runs a copy of the working tree whose .git is the
+  session's starting commit, so its revision reads '<start>-dirty').
+  """
+  import hashlib  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+
+  root = pathlib.Path(__file__).resolve().parents[1]
+  digest = hashlib.sha256()
+  for folder in ('graftjax', 'models', 'kernels', 'experiments'):
+    for path in sorted((root / folder).rglob('*.py')):
+      digest.update(str(path.relative_to(root)).encode() + b'\0')
+      digest.update(path.read_bytes() + b'\0')
+  return digest.hexdigest()
+
+
 # Fields of `record()` that must agree for two runs' bits to be compared.
 COMPARABLE_FIELDS = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
-                     'jaxlib_version', 'backend', 'device_kind', 'source_revision')
+                     'jaxlib_version', 'backend', 'device_kind', 'source_sha256')
 
 
 def record() -> dict[str, Any]:
@@ -119,4 +139,5 @@ def record() -> dict[str, Any]:
       'cpu_model': _cpu_model(),
       'machine': platform.machine(),
       'source_revision': _source_revision(),
+      'source_sha256': source_sha256(),
   }

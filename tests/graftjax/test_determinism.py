@@ -14,3 +14,12 @@ def test_pin_sets_flags_and_records_them():
   assert record['jax_default_matmul_precision'] == 'highest'
   for key in ('jax_version', 'jaxlib_version', 'backend', 'device_kind', 'cpu_model'):
     assert record[key]
+
+
+def test_source_sha256_names_the_code():
+  """Stable across calls, recorded, and a comparable field (git metadata on
+  the device machine is stale, so the digest is what tells code apart)."""
+  digest = determinism.source_sha256()
+  assert len(digest) == 64 and digest == determinism.source_sha256()
+  assert determinism.record()['source_sha256'] == digest
+  assert 'source_sha256' in determinism.COMPARABLE_FIELDS
