@@ -36,10 +36,13 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
                  repeats: int = 3) -> float:
   """Seconds per call of fn(args) run `iters` times in one jitted fori_loop.
 
-  Each iteration adds 0 * (the previous output's first element) to args[0],
-  so the call depends on the loop carry and XLA cannot hoist it out of the
-  loop; that elementwise op is part of the time (microseconds for decode
-  shapes). Returns the best of `repeats` loops, after one that compiles.
+  Each iteration adds 0 * (the sum of the previous output) to args[0], so
+  the call depends on the loop carry and XLA can neither hoist it out of the
+  loop nor compute only part of its output (a loop that consumed one output
+  element let XLA's fusions skip the rest: `bench_kernels_h200.json` of
+  2026-12-02 has such XLA `device_s` figures). The sum and that elementwise op
+  are part of the time (microseconds for decode shapes). Returns the best of
+  `repeats` loops, after one that compiles.
   """
   if iters <= 0:
     raise ValueError(f'iters must be positive, got {iters}')
@@ -48,7 +51,7 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
     def body(_, carry):
       first = arrays[0] + (carry * 0).astype(arrays[0].dtype)
       out = fn((first,) + tuple(arrays[1:]))
-      return out.reshape(-1)[0].astype(jnp.float32)
+      return jnp.sum(out.astype(jnp.float32))
 
     return lax.fori_loop(0, iters, body, jnp.float32(0))
 

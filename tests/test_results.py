@@ -32,8 +32,14 @@ def _runs_by_digest():
           for p in (RESULTS / 'runs').glob('*.json')}
 
 
-def test_h200_invariance_table_follows_from_its_committed_shards():
-  result = ledger.verify_result(RESULTS / 'invariance_h200.json')
+# The current kernels (S split in parallel) and the earlier ones that walked
+# the whole cache in one program per query block.
+KERNEL_GENERATIONS = ('', '_sequential_kernels')
+
+
+@pytest.mark.parametrize('suffix', KERNEL_GENERATIONS)
+def test_h200_invariance_table_follows_from_its_committed_shards(suffix):
+  result = ledger.verify_result(RESULTS / f'invariance_h200{suffix}.json')
   runs = _runs_by_digest()
   shards = [runs[s['result_sha256']] for s in result['shards']]  # every shard is committed
   samples = [record for shard in shards for record in shard['samples']]
@@ -46,8 +52,9 @@ def test_h200_invariance_table_follows_from_its_committed_shards():
         assert cell['sha256_rows'] == [record['sha256_single_pass']]
 
 
-def test_h200_kernel_determinism_follows_from_its_committed_runs():
-  result = ledger.verify_result(RESULTS / 'kernel_determinism_h200.json')
+@pytest.mark.parametrize('suffix', KERNEL_GENERATIONS)
+def test_h200_kernel_determinism_follows_from_its_committed_runs(suffix):
+  result = ledger.verify_result(RESULTS / f'kernel_determinism_h200{suffix}.json')
   runs = _runs_by_digest()
   found = [runs[r['result_sha256']] for r in result['runs']]
   assert len({r['process']['pid'] for r in found}) == len(found) >= 2
