@@ -40,8 +40,8 @@ relies on):
   softmax in float32 over the split's tiles in ascending order: a partial
   (max m, sum l, unnormalised output o). A second kernel folds the partials
   of one query block in ascending split order and normalises. The splits run
-  in parallel (a single decoded token over 32k slots gets 64 programs, not
-  one), yet nothing depends on T, on how full the cache is or on its length:
+  in parallel (a single decoded token over S slots gets S / block_s
+  programs, not one), yet nothing depends on T, on how full the cache is or on its length:
   every row gets the same tiles, the same splits and the same fold whether
   it arrives in a prefill chunk or alone.
 * A tile that a row cannot see at all is an exact no-op for that row: its
@@ -124,7 +124,7 @@ class BlockSizes:
 # keep float32 operands, whose IEEE dots run on CUDA cores, in registers.
 _ROWS = 16
 # Per compute dtype, measured with experiments/bench_attention_tiles.py
-# (results/bench_attention_tiles_gpu.json); block_q follows from G.
+# (experiments/results/bench_attention_tiles_h200.json); block_q follows from G.
 _DEFAULTS = {
     'bfloat16': BlockSizes(block_k=64, block_s=512),
     'float16': BlockSizes(block_k=64, block_s=512),
