@@ -126,6 +126,7 @@ def run_invariance(
   for sample in progress(samples) if progress else samples:
     start = time.perf_counter()
     reference = single_pass(model, sample, capacity)
+    prepared = exactness.ReferenceLogits(reference)
     cells = []
     for c in chunk_sizes:
       key = stores[c].put(prefix_block(model, sample, capacity=capacity, chunk_size=c))
@@ -134,7 +135,7 @@ def run_invariance(
         logits = grafted_continuation(model, sample, block, capacity=capacity,
                                       chunk_size=c, batch_size=b)
         cells.append({'chunk_size': c, 'batch_size': b, **cell_summary(
-            [exactness.compare(reference, row) for row in logits])})
+            [prepared.compare(row) for row in logits])})
     records.append({
         'source': sample.source,
         'sha256_single_pass': ledger.sha256_array(reference),

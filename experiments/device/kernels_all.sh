@@ -1,14 +1,24 @@
 # Issue 5 on the H200, meant to run in the background (setsid) once the
-# model parts are staged, and after bench_kernels and bench_model (which
-# need the GPU to themselves): two kernel-determinism processes one after the
-# other, and beside them the invariance experiment as ten shards of five
-# samples run side by side (the float32 forwards are latency-bound, so the
-# processes overlap on the GPU; bits do not depend on it). Each result lands
-# in /root/out3 as soon as it ends; `DONE` marks the end.
+# model parts are staged. If the first call started bench_kernels in the
+# background with its pid in /root/bench_kernels.pid, waits for it (a
+# `pgrep -f` would match the calling shell's own command line). Then, each
+# with the GPU to itself: bench_model (xla vs pallas). Then side by side: the
+# invariance experiment as ten shards of five samples (the float32 forwards
+# are latency-bound, so the processes overlap on the GPU; bits do not depend
+# on it), and two kernel-determinism processes one after the other. Each
+# result lands in /root/out3 as soon as it ends; `DONE` marks the end. Copy
+# /root/out3 into $OUT in every polling call: a machine left 30 s without a
+# call goes cold and takes /root with it.
 source experiments/device/setup.sh
 set +e
 R=/root/out3
 mkdir -p "$R"
+if [ -f /root/bench_kernels.pid ]; then
+  while kill -0 "$(cat /root/bench_kernels.pid)" 2> /dev/null; do sleep 2; done
+fi
+python experiments/bench_model.py --impl=xla --impl=pallas --prompt_tokens=1024 \
+    --decode_tokens=64 --chunk_size=128 --out="$R/bench_model_h200.json" \
+    > "$R/bench_model.log" 2>&1
 for i in 0 1 2 3 4 5 6 7 8 9; do
   python experiments/invariance.py --impl=pallas --samples=50 \
       --chunk_sizes=1,7,64,512 --batch_sizes=1,8 --shard=$i --num_shards=10 \

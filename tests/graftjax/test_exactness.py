@@ -25,6 +25,25 @@ def test_one_ulp_fails_the_byte_gate():
   assert c.max_abs_diff > 0 and c.kl_max >= 0
 
 
+def test_prepared_reference_gives_the_figures_of_compare():
+  rng = np.random.default_rng(1)
+  a = rng.normal(size=(4, 64)).astype(np.float32)
+  prepared = exactness.ReferenceLogits(a)
+  for b in (a.copy(), a + rng.normal(size=a.shape).astype(np.float32) * 1e-3,
+            rng.normal(size=a.shape).astype(np.float32)):
+    assert prepared.compare(b) == exactness.compare(a, b)
+  assert not prepared.compare(a * 2).byte_equal
+  np.testing.assert_array_equal(
+      exactness.kl_divergence(a, a * 2),
+      np.sum(np.exp(exactness.log_softmax64(a))
+             * (exactness.log_softmax64(a) - exactness.log_softmax64(a * 2)), -1))
+
+
+def test_compare_refuses_empty_arrays():
+  with pytest.raises(ValueError, match='nothing to compare'):
+    exactness.compare(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32))
+
+
 def test_compare_refuses_mismatched_arrays():
   with pytest.raises(ValueError, match='cannot compare'):
     exactness.compare(np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float64))
