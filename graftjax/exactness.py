@@ -78,6 +78,7 @@ class ReferenceLogits:
     if self.logits.size == 0:
       raise ValueError('nothing to compare: empty logits')
     self._rows = self.logits.reshape(-1, self.logits.shape[-1])
+    self._rows64 = self._rows.astype(np.float64)
     self.sha256 = ledger.sha256_array(self.logits)
     self._log_p = log_softmax64(self._rows)
     self._p = np.exp(self._log_p)
@@ -100,8 +101,7 @@ class ReferenceLogits:
         kl_mean=float(kl.mean()),
         kl_max=float(kl.max()),
         argmax_agreement=float(np.mean(self._argmax == rows_cand.argmax(-1))),
-        max_abs_diff=float(np.max(np.abs(self._rows.astype(np.float64)
-                                         - rows_cand.astype(np.float64)))),
+        max_abs_diff=float(np.max(np.abs(self._rows64 - rows_cand.astype(np.float64)))),
         rows=int(self._rows.shape[0]),
     )
 
