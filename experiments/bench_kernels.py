@@ -13,8 +13,9 @@ XLA (the `*_reference` beside the kernel, jitted):
 Timing: --warmup calls, then the median of --repeats calls, each ended by
 block_until_ready (`median_s`, host clock: dispatch included); calls under
 5 ms are timed again as --loop_iters calls inside one jitted loop
-(`device_s`, `graftjax.timing.time_in_loop`), and the fractions below use
-`device_s`. FLOPs and bytes are counted from the shapes (useful work,
+(`device_s`, `graftjax.timing.time_in_loop`), next to the same loop around
+no call (`loop_overhead_s`); the fractions below use `kernel_s` = `device_s`
+- `loop_overhead_s` (= `median_s` for longer calls). FLOPs and bytes are counted from the shapes (useful work,
 minimal HBM traffic: causal pairs only, every input and output touched once),
 and reported as fractions of the H200's HBM bandwidth (4.3e12 B/s) and
 bfloat16 dense peak (7.9e14 FLOP/s) whatever the dtype. Each case also
@@ -236,14 +237,20 @@ def run_benchmarks(
         iters = min(loop_iters, int(0.2 / median)) if median < 0.005 else 0
         device_s = (timing.time_in_loop(fn, args, iters=iters) if iters
                     else median)
+        overhead_s = (timing.loop_overhead(args, iters=iters) if iters
+                      else 0.0)
+        # The call alone: the loop's own cost taken off (never below 1 ns).
+        kernel_s = max(device_s - overhead_s, 1e-9)
         row.update(
             median_s=median, min_s=min(times), repeats=repeats,
-            device_s=device_s, loop_iters=iters,
-            hbm_fraction=bytes_ / device_s / HBM_BYTES_PER_S,
-            bf16_peak_fraction=flops / device_s / BF16_DENSE_FLOPS,
+            device_s=device_s, loop_iters=iters, loop_overhead_s=overhead_s,
+            kernel_s=kernel_s,
+            hbm_fraction=bytes_ / kernel_s / HBM_BYTES_PER_S,
+            bf16_peak_fraction=flops / kernel_s / BF16_DENSE_FLOPS,
         )
         log(f'{name:22s} {phase:7s} {dtype:8s} {impl:6s} {shape}'
-            f' {1e3 * median:9.3f} ms (device {1e3 * device_s:9.4f} ms)'
+            f' {1e3 * median:9.3f} ms (device {1e3 * device_s:9.4f} ms,'
+            f' loop {1e3 * overhead_s:7.4f} ms)'
             f'  hbm {row["hbm_fraction"]:6.3f}'
             f'  peak {row["bf16_peak_fraction"]:6.3f}')
       except Exception as e:  # pylint: disable=broad-exception-caught

@@ -33,7 +33,7 @@ def time_calls(fn: Callable[[], jax.Array], *, warmup: int,
 
 def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
                  args: Sequence[jax.Array], *, iters: int,
-                 repeats: int = 3) -> float:
+                 repeats: int = 3, unroll: int = 10) -> float:
   """Seconds per call of fn(args) run `iters` times in one jitted fori_loop.
 
   Each iteration adds 0 * (the sum of the previous output) to args[0], so
@@ -41,8 +41,11 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
   loop nor compute only part of its output (a loop that consumed one output
   element let XLA's fusions skip the rest: `bench_kernels_h200.json` of
   2026-12-02 has such XLA `device_s` figures). The sum and that elementwise op
-  are part of the time (microseconds for decode shapes). Returns the best of
-  `repeats` loops, after one that compiles.
+  are part of the time (microseconds for decode shapes), and so is the loop's
+  own per-iteration cost (on the GPU, ~10 us: the host reads the loop
+  predicate), spread over `unroll` calls per iteration; `loop_overhead`
+  measures both. Returns the best of `repeats` loops, after one that
+  compiles.
   """
   if iters <= 0:
     raise ValueError(f'iters must be positive, got {iters}')
@@ -53,7 +56,8 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
       out = fn((first,) + tuple(arrays[1:]))
       return jnp.sum(out.astype(jnp.float32))
 
-    return lax.fori_loop(0, iters, body, jnp.float32(0))
+    return lax.fori_loop(0, iters, body, jnp.float32(0),
+                         unroll=max(1, min(unroll, iters)))
 
   run = jax.jit(looped)
   jax.block_until_ready(run(*args))
@@ -63,3 +67,13 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
     jax.block_until_ready(run(*args))
     best = min(best, time.perf_counter() - start)
   return best / iters
+
+
+def loop_overhead(args: Sequence[jax.Array], *, iters: int,
+                  repeats: int = 3, unroll: int = 10) -> float:
+  """Seconds per iteration of `time_in_loop` around a call that returns its
+  first argument: the loop, the carry dependence and the sum, without a
+  kernel. Subtract it from `time_in_loop` of a call whose output is about as
+  large as args[0] to estimate the call alone."""
+  return time_in_loop(lambda arrays: arrays[0], args, iters=iters,
+                      repeats=repeats, unroll=unroll)

@@ -38,20 +38,22 @@ relies on):
   absolute multiples (split c is tiles [c * n, (c + 1) * n), n = block_s /
   block_k). A first kernel computes, for each (query block, split), an online
   softmax in float32 over the split's tiles in ascending order: a partial
-  (max m, sum l, unnormalised output o). A second kernel folds the partials
-  of one query block in ascending split order and normalises. The splits run
-  in parallel (a single decoded token over S slots gets S / block_s
-  programs, not one), yet nothing depends on T, on how full the cache is or on its length:
-  every row gets the same tiles, the same splits and the same fold whether
-  it arrives in a prefill chunk or alone.
+  (max m, sum l, unnormalised output o). A second kernel rescales the
+  partials of one query block to their largest max (a max is exact in any
+  order) and sums them in ascending split order, then normalises. The
+  splits run in parallel (a single decoded token over S slots gets
+  S / block_s programs, not one), yet nothing depends on T or on how full
+  the cache is: every row gets the same tiles, the same splits and the same
+  sum whether it arrives in a prefill chunk or alone.
 * A tile that a row cannot see at all is an exact no-op for that row: its
   running max, sum and accumulator are carried through a `where` untouched;
-  likewise a split in which a row sees nothing (l = 0) in the fold. So a
-  program may walk any superset of the tiles its rows see: it walks the range
-  [lo, hi) from `tile_ranges` (block and tile min/max positions, computed
-  beside the kernel; segments only hide more) intersected with its split,
-  and the fold visits the splits that range touches. Which other rows share
-  the program, or how full the cache is, does not matter.
+  likewise a split in which a row sees nothing (l = 0) adds an exact 0 to
+  the sum. So a program may walk any superset of the tiles its rows see: it
+  walks the range [lo, hi) from `tile_ranges` (block and tile min/max
+  positions, computed beside the kernel; segments only hide more)
+  intersected with its split, and the sum visits the splits that range
+  touches. Which other rows share the program, or how full the cache is,
+  does not matter.
   Probabilities of hidden slots are set to exactly 0 with a `where` (never
   via exp(-inf) arithmetic), so garbage in empty slots cannot leak in as
   long as it is finite.
@@ -105,7 +107,7 @@ class BlockSizes:
       (G = query heads per kv head).
     block_k: cache slots per KV tile; the capacity S must be a multiple.
     block_s: cache slots per split (a multiple of block_k): the unit of
-      parallelism over S, folded in ascending order.
+      parallelism over S, summed in ascending order.
     block_h: head-dim pairs per step of the relative (`relative_table`)
       score, a [block_q * G, block_k, block_h] gather; H / 2 must be a
       multiple.
@@ -274,7 +276,7 @@ def _split_kernel(
     o_next = jnp.where(row_live[:, None], alpha[:, None] * o + pv, o)
     return o_next, m_next, l_next
 
-  # Splits outside [lo, hi) write nothing: the fold never reads them.
+  # Splits outside [lo, hi) write nothing: the sum never counts them.
   @pl.when(lo < hi)
   def _():
     o = jnp.zeros((rows, head_dim), jnp.float32)
@@ -288,37 +290,56 @@ def _split_kernel(
 
 def _combine_kernel(
     tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
-    m_ref,  # [C, R] float32 split maxima (C splits)
-    l_ref,  # [C, R] float32 split sums
-    o_ref,  # [C, R, H] float32 unnormalised split outputs
-    out_ref,  # [R, H]
+    m_ref,  # [Cp, R] float32 split maxima (Cp = C splits padded to `unroll`)
+    l_ref,  # [Cp, R] float32 split sums
+    o_ref,  # [Cp, R, Hc] float32 unnormalised split outputs, Hc head dims
+    out_ref,  # [R, Hc]
     *,
     tiles_per_split: int,
+    unroll: int,
 ):
-  """Folds the splits of one query block in ascending order, then normalises."""
+  """Sums the splits of one query block in ascending order, then normalises.
+
+  With M the largest maximum among the splits a row saw (exact in any
+  order), out = sum_c w_c o_c / sum_c w_c l_c, w_c = exp(m_c - M), summed
+  one split after the other from the first. Splits a row did not see (out
+  of the block's tile range, or l_c = 0; their partials may be unwritten)
+  contribute an exact 0, so the sum is the same sequence of additions
+  whichever superset of splits is walked. `unroll` splits per loop step
+  (loads issued together) and the Hc columns per program change no bit.
+  """
   rows, head_dim = out_ref.shape
   lo, hi = tiles_ref[0], tiles_ref[1]
   first = lo // tiles_per_split
   last = jnp.where(lo < hi, pl.cdiv(hi, tiles_per_split), first)
 
-  def fold(split, carry):
-    """A split whose rows saw nothing (l = 0) leaves them untouched."""
-    o, m, l = carry
-    m_s, l_s, o_s = m_ref[split], l_ref[split], o_ref[split]
-    live = l_s > 0.0
-    m_next = jnp.maximum(m, m_s)
-    # On a row's first live split m = -inf: a = 0 and b = 1 exactly, so the
-    # split's (l, o) are taken over unchanged.
-    a = jnp.exp(m - m_next)
-    b = jnp.exp(m_s - m_next)
-    l_next = jnp.where(live, a * l + b * l_s, l)
-    o_next = jnp.where(live[:, None], a[:, None] * o + b[:, None] * o_s, o)
-    return o_next, jnp.where(live, m_next, m), l_next
+  def live(split):
+    in_range = (split >= first) & (split < last)
+    return in_range & (l_ref[split] > 0.0)  # [R]
 
-  o = jnp.zeros((rows, head_dim), jnp.float32)
-  m = jnp.full((rows,), -jnp.inf, jnp.float32)
-  l = jnp.zeros((rows,), jnp.float32)
-  o, m, l = lax.fori_loop(first, last, fold, (o, m, l))
+  def max_step(step, m):
+    for u in range(unroll):
+      split = step * unroll + u
+      m = jnp.maximum(m, jnp.where(live(split), m_ref[split], -jnp.inf))
+    return m
+
+  steps = (first // unroll, pl.cdiv(last, unroll))
+  m_max = lax.fori_loop(*steps, max_step,
+                        jnp.full((rows,), -jnp.inf, jnp.float32))
+
+  def sum_step(step, carry):
+    o, l = carry
+    for u in range(unroll):
+      split = step * unroll + u
+      seen = live(split)
+      w = jnp.exp(jnp.where(seen, m_ref[split] - m_max, 0.0))
+      l = l + jnp.where(seen, w * l_ref[split], 0.0)
+      o = o + jnp.where(seen[:, None], w[:, None] * o_ref[split], 0.0)
+    return o, l
+
+  o, l = lax.fori_loop(*steps, sum_step,
+                       (jnp.zeros((rows, head_dim), jnp.float32),
+                        jnp.zeros((rows,), jnp.float32)))
   has_keys = l > 0.0
   out = jnp.where(
       has_keys[:, None], o / jnp.where(has_keys, l, 1.0)[:, None], 0.0
@@ -408,7 +429,7 @@ def _check_options(
     jax.jit,
     static_argnames=(
         'window', 'block_sizes', 'precision', 'num_stages', 'combine_stages',
-        'skip_masked_tiles', 'max_query_tokens', 'interpret',
+        'combine_unroll', 'combine_block_h', 'skip_masked_tiles', 'max_query_tokens', 'interpret',
     ),
 )
 def attention(
@@ -427,6 +448,8 @@ def attention(
     precision: lax.Precision = _HIGHEST,
     num_stages: int | None = None,
     combine_stages: int = 1,
+    combine_unroll: int = 8,
+    combine_block_h: int = 64,
     skip_masked_tiles: bool = True,
     max_query_tokens: int = 2048,
     interpret: bool = False,
@@ -461,6 +484,11 @@ def attention(
       (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
+    combine_unroll: splits per step of the combine kernel's loops, whose
+      loads are issued together (speed only: the same additions in the same
+      order).
+    combine_block_h: head dims per combine program (speed only: columns are
+      independent); min(combine_block_h, H) must divide H.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
@@ -519,6 +547,14 @@ def attention(
     )
   if window is not None and window <= 0:
     raise ValueError(f'window must be positive or None, got {window}')
+  if combine_unroll <= 0:
+    raise ValueError(f'combine_unroll must be positive, got {combine_unroll}')
+  combine_cols = min(combine_block_h, head_dim)
+  if combine_cols <= 0 or head_dim % combine_cols:
+    raise ValueError(
+        f'combine_block_h={combine_block_h} must be positive and divide the'
+        f' head dim H={head_dim} (or exceed it)'
+    )
   if max_query_tokens < sizes.block_q:
     raise ValueError(
         f'{max_query_tokens=} must be at least block_q={sizes.block_q}'
@@ -537,6 +573,7 @@ def attention(
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
   stages = (num_stages, combine_stages)
+  combine = (combine_unroll, combine_cols)
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
@@ -562,14 +599,15 @@ def attention(
         None if q_segments is None else q_segments[:, part], k_segments,
         alibi_slopes, relative_table, window=window, sizes=sizes,
         precision=precision, skip_masked_tiles=skip_masked_tiles,
-        stages=stages, interpret=interpret))
+        stages=stages, combine=combine, interpret=interpret))
   out = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=1)
   return out[:, :num_q]
 
 
 def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
                       k_segments, alibi_slopes, relative_table, *, window,
-                      sizes, precision, skip_masked_tiles, stages, interpret):
+                      sizes, precision, skip_masked_tiles, stages, combine,
+                      interpret):
   """`attention` of whole query blocks: q [B, Tp, N, H], Tp % block_q == 0."""
   batch, padded, num_heads, head_dim = q.shape
   _, capacity, num_kv_heads, _ = k.shape
@@ -579,6 +617,10 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
   num_tiles = capacity // sizes.block_k
   tiles_per_split = sizes.block_s // sizes.block_k
   num_splits = pl.cdiv(num_tiles, tiles_per_split)
+  unroll, combine_cols = combine
+  # The combine reads splits `unroll` at a time: pad the partials (never
+  # written, never counted) to a whole number of steps.
+  padded_splits = pl.cdiv(num_splits, unroll) * unroll
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
   # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)
@@ -616,7 +658,7 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
   if relative_table is not None:  # whole tables, read by gather
     whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h, c: (0, 0))
     table_spec = (whole, whole)
-  stat_shape = (batch, num_kv_heads, num_splits, padded * group)
+  stat_shape = (batch, num_kv_heads, padded_splits, padded * group)
   stat_spec = pl.BlockSpec((None, None, None, rows),
                            lambda i, b, h, c: (b, h, c, i))
   m, l, o = pl.pallas_call(
@@ -655,21 +697,23 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
   )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments,
     relative_table, tiles)
 
-  # Kernel 2: fold each query block's splits in ascending order.
-  all_stats = pl.BlockSpec((None, None, num_splits, rows),
-                           lambda i, b, h: (b, h, 0, i))
+  # Kernel 2: sum each query block's splits in ascending order, a program
+  # per `combine_cols` head dims.
+  all_stats = pl.BlockSpec((None, None, padded_splits, rows),
+                           lambda i, b, h, j: (b, h, 0, i))
   out = pl.pallas_call(
-      functools.partial(_combine_kernel, tiles_per_split=tiles_per_split),
-      grid=(num_blocks, batch, num_kv_heads),
+      functools.partial(_combine_kernel, tiles_per_split=tiles_per_split,
+                        unroll=unroll),
+      grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
       in_specs=[
-          pl.BlockSpec((None, None, 2), lambda i, b, h: (b, i, 0)),
+          pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),
           all_stats,
           all_stats,
-          pl.BlockSpec((None, None, num_splits, rows, head_dim),
-                       lambda i, b, h: (b, h, 0, i, 0)),
+          pl.BlockSpec((None, None, padded_splits, rows, combine_cols),
+                       lambda i, b, h, j: (b, h, 0, i, j)),
       ],
-      out_specs=pl.BlockSpec((None, None, rows, head_dim),
-                             lambda i, b, h: (b, h, i, 0)),
+      out_specs=pl.BlockSpec((None, None, rows, combine_cols),
+                             lambda i, b, h, j: (b, h, i, j)),
       out_shape=jax.ShapeDtypeStruct(q_rows.shape, q.dtype),
       compiler_params=combine_params,
       interpret=interpret,

@@ -176,6 +176,13 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
                         max_query_tokens=_sizes(dtype, HEADS).block_q,
                         **kwargs)
     np.testing.assert_array_equal(out64_sliced, out64)
+    # Nor how the combine walks the 4 splits: 1 or 3 per step (the latter
+    # over padding it never counts), all head dims in one program.
+    for combine in (dict(combine_unroll=1), dict(combine_unroll=3),
+                    dict(combine_block_h=HEAD_DIM)):
+      np.testing.assert_array_equal(
+          _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, **combine, **kwargs),
+          out7, err_msg=str(combine))
   # ...and the common rows are right, not merely consistent.
   ref = attn.attention_reference(
       tok_q[None, prefix:], k64, v64, jnp.asarray(qp64), jnp.asarray(kp64),
@@ -471,6 +478,10 @@ def test_tile_ranges_cover_every_visible_tile(window):
          'block_s=96 must be a multiple of block_k=64'),
         (((1, 4, 4, 256), (1, 128, 1, 256)),
          {'max_query_tokens': 2}, 'must be at least block_q'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'combine_unroll': 0}, 'combine_unroll must be positive'),
+        (((1, 4, 4, 256), (1, 128, 1, 256)),
+         {'combine_block_h': 48}, 'divide the head dim H=256'),
     ],
 )
 def test_shape_errors(shapes, kwargs, match):
