@@ -15,8 +15,9 @@ block_until_ready (`median_s`, host clock: dispatch included); calls under
 5 ms are timed again as --loop_iters calls inside one jitted loop
 (`device_s`, `graftjax.timing.time_in_loop`), next to the same loop around
 no call (`loop_overhead_s`); the fractions below use `kernel_s` = `device_s`
-- `loop_overhead_s` (= `median_s` for longer calls). FLOPs and bytes are counted from the shapes (useful work,
-minimal HBM traffic: causal pairs only, every input and output touched once),
+- `loop_overhead_s` (= `median_s` for longer calls). FLOPs and bytes are
+counted from the shapes (useful work, minimal HBM traffic: causal pairs only,
+every input and output touched once),
 and reported as fractions of the H200's HBM bandwidth (4.3e12 B/s) and
 bfloat16 dense peak (7.9e14 FLOP/s) whatever the dtype. Each case also
 records the largest |pallas - xla| difference. A case that fails (e.g. a

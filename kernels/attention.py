@@ -429,7 +429,8 @@ def _check_options(
     jax.jit,
     static_argnames=(
         'window', 'block_sizes', 'precision', 'num_stages', 'combine_stages',
-        'combine_unroll', 'combine_block_h', 'skip_masked_tiles', 'max_query_tokens', 'interpret',
+        'combine_unroll', 'combine_block_h', 'skip_masked_tiles',
+        'max_query_tokens', 'interpret',
     ),
 )
 def attention(
