@@ -35,9 +35,11 @@ def _runs_by_digest():
 # The current kernels (S split in parallel) and the earlier ones that walked
 # the whole cache in one program per query block.
 KERNEL_GENERATIONS = ('', '_sequential_kernels')
+# The current kernels over a 1,024-slot cache (several splits), both dtypes.
+LONG_RUNS = ('_long_float32', '_long_bfloat16')
 
 
-@pytest.mark.parametrize('suffix', KERNEL_GENERATIONS)
+@pytest.mark.parametrize('suffix', KERNEL_GENERATIONS + LONG_RUNS)
 def test_h200_invariance_table_follows_from_its_committed_shards(suffix):
   result = ledger.verify_result(RESULTS / f'invariance_h200{suffix}.json')
   runs = _runs_by_digest()
