@@ -17,6 +17,7 @@ XLA on CPU is run-to-run deterministic without further flags.
 from __future__ import annotations
 
 import os
+import pathlib
 import platform
 import sys
 from typing import Any
@@ -73,6 +74,40 @@ def _cpu_model() -> str:
   except OSError:
     pass
   return platform.processor() or 'unknown'
+
+
+def cpu_kind() -> dict[str, str]:
+  """Vendor, family, model and cache sizes of this CPU (Linux; else empty).
+
+  XLA's CPU matmuls (YNNPACK fusions, Eigen) choose their kernels and
+  blocking from the CPU at run time, beyond what `--xla_cpu_max_isa` caps:
+  CPU results are bit-comparable only between machines whose `cpu_kind`
+  agrees (measured: the same code gives other logit bits on an AMD Zen 5
+  than on the machine that wrote tests/fixtures/portable_block.json).
+  """
+  kind = {}
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if not line.strip():
+          break  # the first processor is enough
+        key, _, value = line.partition(':')
+        key = key.strip()
+        if key in ('vendor_id', 'cpu family', 'model', 'stepping'):
+          kind[key.replace(' ', '_')] = value.strip()
+  except OSError:
+    return {}
+  caches = pathlib.Path('/sys/devices/system/cpu/cpu0/cache')
+  for index in sorted(caches.glob('index*')):
+    try:
+      level = (index / 'level').read_text().strip()
+      kind_of = (index / 'type').read_text().strip()
+      size = (index / 'size').read_text().strip()
+    except OSError:
+      continue
+    suffix = {'Data': 'd', 'Instruction': 'i'}.get(kind_of, '')
+    kind[f'L{level}{suffix}'] = size
+  return kind
 
 
 def _source_revision() -> str:
@@ -137,6 +172,7 @@ def record() -> dict[str, Any]:
       'device_count': jax.device_count(),
       'platform_version': getattr(device.client, 'platform_version', ''),
       'cpu_model': _cpu_model(),
+      'cpu_kind': cpu_kind(),
       'machine': platform.machine(),
       'source_revision': _source_revision(),
       'source_sha256': source_sha256(),

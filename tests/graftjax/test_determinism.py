@@ -23,3 +23,12 @@ def test_source_sha256_names_the_code():
   assert len(digest) == 64 and digest == determinism.source_sha256()
   assert determinism.record()['source_sha256'] == digest
   assert 'source_sha256' in determinism.COMPARABLE_FIELDS
+
+
+def test_cpu_kind_names_vendor_model_and_caches():
+  """What XLA's CPU matmuls read at run time, recorded with every result."""
+  kind = determinism.cpu_kind()
+  if os.path.exists('/proc/cpuinfo'):
+    assert kind['vendor_id'] and kind['model']
+    assert any(key.startswith('L') for key in kind)
+  assert determinism.record()['cpu_kind'] == kind
