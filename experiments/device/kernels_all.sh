@@ -2,10 +2,11 @@
 # model parts are staged. If an earlier call started bench_kernels in the
 # background with its pid in /root/bench_kernels.pid, waits for it (a
 # `pgrep -f` would match the calling shell's own command line); otherwise
-# runs it. Then, each with the GPU to itself: bench_model (xla vs pallas). Then side by side: the
-# invariance experiment as ten shards of five samples (the float32 forwards
-# are latency-bound, so the processes overlap on the GPU; bits do not depend
-# on it), and two kernel-determinism processes one after the other. Each
+# runs it. Then, with the GPU to itself, bench_model (xla vs pallas). Then
+# side by side: the invariance experiment as ten shards of five samples (the
+# float32 forwards are latency-bound, so the processes overlap on the GPU;
+# bits do not depend on it), and two kernel-determinism processes one after
+# the other. Each
 # result lands in /root/out3 as soon as it ends; `DONE` marks the end. Copy
 # /root/out3 into $OUT in every polling call: a machine left 30 s without a
 # call goes cold and takes /root with it.
