@@ -79,10 +79,10 @@ def _cpu_model() -> str:
 def cpu_kind() -> dict[str, str]:
   """Vendor, family, model and cache sizes of this CPU (Linux; else empty).
 
-  XLA's CPU matmuls (YNNPACK fusions, Eigen) choose their kernels and
-  blocking from the CPU at run time, beyond what `--xla_cpu_max_isa` caps:
-  CPU results are bit-comparable only between machines whose `cpu_kind`
-  agrees (measured: the same code gives other logit bits on an AMD Zen 5
+  XLA's CPU matmuls (YNNPACK fusions) choose their kernels from the CPU at
+  run time, beyond what `--xla_cpu_max_isa` caps, and without YNNPACK the
+  bits still differ between CPUs of one instruction set: CPU results are
+  bit-comparable only between machines whose `cpu_kind` agrees (measured: the same code gives other logit bits on an AMD Zen 5
   than on the machine that wrote tests/fixtures/portable_block.json).
   """
   kind = {}

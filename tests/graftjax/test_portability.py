@@ -2,9 +2,9 @@
 
 The fixture (scripts/make_portable_block_fixture.py) was written on a
 development machine; CI restores it and must get the same logit bytes.
-XLA's CPU code depends on the processor: its matmuls (YNNPACK fusions,
-Eigen) choose kernels and blocking from the CPU at run time, and no XLA flag
-tried removes that (`--xla_cpu_max_isa`, `--xla_cpu_use_xnnpack=false`,
+XLA's CPU code depends on the processor: its matmuls (YNNPACK fusions)
+choose kernels from the CPU at run time, and no XLA flag tried removes the
+dependence (`--xla_cpu_max_isa`, `--xla_cpu_use_xnnpack=false`,
 `--xla_cpu_enable_platform_dependent_math=false`, YNNPACK fusions off: each
 still gave other bits on an AMD Zen 5 and on emulated AVX2 EPYCs). So a
 failure here on a different kind of CPU (`determinism.cpu_kind()`) says
