@@ -220,6 +220,7 @@ def run_benchmarks(
   for name, phase, dtype, shape, flops, bytes_, make, impls in cases:
     args = None
     outs = {}
+    overheads = {}  # loop iterations -> seconds; the same for every impl
     for impl, fn in impls.items():
       row = dict(kernel=name, impl=impl, phase=phase, dtype=dtype,
                  shape=shape, flops=flops, bytes=bytes_)
@@ -238,8 +239,9 @@ def run_benchmarks(
         iters = min(loop_iters, int(0.2 / median)) if median < 0.005 else 0
         device_s = (timing.time_in_loop(fn, args, iters=iters) if iters
                     else median)
-        overhead_s = (timing.loop_overhead(args, iters=iters) if iters
-                      else 0.0)
+        if iters and iters not in overheads:
+          overheads[iters] = timing.loop_overhead(args, iters=iters)
+        overhead_s = overheads.get(iters, 0.0)
         # The call alone: the loop's own cost taken off (never below 1 ns).
         kernel_s = max(device_s - overhead_s, 1e-9)
         row.update(
