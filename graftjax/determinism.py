@@ -82,8 +82,9 @@ def cpu_kind() -> dict[str, str]:
   XLA's CPU matmuls (YNNPACK fusions) choose their kernels from the CPU at
   run time, beyond what `--xla_cpu_max_isa` caps, and without YNNPACK the
   bits still differ between CPUs of one instruction set: CPU results are
-  bit-comparable only between machines whose `cpu_kind` agrees (measured: the same code gives other logit bits on an AMD Zen 5
-  than on the machine that wrote tests/fixtures/portable_block.json).
+  bit-comparable only between machines whose `cpu_kind` agrees (measured:
+  tests/fixtures/portable_block.json records other logit bits for one block
+  on an AMD Zen 5 than on the EPYC that wrote it).
   """
   kind = {}
   try:
@@ -148,6 +149,11 @@ def source_sha256() -> str:
 # Fields of `record()` that must agree for two runs' bits to be compared.
 COMPARABLE_FIELDS = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
                      'jaxlib_version', 'backend', 'device_kind', 'source_sha256')
+
+
+# Fields of `record()` that must agree for two CPU runs of one code to give the
+# same bits (with `pin()` applied): XLA's CPU kernels depend on the processor.
+CPU_BITS_FIELDS = ('cpu_kind', 'jax_version', 'jaxlib_version')
 
 
 def record() -> dict[str, Any]:

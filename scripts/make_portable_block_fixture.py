@@ -1,14 +1,21 @@
-r"""Writes the portability fixture: a real-model block and the logits it must give.
+r"""Writes the portability fixture: a real-model block and the logits it gives.
 
-    .venv/bin/python scripts/make_portable_block_fixture.py
+    .venv/bin/python scripts/make_portable_block_fixture.py            # add this CPU kind
+    .venv/bin/python scripts/make_portable_block_fixture.py --rewrite_block
 
-Deposits the first 16 tokens of a fixed sentence (gemma-3-270m, float32,
-prefilled in chunks of 8) into tests/fixtures/portable_store/ and records,
-in tests/fixtures/portable_block.json, the block's key, the SHA-256 of its
-stored files, and the SHA-256 of the float32 logits of the next 4 tokens
-processed after grafting it. tests/graftjax/test_portability.py restores
-the block on another machine of the same kind (CI) and requires the same
-bytes.
+The block: the first 16 tokens of a fixed sentence (gemma-3-270m, float32,
+prefilled in chunks of 8), deposited in tests/fixtures/portable_store/;
+tests/fixtures/portable_block.json records its key and the SHA-256 of its
+stored files. With --rewrite_block the block is computed again on this
+machine and every logits recording is dropped.
+
+The logits: the float32 logits of the next 4 tokens processed after grafting
+the committed block. XLA's CPU code picks its kernels from the processor, so
+their bits are a function of the block, the code, the jax version and the
+kind of CPU (`determinism.cpu_kind()`). The script adds (or replaces) the
+recording for this machine's CPU kind and jax version;
+tests/graftjax/test_portability.py grafts the same block on another machine
+and requires the bytes recorded for its kind.
 """
 
 from graftjax import determinism
@@ -19,48 +26,80 @@ import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pathlib
 import shutil
 
+from absl import app
+from absl import flags
+
 from graftjax import blocks
 from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.models.gemma import model as gemma_model
 
+_REWRITE_BLOCK = flags.DEFINE_bool(
+    'rewrite_block', False, 'Compute and deposit the block again on this machine (drops every'
+    ' logits recording); by default the committed block is kept.')
+
 TEXT = 'The quick brown fox jumps over the lazy dog, and then the dog sleeps again while the fox runs.'
 PREFIX, CONTINUATION, CHUNK, CAPACITY = 16, 4, 8, 32
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'fixtures'
+RECORD_PATH = FIXTURES / 'portable_block.json'
+STORE_ROOT = FIXTURES / 'portable_store'
 
 
-def grafted_logits(model, store, key, ids):
-  cache = blocks.graft(model.init_cache(capacity=CAPACITY), store.get(key),
+def grafted_logits(model, block, ids):
+  """float32 [CONTINUATION, vocab] logits after grafting `block` at position 0."""
+  cache = blocks.graft(model.init_cache(capacity=CAPACITY), block,
                        model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
   logits, _ = model.prefill(ids[PREFIX:PREFIX + CONTINUATION], cache=cache, chunk_size=CHUNK,
                             start_position=PREFIX, logits='all')
   return logits
 
 
-def main():
-  model = gemma_model.load('gemma3-270m')
-  ids = model.tokenizer.encode(TEXT)
+def deposit_block(model, ids) -> dict:
+  """Prefills the prefix here, stores its block afresh; returns the block fields."""
   _, cache = model.prefill(ids[:PREFIX], cache=model.init_cache(capacity=CAPACITY),
                            chunk_size=CHUNK, logits='none')
   block = blocks.capture(cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX],
                          model_fingerprint=model.fingerprint,
                          position_scheme=model.position_scheme)
-  root = FIXTURES / 'portable_store'
-  shutil.rmtree(root, ignore_errors=True)
-  store = store_lib.BlockStore(root)
-  key = store.put(block)
-  record = {
-      'command': 'python scripts/make_portable_block_fixture.py',
+  shutil.rmtree(STORE_ROOT, ignore_errors=True)
+  key = store_lib.BlockStore(STORE_ROOT).put(block)
+  return {
+      'command': 'python scripts/make_portable_block_fixture.py --rewrite_block',
       'text': TEXT, 'prefix_tokens': PREFIX, 'continuation_tokens': CONTINUATION,
       'chunk_size': CHUNK, 'capacity': CAPACITY, 'token_ids': ids[:PREFIX + CONTINUATION],
       'model_fingerprint': model.fingerprint, 'key': key,
-      'block_tree_sha256': store_lib.digest_tree(root / key),
-      'logits_sha256': ledger.sha256_array(grafted_logits(model, store, key, ids)),
-      'determinism': determinism.record(),
+      'block_tree_sha256': store_lib.digest_tree(STORE_ROOT / key),
+      'block_written_on': determinism.record(),
+      'logits_by_cpu_kind': [],
   }
-  (FIXTURES / 'portable_block.json').write_text(json.dumps(record, indent=1) + '\n')
-  print(json.dumps({k: record[k] for k in ('key', 'block_tree_sha256', 'logits_sha256')}))
+
+
+def main(argv):
+  del argv
+  model = gemma_model.load('gemma3-270m')
+  ids = model.tokenizer.encode(TEXT)
+  if _REWRITE_BLOCK.value:
+    record = deposit_block(model, ids)
+  else:
+    record = json.loads(RECORD_PATH.read_text())
+    if record['model_fingerprint'] != model.fingerprint or record['token_ids'] != ids[:PREFIX + CONTINUATION]:
+      raise ValueError('the committed block is for other weights or tokens; run with --rewrite_block')
+  block = store_lib.BlockStore(STORE_ROOT).get(record['key'])
+  logits = grafted_logits(model, block, ids)
+  here = determinism.record()
+  recording = {
+      'command': 'python scripts/make_portable_block_fixture.py',
+      **{field: here[field] for field in determinism.CPU_BITS_FIELDS},
+      'logits_sha256': ledger.sha256_array(logits),
+      'determinism': here,
+  }
+  record['logits_by_cpu_kind'] = [
+      r for r in record['logits_by_cpu_kind']
+      if any(r.get(field) != recording[field] for field in determinism.CPU_BITS_FIELDS)] + [recording]
+  RECORD_PATH.write_text(json.dumps(record, indent=1) + '\n')
+  print(json.dumps({'key': record['key'], 'block_tree_sha256': record['block_tree_sha256'],
+                    'cpu_kind': recording['cpu_kind'], 'logits_sha256': recording['logits_sha256']}))
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)
