@@ -6,7 +6,8 @@ r"""Grafted continuation vs single-pass prefill, across chunk sizes and batch si
 
 With `--impl=pallas` (chunk-invariant kernels) every cell should be byte
 equal to the single pass; with `--impl=xla` the same comparison shows how
-XLA's shape-dependent kernels break it.
+XLA's shape-dependent kernels break it. `--attention_impl`, `--matmul_impl`,
+`--norm_impl` and `--rotary_impl` set one op apart from `--impl`.
 
 A long run can be split: `--shard=i --num_shards=n` runs the i-th of n
 contiguous ranges of the `--samples` samples, and
@@ -30,13 +31,14 @@ import numpy as np
 import tqdm
 
 from graftjax import corpus
+from graftjax import impl_flags
 from graftjax import invariance
 from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
-_IMPL = flags.DEFINE_enum('impl', 'pallas', list(ops.IMPLS), 'Kernels for every op.')
+_IMPLS = impl_flags.define(default='pallas')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Text samples (over all shards).')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 224, 'Grafted prefix tokens (BOS included).')
@@ -49,7 +51,7 @@ _MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --ou
 _OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
 
 def run(command: str) -> dict:
-  model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value), impl=_IMPL.value)
+  model = _IMPLS.apply(gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value)))
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   samples = corpus.text_samples(tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
                                 continuation_tokens=_CONTINUATION_TOKENS.value)
@@ -70,7 +72,8 @@ def run(command: str) -> dict:
                   sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids))
   return {
       'experiment': 'invariance', 'command': command,
-      'model': _MODEL.value, 'impl': _IMPL.value, 'dtype': _DTYPE.value, 'capacity': capacity,
+      'model': _MODEL.value, 'impl': _IMPLS.impl.value, 'impls': _IMPLS.as_json(),
+      'dtype': _DTYPE.value, 'capacity': capacity,
       'settings': {'samples': _SAMPLES.value, 'prefix_tokens': _PREFIX_TOKENS.value,
                    'continuation_tokens': _CONTINUATION_TOKENS.value,
                    'chunk_sizes': [int(c) for c in _CHUNK_SIZES.value],

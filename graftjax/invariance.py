@@ -150,6 +150,8 @@ def run_invariance(
 
 # Fields that must agree between shards of one run.
 _SHARED_FIELDS = ('experiment', 'model', 'impl', 'dtype', 'capacity', 'settings', 'inputs')
+# The same, but absent from shards written before ops had their own impls.
+_OPTIONAL_SHARED_FIELDS = ('impls',)
 
 
 def shard_range(total: int, shard: int, num_shards: int) -> range:
@@ -178,9 +180,9 @@ def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
   shards = sorted(shards, key=lambda s: s['shard']['samples'][0])
   first = shards[0]
   for shard in shards[1:]:
-    for field in _SHARED_FIELDS:
-      if shard[field] != first[field]:
-        raise ValueError(f'shards differ in {field}: {shard[field]!r} != {first[field]!r}')
+    for field in _SHARED_FIELDS + _OPTIONAL_SHARED_FIELDS:
+      if shard.get(field) != first.get(field):
+        raise ValueError(f'shards differ in {field}: {shard.get(field)!r} != {first.get(field)!r}')
     for field in determinism.COMPARABLE_FIELDS:
       if shard['determinism'][field] != first['determinism'][field]:
         raise ValueError(f'shards differ in determinism {field}')
@@ -190,6 +192,7 @@ def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
   samples = [record for s in shards for record in s['samples']]
   return {
       **{field: first[field] for field in _SHARED_FIELDS},
+      **{field: first[field] for field in _OPTIONAL_SHARED_FIELDS if field in first},
       'command': command,
       # A run stopped early is merged as what it is: its first samples_run samples.
       'samples_run': len(covered), 'complete': len(covered) == first['settings']['samples'],

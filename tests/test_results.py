@@ -63,3 +63,15 @@ def test_h200_kernel_determinism_follows_from_its_committed_runs(suffix):
   for name, digests in result['digests'].items():
     assert digests == sorted({r['digests'][name] for r in found})
   assert result['identical'] == all(len(d) == 1 for d in result['digests'].values())
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_h200_per_op_costs_follow_from_their_rows(dtype):
+  result = ledger.verify_result(RESULTS / f'bench_model_per_op_h200_{dtype}.json')
+  assert result['determinism']['device_kind'] == 'NVIDIA H200'
+  rows = result['rows']
+  xla = rows[f'graftjax_{dtype}_xla']
+  for name, cost in [('pallas', result['invariance_cost'][dtype]),
+                     *[(f'xla+{op}=pallas', c) for op, c in result['per_op_cost'][dtype].items()]]:
+    other = rows[f'graftjax_{dtype}_{name}']
+    assert cost == {k: xla[k] / other[k] - 1 for k in xla}

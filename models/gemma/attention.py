@@ -90,16 +90,16 @@ def attention_block(
   Returns:
     (out [B, T, D], cache with this layer's new keys/values).
   """
-  scheme, impl = config.position_scheme, config.impl
+  scheme, matmul_impl = config.position_scheme, config.impl_of('matmul')
   theta = config.rope_theta(layer)
-  q = ops.dense(x, params['q'], impl=impl)  # [B, T, N, H]
-  k = ops.dense(x, params['k'], impl=impl)  # [B, T, K, H]
-  v = ops.dense(x, params['v'], impl=impl)
-  q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=impl)
-  k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=impl)
+  q = ops.dense(x, params['q'], impl=matmul_impl)  # [B, T, N, H]
+  k = ops.dense(x, params['k'], impl=matmul_impl)  # [B, T, K, H]
+  v = ops.dense(x, params['v'], impl=matmul_impl)
+  q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
+  k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   if scheme == Scheme.ROPE:
-    q = ops.rotate(q, q_positions, theta, impl=impl)
-    k = ops.rotate(k, q_positions, theta, impl=impl)
+    q = ops.rotate(q, q_positions, theta, impl=config.impl_of('rotary'))
+    k = ops.rotate(k, q_positions, theta, impl=config.impl_of('rotary'))
   else:
     q = positions_lib.rotate_for_cache(q, q_positions, scheme=scheme, theta=theta, tabs=tables)
     k = positions_lib.rotate_for_cache(k, q_positions, scheme=scheme, theta=theta, tabs=tables)
@@ -111,7 +111,7 @@ def attention_block(
 
   batch, length = x.shape[:2]
   w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
-  if impl == 'pallas':
+  if config.impl_of('attention') == 'pallas':
     tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
     out = ops.attention(
         q, keys, values, q_positions, k_positions, config.window(layer),
@@ -119,7 +119,7 @@ def attention_block(
         alibi_slopes=(
             positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None),
         relative_table=None if tab is None else (tab['cos'], tab['sin']))
-    return ops.dense(out.reshape(batch, length, -1), w_out, impl=impl), cache
+    return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache
 
   q = q.reshape(batch, length, config.num_kv_heads, config.num_groups, config.head_dim)
   if scheme == Scheme.ROPE_RELATIVE:
@@ -135,4 +135,4 @@ def attention_block(
   visible = visibility_mask(
       q_positions, k_positions, config.window(layer), q_segments, cache.segments)
   out = masked_softmax_attend(scores, visible, values)
-  return ops.dense(out.reshape(batch, length, -1), w_out, impl=impl), cache
+  return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache

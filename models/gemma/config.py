@@ -31,6 +31,10 @@ class PositionScheme(str, enum.Enum):
   NOPE = 'nope'  # no position signal.
 
 
+# Implementations of the numerics-relevant ops (see ops.py), and those ops.
+IMPLS = ('xla', 'pallas')
+OPS = ('attention', 'matmul', 'norm', 'rotary')
+
 # 1e-6 as the GGUF stores it (float32), so a config read from the file is equal.
 _GGUF_EPS = 9.999999974752427e-07
 
@@ -63,7 +67,13 @@ class GemmaConfig:
     position_scheme: how positions enter attention.
     bos_id, eos_id, pad_id: special token ids.
     end_of_turn_id: `<end_of_turn>`; also stops generation.
-    impl: 'xla' (default) or 'pallas' (chunk-invariant kernels; see ops.py).
+    impl: 'xla' (default) or 'pallas' (chunk-invariant kernels; see ops.py),
+      for every op without its own setting below. Only all-'pallas' is
+      chunk-invariant; mixtures are for measuring what each op costs.
+    attention_impl, matmul_impl, norm_impl, rotary_impl: the implementation
+      of one op, or None for `impl`. Normalized on construction (a setting
+      equal to `impl` becomes None; four equal settings become `impl`), so
+      one computation has one config digest.
   """
 
   vocab_size: int
@@ -84,10 +94,23 @@ class GemmaConfig:
   pad_id: int = 0
   end_of_turn_id: int | None = None
   impl: str = 'xla'
+  attention_impl: str | None = None
+  matmul_impl: str | None = None
+  norm_impl: str | None = None
+  rotary_impl: str | None = None
 
   def __post_init__(self):
-    if self.impl not in ('xla', 'pallas'):
-      raise ValueError(f"impl must be 'xla' or 'pallas', got {self.impl!r}")
+    if self.impl not in IMPLS:
+      raise ValueError(f'impl must be one of {IMPLS}, got {self.impl!r}')
+    for op in OPS:
+      value = getattr(self, f'{op}_impl')
+      if value is not None and value not in IMPLS:
+        raise ValueError(f'{op}_impl must be one of {IMPLS}, or None for impl; got {value!r}')
+    per_op = {op: self.impl_of(op) for op in OPS}
+    if len(set(per_op.values())) == 1:
+      object.__setattr__(self, 'impl', per_op['attention'])
+    for op, value in per_op.items():
+      object.__setattr__(self, f'{op}_impl', None if value == self.impl else value)
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f'num_heads={self.num_heads} is not a multiple of'
@@ -108,6 +131,12 @@ class GemmaConfig:
     """Query heads per key/value head."""
     return self.num_heads // self.num_kv_heads
 
+  def impl_of(self, op: str) -> str:
+    """'xla' or 'pallas': the implementation that computes `op` (one of OPS)."""
+    if op not in OPS:
+      raise ValueError(f'unknown op {op!r}; ops: {OPS}')
+    return getattr(self, f'{op}_impl') or self.impl
+
   def rope_theta(self, layer: int) -> float:
     if self.attention_types[layer] == AttentionType.GLOBAL:
       return self.global_rope_theta
@@ -119,6 +148,13 @@ class GemmaConfig:
       return self.sliding_window
     return None
 
+  def with_impl(self, impl: str, **per_op: str) -> GemmaConfig:
+    """`impl` for every op, except those named in `per_op` (op -> impl)."""
+    unknown = set(per_op) - set(OPS)
+    if unknown:
+      raise ValueError(f'unknown ops {sorted(unknown)}; ops: {OPS}')
+    return self.replace(impl=impl, **{f'{op}_impl': per_op.get(op) for op in OPS})
+
   def replace(self, **changes: Any) -> GemmaConfig:
     return dataclasses.replace(self, **changes)
 
@@ -126,6 +162,9 @@ class GemmaConfig:
     out = dataclasses.asdict(self)
     out['attention_types'] = [t.value for t in self.attention_types]
     out['position_scheme'] = self.position_scheme.value
+    for op in OPS:  # absent unless set: digests of single-impl configs stay as they were
+      if out[f'{op}_impl'] is None:
+        del out[f'{op}_impl']
     return out
 
   def digest(self) -> str:

@@ -77,9 +77,15 @@ class Gemma:
     scheme = config_lib.PositionScheme(scheme)
     return dataclasses.replace(self, config=self.config.replace(position_scheme=scheme))
 
-  def with_impl(self, impl: str) -> Gemma:
-    """The same model computed by other kernels ('xla' or 'pallas'; another fingerprint)."""
-    return dataclasses.replace(self, config=self.config.replace(impl=impl))
+  def with_impl(self, impl: str, **per_op: str) -> Gemma:
+    """The same model computed by other kernels (another fingerprint).
+
+    Args:
+      impl: 'xla' or 'pallas' for every op not in `per_op`.
+      **per_op: op ('attention', 'matmul', 'norm', 'rotary') -> its impl, e.g.
+        `with_impl('xla', attention='pallas')`.
+    """
+    return dataclasses.replace(self, config=self.config.with_impl(impl, **per_op))
 
   def relocate(self, block, first_position: int):
     """`block` moved so its first token sits at `first_position`.
@@ -130,9 +136,9 @@ class Gemma:
       raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
     if tokens.shape[0] != cache.batch_size:
       raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
-    if self.config.impl == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
+    if self.config.impl_of('attention') == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
       raise ValueError(
-          f'impl=pallas needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
+          f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
           f' got {cache.capacity}')
     if int(cache.length) + tokens.shape[1] > cache.capacity:
       raise ValueError(

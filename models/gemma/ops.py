@@ -19,7 +19,6 @@ import jax
 
 from graftjax.models.gemma import layers
 
-IMPLS = ('xla', 'pallas')
 _MATMUL_BLOCK_N = 64
 _MATMUL_BLOCK_K = 32
 # Under 'pallas' the cache capacity must be a multiple of this: a multiple of

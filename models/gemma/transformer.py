@@ -42,13 +42,14 @@ def decoder_layer(
     tables=None,
 ) -> tuple[jax.Array, cache_lib.KVCache]:
   """Pre- and post-normed attention and MLP with residuals: x [B, T, D]."""
-  norm = lambda y, name: ops.rms_norm(y, params[name], config.rms_norm_eps, impl=config.impl)
+  norm = lambda y, name: ops.rms_norm(y, params[name], config.rms_norm_eps,
+                                       impl=config.impl_of('norm'))
   attn_out, cache = attention.attention_block(
       params, norm(x, 'attn_norm'), positions, segments, cache,
       layer=layer, write_index=write_index, config=config, tables=tables,
   )
   x = x + norm(attn_out, 'post_attn_norm')
-  mlp_out = gated_mlp(params, norm(x, 'ffn_norm'), impl=config.impl)
+  mlp_out = gated_mlp(params, norm(x, 'ffn_norm'), impl=config.impl_of('matmul'))
   return x + norm(mlp_out, 'post_ffn_norm'), cache
 
 
@@ -100,8 +101,8 @@ def forward(
     return None, cache
   if logits == 'last':
     x = x[:, -1:]
-  x = ops.rms_norm(x, params['final_norm'], config.rms_norm_eps, impl=config.impl)
-  out = ops.dense(x, params['embedding'].T, impl=config.impl).astype(jnp.float32)
+  x = ops.rms_norm(x, params['final_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
+  out = ops.dense(x, params['embedding'].T, impl=config.impl_of('matmul')).astype(jnp.float32)
   return (out[:, 0] if logits == 'last' else out), cache
 
 
