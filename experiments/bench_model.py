@@ -1,4 +1,4 @@
-r"""Speed of the real model: prefill and decode tokens/s, float32 and bfloat16.
+r"""Speed of the model: prefill and decode tokens/s, float32 and bfloat16.
 
     python experiments/bench_model.py --llamacpp_python=/path/to/python-with-llama-cpp \
         --out=experiments/results/bench_model_cpu.json

@@ -19,6 +19,8 @@ from graftjax.models.gemma import config as config_lib
 
 @dataclasses.dataclass(frozen=True)
 class ImplFlags:
+  """The holders of --impl and of each op's --<op>_impl (None when not given)."""
+
   impl: flags.FlagHolder
   per_op: dict[str, flags.FlagHolder]
 
