@@ -6,10 +6,9 @@
 # side by side: the invariance experiment as ten shards of five samples (the
 # float32 forwards are latency-bound, so the processes overlap on the GPU;
 # bits do not depend on it), and two kernel-determinism processes one after
-# the other. Each
-# result lands in /root/out3 as soon as it ends; `DONE` marks the end. Copy
-# /root/out3 into $OUT in every polling call: a machine left 30 s without a
-# call goes cold and takes /root with it.
+# the other. Each result lands in /root/out3 as soon as it ends; `DONE`
+# marks the end. Copy /root/out3 into $OUT in every polling call: a machine
+# left 30 s without a call goes cold and takes /root with it.
 source experiments/device/setup.sh
 set +e
 R=/root/out3
