@@ -5,7 +5,7 @@ r"""Which attention tile sizes to fix: a sweep of `BlockSizes` and launch knobs.
 
 The tile sizes decide the bits (see graftjax.kernels.attention), so each
 dtype gets one fixed default; this script measures the candidates, on the
-device clock (`graftjax.timing.time_in_loop`), at gemma-3-270m shapes
+device clock (`graftjax.studies.timing.time_in_loop`), at gemma-3-270m shapes
 (N=4, K=1, H=256): decode (T = 1) over S in --decode_lengths cached slots and
 prefill T = S in --prefill_lengths, against the bandwidth floor (K and V read
 once: 2 S H itemsize bytes over 4.3e12 B/s) and the XLA reference. Every
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax import ledger
-from graftjax import timing
+from graftjax.studies import timing
 from graftjax.kernels import attention as attention_lib
 
 HBM_BYTES_PER_S = 4.3e12  # H200
@@ -44,15 +44,31 @@ HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256  # gemma-3-270m
 
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes, interpret mode off GPU.')
 _FLOAT32 = flags.DEFINE_list(
-    'float32',
-    ['4,32,256,4', '4,32,256,8', '4,16,256,8', '4,32,128,4', '4,32,128,8',
-     '4,16,128,8', '4,32,512,8'],
-    'float32 candidates: block_q,block_k,block_s,num_warps.')
+  'float32',
+  [
+    '4,32,256,4',
+    '4,32,256,8',
+    '4,16,256,8',
+    '4,32,128,4',
+    '4,32,128,8',
+    '4,16,128,8',
+    '4,32,512,8',
+  ],
+  'float32 candidates: block_q,block_k,block_s,num_warps.',
+)
 _BFLOAT16 = flags.DEFINE_list(
-    'bfloat16',
-    ['4,64,512,4', '4,64,512,8', '4,64,256,4', '4,64,256,8', '4,64,1024,8',
-     '4,32,256,4', '4,32,128,4'],
-    'bfloat16 candidates: block_q,block_k,block_s,num_warps.')
+  'bfloat16',
+  [
+    '4,64,512,4',
+    '4,64,512,8',
+    '4,64,256,4',
+    '4,64,256,8',
+    '4,64,1024,8',
+    '4,32,256,4',
+    '4,32,128,4',
+  ],
+  'bfloat16 candidates: block_q,block_k,block_s,num_warps.',
+)
 _DECODE_LENGTHS = flags.DEFINE_list('decode_lengths', ['1024', '32768'], 'Decode S.')
 _PREFILL_LENGTHS = flags.DEFINE_list('prefill_lengths', ['4096'], 'Prefill T = S.')
 _ITERS = flags.DEFINE_integer('iters', 50, 'Calls per timed loop (decode).')
@@ -68,8 +84,8 @@ def _candidate(text: str) -> tuple[attention_lib.BlockSizes, dict[str, int]]:
       raise ValueError
   except ValueError as e:
     raise app.UsageError(
-        f'candidate {text!r} must be block_q,block_k,block_s,num_warps'
-        '[,num_stages,combine_stages]') from e
+      f'candidate {text!r} must be block_q,block_k,block_s,num_warps[,num_stages,combine_stages]'
+    ) from e
   sizes = attention_lib.BlockSizes(*numbers[:3], num_warps=numbers[3])
   stages = {}
   if len(numbers) == 6:
@@ -80,8 +96,7 @@ def _candidate(text: str) -> tuple[attention_lib.BlockSizes, dict[str, int]]:
 def _case(phase: str, length: int, dtype: str):
   num_q = 1 if phase == 'decode' else length
   rng = np.random.default_rng(0)
-  q = jnp.asarray(rng.standard_normal((1, num_q, HEADS, HEAD_DIM))
-                  * HEAD_DIM**-0.5, dtype)
+  q = jnp.asarray(rng.standard_normal((1, num_q, HEADS, HEAD_DIM)) * HEAD_DIM**-0.5, dtype)
   k = jnp.asarray(rng.standard_normal((1, length, KV_HEADS, HEAD_DIM)), dtype)
   v = jnp.asarray(rng.standard_normal((1, length, KV_HEADS, HEAD_DIM)), dtype)
   q_pos = jnp.arange(length - num_q, length, dtype=jnp.int32)[None]
@@ -89,14 +104,20 @@ def _case(phase: str, length: int, dtype: str):
   return q, k, v, q_pos, k_pos
 
 
-def sweep(*, candidates: dict[str, list[str]], decode_lengths: Sequence[int],
-          prefill_lengths: Sequence[int], iters: int, time_budget_s: float,
-          interpret: bool, log=print) -> dict:
+def sweep(
+  *,
+  candidates: dict[str, list[str]],
+  decode_lengths: Sequence[int],
+  prefill_lengths: Sequence[int],
+  iters: int,
+  time_budget_s: float,
+  interpret: bool,
+  log=print,
+) -> dict:
   """Times every candidate on every case; returns the JSON-ready result."""
   started = time.perf_counter()
   rows = []
-  cases = ([('decode', n) for n in decode_lengths]
-           + [('prefill', n) for n in prefill_lengths])
+  cases = [('decode', n) for n in decode_lengths] + [('prefill', n) for n in prefill_lengths]
   for dtype, texts in candidates.items():
     item = jnp.dtype(dtype).itemsize
     for phase, length in cases:
@@ -105,51 +126,73 @@ def sweep(*, candidates: dict[str, list[str]], decode_lengths: Sequence[int],
       loops = iters if phase == 'decode' else max(1, iters // 10)
       reference = jax.jit(attention_lib.attention_reference)
       want = np.asarray(reference(*args).astype(jnp.float32))
-      base = dict(dtype=dtype, phase=phase, S=length,
-                  T=1 if phase == 'decode' else length, floor_s=floor_s)
+      base = dict(
+        dtype=dtype, phase=phase, S=length, T=1 if phase == 'decode' else length, floor_s=floor_s
+      )
       overhead_s = timing.loop_overhead(args, iters=loops)
       base.update(loop_overhead_s=overhead_s)
       xla_s = timing.time_in_loop(lambda a: reference(*a), args, iters=loops)
-      rows.append(dict(base, impl='xla', device_s=xla_s,
-                       over_floor=xla_s / floor_s,
-                       net_over_floor=(xla_s - overhead_s) / floor_s))
-      log(f'{dtype:8s} {phase:7s} S={length:6d} xla {1e3 * xla_s:9.4f} ms'
-          f' ({xla_s / floor_s:7.1f}x floor)')
+      rows.append(
+        dict(
+          base,
+          impl='xla',
+          device_s=xla_s,
+          over_floor=xla_s / floor_s,
+          net_over_floor=(xla_s - overhead_s) / floor_s,
+        )
+      )
+      log(
+        f'{dtype:8s} {phase:7s} S={length:6d} xla {1e3 * xla_s:9.4f} ms'
+        f' ({xla_s / floor_s:7.1f}x floor)'
+      )
       for text in texts:
         sizes, stages = _candidate(text)
-        row = dict(base, impl='pallas', candidate=text,
-                   block_sizes=dataclasses.asdict(sizes), stages=stages)
+        row = dict(
+          base, impl='pallas', candidate=text, block_sizes=dataclasses.asdict(sizes), stages=stages
+        )
         if time.perf_counter() - started > time_budget_s:
           rows.append(dict(row, skipped='time budget spent'))
           continue
-        kernel = jax.jit(lambda *a, sizes=sizes, stages=stages:
-                         attention_lib.attention(
-                             *a, block_sizes=sizes, interpret=interpret,
-                             **stages))
+        kernel = jax.jit(
+          lambda *a, sizes=sizes, stages=stages: attention_lib.attention(
+            *a, block_sizes=sizes, interpret=interpret, **stages
+          )
+        )
         try:
           got = np.asarray(kernel(*args).astype(jnp.float32))
-          seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), args,
-                                        iters=loops)
+          seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), args, iters=loops)
         except Exception as e:  # pylint: disable=broad-exception-caught
           rows.append(dict(row, error=f'{type(e).__name__}: {e}'[:2000]))
           log(f'{dtype} {phase} S={length} {text} FAILED: {rows[-1]["error"][:300]}')
           continue
-        row.update(device_s=seconds, over_floor=seconds / floor_s,
-                   net_over_floor=(seconds - overhead_s) / floor_s,
-                   vs_xla=seconds / xla_s,
-                   max_abs_diff_vs_reference=float(np.abs(got - want).max()),
-                   output_sha256=hashlib.sha256(got.tobytes()).hexdigest())
+        row.update(
+          device_s=seconds,
+          over_floor=seconds / floor_s,
+          net_over_floor=(seconds - overhead_s) / floor_s,
+          vs_xla=seconds / xla_s,
+          max_abs_diff_vs_reference=float(np.abs(got - want).max()),
+          output_sha256=hashlib.sha256(got.tobytes()).hexdigest(),
+        )
         rows.append(row)
-        log(f'{dtype:8s} {phase:7s} S={length:6d} {text:14s}'
-            f' {1e3 * seconds:9.4f} ms ({seconds / floor_s:7.1f}x floor,'
-            f' {(seconds - overhead_s) / floor_s:7.1f}x net of the loop,'
-            f' {seconds / xla_s:6.2f}x xla) diff {row["max_abs_diff_vs_reference"]:.2e}')
-  return dict(config=determinism.record(), interpret=interpret,
-              hbm_bytes_per_s=HBM_BYTES_PER_S,
-              settings=dict(candidates=candidates,
-                            decode_lengths=list(decode_lengths),
-                            prefill_lengths=list(prefill_lengths), iters=iters),
-              wall_s=time.perf_counter() - started, rows=rows)
+        log(
+          f'{dtype:8s} {phase:7s} S={length:6d} {text:14s}'
+          f' {1e3 * seconds:9.4f} ms ({seconds / floor_s:7.1f}x floor,'
+          f' {(seconds - overhead_s) / floor_s:7.1f}x net of the loop,'
+          f' {seconds / xla_s:6.2f}x xla) diff {row["max_abs_diff_vs_reference"]:.2e}'
+        )
+  return dict(
+    config=determinism.record(),
+    interpret=interpret,
+    hbm_bytes_per_s=HBM_BYTES_PER_S,
+    settings=dict(
+      candidates=candidates,
+      decode_lengths=list(decode_lengths),
+      prefill_lengths=list(prefill_lengths),
+      iters=iters,
+    ),
+    wall_s=time.perf_counter() - started,
+    rows=rows,
+  )
 
 
 def main(argv: Sequence[str]) -> None:
@@ -167,16 +210,22 @@ def main(argv: Sequence[str]) -> None:
     decode = [int(n) for n in _DECODE_LENGTHS.value]
     prefill = [int(n) for n in _PREFILL_LENGTHS.value]
     iters = _ITERS.value
-  result = sweep(candidates=candidates, decode_lengths=decode,
-                 prefill_lengths=prefill, iters=iters,
-                 time_budget_s=_TIME_BUDGET_S.value, interpret=interpret)
+  result = sweep(
+    candidates=candidates,
+    decode_lengths=decode,
+    prefill_lengths=prefill,
+    iters=iters,
+    time_budget_s=_TIME_BUDGET_S.value,
+    interpret=interpret,
+  )
   result['quick'] = _QUICK.value
   result['command'] = shlex.join(['python'] + sys.argv)
-  out = pathlib.Path(_OUT.value or f'experiments/results/bench_attention_tiles_{jax.default_backend()}.json')
+  out = pathlib.Path(
+    _OUT.value or f'experiments/results/bench_attention_tiles_{jax.default_backend()}.json'
+  )
   ledger.write_result(out, result)
   failed = [r for r in result['rows'] if 'error' in r]
-  print(f'wrote {out}: {len(result["rows"])} rows, {len(failed)} failed,'
-        f' {result["wall_s"]:.1f} s')
+  print(f'wrote {out}: {len(result["rows"])} rows, {len(failed)} failed, {result["wall_s"]:.1f} s')
 
 
 if __name__ == '__main__':

@@ -39,20 +39,25 @@ import numpy as np
 import tqdm
 
 from graftjax import blocks
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
-_PREFIX_TOKENS = flags.DEFINE_list('prefix_tokens', ['1024', '4096', '8192', '32768'], 'Prefix lengths.')
+_PREFIX_TOKENS = flags.DEFINE_list(
+  'prefix_tokens', ['1024', '4096', '8192', '32768'], 'Prefix lengths.'
+)
 _RECOMPUTE_MAX = flags.DEFINE_integer(
-    'recompute_max', 1 << 30, 'Longest prefix to recompute (longer ones are reported as not run).')
+  'recompute_max', 1 << 30, 'Longest prefix to recompute (longer ones are reported as not run).'
+)
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
-_LLAMACPP_PYTHON = flags.DEFINE_string('llamacpp_python', None, 'Interpreter with llama-cpp-python.')
+_LLAMACPP_PYTHON = flags.DEFINE_string(
+  'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
+)
 _OUT = flags.DEFINE_string('out', 'experiments/results/bench_graft.json', 'Result JSON.')
 
 
@@ -103,22 +108,31 @@ def host_to_device_bandwidth(nbytes: int) -> float | None:
   return host.nbytes / (time.perf_counter() - t0)
 
 
-def bench_one(model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute: bool) -> dict:
+def bench_one(
+  model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute: bool
+) -> dict:
   n = len(ids) - 1
   prefix, next_token = ids[:n], ids[n]
   capacity = -(-(n + 1) // chunk_size) * chunk_size + chunk_size
   first = lambda cache: model.forward(
-      np.asarray([[next_token]]), np.asarray([[n]]), cache, logits='last')[0]
+    np.asarray([[next_token]]), np.asarray([[n]]), cache, logits='last'
+  )[0]
 
   def recompute_fn():
     cache = model.init_cache(capacity=capacity)
     _, cache = model.prefill(prefix, cache=cache, chunk_size=chunk_size, logits='none')
     return first(cache).block_until_ready()
 
-  _, cache = model.prefill(prefix, cache=model.init_cache(capacity=capacity),
-                           chunk_size=chunk_size, logits='none')
-  block = blocks.capture(cache, blocks.Span(0, n), token_ids=prefix,
-                         model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
+  _, cache = model.prefill(
+    prefix, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
+  )
+  block = blocks.capture(
+    cache,
+    blocks.Span(0, n),
+    token_ids=prefix,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
   reference = np.asarray(first(cache))
   del cache
   key = store.put(block)
@@ -133,8 +147,13 @@ def bench_one(model, store, ids: list[int], *, chunk_size: int, repeats: int, re
     t1 = time.perf_counter()
     cache = jax.block_until_ready(model.init_cache(capacity=capacity))
     t2 = time.perf_counter()
-    cache = blocks.graft(cache, got, model_fingerprint=model.fingerprint,
-                         position_scheme=model.position_scheme, donate=True)
+    cache = blocks.graft(
+      cache,
+      got,
+      model_fingerprint=model.fingerprint,
+      position_scheme=model.position_scheme,
+      donate=True,
+    )
     jax.block_until_ready(cache)
     t3 = time.perf_counter()
     logits = first(cache).block_until_ready()
@@ -146,13 +165,15 @@ def bench_one(model, store, ids: list[int], *, chunk_size: int, repeats: int, re
   graft_s, graft_times, logits = timed(graft_fn, repeats)
   medians = {k: float(np.median(v[1:])) for k, v in stages.items()}  # [0] is the warm-up
   row = {
-      'prefix_tokens': n, 'capacity': capacity, 'block_bytes': block_bytes,
-      'graft_first_token_s': graft_s, 'graft_times_s': graft_times,
-      'graft_stages_median_s': medians,
-      'restore_s': medians['read_s'] + medians['install_s'],
-      'graft_logits_equal_recompute': bool(
-          np.asarray(logits).tobytes() == reference.tobytes()),
-      'read_bandwidth_Bps': read_bandwidth(pathlib.Path(store.root) / key),
+    'prefix_tokens': n,
+    'capacity': capacity,
+    'block_bytes': block_bytes,
+    'graft_first_token_s': graft_s,
+    'graft_times_s': graft_times,
+    'graft_stages_median_s': medians,
+    'restore_s': medians['read_s'] + medians['install_s'],
+    'graft_logits_equal_recompute': bool(np.asarray(logits).tobytes() == reference.tobytes()),
+    'read_bandwidth_Bps': read_bandwidth(pathlib.Path(store.root) / key),
   }
   h2d = host_to_device_bandwidth(block_bytes)
   row['host_to_device_bandwidth_Bps'] = h2d
@@ -160,8 +181,11 @@ def bench_one(model, store, ids: list[int], *, chunk_size: int, repeats: int, re
   row['restore_over_floor'] = row['restore_s'] / row['floor_s']
   if recompute:
     recompute_s, recompute_times, _ = timed(recompute_fn, repeats)
-    row.update(recompute_first_token_s=recompute_s, recompute_times_s=recompute_times,
-               speedup=recompute_s / graft_s)
+    row.update(
+      recompute_first_token_s=recompute_s,
+      recompute_times_s=recompute_times,
+      speedup=recompute_s / graft_s,
+    )
   else:
     row['recompute_first_token_s'] = None
     row['recompute_not_run'] = f'prefix longer than --recompute_max={_RECOMPUTE_MAX.value}'
@@ -174,8 +198,12 @@ def llamacpp_peer(python: str, prefixes: list[list[int]], next_token: int) -> di
     request = pathlib.Path(tmp) / 'tokens.json'
     request.write_text(json.dumps({'prefixes': prefixes, 'next_token': next_token}))
     script = pathlib.Path(__file__).parent / 'peers' / 'llamacpp_restore.py'
-    proc = subprocess.run([python, str(script), str(gguf_lib.locate_gguf()), str(request),
-                           str(os.cpu_count())], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+      [python, str(script), str(gguf_lib.locate_gguf()), str(request), str(os.cpu_count())],
+      capture_output=True,
+      text=True,
+      check=False,
+    )
   if proc.returncode:
     raise RuntimeError(f'llama.cpp peer failed:\n{proc.stderr[-3000:]}')
   return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -192,15 +220,28 @@ def main(argv):
   with tempfile.TemporaryDirectory() as tmp:
     store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
     for n in tqdm.tqdm(lengths, desc='prefix lengths'):
-      rows.append(bench_one(model, store, ids[: n + 1], chunk_size=_CHUNK_SIZE.value,
-                            repeats=_REPEATS.value, recompute=n <= _RECOMPUTE_MAX.value))
+      rows.append(
+        bench_one(
+          model,
+          store,
+          ids[: n + 1],
+          chunk_size=_CHUNK_SIZE.value,
+          repeats=_REPEATS.value,
+          recompute=n <= _RECOMPUTE_MAX.value,
+        )
+      )
   result = {
-      'experiment': 'bench_graft', 'command': shlex.join(['python'] + sys.argv),
-      'model': _MODEL.value, 'dtype': _DTYPE.value, 'chunk_size': _CHUNK_SIZE.value,
-      'determinism': determinism.record(),
-      'inputs': {'model_fingerprint': model.fingerprint,
-                 'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1])},
-      'rows': rows,
+    'experiment': 'bench_graft',
+    'command': shlex.join(['python'] + sys.argv),
+    'model': _MODEL.value,
+    'dtype': _DTYPE.value,
+    'chunk_size': _CHUNK_SIZE.value,
+    'determinism': determinism.record(),
+    'inputs': {
+      'model_fingerprint': model.fingerprint,
+      'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
+    },
+    'rows': rows,
   }
   if _LLAMACPP_PYTHON.value:
     peer = llamacpp_peer(_LLAMACPP_PYTHON.value, [ids[:n] for n in lengths], ids[max(lengths)])
@@ -213,14 +254,17 @@ def main(argv):
       # Same prefix tokens on both sides, so per-token ratios are plain ratios.
       row['restore_over_llamacpp_load'] = row['restore_s'] / p['load_file_s']
       row['graft_over_llamacpp_restore_first_token'] = (
-          row['graft_first_token_s'] / p['restore_and_first_token_s'])
+        row['graft_first_token_s'] / p['restore_and_first_token_s']
+      )
   digest = ledger.write_result(_OUT.value, result)
   for row in rows:
-    print(f"N={row['prefix_tokens']:>6}  graft {row['graft_first_token_s']:.3f}s"
-          f" (restore {row['restore_s']:.3f}s, {row['restore_over_floor']:.1f}x"
-          f" its floor {row['floor_s']:.3f}s)"
-          f"  recompute {row['recompute_first_token_s'] or float('nan'):.3f}s"
-          f"  llama.cpp restore {row.get('llamacpp_restore_first_token_s', float('nan')):.3f}s")
+    print(
+      f'N={row["prefix_tokens"]:>6}  graft {row["graft_first_token_s"]:.3f}s'
+      f' (restore {row["restore_s"]:.3f}s, {row["restore_over_floor"]:.1f}x'
+      f' its floor {row["floor_s"]:.3f}s)'
+      f'  recompute {row["recompute_first_token_s"] or float("nan"):.3f}s'
+      f'  llama.cpp restore {row.get("llamacpp_restore_first_token_s", float("nan")):.3f}s'
+    )
   print(f'wrote {_OUT.value} (sha256 {digest})')
 
 

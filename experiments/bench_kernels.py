@@ -13,7 +13,7 @@ XLA (the `*_reference` beside the kernel, jitted):
 Timing: --warmup calls, then the median of --repeats calls, each ended by
 block_until_ready (`median_s`, host clock: dispatch included); calls under
 5 ms are timed again as --loop_iters calls inside one jitted loop
-(`device_s`, `graftjax.timing.time_in_loop`), next to the same loop around
+(`device_s`, `graftjax.studies.timing.time_in_loop`), next to the same loop around
 no call (`loop_overhead_s`); the fractions below use `kernel_s` = `device_s`
 - `loop_overhead_s` (= `median_s` for longer calls). FLOPs and bytes are
 counted from the shapes (useful work, minimal HBM traffic: causal pairs only,
@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax import ledger
-from graftjax import timing
+from graftjax.studies import timing
 from graftjax.kernels import attention as attention_lib
 from graftjax.kernels import matmul as matmul_lib
 from graftjax.kernels import rmsnorm as rmsnorm_lib
@@ -59,32 +59,36 @@ HIDDEN, MLP = 640, 2048
 ROPE_THETA = 1_000_000.0
 KERNELS = ('attention', 'rotary', 'rms_norm', 'matmul')
 
-_QUICK = flags.DEFINE_bool(
-    'quick', False, 'Tiny sizes, interpret mode off GPU: a smoke test.')
+_QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes, interpret mode off GPU: a smoke test.')
 _LENGTHS = flags.DEFINE_list(
-    'lengths', ['1024', '4096', '16384', '32768'],
-    'Attention sizes: prefill T = S, and decode cache sizes S.')
+  'lengths',
+  ['1024', '4096', '16384', '32768'],
+  'Attention sizes: prefill T = S, and decode cache sizes S.',
+)
 _AUX_LENGTHS = flags.DEFINE_list(
-    'aux_lengths', ['1', '4096', '32768'],
-    'Token counts for rotary, rms_norm and matmul.')
+  'aux_lengths', ['1', '4096', '32768'], 'Token counts for rotary, rms_norm and matmul.'
+)
 _DTYPES = flags.DEFINE_list('dtypes', ['float32', 'bfloat16'], 'Dtypes.')
 _KERNELS = flags.DEFINE_list('kernels', list(KERNELS), 'Kernels to run.')
 _WINDOW = flags.DEFINE_integer(
-    'window', 512, 'Sliding window of the windowed prefill case (0: none).')
+  'window', 512, 'Sliding window of the windowed prefill case (0: none).'
+)
 _XLA_MAX_LENGTH = flags.DEFINE_integer(
-    'xla_max_length', 16384,
-    'Skip XLA attention prefill above this T (its [T, S] scores in float32).')
+  'xla_max_length', 16384, 'Skip XLA attention prefill above this T (its [T, S] scores in float32).'
+)
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed calls per case.')
 _REPEATS = flags.DEFINE_integer('repeats', 10, 'Timed calls per case.')
 _LOOP_ITERS = flags.DEFINE_integer(
-    'loop_iters', 100,
-    'Calls per jitted loop for the device-clock time of cases under 5 ms'
-    ' (0: host clock only).')
+  'loop_iters',
+  100,
+  'Calls per jitted loop for the device-clock time of cases under 5 ms (0: host clock only).',
+)
 _TIME_BUDGET_S = flags.DEFINE_float(
-    'time_budget_s', 170.0, 'Skip the remaining cases after this long.')
+  'time_budget_s', 170.0, 'Skip the remaining cases after this long.'
+)
 _OUT = flags.DEFINE_string(
-    'out', None,
-    'Result JSON (default experiments/results/bench_kernels_<backend>.json).')
+  'out', None, 'Result JSON (default experiments/results/bench_kernels_<backend>.json).'
+)
 
 
 def _attention_cases(lengths, dtypes, window, xla_max_length, interpret):
@@ -107,32 +111,30 @@ def _attention_cases(lengths, dtypes, window, xla_max_length, interpret):
             vis = np.minimum(vis, win)
           pairs = int(vis.sum())
           flops = 4 * HEADS * HEAD_DIM * pairs  # QK^T and PV, 2 FLOPs a MAC
-          bytes_ = (2 * num_q * HEADS * HEAD_DIM * item  # q, out
-                    + 2 * capacity * KV_HEADS * HEAD_DIM * item  # k, v
-                    + 4 * (num_q + capacity))  # positions
+          bytes_ = (
+            2 * num_q * HEADS * HEAD_DIM * item  # q, out
+            + 2 * capacity * KV_HEADS * HEAD_DIM * item  # k, v
+            + 4 * (num_q + capacity)
+          )  # positions
 
-          def make(num_q=num_q, capacity=capacity, q_pos=q_pos, k_pos=k_pos,
-                   dtype=dtype):
+          def make(num_q=num_q, capacity=capacity, q_pos=q_pos, k_pos=k_pos, dtype=dtype):
             rng = np.random.default_rng(0)
             q = jnp.asarray(
-                rng.standard_normal((1, num_q, HEADS, HEAD_DIM))
-                * HEAD_DIM**-0.5, dtype)
-            k = jnp.asarray(
-                rng.standard_normal((1, capacity, KV_HEADS, HEAD_DIM)), dtype)
-            v = jnp.asarray(
-                rng.standard_normal((1, capacity, KV_HEADS, HEAD_DIM)), dtype)
+              rng.standard_normal((1, num_q, HEADS, HEAD_DIM)) * HEAD_DIM**-0.5, dtype
+            )
+            k = jnp.asarray(rng.standard_normal((1, capacity, KV_HEADS, HEAD_DIM)), dtype)
+            v = jnp.asarray(rng.standard_normal((1, capacity, KV_HEADS, HEAD_DIM)), dtype)
             return q, k, v, jnp.asarray(q_pos[None]), jnp.asarray(k_pos[None])
 
           impls = {
-              'pallas': lambda a, win=win: attention_lib.attention(
-                  *a, window=win, interpret=interpret),
+            'pallas': lambda a, win=win: attention_lib.attention(
+              *a, window=win, interpret=interpret
+            ),
           }
           if phase == 'decode' or length <= xla_max_length:
-            impls['xla'] = lambda a, win=win: attention_lib.attention_reference(
-                *a, window=win)
+            impls['xla'] = lambda a, win=win: attention_lib.attention_reference(*a, window=win)
           name = 'attention' if not win else f'attention_window{win}'
-          shape = dict(B=1, T=num_q, S=capacity, N=HEADS, K=KV_HEADS,
-                       H=HEAD_DIM, window=win)
+          shape = dict(B=1, T=num_q, S=capacity, N=HEADS, K=KV_HEADS, H=HEAD_DIM, window=win)
           cases.append((name, phase, dtype, shape, flops, bytes_, make, impls))
   return cases
 
@@ -144,64 +146,95 @@ def _aux_cases(kernels, lengths, dtypes, interpret):
     for tokens in lengths:
       phase = 'decode' if tokens == 1 else 'prefill'
       if 'rotary' in kernels:
+
         def make_rotary(tokens=tokens, dtype=dtype):
           rng = np.random.default_rng(0)
-          x = jnp.asarray(
-              rng.standard_normal((1, tokens, HEADS, HEAD_DIM)), dtype)
+          x = jnp.asarray(rng.standard_normal((1, tokens, HEADS, HEAD_DIM)), dtype)
           pos = jnp.arange(tokens, dtype=jnp.int32)[None]
           return x, pos
+
         elems = tokens * HEADS * HEAD_DIM
-        cases.append((
-            'rotary', phase, dtype,
+        cases.append(
+          (
+            'rotary',
+            phase,
+            dtype,
             dict(B=1, T=tokens, N=HEADS, H=HEAD_DIM),
-            3 * elems, 2 * elems * item + 4 * tokens, make_rotary,
-            {'pallas': lambda a: rotary_lib.apply_rotary(
-                *a, theta=ROPE_THETA, interpret=interpret),
-             'xla': lambda a: rotary_lib.apply_rotary_reference(
-                 *a, theta=ROPE_THETA)}))
+            3 * elems,
+            2 * elems * item + 4 * tokens,
+            make_rotary,
+            {
+              'pallas': lambda a: rotary_lib.apply_rotary(
+                *a, theta=ROPE_THETA, interpret=interpret
+              ),
+              'xla': lambda a: rotary_lib.apply_rotary_reference(*a, theta=ROPE_THETA),
+            },
+          )
+        )
       if 'rms_norm' in kernels:
+
         def make_norm(tokens=tokens, dtype=dtype):
           rng = np.random.default_rng(0)
           x = jnp.asarray(rng.standard_normal((tokens, HIDDEN)), dtype)
           w = jnp.asarray(1 + 0.1 * rng.standard_normal(HIDDEN), jnp.float32)
           return x, w
+
         elems = tokens * HIDDEN
-        cases.append((
-            'rms_norm', phase, dtype, dict(M=tokens, D=HIDDEN),
-            4 * elems, 2 * elems * item + 4 * HIDDEN, make_norm,
-            {'pallas': lambda a: rmsnorm_lib.rms_norm(*a, interpret=interpret),
-             'xla': lambda a: rmsnorm_lib.rms_norm_reference(*a)}))
+        cases.append(
+          (
+            'rms_norm',
+            phase,
+            dtype,
+            dict(M=tokens, D=HIDDEN),
+            4 * elems,
+            2 * elems * item + 4 * HIDDEN,
+            make_norm,
+            {
+              'pallas': lambda a: rmsnorm_lib.rms_norm(*a, interpret=interpret),
+              'xla': lambda a: rmsnorm_lib.rms_norm_reference(*a),
+            },
+          )
+        )
       if 'matmul' in kernels:
+
         def make_matmul(tokens=tokens, dtype=dtype):
           rng = np.random.default_rng(0)
           x = jnp.asarray(rng.standard_normal((tokens, HIDDEN)), dtype)
-          w = jnp.asarray(
-              rng.standard_normal((HIDDEN, MLP)) * HIDDEN**-0.5, dtype)
+          w = jnp.asarray(rng.standard_normal((HIDDEN, MLP)) * HIDDEN**-0.5, dtype)
           return x, w
-        cases.append((
-            'matmul', phase, dtype, dict(M=tokens, K=HIDDEN, N=MLP),
+
+        cases.append(
+          (
+            'matmul',
+            phase,
+            dtype,
+            dict(M=tokens, K=HIDDEN, N=MLP),
             2 * tokens * HIDDEN * MLP,
             (tokens * HIDDEN + HIDDEN * MLP + tokens * MLP) * item,
             make_matmul,
-            {'pallas': lambda a: matmul_lib.matmul(*a, interpret=interpret),
-             'xla': lambda a: matmul_lib.matmul_reference(*a)}))
+            {
+              'pallas': lambda a: matmul_lib.matmul(*a, interpret=interpret),
+              'xla': lambda a: matmul_lib.matmul_reference(*a),
+            },
+          )
+        )
   return cases
 
 
 def run_benchmarks(
-    *,
-    kernels: Sequence[str] = KERNELS,
-    lengths: Sequence[int],
-    aux_lengths: Sequence[int],
-    dtypes: Sequence[str] = ('float32', 'bfloat16'),
-    window: int = 512,
-    xla_max_length: int = 16384,
-    warmup: int = 2,
-    repeats: int = 10,
-    loop_iters: int = 100,
-    time_budget_s: float = 170.0,
-    interpret: bool | None = None,
-    log: Callable[[str], None] = print,
+  *,
+  kernels: Sequence[str] = KERNELS,
+  lengths: Sequence[int],
+  aux_lengths: Sequence[int],
+  dtypes: Sequence[str] = ('float32', 'bfloat16'),
+  window: int = 512,
+  xla_max_length: int = 16384,
+  warmup: int = 2,
+  repeats: int = 10,
+  loop_iters: int = 100,
+  time_budget_s: float = 170.0,
+  interpret: bool | None = None,
+  log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
   """Times every case; returns the JSON-ready result."""
   unknown = set(kernels) - set(KERNELS)
@@ -211,8 +244,7 @@ def run_benchmarks(
     interpret = jax.default_backend() != 'gpu'
   cases = []
   if 'attention' in kernels:
-    cases += _attention_cases(lengths, dtypes, window, xla_max_length,
-                              interpret)
+    cases += _attention_cases(lengths, dtypes, window, xla_max_length, interpret)
   cases += _aux_cases(kernels, aux_lengths, dtypes, interpret)
 
   started = time.perf_counter()
@@ -222,8 +254,9 @@ def run_benchmarks(
     outs = {}
     overheads = {}  # loop iterations -> seconds; the same for every impl
     for impl, fn in impls.items():
-      row = dict(kernel=name, impl=impl, phase=phase, dtype=dtype,
-                 shape=shape, flops=flops, bytes=bytes_)
+      row = dict(
+        kernel=name, impl=impl, phase=phase, dtype=dtype, shape=shape, flops=flops, bytes=bytes_
+      )
       if time.perf_counter() - started > time_budget_s:
         row['skipped'] = f'time budget of {time_budget_s} s spent'
         rows.append(row)
@@ -231,52 +264,63 @@ def run_benchmarks(
       try:
         if args is None:
           args = make()
-        times, out = timing.time_calls(lambda fn=fn: fn(args),
-                                       warmup=warmup, repeats=repeats)
+        times, out = timing.time_calls(lambda fn=fn: fn(args), warmup=warmup, repeats=repeats)
         outs[impl] = out
         median = statistics.median(times)
         # Short calls again on the device clock (no host dispatch per call).
         iters = min(loop_iters, int(0.2 / median)) if median < 0.005 else 0
-        device_s = (timing.time_in_loop(fn, args, iters=iters) if iters
-                    else median)
+        device_s = timing.time_in_loop(fn, args, iters=iters) if iters else median
         if iters and iters not in overheads:
           overheads[iters] = timing.loop_overhead(args, iters=iters)
         overhead_s = overheads.get(iters, 0.0)
         # The call alone: the loop's own cost taken off (never below 1 ns).
         kernel_s = max(device_s - overhead_s, 1e-9)
         row.update(
-            median_s=median, min_s=min(times), repeats=repeats,
-            device_s=device_s, loop_iters=iters, loop_overhead_s=overhead_s,
-            kernel_s=kernel_s,
-            hbm_fraction=bytes_ / kernel_s / HBM_BYTES_PER_S,
-            bf16_peak_fraction=flops / kernel_s / BF16_DENSE_FLOPS,
+          median_s=median,
+          min_s=min(times),
+          repeats=repeats,
+          device_s=device_s,
+          loop_iters=iters,
+          loop_overhead_s=overhead_s,
+          kernel_s=kernel_s,
+          hbm_fraction=bytes_ / kernel_s / HBM_BYTES_PER_S,
+          bf16_peak_fraction=flops / kernel_s / BF16_DENSE_FLOPS,
         )
-        log(f'{name:22s} {phase:7s} {dtype:8s} {impl:6s} {shape}'
-            f' {1e3 * median:9.3f} ms (device {1e3 * device_s:9.4f} ms,'
-            f' loop {1e3 * overhead_s:7.4f} ms)'
-            f'  hbm {row["hbm_fraction"]:6.3f}'
-            f'  peak {row["bf16_peak_fraction"]:6.3f}')
+        log(
+          f'{name:22s} {phase:7s} {dtype:8s} {impl:6s} {shape}'
+          f' {1e3 * median:9.3f} ms (device {1e3 * device_s:9.4f} ms,'
+          f' loop {1e3 * overhead_s:7.4f} ms)'
+          f'  hbm {row["hbm_fraction"]:6.3f}'
+          f'  peak {row["bf16_peak_fraction"]:6.3f}'
+        )
       except Exception as e:  # pylint: disable=broad-exception-caught
         row['error'] = f'{type(e).__name__}: {e}'[:2000]
         log(f'{name} {phase} {dtype} {impl} {shape} FAILED: {row["error"]}')
       rows.append(row)
     if 'pallas' in outs and 'xla' in outs:
-      diff = float(jnp.max(jnp.abs(outs['pallas'].astype(jnp.float32)
-                                   - outs['xla'].astype(jnp.float32))))
-      for row in rows[-len(impls):]:
+      diff = float(
+        jnp.max(jnp.abs(outs['pallas'].astype(jnp.float32) - outs['xla'].astype(jnp.float32)))
+      )
+      for row in rows[-len(impls) :]:
         row['max_abs_diff_pallas_vs_xla'] = diff
     del args, outs
   return dict(
-      config=determinism.record(),
-      interpret=interpret,
-      peaks=dict(hbm_bytes_per_s=HBM_BYTES_PER_S,
-                 bf16_dense_flops=BF16_DENSE_FLOPS),
-      settings=dict(kernels=list(kernels), lengths=list(lengths),
-                    aux_lengths=list(aux_lengths), dtypes=list(dtypes),
-                    window=window, xla_max_length=xla_max_length,
-                    warmup=warmup, repeats=repeats, loop_iters=loop_iters),
-      wall_s=time.perf_counter() - started,
-      cases=rows,
+    config=determinism.record(),
+    interpret=interpret,
+    peaks=dict(hbm_bytes_per_s=HBM_BYTES_PER_S, bf16_dense_flops=BF16_DENSE_FLOPS),
+    settings=dict(
+      kernels=list(kernels),
+      lengths=list(lengths),
+      aux_lengths=list(aux_lengths),
+      dtypes=list(dtypes),
+      window=window,
+      xla_max_length=xla_max_length,
+      warmup=warmup,
+      repeats=repeats,
+      loop_iters=loop_iters,
+    ),
+    wall_s=time.perf_counter() - started,
+    cases=rows,
   )
 
 
@@ -292,20 +336,27 @@ def main(argv: Sequence[str]) -> None:
     warmup, repeats = _WARMUP.value, _REPEATS.value
     loop_iters = _LOOP_ITERS.value
   result = run_benchmarks(
-      kernels=_KERNELS.value, lengths=lengths, aux_lengths=aux_lengths,
-      dtypes=_DTYPES.value, window=_WINDOW.value if not _QUICK.value else 32,
-      xla_max_length=_XLA_MAX_LENGTH.value, warmup=warmup, repeats=repeats,
-      loop_iters=loop_iters, time_budget_s=_TIME_BUDGET_S.value,
+    kernels=_KERNELS.value,
+    lengths=lengths,
+    aux_lengths=aux_lengths,
+    dtypes=_DTYPES.value,
+    window=_WINDOW.value if not _QUICK.value else 32,
+    xla_max_length=_XLA_MAX_LENGTH.value,
+    warmup=warmup,
+    repeats=repeats,
+    loop_iters=loop_iters,
+    time_budget_s=_TIME_BUDGET_S.value,
   )
   result['quick'] = _QUICK.value
   result['command'] = shlex.join(['python'] + sys.argv)
   out = pathlib.Path(
-      _OUT.value or
-      f'experiments/results/bench_kernels_{jax.default_backend()}.json')
+    _OUT.value or f'experiments/results/bench_kernels_{jax.default_backend()}.json'
+  )
   ledger.write_result(out, result)
   failed = [c for c in result['cases'] if 'error' in c]
-  print(f'wrote {out}: {len(result["cases"])} cases, {len(failed)} failed,'
-        f' {result["wall_s"]:.1f} s')
+  print(
+    f'wrote {out}: {len(result["cases"])} cases, {len(failed)} failed, {result["wall_s"]:.1f} s'
+  )
 
 
 if __name__ == '__main__':

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
@@ -57,32 +57,48 @@ from graftjax.models.gemma import transformer
 _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 512, 'Prefill length.')
 _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 32, 'Greedy decode steps.')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 128, 'Prefill chunk.')
-_DTYPES = flags.DEFINE_multi_enum('dtype', ['float32', 'bfloat16'], ['float32', 'bfloat16'], 'Dtypes.')
+_DTYPES = flags.DEFINE_multi_enum(
+  'dtype', ['float32', 'bfloat16'], ['float32', 'bfloat16'], 'Dtypes.'
+)
 _IMPLS = flags.DEFINE_multi_enum('impl', ['xla'], list(config_lib.IMPLS), 'Kernel sets (repeat).')
 _PER_OP = flags.DEFINE_bool('per_op', False, 'Also time XLA with each op alone on Pallas.')
-_WEIGHTS = flags.DEFINE_enum('weights', 'real', ['real', 'random'],
-                             'The real GGUF weights, or seeded random ones of the same shapes.')
-_CONFIG = flags.DEFINE_enum('config', 'gemma3-270m', sorted(config_lib.NAMED_CONFIGS),
-                            'Architecture of --weights=random.')
+_WEIGHTS = flags.DEFINE_enum(
+  'weights',
+  'real',
+  ['real', 'random'],
+  'The real GGUF weights, or seeded random ones of the same shapes.',
+)
+_CONFIG = flags.DEFINE_enum(
+  'config', 'gemma3-270m', sorted(config_lib.NAMED_CONFIGS), 'Architecture of --weights=random.'
+)
 _REPEATS = flags.DEFINE_integer('repeats', 1, 'Timed runs per row; the fastest is kept.')
-_LLAMACPP_PYTHON = flags.DEFINE_string('llamacpp_python', None, 'Interpreter with llama-cpp-python.')
+_LLAMACPP_PYTHON = flags.DEFINE_string(
+  'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
+)
 _OUT = flags.DEFINE_string('out', 'experiments/results/bench_model_cpu.json', 'Result JSON.')
 
 
-def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int,
-            repeats: int) -> dict:
+def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int, repeats: int) -> dict:
   multiple = math.lcm(chunk_size, ops.CAPACITY_MULTIPLE)  # Pallas attention's KV tiles
   capacity = -(-(len(prompt) + decode_tokens) // multiple) * multiple
 
   def prefill():
-    last, cache = model.prefill(prompt, cache=model.init_cache(capacity=capacity),
-                                chunk_size=chunk_size, logits='last')
+    last, cache = model.prefill(
+      prompt, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='last'
+    )
     return jax.block_until_ready((last, cache))
 
   def decode(last, cache):
-    out = sampler.decode(model.params, last, jnp.full((1,), len(prompt), jnp.int32), cache,
-                         jax.random.key(0), config=model.config, max_new_tokens=decode_tokens,
-                         tables=model.tables)
+    out = sampler.decode(
+      model.params,
+      last,
+      jnp.full((1,), len(prompt), jnp.int32),
+      cache,
+      jax.random.key(0),
+      config=model.config,
+      max_new_tokens=decode_tokens,
+      tables=model.tables,
+    )
     return jax.block_until_ready(out)
 
   decode(*prefill())  # compile both
@@ -94,8 +110,10 @@ def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int,
     t0 = time.perf_counter()
     decode(last, cache)
     decode_s = min(decode_s, time.perf_counter() - t0)
-  return {'prefill_tokens_per_s': len(prompt) / prefill_s,
-          'decode_tokens_per_s': decode_tokens / decode_s}
+  return {
+    'prefill_tokens_per_s': len(prompt) / prefill_s,
+    'decode_tokens_per_s': decode_tokens / decode_s,
+  }
 
 
 def random_model(name: str, dtype) -> gemma_model.Gemma:
@@ -138,7 +156,9 @@ def main(argv):
   if _PER_OP.value and 'xla' not in _IMPLS.value:
     raise app.UsageError('--per_op compares with the XLA model: add --impl=xla')
   if _LLAMACPP_PYTHON.value and _WEIGHTS.value == 'random':
-    raise app.UsageError('llama.cpp runs the real GGUF: drop --llamacpp_python or use --weights=real')
+    raise app.UsageError(
+      'llama.cpp runs the real GGUF: drop --llamacpp_python or use --weights=real'
+    )
   rows = {}
   invariance_cost = {}
   per_op_cost = {}
@@ -153,35 +173,63 @@ def main(argv):
         prompt = long_prompt(base.tokenizer, _PROMPT_TOKENS.value)
     for name, (impl, per_op) in kernel_sets().items():
       row = f'graftjax_{dtype}_{name}'
-      rows[row] = measure(base.with_impl(impl, **per_op), prompt, chunk_size=_CHUNK_SIZE.value,
-                          decode_tokens=_DECODE_TOKENS.value, repeats=_REPEATS.value)
+      rows[row] = measure(
+        base.with_impl(impl, **per_op),
+        prompt,
+        chunk_size=_CHUNK_SIZE.value,
+        decode_tokens=_DECODE_TOKENS.value,
+        repeats=_REPEATS.value,
+      )
       print(dtype, name, rows[row], flush=True)
     xla = rows.get(f'graftjax_{dtype}_xla')
     if xla and 'pallas' in _IMPLS.value:
       invariance_cost[dtype] = slowdown(xla, rows[f'graftjax_{dtype}_pallas'])
     if _PER_OP.value:
-      per_op_cost[dtype] = {op: slowdown(xla, rows[f'graftjax_{dtype}_xla+{op}=pallas'])
-                            for op in config_lib.OPS}
+      per_op_cost[dtype] = {
+        op: slowdown(xla, rows[f'graftjax_{dtype}_xla+{op}=pallas']) for op in config_lib.OPS
+      }
   if _LLAMACPP_PYTHON.value:
     with tempfile.TemporaryDirectory() as tmp:
       path = pathlib.Path(tmp) / 'tokens.json'
       path.write_text(json.dumps(prompt))
       script = pathlib.Path(__file__).parent / 'peers' / 'llamacpp_speed.py'
-      proc = subprocess.run([_LLAMACPP_PYTHON.value, str(script), str(gguf_lib.locate_gguf()),
-                             str(path), str(os.cpu_count()), str(_DECODE_TOKENS.value)],
-                            capture_output=True, text=True, check=True)
+      proc = subprocess.run(
+        [
+          _LLAMACPP_PYTHON.value,
+          str(script),
+          str(gguf_lib.locate_gguf()),
+          str(path),
+          str(os.cpu_count()),
+          str(_DECODE_TOKENS.value),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+      )
     rows['llamacpp'] = json.loads(proc.stdout.strip().splitlines()[-1])
     print('llama.cpp', rows['llamacpp'])
   result = {
-      'experiment': 'bench_model', 'command': shlex.join(['python'] + sys.argv),
-      'determinism': determinism.record(), 'cpu_count': os.cpu_count(),
-      'prompt_tokens': len(prompt), 'decode_tokens': _DECODE_TOKENS.value,
-      'chunk_size': _CHUNK_SIZE.value, 'weights': _WEIGHTS.value, 'repeats': _REPEATS.value,
-      'inputs': {'sha256_prompt_ids': ledger.sha256_tokens(prompt),
-                 **({'gguf_sha256': gguf_lib.expected_sha256()} if _WEIGHTS.value == 'real' else
-                    {'config': _CONFIG.value, 'random_weights_seed': 0})},
-      'impls': _IMPLS.value, 'rows': rows, 'invariance_cost': invariance_cost,
-      **({'per_op_cost': per_op_cost} if _PER_OP.value else {}),
+    'experiment': 'bench_model',
+    'command': shlex.join(['python'] + sys.argv),
+    'determinism': determinism.record(),
+    'cpu_count': os.cpu_count(),
+    'prompt_tokens': len(prompt),
+    'decode_tokens': _DECODE_TOKENS.value,
+    'chunk_size': _CHUNK_SIZE.value,
+    'weights': _WEIGHTS.value,
+    'repeats': _REPEATS.value,
+    'inputs': {
+      'sha256_prompt_ids': ledger.sha256_tokens(prompt),
+      **(
+        {'gguf_sha256': gguf_lib.expected_sha256()}
+        if _WEIGHTS.value == 'real'
+        else {'config': _CONFIG.value, 'random_weights_seed': 0}
+      ),
+    },
+    'impls': _IMPLS.value,
+    'rows': rows,
+    'invariance_cost': invariance_cost,
+    **({'per_op_cost': per_op_cost} if _PER_OP.value else {}),
   }
   print(f'wrote {_OUT.value} (sha256 {ledger.write_result(_OUT.value, result)})')
 

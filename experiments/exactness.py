@@ -28,8 +28,8 @@ from absl import flags
 import jax.numpy as jnp
 import tqdm
 
-from graftjax import corpus
-from graftjax import graft_gate
+from graftjax.studies import corpus
+from graftjax.studies import graft_gate
 from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.models.gemma import gguf as gguf_lib
@@ -37,12 +37,21 @@ from graftjax.models.gemma import model as gemma_model
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Number of text samples.')
-_PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 256, 'Tokens in the grafted prefix (BOS included).')
-_CONTINUATION_TOKENS = flags.DEFINE_integer('continuation_tokens', 32, 'Tokens processed after the graft.')
-_ROLLOUT_TOKENS = flags.DEFINE_integer('rollout_tokens', 128, 'Greedy tokens decoded after the continuation.')
-_CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 64, 'Tokens per forward call (prefix and continuation).')
+_PREFIX_TOKENS = flags.DEFINE_integer(
+  'prefix_tokens', 256, 'Tokens in the grafted prefix (BOS included).'
+)
+_CONTINUATION_TOKENS = flags.DEFINE_integer(
+  'continuation_tokens', 32, 'Tokens processed after the graft.'
+)
+_ROLLOUT_TOKENS = flags.DEFINE_integer(
+  'rollout_tokens', 128, 'Greedy tokens decoded after the continuation.'
+)
+_CHUNK_SIZE = flags.DEFINE_integer(
+  'chunk_size', 64, 'Tokens per forward call (prefix and continuation).'
+)
 _DTYPES = flags.DEFINE_multi_enum(
-    'dtype', ['float32'], ['float32', 'bfloat16'], 'Compute and cache dtypes (repeat for several).')
+  'dtype', ['float32'], ['float32', 'bfloat16'], 'Compute and cache dtypes (repeat for several).'
+)
 _OTHER_PROCESS = flags.DEFINE_bool('other_process', True, 'Also graft in a separate process.')
 _STORE = flags.DEFINE_string('store', None, 'BlockStore folder (default: a temporary one).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/exactness.json', 'Result JSON path.')
@@ -55,50 +64,92 @@ def format_table(result: dict) -> str:
   for arm in ('fresh_vs_grafted', 'fresh_vs_grafted_other_process', 'fresh_vs_fresh'):
     if arm in s:
       a = s[arm]
-      rows.append((arm, f"{a['byte_equal']}/{a['samples']}", f"{a['kl_max']:.3g}",
-                   f"{100 * a['argmax_agreement']:.1f}%", f"{a['max_abs_diff']:.3g}"))
+      rows.append(
+        (
+          arm,
+          f'{a["byte_equal"]}/{a["samples"]}',
+          f'{a["kl_max"]:.3g}',
+          f'{100 * a["argmax_agreement"]:.1f}%',
+          f'{a["max_abs_diff"]:.3g}',
+        )
+      )
   for arm in ('rollout_fresh_vs_grafted', 'rollout_fresh_vs_grafted_other_process'):
     if arm in s:
       a = s[arm]
-      rows.append((arm, f"{a['logits_byte_equal']}/{a['samples']}", '-',
-                   f"tokens {a['tokens_equal']}/{a['samples']}", '-'))
+      rows.append(
+        (
+          arm,
+          f'{a["logits_byte_equal"]}/{a["samples"]}',
+          '-',
+          f'tokens {a["tokens_equal"]}/{a["samples"]}',
+          '-',
+        )
+      )
   widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
   lines = ['  '.join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-  header = (f"{result['model']} {result['dtype']} on {result['determinism']['device_kind']}"
-            f" ({result['determinism']['backend']}, jax {result['determinism']['jax_version']})")
+  header = (
+    f'{result["model"]} {result["dtype"]} on {result["determinism"]["device_kind"]}'
+    f' ({result["determinism"]["backend"]}, jax {result["determinism"]["jax_version"]})'
+  )
   return '\n'.join([header] + lines)
 
 
 def run(
-    *, model_name: str, samples: int, prefix_tokens: int, continuation_tokens: int,
-    rollout_tokens: int, chunk_size: int, dtype: str, other_process: bool,
-    store_dir: str | None, command: str,
+  *,
+  model_name: str,
+  samples: int,
+  prefix_tokens: int,
+  continuation_tokens: int,
+  rollout_tokens: int,
+  chunk_size: int,
+  dtype: str,
+  other_process: bool,
+  store_dir: str | None,
+  command: str,
 ) -> dict:
   """Loads the model, builds samples, runs the gate; returns the result dict."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  text = corpus.text_samples(tokenizer, count=samples, prefix_tokens=prefix_tokens,
-                             continuation_tokens=continuation_tokens)
+  text = corpus.text_samples(
+    tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=continuation_tokens
+  )
   need = prefix_tokens + continuation_tokens + rollout_tokens
   schedule = graft_gate.Schedule(
-      chunk_size=chunk_size, rollout_tokens=rollout_tokens,
-      capacity=-(-need // chunk_size) * chunk_size)
+    chunk_size=chunk_size,
+    rollout_tokens=rollout_tokens,
+    capacity=-(-need // chunk_size) * chunk_size,
+  )
   with tempfile.TemporaryDirectory() as scratch:
     store = store_lib.BlockStore(store_dir or pathlib.Path(scratch) / 'store')
     result = graft_gate.run_gate(
-        model=model, model_name=model_name, samples=text, schedule=schedule, store=store,
-        workdir=scratch, other_process=other_process,
-        progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'))
+      model=model,
+      model_name=model_name,
+      samples=text,
+      schedule=schedule,
+      store=store,
+      workdir=scratch,
+      other_process=other_process,
+      progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
+    )
   inputs = {'model_fingerprint': model.fingerprint, 'params_sha256': model.params_digest}
   if model_name != 'tiny':
     inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
-      'experiment': 'exactness', 'command': command, 'model': model_name, 'dtype': dtype,
-      'position_scheme': model.position_scheme,
-      'schedule': {'chunk_size': chunk_size, 'rollout_tokens': rollout_tokens,
-                   'capacity': schedule.capacity, 'prefix_tokens': prefix_tokens,
-                   'continuation_tokens': continuation_tokens},
-      'determinism': determinism.record(), 'inputs': inputs, **result,
+    'experiment': 'exactness',
+    'command': command,
+    'model': model_name,
+    'dtype': dtype,
+    'position_scheme': model.position_scheme,
+    'schedule': {
+      'chunk_size': chunk_size,
+      'rollout_tokens': rollout_tokens,
+      'capacity': schedule.capacity,
+      'prefix_tokens': prefix_tokens,
+      'continuation_tokens': continuation_tokens,
+    },
+    'determinism': determinism.record(),
+    'inputs': inputs,
+    **result,
   }
 
 
@@ -106,13 +157,24 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   command = shlex.join(['python'] + sys.argv)
-  runs = [run(
-      model_name=_MODEL.value, samples=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
-      continuation_tokens=_CONTINUATION_TOKENS.value, rollout_tokens=_ROLLOUT_TOKENS.value,
-      chunk_size=_CHUNK_SIZE.value, dtype=dtype, other_process=_OTHER_PROCESS.value,
-      store_dir=_STORE.value, command=command) for dtype in _DTYPES.value]
-  digest = ledger.write_result(_OUT.value, {
-      'experiment': 'exactness', 'command': command, 'runs': runs})
+  runs = [
+    run(
+      model_name=_MODEL.value,
+      samples=_SAMPLES.value,
+      prefix_tokens=_PREFIX_TOKENS.value,
+      continuation_tokens=_CONTINUATION_TOKENS.value,
+      rollout_tokens=_ROLLOUT_TOKENS.value,
+      chunk_size=_CHUNK_SIZE.value,
+      dtype=dtype,
+      other_process=_OTHER_PROCESS.value,
+      store_dir=_STORE.value,
+      command=command,
+    )
+    for dtype in _DTYPES.value
+  ]
+  digest = ledger.write_result(
+    _OUT.value, {'experiment': 'exactness', 'command': command, 'runs': runs}
+  )
   table = '\n\n'.join(format_table(r) for r in runs)
   pathlib.Path(_OUT.value).with_suffix('.txt').write_text(table + '\n')
   print(table)

@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from graftjax import corpus
-from graftjax import impl_flags
-from graftjax import invariance
+from graftjax.studies import corpus
+from graftjax.studies import impl_flags
+from graftjax.studies import invariance
 from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
@@ -50,11 +50,16 @@ _NUM_SHARDS = flags.DEFINE_integer('num_shards', 1, 'Number of ranges the sample
 _MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --out (runs nothing).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
 
+
 def run(command: str) -> dict:
   model = _IMPLS.apply(gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value)))
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  samples = corpus.text_samples(tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value,
-                                continuation_tokens=_CONTINUATION_TOKENS.value)
+  samples = corpus.text_samples(
+    tokenizer,
+    count=_SAMPLES.value,
+    prefix_tokens=_PREFIX_TOKENS.value,
+    continuation_tokens=_CONTINUATION_TOKENS.value,
+  )
   if not 0 <= _SHARD.value < _NUM_SHARDS.value:
     raise app.UsageError(f'--shard={_SHARD.value} must be in [0, --num_shards={_NUM_SHARDS.value})')
   indices = invariance.shard_range(len(samples), _SHARD.value, _NUM_SHARDS.value)
@@ -62,27 +67,44 @@ def run(command: str) -> dict:
   capacity = -(-need // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
   with tempfile.TemporaryDirectory() as tmp:
     result = invariance.run_invariance(
-        model=model, samples=[samples[i] for i in indices],
-        chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
-        batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value), capacity=capacity,
-        store_root=tmp, progress=lambda it: tqdm.tqdm(it, desc='samples'))
+      model=model,
+      samples=[samples[i] for i in indices],
+      chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
+      batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value),
+      capacity=capacity,
+      store_root=tmp,
+      progress=lambda it: tqdm.tqdm(it, desc='samples'),
+    )
   for index, record in zip(indices, result['samples']):
     sample = samples[index]
-    record.update(index=index, sha256_prefix_ids=ledger.sha256_tokens(sample.prefix_ids),
-                  sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids))
+    record.update(
+      index=index,
+      sha256_prefix_ids=ledger.sha256_tokens(sample.prefix_ids),
+      sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids),
+    )
   return {
-      'experiment': 'invariance', 'command': command,
-      'model': _MODEL.value, 'impl': _IMPLS.impl.value, 'impls': _IMPLS.as_json(),
-      'dtype': _DTYPE.value, 'capacity': capacity,
-      'settings': {'samples': _SAMPLES.value, 'prefix_tokens': _PREFIX_TOKENS.value,
-                   'continuation_tokens': _CONTINUATION_TOKENS.value,
-                   'chunk_sizes': [int(c) for c in _CHUNK_SIZES.value],
-                   'batch_sizes': [int(b) for b in _BATCH_SIZES.value]},
-      'shard': {'index': _SHARD.value, 'count': _NUM_SHARDS.value,
-                'samples': [indices.start, indices.stop]},
-      'determinism': determinism.record(),
-      'inputs': {'model_fingerprint': model.fingerprint},
-      **result,
+    'experiment': 'invariance',
+    'command': command,
+    'model': _MODEL.value,
+    'impl': _IMPLS.impl.value,
+    'impls': _IMPLS.as_json(),
+    'dtype': _DTYPE.value,
+    'capacity': capacity,
+    'settings': {
+      'samples': _SAMPLES.value,
+      'prefix_tokens': _PREFIX_TOKENS.value,
+      'continuation_tokens': _CONTINUATION_TOKENS.value,
+      'chunk_sizes': [int(c) for c in _CHUNK_SIZES.value],
+      'batch_sizes': [int(b) for b in _BATCH_SIZES.value],
+    },
+    'shard': {
+      'index': _SHARD.value,
+      'count': _NUM_SHARDS.value,
+      'samples': [indices.start, indices.stop],
+    },
+    'determinism': determinism.record(),
+    'inputs': {'model_fingerprint': model.fingerprint},
+    **result,
   }
 
 
@@ -95,15 +117,19 @@ def main(argv):
   else:
     result = run(command)
   digest = ledger.write_result(_OUT.value, result)
-  print(f"{result['model']} impl={result['impl']} {result['dtype']}"
-        f" on {result['determinism']['device_kind']}")
+  print(
+    f'{result["model"]} impl={result["impl"]} {result["dtype"]}'
+    f' on {result["determinism"]["device_kind"]}'
+  )
   print('chunk  batch  samples byte-equal  KL max  argmax  max|Δ|')
   for cell in result['cells']:
-    print(f"{cell['chunk_size']:>5}  {cell['batch_size']:>5}  {cell['samples_byte_equal']:>3}/{cell['samples']:<3}"
-          f"              {cell['rows_kl_max']:.3g}  {100 * cell['rows_argmax_agreement']:.1f}%"
-          f"  {cell['rows_max_abs_diff']:.3g}")
+    print(
+      f'{cell["chunk_size"]:>5}  {cell["batch_size"]:>5}  {cell["samples_byte_equal"]:>3}/{cell["samples"]:<3}'
+      f'              {cell["rows_kl_max"]:.3g}  {100 * cell["rows_argmax_agreement"]:.1f}%'
+      f'  {cell["rows_max_abs_diff"]:.3g}'
+    )
   if not result.get('complete', True):
-    print(f"incomplete: {result['samples_run']} of {result['settings']['samples']} planned samples")
+    print(f'incomplete: {result["samples_run"]} of {result["settings"]["samples"]} planned samples')
   seconds = [s['seconds'] for s in result['samples']]
   print(f'{np.mean(seconds):.1f} s per sample')
   print(f'wrote {_OUT.value} (sha256 {digest})')

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax.kernels import attention as attention_lib
 from graftjax.kernels import matmul as matmul_lib
@@ -42,7 +42,9 @@ from graftjax.kernels import rotary as rotary_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions as positions_lib
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.')
+_MODEL = flags.DEFINE_enum(
+  'model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.'
+)
 _SAMPLES = flags.DEFINE_integer('samples', 2, 'Text samples whose logits are digested.')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 64, 'Tokens per sample.')
 _LABEL = flags.DEFINE_string('label', 'run', 'Name of this run (e.g. which call and process).')
@@ -55,8 +57,9 @@ def kernel_cases(quick: bool) -> dict[str, Callable[[], jax.Array]]:
   """Name -> a call of one kernel on seeded inputs, for float32 and bfloat16."""
   cases = {}
   for dtype in (jnp.float32, jnp.bfloat16):
-    cases |= {f'{name}_{jnp.dtype(dtype).name}': fn
-              for name, fn in _cases_of_dtype(dtype, quick).items()}
+    cases |= {
+      f'{name}_{jnp.dtype(dtype).name}': fn for name, fn in _cases_of_dtype(dtype, quick).items()
+    }
   return cases
 
 
@@ -73,14 +76,14 @@ def _cases_of_dtype(dtype, quick: bool) -> dict[str, Callable[[], jax.Array]]:
   table = positions_lib.table(head_dim, 10_000.0, s)
   attend = lambda **kw: attention_lib.attention(q, k, v, q_pos, k_pos, interpret=interpret, **kw)
   return {
-      'attention': attend,
-      'attention_window': lambda: attend(window=s // 4),
-      'attention_segments': lambda: attend(q_segments=segments[:, s - t:], k_segments=segments),
-      'attention_alibi': lambda: attend(alibi_slopes=positions_lib.alibi_slopes(heads)),
-      'attention_rope_relative': lambda: attend(relative_table=(table['cos'], table['sin'])),
-      'rotary': lambda: rotary_lib.apply_rotary(q, q_pos, theta=10_000.0, interpret=interpret),
-      'rms_norm': lambda: rmsnorm_lib.rms_norm(x, w_norm, interpret=interpret),
-      'matmul': lambda: matmul_lib.matmul(x, w_dense, interpret=interpret),
+    'attention': attend,
+    'attention_window': lambda: attend(window=s // 4),
+    'attention_segments': lambda: attend(q_segments=segments[:, s - t :], k_segments=segments),
+    'attention_alibi': lambda: attend(alibi_slopes=positions_lib.alibi_slopes(heads)),
+    'attention_rope_relative': lambda: attend(relative_table=(table['cos'], table['sin'])),
+    'rotary': lambda: rotary_lib.apply_rotary(q, q_pos, theta=10_000.0, interpret=interpret),
+    'rms_norm': lambda: rmsnorm_lib.rms_norm(x, w_norm, interpret=interpret),
+    'matmul': lambda: matmul_lib.matmul(x, w_dense, interpret=interpret),
   }
 
 
@@ -93,20 +96,32 @@ def run(command: str) -> dict[str, Any]:
       errors[name] = f'{type(e).__name__}: {str(e)[:500]}'  # reported, never digested
   model = gemma_model.load_named(_MODEL.value, impl='pallas')
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  samples = corpus.text_samples(tokenizer, count=_SAMPLES.value,
-                                prefix_tokens=_PREFIX_TOKENS.value, continuation_tokens=1)
+  samples = corpus.text_samples(
+    tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value, continuation_tokens=1
+  )
   capacity = -(-_PREFIX_TOKENS.value // 64) * 64
   for i, sample in enumerate(samples):
-    logits, _ = model.prefill(sample.prefix_ids, cache=model.init_cache(capacity=capacity),
-                              chunk_size=capacity, logits='all')
+    logits, _ = model.prefill(
+      sample.prefix_ids,
+      cache=model.init_cache(capacity=capacity),
+      chunk_size=capacity,
+      logits='all',
+    )
     digests[f'model_logits_sample_{i}'] = ledger.sha256_array(np.asarray(logits))
   return {
-      'experiment': 'kernel_determinism', 'command': command, 'label': _LABEL.value,
-      'process': {'pid': os.getpid(), 'host': socket.gethostname()},
-      'model': _MODEL.value, 'quick': _QUICK.value,
-      'inputs': {'model_fingerprint': model.fingerprint,
-                 'samples': [ledger.sha256_tokens(s.prefix_ids) for s in samples]},
-      'determinism': determinism.record(), 'digests': digests, 'errors': errors,
+    'experiment': 'kernel_determinism',
+    'command': command,
+    'label': _LABEL.value,
+    'process': {'pid': os.getpid(), 'host': socket.gethostname()},
+    'model': _MODEL.value,
+    'quick': _QUICK.value,
+    'inputs': {
+      'model_fingerprint': model.fingerprint,
+      'samples': [ledger.sha256_tokens(s.prefix_ids) for s in samples],
+    },
+    'determinism': determinism.record(),
+    'digests': digests,
+    'errors': errors,
   }
 
 
@@ -119,18 +134,33 @@ def merge(paths: list[str], command: str) -> dict[str, Any]:
       if other['determinism'][field] != first['determinism'][field]:
         raise ValueError(f'{path}: determinism {field} differs from {paths[0]}')
     if (other['inputs'], other['quick'], sorted(other['digests'])) != (
-        first['inputs'], first['quick'], sorted(first['digests'])):
+      first['inputs'],
+      first['quick'],
+      sorted(first['digests']),
+    ):
       raise ValueError(f'{path}: other inputs or outputs than {paths[0]}')
-  differing = sorted(name for name in first['digests']
-                     if len({r['digests'][name] for r in runs}) > 1)
+  differing = sorted(
+    name for name in first['digests'] if len({r['digests'][name] for r in runs}) > 1
+  )
   return {
-      'experiment': 'kernel_determinism', 'command': command,
-      'runs': [{'label': r['label'], 'process': r['process'], 'command': r['command'],
-                'result_sha256': r['result_sha256']} for r in runs],
-      'determinism': first['determinism'], 'inputs': first['inputs'],
-      'outputs': len(first['digests']), 'identical': not differing, 'differing': differing,
-      'errors': {r['label']: r['errors'] for r in runs if r['errors']},
-      'digests': {name: sorted({r['digests'][name] for r in runs}) for name in first['digests']},
+    'experiment': 'kernel_determinism',
+    'command': command,
+    'runs': [
+      {
+        'label': r['label'],
+        'process': r['process'],
+        'command': r['command'],
+        'result_sha256': r['result_sha256'],
+      }
+      for r in runs
+    ],
+    'determinism': first['determinism'],
+    'inputs': first['inputs'],
+    'outputs': len(first['digests']),
+    'identical': not differing,
+    'differing': differing,
+    'errors': {r['label']: r['errors'] for r in runs if r['errors']},
+    'digests': {name: sorted({r['digests'][name] for r in runs}) for name in first['digests']},
   }
 
 
@@ -141,12 +171,14 @@ def main(argv):
   result = merge(_MERGE.value, command) if _MERGE.value else run(command)
   digest = ledger.write_result(_OUT.value, result)
   if _MERGE.value:
-    print(f"{len(result['runs'])} runs, {result['outputs']} outputs:"
-          f" {'all identical' if result['identical'] else 'differing: ' + ', '.join(result['differing'])}")
+    print(
+      f'{len(result["runs"])} runs, {result["outputs"]} outputs:'
+      f' {"all identical" if result["identical"] else "differing: " + ", ".join(result["differing"])}'
+    )
   else:
-    print(f"{len(result['digests'])} outputs digested on {result['determinism']['device_kind']}")
+    print(f'{len(result["digests"])} outputs digested on {result["determinism"]["device_kind"]}')
   if result['errors']:
-    print(f"errors: {result['errors']}")
+    print(f'errors: {result["errors"]}')
   print(f'wrote {_OUT.value} (sha256 {digest})')
 
 

@@ -26,9 +26,11 @@ from graftjax import ledger
 _RELOCATION = flags.DEFINE_multi_string('relocation', [], 'Relocation result JSON (repeat).')
 _TRAINING = flags.DEFINE_multi_string('training', [], 'Trained model.json (repeat).')
 
-_ARMS = (('relocated', 'Relocated graft (computed at 0, moved to M) vs fresh(M)'),
-         ('control', 'Graft-free control: fresh(0) vs fresh(M)'),
-         ('own_position', 'Own-position graft (computed at M, grafted at M) vs fresh(M)'))
+_ARMS = (
+  ('relocated', 'Relocated graft (computed at 0, moved to M) vs fresh(M)'),
+  ('control', 'Graft-free control: fresh(0) vs fresh(M)'),
+  ('own_position', 'Own-position graft (computed at M, grafted at M) vs fresh(M)'),
+)
 
 
 def number(x: float) -> str:
@@ -42,8 +44,13 @@ def _table(header: Sequence[str], rows: list[Sequence[str]]) -> list[str]:
 
 
 def _figures(s: dict) -> list[str]:
-  return [f"{s['byte_equal']}/{s['samples']}", number(s['kl_mean']), number(s['kl_max']),
-          number(s['max_abs_diff']), f"{s['argmax_flips']}/{s['rows']}"]
+  return [
+    f'{s["byte_equal"]}/{s["samples"]}',
+    number(s['kl_mean']),
+    number(s['kl_max']),
+    number(s['max_abs_diff']),
+    f'{s["argmax_flips"]}/{s["rows"]}',
+  ]
 
 
 _FIGURE_HEADER = ('byte-equal', 'KL mean', 'KL max', 'max abs Δlogit', 'argmax flips / rows')
@@ -52,38 +59,64 @@ _FIGURE_HEADER = ('byte-equal', 'KL mean', 'KL max', 'max abs Δlogit', 'argmax 
 def relocation_section(path: str, result: dict) -> list[str]:
   """The markdown of one relocation result."""
   det = result['determinism']
-  out = [f"## {result['model']} on {result['device']}: `{path}`", '',
-         f"result_sha256 `{result['result_sha256']}`; jax {det['jax_version']},"
-         f" backend {det['backend']}, matmul precision {det['jax_default_matmul_precision']}.",
-         f"{len(result['samples'])} samples of {result['block_tokens']} block +"
-         f" {result['continuation_tokens']} continuation tokens; capacity"
-         f" {result['layout']['capacity']}, chunk {result['layout']['chunk_size']}.",
-         f"Command: `{result['command']}`", '']
+  out = [
+    f'## {result["model"]} on {result["device"]}: `{path}`',
+    '',
+    f'result_sha256 `{result["result_sha256"]}`; jax {det["jax_version"]},'
+    f' backend {det["backend"]}, matmul precision {det["jax_default_matmul_precision"]}.',
+    f'{len(result["samples"])} samples of {result["block_tokens"]} block +'
+    f' {result["continuation_tokens"]} continuation tokens; capacity'
+    f' {result["layout"]["capacity"]}, chunk {result["layout"]["chunk_size"]}.',
+    f'Command: `{result["command"]}`',
+    '',
+  ]
   for arm, title in _ARMS:
     rows = [[c['scheme'], c['dtype'], c['offset'], *_figures(c[arm])] for c in result['cells']]
     out += [f'### {title}', ''] + _table(('scheme', 'dtype', 'M') + _FIGURE_HEADER, rows) + ['']
   if result['composition']:
-    rows = [[c['scheme'], c['dtype'], f"{c['offsets'][0]}:{c['offsets'][1]}", *_figures(c)]
-            for c in result['composition']]
+    rows = [
+      [c['scheme'], c['dtype'], f'{c["offsets"][0]}:{c["offsets"][1]}', *_figures(c)]
+      for c in result['composition']
+    ]
     out += ['### Composition: two half-blocks grafted side by side vs fresh block attention', '']
     out += _table(('scheme', 'dtype', 'A:B') + _FIGURE_HEADER, rows) + ['']
   trained = result['inputs'].get('training')
   if trained:
-    out += [f"Trained model: {trained['scheme']}, {trained['parameter_count']:,} params,"
-            f" {trained['steps']} steps, held-out loss {trained['held_out_loss']:.4f}"
-            f" nats/byte ({trained['held_out_bits_per_byte']:.4f} bits/byte);"
-            f" model.json result_sha256 `{trained['result_sha256']}`.", '']
+    out += [
+      f'Trained model: {trained["scheme"]}, {trained["parameter_count"]:,} params,'
+      f' {trained["steps"]} steps, held-out loss {trained["held_out_loss"]:.4f}'
+      f' nats/byte ({trained["held_out_bits_per_byte"]:.4f} bits/byte);'
+      f' model.json result_sha256 `{trained["result_sha256"]}`.',
+      '',
+    ]
   return out
 
 
 def training_section(records: list[tuple[str, dict]]) -> list[str]:
   """One table row per trained model.json."""
-  rows = [[r['config']['position_scheme'], r.get('size', '?'), f"{r['parameter_count']:,}",
-           r['settings']['steps'], f"{r['held_out_loss']:.4f}",
-           f"{r['held_out_bits_per_byte']:.4f}", f'`{path}`', f"`{r['result_sha256']}`"]
-          for path, r in records]
-  header = ('scheme', 'size', 'params', 'steps', 'held-out loss (nats/byte)', 'bits/byte',
-            'file', 'result_sha256')
+  rows = [
+    [
+      r['config']['position_scheme'],
+      r.get('size', '?'),
+      f'{r["parameter_count"]:,}',
+      r['settings']['steps'],
+      f'{r["held_out_loss"]:.4f}',
+      f'{r["held_out_bits_per_byte"]:.4f}',
+      f'`{path}`',
+      f'`{r["result_sha256"]}`',
+    ]
+    for path, r in records
+  ]
+  header = (
+    'scheme',
+    'size',
+    'params',
+    'steps',
+    'held-out loss (nats/byte)',
+    'bits/byte',
+    'file',
+    'result_sha256',
+  )
   return ['## Trained small models: held-out loss', ''] + _table(header, rows) + ['']
 
 
@@ -106,8 +139,9 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if not _RELOCATION.value and not _TRAINING.value:
     raise app.UsageError('give at least one --relocation or --training file')
-  sys.stdout.write(findings(relocation_paths=_RELOCATION.value,
-                            training_paths=_TRAINING.value) + '\n')
+  sys.stdout.write(
+    findings(relocation_paths=_RELOCATION.value, training_paths=_TRAINING.value) + '\n'
+  )
 
 
 if __name__ == '__main__':

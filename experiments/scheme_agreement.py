@@ -20,13 +20,17 @@ from absl import flags
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import exactness
 from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
 
-_SCHEMES = flags.DEFINE_multi_enum('scheme', ['rope_f64', 'rope_relative'],
-                                   ['rope_f64', 'rope_relative'], 'Schemes compared with rope.')
+_SCHEMES = flags.DEFINE_multi_enum(
+  'scheme',
+  ['rope_f64', 'rope_relative'],
+  ['rope_f64', 'rope_relative'],
+  'Schemes compared with rope.',
+)
 _SAMPLES = flags.DEFINE_integer('samples', 3, 'Text samples.')
 _TOKENS = flags.DEFINE_integer('tokens', 160, 'Tokens per sample (BOS included).')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
@@ -34,8 +38,9 @@ _OUT = flags.DEFINE_string('out', 'experiments/results/scheme_agreement.json', '
 
 
 def all_logits(model, ids) -> np.ndarray:
-  logits, _ = model.prefill(ids, cache=model.init_cache(capacity=len(ids)),
-                            chunk_size=len(ids), logits='all')
+  logits, _ = model.prefill(
+    ids, cache=model.init_cache(capacity=len(ids)), chunk_size=len(ids), logits='all'
+  )
   return np.asarray(logits[0])
 
 
@@ -43,8 +48,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(_DTYPE.value))
-  samples = corpus.text_samples(base.tokenizer, count=_SAMPLES.value,
-                                prefix_tokens=_TOKENS.value - 1, continuation_tokens=1)
+  samples = corpus.text_samples(
+    base.tokenizer, count=_SAMPLES.value, prefix_tokens=_TOKENS.value - 1, continuation_tokens=1
+  )
   texts = [list(s.prefix_ids) + list(s.continuation_ids) for s in samples]
   reference = [all_logits(base, ids) for ids in texts]
   rows = {}
@@ -54,12 +60,18 @@ def main(argv):
     rows[scheme] = {**exactness.summarize(found), 'per_sample': [c.to_json() for c in found]}
     print(scheme, {k: v for k, v in rows[scheme].items() if k != 'per_sample'})
   result = {
-      'experiment': 'scheme_agreement', 'command': shlex.join(['python'] + sys.argv),
-      'dtype': _DTYPE.value, 'determinism': determinism.record(),
-      'inputs': {'model_fingerprint_rope': base.fingerprint,
-                 'samples': [{'source': s.source, 'sha256_ids': ledger.sha256_tokens(ids)}
-                             for s, ids in zip(samples, texts)]},
-      'vs_rope': rows,
+    'experiment': 'scheme_agreement',
+    'command': shlex.join(['python'] + sys.argv),
+    'dtype': _DTYPE.value,
+    'determinism': determinism.record(),
+    'inputs': {
+      'model_fingerprint_rope': base.fingerprint,
+      'samples': [
+        {'source': s.source, 'sha256_ids': ledger.sha256_tokens(ids)}
+        for s, ids in zip(samples, texts)
+      ],
+    },
+    'vs_rope': rows,
   }
   print(f'wrote {_OUT.value} (sha256 {ledger.write_result(_OUT.value, result)})')
 

@@ -21,11 +21,14 @@ from absl import app
 from absl import flags
 import tqdm
 
-from graftjax import training
+from graftjax.studies import training
 
 _SCHEME = flags.DEFINE_enum(
-    'scheme', 'rope', ['rope', 'rope_f64', 'rope_relative', 'alibi', 'nope'],
-    'Position scheme the model is trained with.')
+  'scheme',
+  'rope',
+  ['rope', 'rope_f64', 'rope_relative', 'alibi', 'nope'],
+  'Position scheme the model is trained with.',
+)
 _CONFIG = flags.DEFINE_enum('config', 'small', sorted(training.SIZES), 'Named model size.')
 _STEPS = flags.DEFINE_integer('steps', 2000, 'Optimiser steps.')
 _BATCH = flags.DEFINE_integer('batch', 64, 'Windows per step.')
@@ -41,17 +44,35 @@ _OUT_DIR = flags.DEFINE_string('out_dir', None, 'Checkpoint folder to create.', 
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing checkpoint folder.')
 
 
-def run(*, scheme: str, size: str, settings: training.Settings, held_out_every: int,
-        max_files: int | None, out_dir: str, overwrite: bool, command: str) -> dict:
+def run(
+  *,
+  scheme: str,
+  size: str,
+  settings: training.Settings,
+  held_out_every: int,
+  max_files: int | None,
+  out_dir: str,
+  overwrite: bool,
+  command: str,
+) -> dict:
   """Trains, saves; returns the saved checkpoint's model.json."""
   config = training.small_config(size, scheme=scheme)
   data = training.load_corpus(held_out_every=held_out_every, max_files=max_files)
   result = training.train(
-      config=config, settings=settings, data=data,
-      progress=lambda it: tqdm.tqdm(it, desc=f'train {scheme}', unit='step'))
-  training.save(out_dir, config=config, result=result, settings=settings, data=data,
-                overwrite=overwrite, extra={'command': command, 'size': size,
-                                            'determinism': determinism.record()})
+    config=config,
+    settings=settings,
+    data=data,
+    progress=lambda it: tqdm.tqdm(it, desc=f'train {scheme}', unit='step'),
+  )
+  training.save(
+    out_dir,
+    config=config,
+    result=result,
+    settings=settings,
+    data=data,
+    overwrite=overwrite,
+    extra={'command': command, 'size': size, 'determinism': determinism.record()},
+  )
   return training.load_record(out_dir)
 
 
@@ -59,18 +80,32 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   settings = training.Settings(
-      steps=_STEPS.value, batch=_BATCH.value, seq_len=_SEQ_LEN.value,
-      learning_rate=_LEARNING_RATE.value, warmup_steps=_WARMUP_STEPS.value,
-      seed=_SEED.value, eval_every=_EVAL_EVERY.value, eval_batches=_EVAL_BATCHES.value)
-  record = run(scheme=_SCHEME.value, size=_CONFIG.value, settings=settings,
-               held_out_every=_HELD_OUT_EVERY.value, max_files=_MAX_FILES.value,
-               out_dir=_OUT_DIR.value, overwrite=_OVERWRITE.value,
-               command=shlex.join(['python'] + sys.argv))
-  print(f"{record['config']['position_scheme']} {record['size']}: "
-        f"{record['parameter_count']:,} params, held-out loss {record['held_out_loss']:.4f}"
-        f" nats/byte ({record['held_out_bits_per_byte']:.3f} bits/byte)"
-        f" over {record['held_out_tokens']:,} bytes")
-  print(f"wrote {_OUT_DIR.value} (model.json sha256 {record['result_sha256']})")
+    steps=_STEPS.value,
+    batch=_BATCH.value,
+    seq_len=_SEQ_LEN.value,
+    learning_rate=_LEARNING_RATE.value,
+    warmup_steps=_WARMUP_STEPS.value,
+    seed=_SEED.value,
+    eval_every=_EVAL_EVERY.value,
+    eval_batches=_EVAL_BATCHES.value,
+  )
+  record = run(
+    scheme=_SCHEME.value,
+    size=_CONFIG.value,
+    settings=settings,
+    held_out_every=_HELD_OUT_EVERY.value,
+    max_files=_MAX_FILES.value,
+    out_dir=_OUT_DIR.value,
+    overwrite=_OVERWRITE.value,
+    command=shlex.join(['python'] + sys.argv),
+  )
+  print(
+    f'{record["config"]["position_scheme"]} {record["size"]}: '
+    f'{record["parameter_count"]:,} params, held-out loss {record["held_out_loss"]:.4f}'
+    f' nats/byte ({record["held_out_bits_per_byte"]:.3f} bits/byte)'
+    f' over {record["held_out_tokens"]:,} bytes'
+  )
+  print(f'wrote {_OUT_DIR.value} (model.json sha256 {record["result_sha256"]})')
 
 
 if __name__ == '__main__':

@@ -55,8 +55,9 @@ def pin() -> dict[str, Any]:
   if missing:
     if _backends_initialized():
       raise DeterminismError(
-          f'jax started before determinism.pin(); XLA_FLAGS lacks {missing}.'
-          ' Call pin() before any jax computation.')
+        f'jax started before determinism.pin(); XLA_FLAGS lacks {missing}.'
+        ' Call pin() before any jax computation.'
+      )
     os.environ['XLA_FLAGS'] = ' '.join(current + missing)
   import jax  # pylint: disable=g-import-not-at-top
 
@@ -117,10 +118,20 @@ def _source_revision() -> str:
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
-    head = subprocess.run(['git', '-C', root, 'rev-parse', 'HEAD'], capture_output=True,
-                          text=True, check=True, timeout=10).stdout.strip()
-    dirty = subprocess.run(['git', '-C', root, 'status', '--porcelain', '--untracked-files=no'],
-                           capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    head = subprocess.run(
+      ['git', '-C', root, 'rev-parse', 'HEAD'],
+      capture_output=True,
+      text=True,
+      check=True,
+      timeout=10,
+    ).stdout.strip()
+    dirty = subprocess.run(
+      ['git', '-C', root, 'status', '--porcelain', '--untracked-files=no'],
+      capture_output=True,
+      text=True,
+      check=True,
+      timeout=10,
+    ).stdout.strip()
   except (OSError, subprocess.SubprocessError):
     return 'unknown'
   return head + ('-dirty' if dirty else '')
@@ -147,8 +158,15 @@ def source_sha256() -> str:
 
 
 # Fields of `record()` that must agree for two runs' bits to be compared.
-COMPARABLE_FIELDS = ('xla_flags', 'jax_default_matmul_precision', 'jax_version',
-                     'jaxlib_version', 'backend', 'device_kind', 'source_sha256')
+COMPARABLE_FIELDS = (
+  'xla_flags',
+  'jax_default_matmul_precision',
+  'jax_version',
+  'jaxlib_version',
+  'backend',
+  'device_kind',
+  'source_sha256',
+)
 
 
 # Fields of `record()` that must agree for two CPU runs of one code to give the
@@ -164,22 +182,23 @@ def record() -> dict[str, Any]:
 
   device = jax.devices()[0]
   return {
-      'xla_flags': os.environ.get('XLA_FLAGS', ''),
-      'pinned_flags_present': all(
-          f in os.environ.get('XLA_FLAGS', '').split() for f in pinned_xla_flags()),
-      'jax_default_matmul_precision': str(jax.config.jax_default_matmul_precision),
-      'jax_enable_x64': bool(jax.config.jax_enable_x64),
-      'jax_version': jax.__version__,
-      'jaxlib_version': jaxlib.__version__,
-      'numpy_version': np.__version__,
-      'python_version': sys.version.split()[0],
-      'backend': jax.default_backend(),
-      'device_kind': device.device_kind,
-      'device_count': jax.device_count(),
-      'platform_version': getattr(device.client, 'platform_version', ''),
-      'cpu_model': _cpu_model(),
-      'cpu_kind': cpu_kind(),
-      'machine': platform.machine(),
-      'source_revision': _source_revision(),
-      'source_sha256': source_sha256(),
+    'xla_flags': os.environ.get('XLA_FLAGS', ''),
+    'pinned_flags_present': all(
+      f in os.environ.get('XLA_FLAGS', '').split() for f in pinned_xla_flags()
+    ),
+    'jax_default_matmul_precision': str(jax.config.jax_default_matmul_precision),
+    'jax_enable_x64': bool(jax.config.jax_enable_x64),
+    'jax_version': jax.__version__,
+    'jaxlib_version': jaxlib.__version__,
+    'numpy_version': np.__version__,
+    'python_version': sys.version.split()[0],
+    'backend': jax.default_backend(),
+    'device_kind': device.device_kind,
+    'device_count': jax.device_count(),
+    'platform_version': getattr(device.client, 'platform_version', ''),
+    'cpu_model': _cpu_model(),
+    'cpu_kind': cpu_kind(),
+    'machine': platform.machine(),
+    'source_revision': _source_revision(),
+    'source_sha256': source_sha256(),
   }

@@ -90,19 +90,20 @@ class ReferenceLogits:
     ref = self.logits
     if ref.shape != cand.shape or ref.dtype != cand.dtype:
       raise ValueError(
-          f'cannot compare {ref.dtype}{list(ref.shape)} with {cand.dtype}{list(cand.shape)}')
+        f'cannot compare {ref.dtype}{list(ref.shape)} with {cand.dtype}{list(cand.shape)}'
+      )
     rows_cand = cand.reshape(-1, cand.shape[-1])
     kl = _kl_from(self._log_p, self._p, rows_cand)
     sha_cand = ledger.sha256_array(cand)
     return Comparison(
-        sha256_reference=self.sha256,
-        sha256_candidate=sha_cand,
-        byte_equal=self.sha256 == sha_cand and ref.tobytes() == cand.tobytes(),
-        kl_mean=float(kl.mean()),
-        kl_max=float(kl.max()),
-        argmax_agreement=float(np.mean(self._argmax == rows_cand.argmax(-1))),
-        max_abs_diff=float(np.max(np.abs(self._rows64 - rows_cand.astype(np.float64)))),
-        rows=int(self._rows.shape[0]),
+      sha256_reference=self.sha256,
+      sha256_candidate=sha_cand,
+      byte_equal=self.sha256 == sha_cand and ref.tobytes() == cand.tobytes(),
+      kl_mean=float(kl.mean()),
+      kl_max=float(kl.max()),
+      argmax_agreement=float(np.mean(self._argmax == rows_cand.argmax(-1))),
+      max_abs_diff=float(np.max(np.abs(self._rows64 - rows_cand.astype(np.float64)))),
+      rows=int(self._rows.shape[0]),
     )
 
 
@@ -121,10 +122,10 @@ def summarize(comparisons: list[Comparison]) -> dict[str, Any]:
   if not comparisons:
     raise ValueError('no comparisons to summarize')
   return {
-      'samples': len(comparisons),
-      'byte_equal': sum(c.byte_equal for c in comparisons),
-      'kl_max': max(c.kl_max for c in comparisons),
-      'kl_mean': float(np.mean([c.kl_mean for c in comparisons])),
-      'argmax_agreement': float(np.mean([c.argmax_agreement for c in comparisons])),
-      'max_abs_diff': max(c.max_abs_diff for c in comparisons),
+    'samples': len(comparisons),
+    'byte_equal': sum(c.byte_equal for c in comparisons),
+    'kl_max': max(c.kl_max for c in comparisons),
+    'kl_mean': float(np.mean([c.kl_mean for c in comparisons])),
+    'argmax_agreement': float(np.mean([c.argmax_agreement for c in comparisons])),
+    'max_abs_diff': max(c.max_abs_diff for c in comparisons),
   }

@@ -98,9 +98,9 @@ ARRAY_NAMES = ('k', 'v', 'positions')
 KV_DTYPES = ('float32', 'bfloat16')
 
 _DTYPES = {
-    'float32': np.dtype(np.float32),
-    'bfloat16': np.dtype(ml_dtypes.bfloat16),
-    'int32': np.dtype(np.int32),
+  'float32': np.dtype(np.float32),
+  'bfloat16': np.dtype(ml_dtypes.bfloat16),
+  'int32': np.dtype(np.int32),
 }
 _LAYERED = ('k', 'v')  # chunked one layer per chunk; the rest in one chunk
 _SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests
@@ -155,26 +155,22 @@ def key_for(meta: blocks.BlockMeta) -> str:
     64 lowercase hex digits.
   """
   identity = {
-      'key_scheme': KEY_SCHEME,
-      'model_fingerprint': str(meta.model_fingerprint),
-      'token_ids': list(map(int, meta.token_ids)),
-      'start': int(meta.start),
-      'stop': int(meta.start) + len(meta.token_ids),
-      'first_position': int(meta.first_position),
-      'shift': int(meta.shift),
-      'dtype': str(meta.dtype),
-      'position_scheme': str(meta.position_scheme),
-      'layout_version': int(meta.layout_version),
+    'key_scheme': KEY_SCHEME,
+    'model_fingerprint': str(meta.model_fingerprint),
+    'token_ids': list(map(int, meta.token_ids)),
+    'start': int(meta.start),
+    'stop': int(meta.start) + len(meta.token_ids),
+    'first_position': int(meta.first_position),
+    'shift': int(meta.shift),
+    'dtype': str(meta.dtype),
+    'position_scheme': str(meta.position_scheme),
+    'layout_version': int(meta.layout_version),
   }
-  canonical = json.dumps(
-      identity, sort_keys=True, separators=(',', ':'), ensure_ascii=True
-  )
+  canonical = json.dumps(identity, sort_keys=True, separators=(',', ':'), ensure_ascii=True)
   return hashlib.sha256(canonical.encode('ascii')).hexdigest()
 
 
-def array_digest(
-    dtype: str, shape: Sequence[int], chunk_digests: Sequence[str]
-) -> str:
+def array_digest(dtype: str, shape: Sequence[int], chunk_digests: Sequence[str]) -> str:
   """The two-level SHA-256 hex of an array, from its chunks' digests.
 
   Args:
@@ -275,8 +271,9 @@ class BlockStore:
   def list(self) -> list[str]:
     """Sorted keys of the complete blocks (not verified; see `verify`)."""
     return sorted(
-        name for name in os.listdir(self.root)
-        if _SHA256_HEX.fullmatch(name) and self._is_complete(name)
+      name
+      for name in os.listdir(self.root)
+      if _SHA256_HEX.fullmatch(name) and self._is_complete(name)
     )
 
   def delete(self, key: str) -> None:
@@ -319,8 +316,10 @@ class BlockStore:
     path = os.path.join(self.root, key)
     manifest = os.path.join(path, MANIFEST)
     return (
-        not os.path.islink(path) and os.path.isdir(path)
-        and not os.path.islink(manifest) and os.path.isfile(manifest)
+      not os.path.islink(path)
+      and os.path.isdir(path)
+      and not os.path.islink(manifest)
+      and os.path.isfile(manifest)
     )
 
   def _check_stored(self, key: str, manifest: dict[str, Any]) -> None:
@@ -328,8 +327,8 @@ class BlockStore:
     differences = _differences(stored, manifest)
     if differences:
       raise ConflictingBlockError(
-          f'block {key} is already stored with another payload (stored !='
-          f' new): {"; ".join(differences)}'
+        f'block {key} is already stored with another payload (stored !='
+        f' new): {"; ".join(differences)}'
       )
 
   @contextlib.contextmanager
@@ -404,10 +403,7 @@ def _chunks(name: str, dtype: str, shape: Sequence[int]) -> list[_Chunk]:
   """The chunk files of array `name`, in chunk order."""
   rows = _chunk_shape(name, shape)[0]
   size = rows * _DTYPES[dtype].itemsize * math.prod(shape[1:])
-  return [
-      _Chunk(name, i, len(shape), i * size, (i + 1) * size)
-      for i in range(shape[0] // rows)
-  ]
+  return [_Chunk(name, i, len(shape), i * size, (i + 1) * size) for i in range(shape[0] // rows)]
 
 
 def _map_threads(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
@@ -424,9 +420,7 @@ def _flat_bytes(array: np.ndarray) -> np.ndarray:
 
 def _checked_key(key: str) -> str:
   if not isinstance(key, str) or not _SHA256_HEX.fullmatch(key):
-    raise InvalidKeyError(
-        f'invalid block key {key!r}: expected 64 lowercase hex digits'
-    )
+    raise InvalidKeyError(f'invalid block key {key!r}: expected 64 lowercase hex digits')
   return key
 
 
@@ -438,14 +432,12 @@ def _block_arrays(block: blocks.KVBlock) -> dict[str, np.ndarray]:
   if len(block) == 0:
     raise StoreError('cannot store an empty block')
   arrays = {
-      name: np.ascontiguousarray(a, a.dtype.newbyteorder('<'))
-      for name, a in block.arrays().items()
+    name: np.ascontiguousarray(a, a.dtype.newbyteorder('<')) for name, a in block.arrays().items()
   }
   for name in _LAYERED:
     if arrays[name].dtype.name != dtype:
       raise StoreError(
-          f'array {name!r} is {arrays[name].dtype.name} but the block'
-          f' metadata says {dtype}'
+        f'array {name!r} is {arrays[name].dtype.name} but the block metadata says {dtype}'
       )
   return arrays
 
@@ -453,14 +445,13 @@ def _block_arrays(block: blocks.KVBlock) -> dict[str, np.ndarray]:
 def _digests(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
   """SHA-256 hex of each chunk of each array, hashed in parallel."""
   chunks = [
-      chunk for name, array in arrays.items()
-      for chunk in _chunks(name, array.dtype.name, array.shape)
+    chunk
+    for name, array in arrays.items()
+    for chunk in _chunks(name, array.dtype.name, array.shape)
   ]
   found = _map_threads(
-      lambda c: hashlib.sha256(
-          _flat_bytes(arrays[c.name])[c.start:c.stop]
-      ).hexdigest(),
-      chunks,
+    lambda c: hashlib.sha256(_flat_bytes(arrays[c.name])[c.start : c.stop]).hexdigest(),
+    chunks,
   )
   digests = {name: [] for name in arrays}
   for chunk, digest in zip(chunks, found):
@@ -469,29 +460,27 @@ def _digests(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
 
 
 def _manifest(
-    key: str,
-    meta: blocks.BlockMeta,
-    arrays: dict[str, np.ndarray],
-    digests: dict[str, list[str]],
+  key: str,
+  meta: blocks.BlockMeta,
+  arrays: dict[str, np.ndarray],
+  digests: dict[str, list[str]],
 ) -> dict[str, Any]:
   """The manifest of a block, from its arrays' chunk digests (no hashing)."""
   return {
-      'format': FORMAT,
-      'key': key,
-      'layout_version': meta.layout_version,
-      'meta': _meta_json(meta),
-      'arrays': {
-          name: {
-              'dtype': array.dtype.name,
-              'shape': list(array.shape),
-              'chunk_shape': _chunk_shape(name, array.shape),
-              'chunk_sha256': digests[name],
-              'sha256': array_digest(
-                  array.dtype.name, array.shape, digests[name]
-              ),
-          }
-          for name, array in arrays.items()
-      },
+    'format': FORMAT,
+    'key': key,
+    'layout_version': meta.layout_version,
+    'meta': _meta_json(meta),
+    'arrays': {
+      name: {
+        'dtype': array.dtype.name,
+        'shape': list(array.shape),
+        'chunk_shape': _chunk_shape(name, array.shape),
+        'chunk_sha256': digests[name],
+        'sha256': array_digest(array.dtype.name, array.shape, digests[name]),
+      }
+      for name, array in arrays.items()
+    },
   }
 
 
@@ -505,28 +494,24 @@ def _meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
   return {**fields, 'token_ids': list(meta.token_ids)}
 
 
-def _zarr_metadata(
-    name: str, dtype: str, shape: Sequence[int]
-) -> dict[str, Any]:
+def _zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]:
   """The zarr v3 metadata of array `name`: raw little-endian chunk files."""
   return {
-      'zarr_format': 3,
-      'node_type': 'array',
-      'shape': list(shape),
-      'data_type': dtype,
-      'chunk_grid': {
-          'name': 'regular',
-          'configuration': {'chunk_shape': _chunk_shape(name, shape)},
-      },
-      'chunk_key_encoding': {'name': 'default'},
-      'codecs': [{'name': 'bytes', 'configuration': {'endian': 'little'}}],
-      'fill_value': 0,
+    'zarr_format': 3,
+    'node_type': 'array',
+    'shape': list(shape),
+    'data_type': dtype,
+    'chunk_grid': {
+      'name': 'regular',
+      'configuration': {'chunk_shape': _chunk_shape(name, shape)},
+    },
+    'chunk_key_encoding': {'name': 'default'},
+    'codecs': [{'name': 'bytes', 'configuration': {'endian': 'little'}}],
+    'fill_value': 0,
   }
 
 
-def _write_block(
-    path: str, arrays: dict[str, np.ndarray], manifest: dict[str, Any]
-) -> None:
+def _write_block(path: str, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:
   """Writes arrays, then manifest.json, into a new directory; fsyncs all."""
   os.mkdir(path)
   for name, array in arrays.items():
@@ -539,23 +524,19 @@ def _write_block(
 
 def _write_array(path: str, array: np.ndarray) -> None:
   """Writes `array` as zarr v3 with `_zarr_metadata`'s chunks and codecs."""
-  metadata = _zarr_metadata(
-      os.path.basename(path), array.dtype.name, array.shape
-  )
+  metadata = _zarr_metadata(os.path.basename(path), array.dtype.name, array.shape)
   spec = {
-      'driver': 'zarr3',
-      'kvstore': {'driver': 'file', 'path': path},
-      'metadata': metadata,
-      # Otherwise an all-zero chunk is not written at all (it equals the
-      # fill value) and the block would depend on that silently.
-      'store_data_equal_to_fill_value': True,
+    'driver': 'zarr3',
+    'kvstore': {'driver': 'file', 'path': path},
+    'metadata': metadata,
+    # Otherwise an all-zero chunk is not written at all (it equals the
+    # fill value) and the block would depend on that silently.
+    'store_data_equal_to_fill_value': True,
   }
   ts.open(spec, create=True).result().write(array).result()
 
 
-def _read_block(
-    path: str, key: str
-) -> tuple[dict[str, Any], blocks.KVBlock]:
+def _read_block(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies the block at `path`; returns (manifest, block).
 
   Checks, in order: the directory holds exactly the expected regular files;
@@ -575,14 +556,9 @@ def _read_block(
   files = _regular_files(path)
   if MANIFEST not in files:
     raise CorruptBlockError(f'block {key}: missing file {MANIFEST}')
-  manifest, meta = _parse_manifest(
-      _read_bytes(os.path.join(path, MANIFEST)), key
-  )
+  manifest, meta = _parse_manifest(_read_bytes(os.path.join(path, MANIFEST)), key)
   entries = manifest['arrays']
-  chunks = {
-      name: _chunks(name, entry['dtype'], entry['shape'])
-      for name, entry in entries.items()
-  }
+  chunks = {name: _chunks(name, entry['dtype'], entry['shape']) for name, entry in entries.items()}
   expected_files = {MANIFEST}
   for name in ARRAY_NAMES:
     expected_files.add(f'{name}/zarr.json')
@@ -592,31 +568,27 @@ def _read_block(
     raise CorruptBlockError(f'block {key}: missing file {", ".join(missing)}')
   unexpected = sorted(files - expected_files)
   if unexpected:
-    raise CorruptBlockError(
-        f'block {key}: unexpected file {", ".join(unexpected)}'
-    )
+    raise CorruptBlockError(f'block {key}: unexpected file {", ".join(unexpected)}')
   for name in ARRAY_NAMES:
     _check_zarr_metadata(path, key, name, entries[name])
   recorded = [
-      (chunk, digest) for name in ARRAY_NAMES
-      for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
+    (chunk, digest)
+    for name in ARRAY_NAMES
+    for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
   ]
   for chunk, digest in recorded:
     size = os.lstat(os.path.join(path, chunk.path)).st_size
     if size != chunk.stop - chunk.start:
       raise CorruptBlockError(
-          f'block {key}: {chunk}: holds {size} bytes, expected'
-          f' {chunk.stop - chunk.start} (sha256 expected {digest})'
+        f'block {key}: {chunk}: holds {size} bytes, expected'
+        f' {chunk.stop - chunk.start} (sha256 expected {digest})'
       )
   arrays = {
-      name: np.empty(entry['shape'], _DTYPES[entry['dtype']])
-      for name, entry in entries.items()
+    name: np.empty(entry['shape'], _DTYPES[entry['dtype']]) for name, entry in entries.items()
   }
   found = _map_threads(
-      lambda task: _read_chunk(
-          path, key, *task, _flat_bytes(arrays[task[0].name])
-      ),
-      recorded,
+    lambda task: _read_chunk(path, key, *task, _flat_bytes(arrays[task[0].name])),
+    recorded,
   )
   digests = {name: [] for name in ARRAY_NAMES}
   for (chunk, _), digest in zip(recorded, found):
@@ -629,65 +601,54 @@ def _read_block(
   differences = _differences(manifest, rebuilt)
   if differences:
     raise CorruptBlockError(
-        f'block {key}: manifest.json disagrees with its payload (manifest !='
-        f' payload): {"; ".join(differences)}'
+      f'block {key}: manifest.json disagrees with its payload (manifest !='
+      f' payload): {"; ".join(differences)}'
     )
   return manifest, block
 
 
-def _parse_manifest(
-    data: bytes, key: str
-) -> tuple[dict[str, Any], blocks.BlockMeta]:
+def _parse_manifest(data: bytes, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
   """The manifest and its BlockMeta, checked for shape and for `key`."""
   try:
     manifest = json.loads(data.decode('ascii'))
     if manifest['format'] != FORMAT:
       raise UnsupportedFormatError(
-          f'block {key}: {MANIFEST} has format {manifest["format"]!r}; this'
-          f' code reads only {FORMAT!r}'
+        f'block {key}: {MANIFEST} has format {manifest["format"]!r}; this'
+        f' code reads only {FORMAT!r}'
       )
     meta = blocks.BlockMeta.from_json(manifest['meta'])
     entries = manifest['arrays']
     if sorted(entries) != sorted(ARRAY_NAMES):
-      raise ValueError(
-          f'arrays {sorted(entries)}, expected {sorted(ARRAY_NAMES)}'
-      )
+      raise ValueError(f'arrays {sorted(entries)}, expected {sorted(ARRAY_NAMES)}')
     for name in ARRAY_NAMES:
       entry = entries[name]
       if entry['dtype'] not in _DTYPES or not isinstance(entry['sha256'], str):
         raise ValueError(f'bad entry for array {name!r}: {entry}')
       shape = entry['shape']
       if not (
-          isinstance(shape, list) and shape
-          and all(isinstance(d, int) and d > 0 for d in shape)
+        isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)
       ):
         raise ValueError(f'bad shape for array {name!r}: {shape}')
       digests = entry['chunk_sha256']
       rows = _chunk_shape(name, shape)[0]
       if not (
-          isinstance(digests, list) and len(digests) * rows == shape[0]
-          and all(
-              isinstance(d, str) and _SHA256_HEX.fullmatch(d)
-              for d in digests
-          )
+        isinstance(digests, list)
+        and len(digests) * rows == shape[0]
+        and all(isinstance(d, str) and _SHA256_HEX.fullmatch(d) for d in digests)
       ):
         raise ValueError(
-            f'array {name!r} of shape {shape} needs {shape[0] // rows} chunk'
-            f' digests (64 lowercase hex digits each), got {digests}'
+          f'array {name!r} of shape {shape} needs {shape[0] // rows} chunk'
+          f' digests (64 lowercase hex digits each), got {digests}'
         )
   except (ValueError, KeyError, TypeError) as e:
     raise CorruptBlockError(f'block {key}: malformed {MANIFEST}: {e}') from e
   described = key_for(meta)
   if described != key:
-    raise CorruptBlockError(
-        f'block {key}: {MANIFEST} describes block {described}'
-    )
+    raise CorruptBlockError(f'block {key}: {MANIFEST} describes block {described}')
   return manifest, meta
 
 
-def _check_zarr_metadata(
-    path: str, key: str, name: str, entry: dict[str, Any]
-) -> None:
+def _check_zarr_metadata(path: str, key: str, name: str, entry: dict[str, Any]) -> None:
   """Raises unless `name`/zarr.json describes the array `entry` describes."""
   relative_path = f'{name}/zarr.json'
   try:
@@ -695,28 +656,22 @@ def _check_zarr_metadata(
     if not isinstance(found, dict):
       raise ValueError(f'not a JSON object: {found!r}')
   except ValueError as e:
-    raise CorruptBlockError(
-        f'block {key}: malformed {relative_path}: {e}'
-    ) from e
+    raise CorruptBlockError(f'block {key}: malformed {relative_path}: {e}') from e
   # What decides where tensorstore finds the bytes and how it decodes them;
   # other fields (attributes, dimension_names) are free.
   expected = {
-      **_zarr_metadata(name, entry['dtype'], entry['shape']),
-      'storage_transformers': None,
+    **_zarr_metadata(name, entry['dtype'], entry['shape']),
+    'storage_transformers': None,
   }
-  differences = _differences(
-      {field: found.get(field) for field in expected}, expected
-  )
+  differences = _differences({field: found.get(field) for field in expected}, expected)
   if differences:
     raise CorruptBlockError(
-        f'block {key}: {relative_path} disagrees with {MANIFEST} (zarr.json'
-        f' != manifest): {"; ".join(differences)}'
+      f'block {key}: {relative_path} disagrees with {MANIFEST} (zarr.json'
+      f' != manifest): {"; ".join(differences)}'
     )
 
 
-def _read_chunk(
-    path: str, key: str, chunk: _Chunk, expected: str, array_bytes: np.ndarray
-) -> str:
+def _read_chunk(path: str, key: str, chunk: _Chunk, expected: str, array_bytes: np.ndarray) -> str:
   """Reads a chunk file into its slice of `array_bytes`, checking its digest.
 
   The file's size has been checked. Each piece is hashed right after it is
@@ -732,24 +687,20 @@ def _read_chunk(
   Returns:
     The chunk's SHA-256 hex, which is `expected`.
   """
-  out = array_bytes[chunk.start:chunk.stop]
+  out = array_bytes[chunk.start : chunk.stop]
   fd = os.open(os.path.join(path, chunk.path), os.O_RDONLY | os.O_NOFOLLOW)
   with open(fd, 'rb', buffering=0) as f:
     digest = hashlib.sha256()
     done = 0
     while done < out.size:
-      count = f.readinto(out[done:done + _PIECE])
+      count = f.readinto(out[done : done + _PIECE])
       if not count:
-        raise CorruptBlockError(
-            f'block {key}: {chunk}: ended after {done} of {out.size} bytes'
-        )
-      digest.update(out[done:done + count])
+        raise CorruptBlockError(f'block {key}: {chunk}: ended after {done} of {out.size} bytes')
+      digest.update(out[done : done + count])
       done += count
   found = digest.hexdigest()
   if found != expected:
-    raise CorruptBlockError(
-        f'block {key}: {chunk}: sha256 expected {expected}, found {found}'
-    )
+    raise CorruptBlockError(f'block {key}: {chunk}: sha256 expected {expected}, found {found}')
   return found
 
 
@@ -763,13 +714,13 @@ def _differences(a: Any, b: Any, where: str = '') -> list[str]:
     return []
   if isinstance(a, dict) and isinstance(b, dict):
     return [
-        line for name in sorted(a.keys() | b.keys())
-        for line in _differences(a.get(name), b.get(name), f'{where}{name}.')
+      line
+      for name in sorted(a.keys() | b.keys())
+      for line in _differences(a.get(name), b.get(name), f'{where}{name}.')
     ]
   if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
     return [
-        line for i, (x, y) in enumerate(zip(a, b))
-        for line in _differences(x, y, f'{where}{i}.')
+      line for i, (x, y) in enumerate(zip(a, b)) for line in _differences(x, y, f'{where}{i}.')
     ]
   return [f'{where[:-1]}: {a!r} != {b!r}']
 
@@ -795,17 +746,13 @@ def _regular_files(path: str) -> set[str]:
       for entry in entries:
         relative = directory + entry.name
         if entry.is_symlink():
-          raise UnsafePathError(
-              f'{relative} under {path} is a symlink; refusing it'
-          )
+          raise UnsafePathError(f'{relative} under {path} is a symlink; refusing it')
         if entry.is_dir(follow_symlinks=False):
           directories.append(f'{relative}/')
         elif entry.is_file(follow_symlinks=False):
           files.add(relative)
         else:
-          raise UnsafePathError(
-              f'{relative} under {path} is not a regular file'
-          )
+          raise UnsafePathError(f'{relative} under {path} is not a regular file')
   return files
 
 

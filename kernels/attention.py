@@ -128,9 +128,9 @@ _ROWS = 16
 # Per compute dtype, measured with experiments/bench_attention_tiles.py
 # (experiments/results/bench_attention_tiles_h200.json); block_q follows from G.
 _DEFAULTS = {
-    'bfloat16': BlockSizes(block_k=64, block_s=512),
-    'float16': BlockSizes(block_k=64, block_s=512),
-    'float32': BlockSizes(block_k=32, block_s=256),
+  'bfloat16': BlockSizes(block_k=64, block_s=512),
+  'float16': BlockSizes(block_k=64, block_s=512),
+  'float32': BlockSizes(block_k=32, block_s=256),
 }
 
 
@@ -138,9 +138,7 @@ def default_block_sizes(dtype, group: int) -> BlockSizes:
   """The tile sizes every path of this dtype and grouping G uses."""
   name = jnp.dtype(dtype).name
   if name not in _DEFAULTS:
-    raise ValueError(
-        f'no default block sizes for {name}; known: {sorted(_DEFAULTS)}'
-    )
+    raise ValueError(f'no default block sizes for {name}; known: {sorted(_DEFAULTS)}')
   if group <= 0:
     raise ValueError(f'query heads per kv head must be positive, got {group}')
   return dataclasses.replace(_DEFAULTS[name], block_q=max(1, _ROWS // group))
@@ -152,11 +150,11 @@ def default_block_k_values() -> set[int]:
 
 
 def visible(
-    q_pos: jax.Array,
-    k_pos: jax.Array,
-    window: int | None,
-    q_seg: jax.Array | None = None,
-    k_seg: jax.Array | None = None,
+  q_pos: jax.Array,
+  k_pos: jax.Array,
+  window: int | None,
+  q_seg: jax.Array | None = None,
+  k_seg: jax.Array | None = None,
 ) -> jax.Array:
   """Which keys a query sees; broadcasts query operands against key operands.
 
@@ -179,8 +177,7 @@ def visible(
   return mask
 
 
-def _relative_scores(q_ref, k_ref, slots, distance, cos_ref, sin_ref, *,
-                     block_h: int) -> jax.Array:
+def _relative_scores(q_ref, k_ref, slots, distance, cos_ref, sin_ref, *, block_h: int) -> jax.Array:
   """[R, block_k] float32 rotary scores of un-rotated q and k from distances.
 
   Args:
@@ -207,30 +204,29 @@ def _relative_scores(q_ref, k_ref, slots, distance, cos_ref, sin_ref, *,
     terms = a * cos_ref[index, first] + b * sin_ref[index, first]
     return s + jnp.sum(terms, axis=2)
 
-  return lax.fori_loop(0, half // block_h, step,
-                       jnp.zeros((rows, index.shape[1]), jnp.float32))
+  return lax.fori_loop(0, half // block_h, step, jnp.zeros((rows, index.shape[1]), jnp.float32))
 
 
 def _split_kernel(
-    q_ref,  # [R, H], R = block_q * G query rows
-    q_pos_ref,  # [R] int32
-    q_seg_ref,  # [R] int32, or None
-    slope_ref,  # [R] float32 ALiBi slope of each row's head, or None
-    k_ref,  # [S, H]
-    v_ref,  # [S, H]
-    k_pos_ref,  # [S] int32
-    k_seg_ref,  # [S] int32, or None
-    table_refs,  # (cos, sin) [D, H/2] float32, or None
-    tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
-    m_ref,  # [R] float32 out: running max of the split
-    l_ref,  # [R] float32 out: sum of exp(s - m) of the split
-    o_ref,  # [R, H] float32 out: unnormalised output of the split
-    *,
-    block_k: int,
-    block_h: int,
-    tiles_per_split: int,
-    window: int | None,
-    precision: lax.Precision,
+  q_ref,  # [R, H], R = block_q * G query rows
+  q_pos_ref,  # [R] int32
+  q_seg_ref,  # [R] int32, or None
+  slope_ref,  # [R] float32 ALiBi slope of each row's head, or None
+  k_ref,  # [S, H]
+  v_ref,  # [S, H]
+  k_pos_ref,  # [S] int32
+  k_seg_ref,  # [S] int32, or None
+  table_refs,  # (cos, sin) [D, H/2] float32, or None
+  tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
+  m_ref,  # [R] float32 out: running max of the split
+  l_ref,  # [R] float32 out: sum of exp(s - m) of the split
+  o_ref,  # [R, H] float32 out: unnormalised output of the split
+  *,
+  block_k: int,
+  block_h: int,
+  tiles_per_split: int,
+  window: int | None,
+  precision: lax.Precision,
 ):
   """Online softmax of one query block over the tiles of one split."""
   rows, head_dim = q_ref.shape
@@ -252,12 +248,14 @@ def _split_kernel(
     distance = q_pos[:, None] - k_pos[None, :]  # [R, block_k] int32
     if table_refs is None:
       s = lax.dot_general(
-          q, k_ref[slots, :], (((1,), (1,)), ((), ())),
-          precision=precision, preferred_element_type=jnp.float32,
+        q,
+        k_ref[slots, :],
+        (((1,), (1,)), ((), ())),
+        precision=precision,
+        preferred_element_type=jnp.float32,
       )  # [R, block_k]
     else:
-      s = _relative_scores(q_ref, k_ref, slots, distance, *table_refs,
-                           block_h=block_h)
+      s = _relative_scores(q_ref, k_ref, slots, distance, *table_refs, block_h=block_h)
     if neg_slope is not None:
       s = s + neg_slope * distance.astype(jnp.float32)
     s = jnp.where(mask, s, -jnp.inf)
@@ -269,8 +267,11 @@ def _split_kernel(
     alpha = jnp.exp(m - m_next)
     p = jnp.where(mask, jnp.exp(s - m_next[:, None]), 0.0)
     pv = lax.dot_general(
-        p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
-        precision=precision, preferred_element_type=jnp.float32,
+      p.astype(v.dtype),
+      v,
+      (((1,), (0,)), ((), ())),
+      precision=precision,
+      preferred_element_type=jnp.float32,
     )  # [R, H]
     l_next = jnp.where(row_live, alpha * l + jnp.sum(p, axis=1), l)
     o_next = jnp.where(row_live[:, None], alpha[:, None] * o + pv, o)
@@ -289,14 +290,14 @@ def _split_kernel(
 
 
 def _combine_kernel(
-    tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
-    m_ref,  # [Cp, R] float32 split maxima (Cp = C splits padded to `unroll`)
-    l_ref,  # [Cp, R] float32 split sums
-    o_ref,  # [Cp, R, Hc] float32 unnormalised split outputs, Hc head dims
-    out_ref,  # [R, Hc]
-    *,
-    tiles_per_split: int,
-    unroll: int,
+  tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
+  m_ref,  # [Cp, R] float32 split maxima (Cp = C splits padded to `unroll`)
+  l_ref,  # [Cp, R] float32 split sums
+  o_ref,  # [Cp, R, Hc] float32 unnormalised split outputs, Hc head dims
+  out_ref,  # [R, Hc]
+  *,
+  tiles_per_split: int,
+  unroll: int,
 ):
   """Sums the splits of one query block in ascending order, then normalises.
 
@@ -324,8 +325,7 @@ def _combine_kernel(
     return m
 
   steps = (first // unroll, pl.cdiv(last, unroll))
-  m_max = lax.fori_loop(*steps, max_step,
-                        jnp.full((rows,), -jnp.inf, jnp.float32))
+  m_max = lax.fori_loop(*steps, max_step, jnp.full((rows,), -jnp.inf, jnp.float32))
 
   def sum_step(step, carry):
     o, l = carry
@@ -337,23 +337,21 @@ def _combine_kernel(
       o = o + jnp.where(seen[:, None], w[:, None] * o_ref[split], 0.0)
     return o, l
 
-  o, l = lax.fori_loop(*steps, sum_step,
-                       (jnp.zeros((rows, head_dim), jnp.float32),
-                        jnp.zeros((rows,), jnp.float32)))
-  has_keys = l > 0.0
-  out = jnp.where(
-      has_keys[:, None], o / jnp.where(has_keys, l, 1.0)[:, None], 0.0
+  o, l = lax.fori_loop(
+    *steps, sum_step, (jnp.zeros((rows, head_dim), jnp.float32), jnp.zeros((rows,), jnp.float32))
   )
+  has_keys = l > 0.0
+  out = jnp.where(has_keys[:, None], o / jnp.where(has_keys, l, 1.0)[:, None], 0.0)
   out_ref[...] = out.astype(out_ref.dtype)
 
 
 def tile_ranges(
-    q_positions: jax.Array,
-    k_positions: jax.Array,
-    *,
-    window: int | None,
-    block_q: int,
-    block_k: int,
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  *,
+  window: int | None,
+  block_q: int,
+  block_k: int,
 ) -> jax.Array:
   """[B, T / block_q, 2] int32: the KV tiles [lo, hi) each query block visits.
 
@@ -385,13 +383,13 @@ def tile_ranges(
 
 
 def _check_options(
-    q: jax.Array,
-    k: jax.Array,
-    q_segments: jax.Array | None,
-    k_segments: jax.Array | None,
-    alibi_slopes: jax.Array | None,
-    relative_table: tuple[jax.Array, jax.Array] | None,
-    block_h: int,
+  q: jax.Array,
+  k: jax.Array,
+  q_segments: jax.Array | None,
+  k_segments: jax.Array | None,
+  alibi_slopes: jax.Array | None,
+  relative_table: tuple[jax.Array, jax.Array] | None,
+  block_h: int,
 ) -> None:
   """Shape checks of the optional operands (ValueError with the numbers)."""
   batch, num_q, num_heads, head_dim = q.shape
@@ -399,61 +397,60 @@ def _check_options(
   if (q_segments is None) != (k_segments is None):
     raise ValueError('q_segments and k_segments must be given together')
   if q_segments is not None and q_segments.shape != (batch, num_q):
-    raise ValueError(
-        f'q_segments {q_segments.shape} must be [B, T] = {(batch, num_q)}'
-    )
+    raise ValueError(f'q_segments {q_segments.shape} must be [B, T] = {(batch, num_q)}')
   if k_segments is not None and k_segments.shape != (batch, capacity):
-    raise ValueError(
-        f'k_segments {k_segments.shape} must be [B, S] = {(batch, capacity)}'
-    )
+    raise ValueError(f'k_segments {k_segments.shape} must be [B, S] = {(batch, capacity)}')
   if alibi_slopes is not None and alibi_slopes.shape != (num_heads,):
-    raise ValueError(
-        f'alibi_slopes {alibi_slopes.shape} must be [N] = {(num_heads,)}'
-    )
+    raise ValueError(f'alibi_slopes {alibi_slopes.shape} must be [N] = {(num_heads,)}')
   if relative_table is not None:
     cos, sin = relative_table
     if head_dim % 2:
       raise ValueError(f'relative scores need an even head dim, got H={head_dim}')
     if cos.ndim != 2 or cos.shape[1] != head_dim // 2 or sin.shape != cos.shape:
       raise ValueError(
-          f'relative_table cos {cos.shape} and sin {sin.shape} must both be'
-          f' [D, H/2] with H/2={head_dim // 2}'
+        f'relative_table cos {cos.shape} and sin {sin.shape} must both be'
+        f' [D, H/2] with H/2={head_dim // 2}'
       )
     if block_h <= 0 or (head_dim // 2) % block_h:
-      raise ValueError(
-          f'H/2={head_dim // 2} must be a multiple of block_h={block_h}'
-      )
+      raise ValueError(f'H/2={head_dim // 2} must be a multiple of block_h={block_h}')
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=(
-        'window', 'block_sizes', 'precision', 'num_stages', 'combine_stages',
-        'combine_unroll', 'combine_block_h', 'skip_masked_tiles',
-        'max_query_tokens', 'interpret',
-    ),
+  jax.jit,
+  static_argnames=(
+    'window',
+    'block_sizes',
+    'precision',
+    'num_stages',
+    'combine_stages',
+    'combine_unroll',
+    'combine_block_h',
+    'skip_masked_tiles',
+    'max_query_tokens',
+    'interpret',
+  ),
 )
 def attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    q_positions: jax.Array,
-    k_positions: jax.Array,
-    *,
-    q_segments: jax.Array | None = None,
-    k_segments: jax.Array | None = None,
-    alibi_slopes: jax.Array | None = None,
-    relative_table: tuple[jax.Array, jax.Array] | None = None,
-    window: int | None = None,
-    block_sizes: BlockSizes | None = None,
-    precision: lax.Precision = _HIGHEST,
-    num_stages: int | None = None,
-    combine_stages: int = 1,
-    combine_unroll: int = 8,
-    combine_block_h: int = 64,
-    skip_masked_tiles: bool = True,
-    max_query_tokens: int = 2048,
-    interpret: bool = False,
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  *,
+  q_segments: jax.Array | None = None,
+  k_segments: jax.Array | None = None,
+  alibi_slopes: jax.Array | None = None,
+  relative_table: tuple[jax.Array, jax.Array] | None = None,
+  window: int | None = None,
+  block_sizes: BlockSizes | None = None,
+  precision: lax.Precision = _HIGHEST,
+  num_stages: int | None = None,
+  combine_stages: int = 1,
+  combine_unroll: int = 8,
+  combine_block_h: int = 64,
+  skip_masked_tiles: bool = True,
+  max_query_tokens: int = 2048,
+  interpret: bool = False,
 ) -> jax.Array:
   """Causal, optionally windowed, multi-query attention over the cache.
 
@@ -502,50 +499,30 @@ def attention(
     [B, T, N, H] in q's dtype; rows that see no slot are 0.
   """
   if q.ndim != 4 or k.ndim != 4:
-    raise ValueError(
-        f'q must be [B, T, N, H] and k [B, S, K, H], got q {q.shape}'
-        f' and k {k.shape}'
-    )
+    raise ValueError(f'q must be [B, T, N, H] and k [B, S, K, H], got q {q.shape} and k {k.shape}')
   batch, num_q, num_heads, head_dim = q.shape
   _, capacity, num_kv_heads, _ = k.shape
   if v.shape != k.shape:
     raise ValueError(f'v {v.shape} must have the shape of k {k.shape}')
   if k.shape[0] != batch or k.shape[3] != head_dim:
-    raise ValueError(
-        f'k {k.shape} must match q {q.shape} in batch and head dim'
-    )
+    raise ValueError(f'k {k.shape} must match q {q.shape} in batch and head dim')
   if num_heads % num_kv_heads:
-    raise ValueError(
-        f'query heads N={num_heads} must be a multiple of kv heads'
-        f' K={num_kv_heads}'
-    )
+    raise ValueError(f'query heads N={num_heads} must be a multiple of kv heads K={num_kv_heads}')
   if q_positions.shape != (batch, num_q):
-    raise ValueError(
-        f'q_positions {q_positions.shape} must be [B, T] = {(batch, num_q)}'
-    )
+    raise ValueError(f'q_positions {q_positions.shape} must be [B, T] = {(batch, num_q)}')
   if k_positions.shape != (batch, capacity):
-    raise ValueError(
-        f'k_positions {k_positions.shape} must be [B, S] = {(batch, capacity)}'
-    )
+    raise ValueError(f'k_positions {k_positions.shape} must be [B, S] = {(batch, capacity)}')
   if not (q.dtype == k.dtype == v.dtype):
-    raise ValueError(
-        f'q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}'
-    )
+    raise ValueError(f'q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}')
   group = num_heads // num_kv_heads
   sizes = block_sizes or default_block_sizes(q.dtype, group)
-  _check_options(q, k, q_segments, k_segments, alibi_slopes, relative_table,
-                 sizes.block_h)
+  _check_options(q, k, q_segments, k_segments, alibi_slopes, relative_table, sizes.block_h)
   if min(sizes.block_q, sizes.block_k, sizes.block_s) <= 0:
     raise ValueError(f'block sizes must be positive: {sizes}')
   if sizes.block_s % sizes.block_k:
-    raise ValueError(
-        f'block_s={sizes.block_s} must be a multiple of block_k={sizes.block_k}'
-    )
+    raise ValueError(f'block_s={sizes.block_s} must be a multiple of block_k={sizes.block_k}')
   if capacity % sizes.block_k:
-    raise ValueError(
-        f'cache capacity S={capacity} must be a multiple of'
-        f' block_k={sizes.block_k}'
-    )
+    raise ValueError(f'cache capacity S={capacity} must be a multiple of block_k={sizes.block_k}')
   if window is not None and window <= 0:
     raise ValueError(f'window must be positive or None, got {window}')
   if combine_unroll <= 0:
@@ -553,24 +530,18 @@ def attention(
   combine_cols = min(combine_block_h, head_dim)
   if combine_cols <= 0 or head_dim % combine_cols:
     raise ValueError(
-        f'combine_block_h={combine_block_h} must be positive and divide the'
-        f' head dim H={head_dim} (or exceed it)'
+      f'combine_block_h={combine_block_h} must be positive and divide the'
+      f' head dim H={head_dim} (or exceed it)'
     )
   if max_query_tokens < sizes.block_q:
-    raise ValueError(
-        f'{max_query_tokens=} must be at least block_q={sizes.block_q}'
-    )
+    raise ValueError(f'{max_query_tokens=} must be at least block_q={sizes.block_q}')
   rows = sizes.block_q * group
   if not interpret:
-    for name, size in (('block_q * G', rows), ('block_k', sizes.block_k),
-                       ('head dim H', head_dim)):
+    for name, size in (('block_q * G', rows), ('block_k', sizes.block_k), ('head dim H', head_dim)):
       if not _common.is_power_of_2(size) or size < 16:
-        raise ValueError(
-            f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel'
-        )
+        raise ValueError(f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel')
     if relative_table is not None and not _common.is_power_of_2(sizes.block_h):
-      raise ValueError(
-          f'block_h={sizes.block_h} must be a power of 2 for the GPU kernel')
+      raise ValueError(f'block_h={sizes.block_h} must be a power of 2 for the GPU kernel')
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
   stages = (num_stages, combine_stages)
@@ -595,20 +566,49 @@ def attention(
   pieces = []
   for start in range(0, padded, step):
     part = slice(start, min(start + step, padded))
-    pieces.append(_attention_blocks(
-        q[:, part], k, v, q_positions[:, part], k_positions,
-        None if q_segments is None else q_segments[:, part], k_segments,
-        alibi_slopes, relative_table, window=window, sizes=sizes,
-        precision=precision, skip_masked_tiles=skip_masked_tiles,
-        stages=stages, combine=combine, interpret=interpret))
+    pieces.append(
+      _attention_blocks(
+        q[:, part],
+        k,
+        v,
+        q_positions[:, part],
+        k_positions,
+        None if q_segments is None else q_segments[:, part],
+        k_segments,
+        alibi_slopes,
+        relative_table,
+        window=window,
+        sizes=sizes,
+        precision=precision,
+        skip_masked_tiles=skip_masked_tiles,
+        stages=stages,
+        combine=combine,
+        interpret=interpret,
+      )
+    )
   out = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces, axis=1)
   return out[:, :num_q]
 
 
-def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
-                      k_segments, alibi_slopes, relative_table, *, window,
-                      sizes, precision, skip_masked_tiles, stages, combine,
-                      interpret):
+def _attention_blocks(
+  q,
+  k,
+  v,
+  q_positions,
+  k_positions,
+  q_segments,
+  k_segments,
+  alibi_slopes,
+  relative_table,
+  *,
+  window,
+  sizes,
+  precision,
+  skip_masked_tiles,
+  stages,
+  combine,
+  interpret,
+):
   """`attention` of whole query blocks: q [B, Tp, N, H], Tp % block_q == 0."""
   batch, padded, num_heads, head_dim = q.shape
   _, capacity, num_kv_heads, _ = k.shape
@@ -635,110 +635,108 @@ def _attention_blocks(q, k, v, q_positions, k_positions, q_segments,
   if alibi_slopes is not None:
     # Row t*G + g of kv head h is query head h*G + g, whatever t: [K, R].
     slope_rows = jnp.tile(
-        alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group),
-        (1, sizes.block_q))
+      alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group), (1, sizes.block_q)
+    )
 
   # Which KV tiles each program walks: only a speed matter, never the bits.
   if skip_masked_tiles:
-    tiles = tile_ranges(q_positions, k_positions, window=window,
-                        block_q=sizes.block_q, block_k=sizes.block_k)
+    tiles = tile_ranges(
+      q_positions, k_positions, window=window, block_q=sizes.block_q, block_k=sizes.block_k
+    )
   else:
-    tiles = jnp.broadcast_to(jnp.array([0, num_tiles], jnp.int32),
-                             (batch, num_blocks, 2))
+    tiles = jnp.broadcast_to(jnp.array([0, num_tiles], jnp.int32), (batch, num_blocks, 2))
   split_params, combine_params = (
-      (None, None) if interpret else
-      (_common.gpu_compiler_params(sizes.num_warps, n) for n in stages))
+    (None, None) if interpret else (_common.gpu_compiler_params(sizes.num_warps, n) for n in stages)
+  )
 
   # Kernel 1: a partial online softmax per (query block, split). Query blocks
   # vary fastest, so programs that share KV tiles run together (L2).
   row_spec = pl.BlockSpec((None, rows), lambda i, b, h, c: (b, i))
   slot_spec = pl.BlockSpec((None, capacity), lambda i, b, h, c: (b, 0))
-  cache_spec = pl.BlockSpec((None, capacity, None, head_dim),
-                            lambda i, b, h, c: (b, 0, h, 0))
+  cache_spec = pl.BlockSpec((None, capacity, None, head_dim), lambda i, b, h, c: (b, 0, h, 0))
   table_spec = None
   if relative_table is not None:  # whole tables, read by gather
     whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h, c: (0, 0))
     table_spec = (whole, whole)
   stat_shape = (batch, num_kv_heads, padded_splits, padded * group)
-  stat_spec = pl.BlockSpec((None, None, None, rows),
-                           lambda i, b, h, c: (b, h, c, i))
+  stat_spec = pl.BlockSpec((None, None, None, rows), lambda i, b, h, c: (b, h, c, i))
   m, l, o = pl.pallas_call(
-      functools.partial(
-          _split_kernel, block_k=sizes.block_k, block_h=sizes.block_h,
-          tiles_per_split=tiles_per_split, window=window, precision=precision),
-      grid=(num_blocks, batch, num_kv_heads, num_splits),
-      in_specs=[
-          pl.BlockSpec((None, None, rows, head_dim),
-                       lambda i, b, h, c: (b, h, i, 0)),
-          row_spec,
-          None if q_seg_rows is None else row_spec,
-          None if slope_rows is None else pl.BlockSpec(
-              (None, rows), lambda i, b, h, c: (h, 0)),
-          cache_spec,
-          cache_spec,
-          slot_spec,
-          None if k_segments is None else slot_spec,
-          table_spec,
-          pl.BlockSpec((None, None, 2), lambda i, b, h, c: (b, i, 0)),
-      ],
-      out_specs=[
-          stat_spec,
-          stat_spec,
-          pl.BlockSpec((None, None, None, rows, head_dim),
-                       lambda i, b, h, c: (b, h, c, i, 0)),
-      ],
-      out_shape=[
-          jax.ShapeDtypeStruct(stat_shape, jnp.float32),
-          jax.ShapeDtypeStruct(stat_shape, jnp.float32),
-          jax.ShapeDtypeStruct(stat_shape + (head_dim,), jnp.float32),
-      ],
-      compiler_params=split_params,
-      interpret=interpret,
-      name='graftjax_attention_splits',
-  )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments,
-    relative_table, tiles)
+    functools.partial(
+      _split_kernel,
+      block_k=sizes.block_k,
+      block_h=sizes.block_h,
+      tiles_per_split=tiles_per_split,
+      window=window,
+      precision=precision,
+    ),
+    grid=(num_blocks, batch, num_kv_heads, num_splits),
+    in_specs=[
+      pl.BlockSpec((None, None, rows, head_dim), lambda i, b, h, c: (b, h, i, 0)),
+      row_spec,
+      None if q_seg_rows is None else row_spec,
+      None if slope_rows is None else pl.BlockSpec((None, rows), lambda i, b, h, c: (h, 0)),
+      cache_spec,
+      cache_spec,
+      slot_spec,
+      None if k_segments is None else slot_spec,
+      table_spec,
+      pl.BlockSpec((None, None, 2), lambda i, b, h, c: (b, i, 0)),
+    ],
+    out_specs=[
+      stat_spec,
+      stat_spec,
+      pl.BlockSpec((None, None, None, rows, head_dim), lambda i, b, h, c: (b, h, c, i, 0)),
+    ],
+    out_shape=[
+      jax.ShapeDtypeStruct(stat_shape, jnp.float32),
+      jax.ShapeDtypeStruct(stat_shape, jnp.float32),
+      jax.ShapeDtypeStruct(stat_shape + (head_dim,), jnp.float32),
+    ],
+    compiler_params=split_params,
+    interpret=interpret,
+    name='graftjax_attention_splits',
+  )(
+    q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments, relative_table, tiles
+  )
 
   # Kernel 2: sum each query block's splits in ascending order, a program
   # per `combine_cols` head dims.
-  all_stats = pl.BlockSpec((None, None, padded_splits, rows),
-                           lambda i, b, h, j: (b, h, 0, i))
+  all_stats = pl.BlockSpec((None, None, padded_splits, rows), lambda i, b, h, j: (b, h, 0, i))
   out = pl.pallas_call(
-      functools.partial(_combine_kernel, tiles_per_split=tiles_per_split,
-                        unroll=unroll),
-      grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
-      in_specs=[
-          pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),
-          all_stats,
-          all_stats,
-          pl.BlockSpec((None, None, padded_splits, rows, combine_cols),
-                       lambda i, b, h, j: (b, h, 0, i, j)),
-      ],
-      out_specs=pl.BlockSpec((None, None, rows, combine_cols),
-                             lambda i, b, h, j: (b, h, i, j)),
-      out_shape=jax.ShapeDtypeStruct(q_rows.shape, q.dtype),
-      compiler_params=combine_params,
-      interpret=interpret,
-      name='graftjax_attention_combine',
+    functools.partial(_combine_kernel, tiles_per_split=tiles_per_split, unroll=unroll),
+    grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
+    in_specs=[
+      pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),
+      all_stats,
+      all_stats,
+      pl.BlockSpec(
+        (None, None, padded_splits, rows, combine_cols), lambda i, b, h, j: (b, h, 0, i, j)
+      ),
+    ],
+    out_specs=pl.BlockSpec((None, None, rows, combine_cols), lambda i, b, h, j: (b, h, i, j)),
+    out_shape=jax.ShapeDtypeStruct(q_rows.shape, q.dtype),
+    compiler_params=combine_params,
+    interpret=interpret,
+    name='graftjax_attention_combine',
   )(tiles, m, l, o)
   out = out.reshape(batch, num_kv_heads, padded, group, head_dim)
-  return out.transpose(0, 2, 1, 3, 4).reshape(batch, padded, num_heads,
-                                               head_dim)
+  return out.transpose(0, 2, 1, 3, 4).reshape(batch, padded, num_heads, head_dim)
 
 
 @functools.partial(jax.jit, static_argnames=('window', 'precision'))
 def attention_reference(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    q_positions: jax.Array,
-    k_positions: jax.Array,
-    *,
-    q_segments: jax.Array | None = None,
-    k_segments: jax.Array | None = None,
-    alibi_slopes: jax.Array | None = None,
-    relative_table: tuple[jax.Array, jax.Array] | None = None,
-    window: int | None = None,
-    precision: lax.Precision = _HIGHEST,
+  q: jax.Array,
+  k: jax.Array,
+  v: jax.Array,
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  *,
+  q_segments: jax.Array | None = None,
+  k_segments: jax.Array | None = None,
+  alibi_slopes: jax.Array | None = None,
+  relative_table: tuple[jax.Array, jax.Array] | None = None,
+  window: int | None = None,
+  precision: lax.Precision = _HIGHEST,
 ) -> jax.Array:
   """Plain masked softmax in float32; same contract as `attention`.
 
@@ -747,9 +745,7 @@ def attention_reference(
   batch, num_q, num_heads, head_dim = q.shape
   num_kv_heads = k.shape[2]
   group = num_heads // num_kv_heads
-  qg = q.astype(jnp.float32).reshape(
-      batch, num_q, num_kv_heads, group, head_dim
-  )
+  qg = q.astype(jnp.float32).reshape(batch, num_q, num_kv_heads, group, head_dim)
   kf = k.astype(jnp.float32)
   q_pos = q_positions[:, :, None].astype(jnp.int32)  # [B, T, 1]
   k_pos = k_positions[:, None, :].astype(jnp.int32)  # [B, 1, S]
@@ -758,18 +754,16 @@ def attention_reference(
     s = jnp.einsum('BTKGH,BSKH->BKGTS', qg, kf, precision=precision)
   else:
     index = jnp.clip(distance, 0, relative_table[0].shape[0] - 1)
-    cos, sin = (jnp.take(t.astype(jnp.float32), index, axis=0)
-                for t in relative_table)  # [B, T, S, H/2]
+    cos, sin = (
+      jnp.take(t.astype(jnp.float32), index, axis=0) for t in relative_table
+    )  # [B, T, S, H/2]
     q1, q2 = jnp.split(qg, 2, axis=-1)
     k1, k2 = jnp.split(kf, 2, axis=-1)
-    score = functools.partial(jnp.einsum, 'BTKGi,BSKi,BTSi->BKGTS',
-                              precision=precision)
-    s = (score(q1, k1, cos) + score(q2, k2, cos)
-         + score(q1, k2, sin) - score(q2, k1, sin))
+    score = functools.partial(jnp.einsum, 'BTKGi,BSKi,BTSi->BKGTS', precision=precision)
+    s = score(q1, k1, cos) + score(q2, k2, cos) + score(q1, k2, sin) - score(q2, k1, sin)
   if alibi_slopes is not None:
     neg_slopes = -alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group)
-    s = s + neg_slopes[None, :, :, None, None] * distance.astype(
-        jnp.float32)[:, None, None]
+    s = s + neg_slopes[None, :, :, None, None] * distance.astype(jnp.float32)[:, None, None]
   q_seg = k_seg = None
   if q_segments is not None:
     q_seg = q_segments[:, :, None].astype(jnp.int32)
@@ -781,7 +775,5 @@ def attention_reference(
   p = jnp.where(mask, jnp.exp(s - m), 0.0)
   l = jnp.sum(p, axis=-1, keepdims=True)
   w = jnp.where(l > 0, p / jnp.where(l > 0, l, 1.0), 0.0)
-  out = jnp.einsum(
-      'BKGTS,BSKH->BTKGH', w, v.astype(jnp.float32), precision=precision
-  )
+  out = jnp.einsum('BKGTS,BSKH->BTKGH', w, v.astype(jnp.float32), precision=precision)
   return out.reshape(batch, num_q, num_heads, head_dim).astype(q.dtype)

@@ -48,12 +48,12 @@ DEFAULT_BLOCK_SIZES = BlockSizes()
 
 
 def _matmul_kernel(
-    x_ref,  # [block_m, K]
-    w_ref,  # [K, block_n]
-    o_ref,  # [block_m, block_n]
-    *,
-    block_k: int,
-    precision: lax.Precision,
+  x_ref,  # [block_m, K]
+  w_ref,  # [K, block_n]
+  o_ref,  # [block_m, block_n]
+  *,
+  block_k: int,
+  precision: lax.Precision,
 ):
   block_m, depth = x_ref.shape
   block_n = w_ref.shape[1]
@@ -61,8 +61,11 @@ def _matmul_kernel(
   def body(step, acc):
     cols = pl.ds(pl.multiple_of(step * block_k, block_k), block_k)
     return acc + lax.dot_general(
-        x_ref[:, cols], w_ref[cols, :], (((1,), (0,)), ((), ())),
-        precision=precision, preferred_element_type=jnp.float32,
+      x_ref[:, cols],
+      w_ref[cols, :],
+      (((1,), (0,)), ((), ())),
+      precision=precision,
+      preferred_element_type=jnp.float32,
     )
 
   acc = jnp.zeros((block_m, block_n), jnp.float32)
@@ -70,27 +73,31 @@ def _matmul_kernel(
   o_ref[...] = acc.astype(o_ref.dtype)
 
 
-
-
 @functools.partial(
-    jax.jit,
-    static_argnames=(
-        'block_m', 'block_n', 'block_k', 'precision', 'out_dtype',
-        'num_warps', 'num_stages', 'interpret',
-    ),
+  jax.jit,
+  static_argnames=(
+    'block_m',
+    'block_n',
+    'block_k',
+    'precision',
+    'out_dtype',
+    'num_warps',
+    'num_stages',
+    'interpret',
+  ),
 )
 def matmul(
-    x: jax.Array,
-    w: jax.Array,
-    *,
-    block_m: int = DEFAULT_BLOCK_SIZES.block_m,
-    block_n: int = DEFAULT_BLOCK_SIZES.block_n,
-    block_k: int = DEFAULT_BLOCK_SIZES.block_k,
-    precision: lax.Precision = _HIGHEST,
-    out_dtype: jnp.dtype | None = None,
-    num_warps: int = 4,
-    num_stages: int = 3,
-    interpret: bool = False,
+  x: jax.Array,
+  w: jax.Array,
+  *,
+  block_m: int = DEFAULT_BLOCK_SIZES.block_m,
+  block_n: int = DEFAULT_BLOCK_SIZES.block_n,
+  block_k: int = DEFAULT_BLOCK_SIZES.block_k,
+  precision: lax.Precision = _HIGHEST,
+  out_dtype: jnp.dtype | None = None,
+  num_warps: int = 4,
+  num_stages: int = 3,
+  interpret: bool = False,
 ) -> jax.Array:
   """x @ w with fixed tiles, ascending K, float32 accumulation.
 
@@ -116,50 +123,43 @@ def matmul(
   rows, depth = x.shape
   cols = w.shape[1]
   if min(block_m, block_n, block_k) <= 0:
-    raise ValueError(
-        f'block sizes must be positive: {block_m=} {block_n=} {block_k=}'
-    )
+    raise ValueError(f'block sizes must be positive: {block_m=} {block_n=} {block_k=}')
   if depth % block_k:
     raise ValueError(f'K={depth} must be a multiple of {block_k=}')
   if cols % block_n:
     raise ValueError(f'N={cols} must be a multiple of {block_n=}')
   if not interpret:
-    for name, size in (('block_m', block_m), ('block_n', block_n),
-                       ('block_k', block_k)):
+    for name, size in (('block_m', block_m), ('block_n', block_n), ('block_k', block_k)):
       if not _common.is_power_of_2(size) or size < 16:
-        raise ValueError(
-            f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel'
-        )
+        raise ValueError(f'{name}={size} must be a power of 2 and >= 16 for the GPU kernel')
   out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
 
   padded = pl.cdiv(max(rows, 1), block_m) * block_m
   if padded != rows:
     x = jnp.pad(x, ((0, padded - rows), (0, 0)))
   out = pl.pallas_call(
-      functools.partial(_matmul_kernel, block_k=block_k, precision=precision),
-      grid=(padded // block_m, cols // block_n),
-      in_specs=[
-          pl.BlockSpec((block_m, depth), lambda i, j: (i, 0)),
-          pl.BlockSpec((depth, block_n), lambda i, j: (0, j)),
-      ],
-      out_specs=pl.BlockSpec((block_m, block_n), lambda i, j: (i, j)),
-      out_shape=jax.ShapeDtypeStruct((padded, cols), out_dtype),
-      compiler_params=(
-          None if interpret else _common.gpu_compiler_params(num_warps, num_stages)
-      ),
-      interpret=interpret,
-      name='graftjax_matmul',
+    functools.partial(_matmul_kernel, block_k=block_k, precision=precision),
+    grid=(padded // block_m, cols // block_n),
+    in_specs=[
+      pl.BlockSpec((block_m, depth), lambda i, j: (i, 0)),
+      pl.BlockSpec((depth, block_n), lambda i, j: (0, j)),
+    ],
+    out_specs=pl.BlockSpec((block_m, block_n), lambda i, j: (i, j)),
+    out_shape=jax.ShapeDtypeStruct((padded, cols), out_dtype),
+    compiler_params=(None if interpret else _common.gpu_compiler_params(num_warps, num_stages)),
+    interpret=interpret,
+    name='graftjax_matmul',
   )(x, w)
   return out[:rows]
 
 
 @functools.partial(jax.jit, static_argnames=('precision', 'out_dtype'))
 def matmul_reference(
-    x: jax.Array,
-    w: jax.Array,
-    *,
-    precision: lax.Precision = _HIGHEST,
-    out_dtype: jnp.dtype | None = None,
+  x: jax.Array,
+  w: jax.Array,
+  *,
+  precision: lax.Precision = _HIGHEST,
+  out_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
   """XLA's x [M, K] @ w [K, N] in float32; not row-invariant (see module doc)."""
   out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)

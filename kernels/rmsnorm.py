@@ -61,18 +61,15 @@ def _rms_norm_kernel(x_ref, w_ref, o_ref, *, eps: float, block_d: int):
     o_ref[chunk] = (x * inv * w).astype(o_ref.dtype)
 
 
-
-@functools.partial(
-    jax.jit, static_argnames=('eps', 'block_d', 'num_warps', 'interpret')
-)
+@functools.partial(jax.jit, static_argnames=('eps', 'block_d', 'num_warps', 'interpret'))
 def rms_norm(
-    x: jax.Array,
-    w: jax.Array,
-    *,
-    eps: float = 1e-6,
-    block_d: int | None = DEFAULT_BLOCK_SIZES.block_d,
-    num_warps: int = 4,
-    interpret: bool = False,
+  x: jax.Array,
+  w: jax.Array,
+  *,
+  eps: float = 1e-6,
+  block_d: int | None = DEFAULT_BLOCK_SIZES.block_d,
+  num_warps: int = 4,
+  interpret: bool = False,
 ) -> jax.Array:
   """RMS norm over the last axis, float32 inside, one row per program.
 
@@ -105,25 +102,23 @@ def rms_norm(
     # the same row among many.
     rows = jnp.pad(rows, ((0, 1), (0, 0)))
   out = pl.pallas_call(
-      functools.partial(_rms_norm_kernel, eps=eps, block_d=block_d),
-      grid=(rows.shape[0],),
-      in_specs=[
-          pl.BlockSpec((None, features), lambda i: (i, 0)),
-          pl.BlockSpec((features,), lambda i: (0,)),
-      ],
-      out_specs=pl.BlockSpec((None, features), lambda i: (i, 0)),
-      out_shape=jax.ShapeDtypeStruct(rows.shape, x.dtype),
-      compiler_params=None if interpret else _common.gpu_compiler_params(num_warps),
-      interpret=interpret,
-      name='graftjax_rms_norm',
+    functools.partial(_rms_norm_kernel, eps=eps, block_d=block_d),
+    grid=(rows.shape[0],),
+    in_specs=[
+      pl.BlockSpec((None, features), lambda i: (i, 0)),
+      pl.BlockSpec((features,), lambda i: (0,)),
+    ],
+    out_specs=pl.BlockSpec((None, features), lambda i: (i, 0)),
+    out_shape=jax.ShapeDtypeStruct(rows.shape, x.dtype),
+    compiler_params=None if interpret else _common.gpu_compiler_params(num_warps),
+    interpret=interpret,
+    name='graftjax_rms_norm',
   )(rows, w)
   return out[:num_rows].reshape(x.shape)
 
 
 @functools.partial(jax.jit, static_argnames=('eps',))
-def rms_norm_reference(
-    x: jax.Array, w: jax.Array, *, eps: float = 1e-6
-) -> jax.Array:
+def rms_norm_reference(x: jax.Array, w: jax.Array, *, eps: float = 1e-6) -> jax.Array:
   """Pure jnp: x * rsqrt(mean(x^2) + eps) * w in float32, cast back."""
   xf = x.astype(jnp.float32)
   inv = lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)

@@ -67,18 +67,15 @@ def _rotary_kernel(x_ref, pos_ref, inv_freq_ref, o_ref):
   o_ref[:, :, hi] = out2.astype(o_ref.dtype)
 
 
-
-@functools.partial(
-    jax.jit, static_argnames=('theta', 'block_t', 'num_warps', 'interpret')
-)
+@functools.partial(jax.jit, static_argnames=('theta', 'block_t', 'num_warps', 'interpret'))
 def apply_rotary(
-    x: jax.Array,
-    positions: jax.Array,
-    *,
-    theta: float,
-    block_t: int = DEFAULT_BLOCK_SIZES.block_t,
-    num_warps: int = 4,
-    interpret: bool = False,
+  x: jax.Array,
+  positions: jax.Array,
+  *,
+  theta: float,
+  block_t: int = DEFAULT_BLOCK_SIZES.block_t,
+  num_warps: int = 4,
+  interpret: bool = False,
 ) -> jax.Array:
   """Rotates x by its positions (NEOX rotate-half).
 
@@ -97,9 +94,7 @@ def apply_rotary(
     raise ValueError(f'x must be [B, T, N, H], got {x.shape}')
   batch, num_t, num_heads, head_dim = x.shape
   if positions.shape != (batch, num_t):
-    raise ValueError(
-        f'positions {positions.shape} must be [B, T] = {(batch, num_t)}'
-    )
+    raise ValueError(f'positions {positions.shape} must be [B, T] = {(batch, num_t)}')
   if head_dim % 2:
     raise ValueError(f'head dim H={head_dim} must be even')
   if block_t <= 0:
@@ -112,34 +107,32 @@ def apply_rotary(
     x = jnp.pad(x, ((0, 0), (0, padded - num_t), (0, 0), (0, 0)))
     positions = jnp.pad(positions, ((0, 0), (0, padded - num_t)))
   out = pl.pallas_call(
-      _rotary_kernel,
-      grid=(batch, padded // block_t),
-      in_specs=[
-          pl.BlockSpec((None, block_t, num_heads, head_dim),
-                       lambda b, t: (b, t, 0, 0)),
-          pl.BlockSpec((None, block_t), lambda b, t: (b, t)),
-          pl.BlockSpec((head_dim // 2,), lambda b, t: (0,)),
-      ],
-      out_specs=pl.BlockSpec((None, block_t, num_heads, head_dim),
-                             lambda b, t: (b, t, 0, 0)),
-      out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-      compiler_params=None if interpret else _common.gpu_compiler_params(num_warps),
-      interpret=interpret,
-      name='graftjax_rotary',
+    _rotary_kernel,
+    grid=(batch, padded // block_t),
+    in_specs=[
+      pl.BlockSpec((None, block_t, num_heads, head_dim), lambda b, t: (b, t, 0, 0)),
+      pl.BlockSpec((None, block_t), lambda b, t: (b, t)),
+      pl.BlockSpec((head_dim // 2,), lambda b, t: (0,)),
+    ],
+    out_specs=pl.BlockSpec((None, block_t, num_heads, head_dim), lambda b, t: (b, t, 0, 0)),
+    out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    compiler_params=None if interpret else _common.gpu_compiler_params(num_warps),
+    interpret=interpret,
+    name='graftjax_rotary',
   )(x, positions.astype(jnp.int32), inv_freq)
   return out[:, :num_t]
 
 
 @functools.partial(jax.jit, static_argnames=('theta',))
-def apply_rotary_reference(
-    x: jax.Array, positions: jax.Array, *, theta: float
-) -> jax.Array:
+def apply_rotary_reference(x: jax.Array, positions: jax.Array, *, theta: float) -> jax.Array:
   """Pure jnp, the same formula and the same inv_freq table."""
   half = x.shape[-1] // 2
   inv_freq = jnp.asarray(rotary_inv_freq(x.shape[-1], theta))
   xf = x.astype(jnp.float32)
   out1, out2 = _rotate(
-      xf[..., :half], xf[..., half:],
-      positions.astype(jnp.int32).astype(jnp.float32), inv_freq,
+    xf[..., :half],
+    xf[..., half:],
+    positions.astype(jnp.int32).astype(jnp.float32),
+    inv_freq,
   )
   return jnp.concatenate([out1, out2], axis=-1).astype(x.dtype)

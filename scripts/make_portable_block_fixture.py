@@ -35,10 +35,15 @@ from graftjax import store as store_lib
 from graftjax.models.gemma import model as gemma_model
 
 _REWRITE_BLOCK = flags.DEFINE_bool(
-    'rewrite_block', False, 'Compute and deposit the block again on this machine (drops every'
-    ' logits recording); by default the committed block is kept.')
+  'rewrite_block',
+  False,
+  'Compute and deposit the block again on this machine (drops every'
+  ' logits recording); by default the committed block is kept.',
+)
 
-TEXT = 'The quick brown fox jumps over the lazy dog, and then the dog sleeps again while the fox runs.'
+TEXT = (
+  'The quick brown fox jumps over the lazy dog, and then the dog sleeps again while the fox runs.'
+)
 PREFIX, CONTINUATION, CHUNK, CAPACITY = 16, 4, 8, 32
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'fixtures'
 RECORD_PATH = FIXTURES / 'portable_block.json'
@@ -47,30 +52,49 @@ STORE_ROOT = FIXTURES / 'portable_store'
 
 def grafted_logits(model, block, ids):
   """float32 [CONTINUATION, vocab] logits after grafting `block` at position 0."""
-  cache = blocks.graft(model.init_cache(capacity=CAPACITY), block,
-                       model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
-  logits, _ = model.prefill(ids[PREFIX:PREFIX + CONTINUATION], cache=cache, chunk_size=CHUNK,
-                            start_position=PREFIX, logits='all')
+  cache = blocks.graft(
+    model.init_cache(capacity=CAPACITY),
+    block,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
+  logits, _ = model.prefill(
+    ids[PREFIX : PREFIX + CONTINUATION],
+    cache=cache,
+    chunk_size=CHUNK,
+    start_position=PREFIX,
+    logits='all',
+  )
   return logits
 
 
 def deposit_block(model, ids) -> dict:
   """Prefills the prefix here, stores its block afresh; returns the block fields."""
-  _, cache = model.prefill(ids[:PREFIX], cache=model.init_cache(capacity=CAPACITY),
-                           chunk_size=CHUNK, logits='none')
-  block = blocks.capture(cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX],
-                         model_fingerprint=model.fingerprint,
-                         position_scheme=model.position_scheme)
+  _, cache = model.prefill(
+    ids[:PREFIX], cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
+  )
+  block = blocks.capture(
+    cache,
+    blocks.Span(0, PREFIX),
+    token_ids=ids[:PREFIX],
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
   shutil.rmtree(STORE_ROOT, ignore_errors=True)
   key = store_lib.BlockStore(STORE_ROOT).put(block)
   return {
-      'command': 'python scripts/make_portable_block_fixture.py --rewrite_block',
-      'text': TEXT, 'prefix_tokens': PREFIX, 'continuation_tokens': CONTINUATION,
-      'chunk_size': CHUNK, 'capacity': CAPACITY, 'token_ids': ids[:PREFIX + CONTINUATION],
-      'model_fingerprint': model.fingerprint, 'key': key,
-      'block_tree_sha256': store_lib.digest_tree(STORE_ROOT / key),
-      'block_written_on': determinism.record(),
-      'logits_by_cpu_kind': [],
+    'command': 'python scripts/make_portable_block_fixture.py --rewrite_block',
+    'text': TEXT,
+    'prefix_tokens': PREFIX,
+    'continuation_tokens': CONTINUATION,
+    'chunk_size': CHUNK,
+    'capacity': CAPACITY,
+    'token_ids': ids[: PREFIX + CONTINUATION],
+    'model_fingerprint': model.fingerprint,
+    'key': key,
+    'block_tree_sha256': store_lib.digest_tree(STORE_ROOT / key),
+    'block_written_on': determinism.record(),
+    'logits_by_cpu_kind': [],
   }
 
 
@@ -82,23 +106,38 @@ def main(argv):
     record = deposit_block(model, ids)
   else:
     record = json.loads(RECORD_PATH.read_text())
-    if record['model_fingerprint'] != model.fingerprint or record['token_ids'] != ids[:PREFIX + CONTINUATION]:
-      raise ValueError('the committed block is for other weights or tokens; run with --rewrite_block')
+    if (
+      record['model_fingerprint'] != model.fingerprint
+      or record['token_ids'] != ids[: PREFIX + CONTINUATION]
+    ):
+      raise ValueError(
+        'the committed block is for other weights or tokens; run with --rewrite_block'
+      )
   block = store_lib.BlockStore(STORE_ROOT).get(record['key'])
   logits = grafted_logits(model, block, ids)
   here = determinism.record()
   recording = {
-      'command': 'python scripts/make_portable_block_fixture.py',
-      **{field: here[field] for field in determinism.CPU_BITS_FIELDS},
-      'logits_sha256': ledger.sha256_array(logits),
-      'determinism': here,
+    'command': 'python scripts/make_portable_block_fixture.py',
+    **{field: here[field] for field in determinism.CPU_BITS_FIELDS},
+    'logits_sha256': ledger.sha256_array(logits),
+    'determinism': here,
   }
   record['logits_by_cpu_kind'] = [
-      r for r in record['logits_by_cpu_kind']
-      if any(r.get(field) != recording[field] for field in determinism.CPU_BITS_FIELDS)] + [recording]
+    r
+    for r in record['logits_by_cpu_kind']
+    if any(r.get(field) != recording[field] for field in determinism.CPU_BITS_FIELDS)
+  ] + [recording]
   RECORD_PATH.write_text(json.dumps(record, indent=1) + '\n')
-  print(json.dumps({'key': record['key'], 'block_tree_sha256': record['block_tree_sha256'],
-                    'cpu_kind': recording['cpu_kind'], 'logits_sha256': recording['logits_sha256']}))
+  print(
+    json.dumps(
+      {
+        'key': record['key'],
+        'block_tree_sha256': record['block_tree_sha256'],
+        'cpu_kind': recording['cpu_kind'],
+        'logits_sha256': recording['logits_sha256'],
+      }
+    )
+  )
 
 
 if __name__ == '__main__':

@@ -12,8 +12,19 @@ SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench_graft.py'
 def test_bench_graft_smoke(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
-      [sys.executable, str(SCRIPT), '--model=tiny', '--prefix_tokens=40,96', '--chunk_size=32',
-       '--repeats=1', f'--out={out}'], capture_output=True, text=True, check=False)
+    [
+      sys.executable,
+      str(SCRIPT),
+      '--model=tiny',
+      '--prefix_tokens=40,96',
+      '--chunk_size=32',
+      '--repeats=1',
+      f'--out={out}',
+    ],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = ledger.verify_result(out)
   assert [row['prefix_tokens'] for row in result['rows']] == [40, 96]

@@ -11,16 +11,23 @@ SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'kernel_determinism
 
 
 def _run(*flags):
-  proc = subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True,
-                        check=False)
+  proc = subprocess.run(
+    [sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, check=False
+  )
   return proc
 
 
 def test_two_processes_agree_and_a_changed_digest_is_found(tmp_path):
   paths = [tmp_path / f'{label}.json' for label in ('a', 'b')]
   for label, path in zip('ab', paths):
-    proc = _run('--model=tiny', '--quick', '--samples=1', '--prefix_tokens=16',
-                f'--label={label}', f'--out={path}')
+    proc = _run(
+      '--model=tiny',
+      '--quick',
+      '--samples=1',
+      '--prefix_tokens=16',
+      f'--label={label}',
+      f'--out={path}',
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
   merged = tmp_path / 'merged.json'
   proc = _run(f'--merge={paths[0]},{paths[1]}', f'--out={merged}')

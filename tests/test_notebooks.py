@@ -16,14 +16,20 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
 
 def _run(path: pathlib.Path) -> nbformat.NotebookNode:
   nb = nbformat.read(path, as_version=4)
-  nbclient.NotebookClient(nb, kernel_name='python3', timeout=300,
-                          resources={'metadata': {'path': str(path.parent)}}).execute()
+  nbclient.NotebookClient(
+    nb, kernel_name='python3', timeout=300, resources={'metadata': {'path': str(path.parent)}}
+  ).execute()
   return nb
 
 
 def _stdout(nb: nbformat.NotebookNode) -> str:
-  return ''.join(o.get('text', '') for c in nb.cells if c.cell_type == 'code'
-                 for o in c.get('outputs', []) if o.get('name') == 'stdout')
+  return ''.join(
+    o.get('text', '')
+    for c in nb.cells
+    if c.cell_type == 'code'
+    for o in c.get('outputs', [])
+    if o.get('name') == 'stdout'
+  )
 
 
 @pytest.mark.parametrize('name', ['position_sensitivity.ipynb'])

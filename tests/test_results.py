@@ -5,14 +5,15 @@ import pathlib
 
 import pytest
 
-from graftjax import invariance
+from graftjax.studies import invariance
 from graftjax import ledger
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'results'
 
 
-@pytest.mark.parametrize('path', sorted(RESULTS.glob('**/*.json')),
-                         ids=lambda p: str(p.relative_to(RESULTS)))
+@pytest.mark.parametrize(
+  'path', sorted(RESULTS.glob('**/*.json')), ids=lambda p: str(p.relative_to(RESULTS))
+)
 def test_result_file_verifies(path):
   ledger.verify_result(path)
 
@@ -23,13 +24,18 @@ def test_h200_gate_summary_matches_its_samples():
     samples = run['samples']
     byte_equal = sum(s['fresh_vs_grafted']['logits']['byte_equal'] for s in samples)
     assert byte_equal == run['summary']['fresh_vs_grafted']['byte_equal'] == len(samples)
-    assert all(s['fresh_vs_grafted']['logits']['sha256_reference']
-               == s['fresh_vs_grafted']['logits']['sha256_candidate'] for s in samples)
+    assert all(
+      s['fresh_vs_grafted']['logits']['sha256_reference']
+      == s['fresh_vs_grafted']['logits']['sha256_candidate']
+      for s in samples
+    )
 
 
 def _runs_by_digest():
-  return {ledger.verify_result(p)['result_sha256']: ledger.verify_result(p)
-          for p in (RESULTS / 'runs').glob('*.json')}
+  return {
+    ledger.verify_result(p)['result_sha256']: ledger.verify_result(p)
+    for p in (RESULTS / 'runs').glob('*.json')
+  }
 
 
 # The current kernels (S split in parallel) and the earlier ones that walked
@@ -71,7 +77,9 @@ def test_h200_per_op_costs_follow_from_their_rows(dtype):
   assert result['determinism']['device_kind'] == 'NVIDIA H200'
   rows = result['rows']
   xla = rows[f'graftjax_{dtype}_xla']
-  for name, cost in [('pallas', result['invariance_cost'][dtype]),
-                     *[(f'xla+{op}=pallas', c) for op, c in result['per_op_cost'][dtype].items()]]:
+  for name, cost in [
+    ('pallas', result['invariance_cost'][dtype]),
+    *[(f'xla+{op}=pallas', c) for op, c in result['per_op_cost'][dtype].items()],
+  ]:
     other = rows[f'graftjax_{dtype}_{name}']
     assert cost == {k: xla[k] / other[k] - 1 for k in xla}

@@ -22,9 +22,16 @@ def _last_argmax(llm) -> int:
 def main(argv):
   gguf, tokens_path, threads, decode_tokens = argv[1], argv[2], int(argv[3]), int(argv[4])
   prompt = json.loads(open(tokens_path).read())
-  llm = llama_cpp.Llama(model_path=gguf, n_ctx=len(prompt) + decode_tokens + 8, n_batch=512,
-                        n_threads=threads, n_threads_batch=threads, type_k=0, type_v=0,
-                        verbose=False)
+  llm = llama_cpp.Llama(
+    model_path=gguf,
+    n_ctx=len(prompt) + decode_tokens + 8,
+    n_batch=512,
+    n_threads=threads,
+    n_threads_batch=threads,
+    type_k=0,
+    type_v=0,
+    verbose=False,
+  )
   t0 = time.perf_counter()
   llm.eval(prompt)
   prefill_s = time.perf_counter() - t0
@@ -34,12 +41,18 @@ def main(argv):
     llm.eval([token])
     token = _last_argmax(llm)
   decode_s = time.perf_counter() - t0
-  print(json.dumps({
-      'llama_cpp_python': llama_cpp.__version__, 'threads': threads,
-      'kv_cache': 'f32', 'weights': 'Q4_K_M as stored',
-      'prefill_tokens_per_s': len(prompt) / prefill_s,
-      'decode_tokens_per_s': decode_tokens / decode_s,
-  }))
+  print(
+    json.dumps(
+      {
+        'llama_cpp_python': llama_cpp.__version__,
+        'threads': threads,
+        'kv_cache': 'f32',
+        'weights': 'Q4_K_M as stored',
+        'prefill_tokens_per_s': len(prompt) / prefill_s,
+        'decode_tokens_per_s': decode_tokens / decode_s,
+      }
+    )
+  )
 
 
 if __name__ == '__main__':

@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from graftjax import cache as cache_lib
+from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import layers
 from graftjax.models.gemma import ops
@@ -23,11 +23,11 @@ _MASKED = -2.3819763e38  # Finite, so a row with no visible key gives 0, not NaN
 
 
 def visibility_mask(
-    q_positions: jax.Array,
-    k_positions: jax.Array,
-    window: int | None,
-    q_segments: jax.Array,
-    k_segments: jax.Array,
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  window: int | None,
+  q_segments: jax.Array,
+  k_segments: jax.Array,
 ) -> jax.Array:
   """[B, T, S] bool: which cache slots each query may see.
 
@@ -44,9 +44,7 @@ def visibility_mask(
   return visible
 
 
-def masked_softmax_attend(
-    scores: jax.Array, visible: jax.Array, v: jax.Array
-) -> jax.Array:
+def masked_softmax_attend(scores: jax.Array, visible: jax.Array, v: jax.Array) -> jax.Array:
   """Softmax over slots and weighted sum of values.
 
   Args:
@@ -63,16 +61,16 @@ def masked_softmax_attend(
 
 
 def attention_block(
-    params: dict[str, jax.Array],
-    x: jax.Array,
-    q_positions: jax.Array,
-    q_segments: jax.Array,
-    cache: cache_lib.KVCache,
-    *,
-    layer: int,
-    write_index: jax.Array,
-    config: config_lib.GemmaConfig,
-    tables=None,
+  params: dict[str, jax.Array],
+  x: jax.Array,
+  q_positions: jax.Array,
+  q_segments: jax.Array,
+  cache: cache_lib.KVCache,
+  *,
+  layer: int,
+  write_index: jax.Array,
+  config: config_lib.GemmaConfig,
+  tables=None,
 ) -> tuple[jax.Array, cache_lib.KVCache]:
   """One attention layer: project, normalise, position, cache, attend.
 
@@ -114,25 +112,38 @@ def attention_block(
   if config.impl_of('attention') == 'pallas':
     tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
     out = ops.attention(
-        q, keys, values, q_positions, k_positions, config.window(layer),
-        q_segments=q_segments, k_segments=cache.segments,
-        alibi_slopes=(
-            positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None),
-        relative_table=None if tab is None else (tab['cos'], tab['sin']))
+      q,
+      keys,
+      values,
+      q_positions,
+      k_positions,
+      config.window(layer),
+      q_segments=q_segments,
+      k_segments=cache.segments,
+      alibi_slopes=(
+        positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None
+      ),
+      relative_table=None if tab is None else (tab['cos'], tab['sin']),
+    )
     return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache
 
   q = q.reshape(batch, length, config.num_kv_heads, config.num_groups, config.head_dim)
   if scheme == Scheme.ROPE_RELATIVE:
     scores = positions_lib.relative_rope_scores(
-        q, keys, q_positions, k_positions, tab=tables[positions_lib.theta_key(theta)])
+      q, keys, q_positions, k_positions, tab=tables[positions_lib.theta_key(theta)]
+    )
   else:
     scores = layers.einsum('BTKGH,BSKH->BKGTS', q, keys).astype(jnp.float32)
   bias = positions_lib.score_bias(
-      q_positions, k_positions, scheme=scheme, num_heads=config.num_heads)
+    q_positions, k_positions, scheme=scheme, num_heads=config.num_heads
+  )
   if bias is not None:
-    scores = scores + bias.reshape(scores.shape[0], config.num_kv_heads, config.num_groups, *bias.shape[2:])
+    scores = scores + bias.reshape(
+      scores.shape[0], config.num_kv_heads, config.num_groups, *bias.shape[2:]
+    )
 
   visible = visibility_mask(
-      q_positions, k_positions, config.window(layer), q_segments, cache.segments)
+    q_positions, k_positions, config.window(layer), q_segments, cache.segments
+  )
   out = masked_softmax_attend(scores, visible, values)
   return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache

@@ -34,35 +34,34 @@ def config_from_gguf(metadata: dict) -> config_lib.GemmaConfig:
   get = lambda key: metadata[f'gemma3.{key}']
   head_dim = int(get('attention.key_length'))
   return config_lib.GemmaConfig(
-      vocab_size=len(metadata['tokenizer.ggml.tokens']),
-      embed_dim=int(get('embedding_length')),
-      hidden_dim=int(get('feed_forward_length')),
-      num_heads=int(get('attention.head_count')),
-      num_kv_heads=int(get('attention.head_count_kv')),
-      head_dim=head_dim,
-      attention_types=config_lib.gemma3_attention_pattern(int(get('block_count'))),
-      sliding_window=int(get('attention.sliding_window')),
-      local_rope_theta=10_000.0,  # llama.cpp's fixed base for gemma3 local layers
-      global_rope_theta=float(get('rope.freq_base')),
-      query_scale=head_dim**-0.5,
-      rms_norm_eps=float(np.float32(get('attention.layer_norm_rms_epsilon'))),
-      bos_id=int(metadata['tokenizer.ggml.bos_token_id']),
-      eos_id=int(metadata['tokenizer.ggml.eos_token_id']),
-      pad_id=int(metadata['tokenizer.ggml.padding_token_id']),
-      end_of_turn_id=106,
+    vocab_size=len(metadata['tokenizer.ggml.tokens']),
+    embed_dim=int(get('embedding_length')),
+    hidden_dim=int(get('feed_forward_length')),
+    num_heads=int(get('attention.head_count')),
+    num_kv_heads=int(get('attention.head_count_kv')),
+    head_dim=head_dim,
+    attention_types=config_lib.gemma3_attention_pattern(int(get('block_count'))),
+    sliding_window=int(get('attention.sliding_window')),
+    local_rope_theta=10_000.0,  # llama.cpp's fixed base for gemma3 local layers
+    global_rope_theta=float(get('rope.freq_base')),
+    query_scale=head_dim**-0.5,
+    rms_norm_eps=float(np.float32(get('attention.layer_norm_rms_epsilon'))),
+    bos_id=int(metadata['tokenizer.ggml.bos_token_id']),
+    eos_id=int(metadata['tokenizer.ggml.eos_token_id']),
+    pad_id=int(metadata['tokenizer.ggml.padding_token_id']),
+    end_of_turn_id=106,
   )
 
 
-def params_from_gguf(
-    gguf_file: gguf_lib.GGUFFile, config: config_lib.GemmaConfig
-) -> dict:
+def params_from_gguf(gguf_file: gguf_lib.GGUFFile, config: config_lib.GemmaConfig) -> dict:
   """Dequantized float32 numpy params in the layout of `transformer.py`."""
   read = lambda name: gguf_lib.read_tensor(gguf_file, name)
   d, n, k, h = config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim
   layer_params = []
   for i in range(config.num_layers):
     blk = lambda name: read(f'blk.{i}.{name}.weight')
-    layer_params.append({
+    layer_params.append(
+      {
         'attn_norm': blk('attn_norm'),
         'post_attn_norm': blk('post_attention_norm'),
         'ffn_norm': blk('ffn_norm'),
@@ -77,11 +76,12 @@ def params_from_gguf(
         'gate': blk('ffn_gate').T,
         'up': blk('ffn_up').T,
         'down': blk('ffn_down').T,
-    })
+      }
+    )
   params = {
-      'embedding': read('token_embd.weight'),
-      'final_norm': read('output_norm.weight'),
-      'layers': tuple(layer_params),
+    'embedding': read('token_embd.weight'),
+    'final_norm': read('output_norm.weight'),
+    'layers': tuple(layer_params),
   }
   return jax.tree.map(np.ascontiguousarray, params)
 
@@ -130,8 +130,8 @@ def load_params(gguf_path: str | os.PathLike, gguf_sha256: str) -> tuple[dict, s
     found = params_digest(params)
     if found != expected:
       raise RuntimeError(
-          f'params cache {entry} is damaged: digest {found} != {expected};'
-          ' delete the folder to convert again'
+        f'params cache {entry} is damaged: digest {found} != {expected};'
+        ' delete the folder to convert again'
       )
     return params, found
 

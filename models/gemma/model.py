@@ -19,8 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import cache as cache_lib
-from graftjax import ledger
+from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
@@ -87,35 +86,32 @@ class Gemma:
     """
     return dataclasses.replace(self, config=self.config.with_impl(impl, **per_op))
 
-  def relocate(self, block, first_position: int):
-    """`block` moved so its first token sits at `first_position`.
+  def relocate_keys(self, k: jax.Array, delta: int) -> jax.Array:
+    """Cached keys k [L, n, K, H] as if their tokens sat `delta` positions later.
 
-    Positions shift by delta = first_position - block.positions[0]. Under
-    `rope`/`rope_f64` each layer's cached keys are re-rotated by delta
+    Under `rope`/`rope_f64` each layer's keys are re-rotated by delta
     (R(delta) R(p) k, the K-shift of llama.cpp and CacheBlend); under
-    `rope_relative`, `alibi` and `nope` the cached keys carry no absolute
-    position and are kept as they are. The block's slots do not change.
+    `rope_relative`, `alibi` and `nope` keys carry no absolute position and
+    are returned as they are.
     """
-    from graftjax import blocks as blocks_lib  # pylint: disable=g-import-not-at-top
-
-    if block.meta.position_scheme != self.position_scheme:
-      raise blocks_lib.GraftError(
-          f'block scheme {block.meta.position_scheme!r} != model {self.position_scheme!r}')
-    delta = int(first_position) - int(np.asarray(block.positions)[0])
     scheme = self.config.position_scheme
-    k = jnp.stack([
-        positions_lib.relocate_keys(jnp.asarray(block.k[layer]), delta, scheme=scheme,
-                                    theta=self.config.rope_theta(layer))
-        for layer in range(self.config.num_layers)])
-    meta = dataclasses.replace(block.meta, shift=block.meta.shift + delta)
-    return blocks_lib.KVBlock(
-        k=k, v=block.v, positions=jnp.asarray(block.positions) + delta, meta=meta)
+    return jnp.stack(
+      [
+        positions_lib.relocate_keys(
+          jnp.asarray(k[layer]), delta, scheme=scheme, theta=self.config.rope_theta(layer)
+        )
+        for layer in range(self.config.num_layers)
+      ]
+    )
 
   def init_cache(self, *, batch_size: int = 1, capacity: int) -> cache_lib.KVCache:
     return cache_lib.init(
-        num_layers=self.config.num_layers, batch_size=batch_size,
-        capacity=capacity, num_kv_heads=self.config.num_kv_heads,
-        head_dim=self.config.head_dim, dtype=self.dtype,
+      num_layers=self.config.num_layers,
+      batch_size=batch_size,
+      capacity=capacity,
+      num_kv_heads=self.config.num_kv_heads,
+      head_dim=self.config.head_dim,
+      dtype=self.dtype,
     )
 
   def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all', segment: int = 0):
@@ -138,26 +134,34 @@ class Gemma:
       raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
     if self.config.impl_of('attention') == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
       raise ValueError(
-          f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
-          f' got {cache.capacity}')
+        f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
+        f' got {cache.capacity}'
+      )
     if int(cache.length) + tokens.shape[1] > cache.capacity:
       raise ValueError(
-          f'{tokens.shape[1]} tokens do not fit: cache holds {int(cache.length)}'
-          f' of {cache.capacity} slots')
+        f'{tokens.shape[1]} tokens do not fit: cache holds {int(cache.length)}'
+        f' of {cache.capacity} slots'
+      )
     return transformer.forward_jit(
-        self.params, tokens, positions, cache, config=self.config,
-        logits=logits, tables=self.tables,
-        segments=jnp.full(tokens.shape, segment, jnp.int32))
+      self.params,
+      tokens,
+      positions,
+      cache,
+      config=self.config,
+      logits=logits,
+      tables=self.tables,
+      segments=jnp.full(tokens.shape, segment, jnp.int32),
+    )
 
   def prefill(
-      self,
-      token_ids,
-      *,
-      cache: cache_lib.KVCache,
-      chunk_size: int,
-      start_position: int = 0,
-      logits: str = 'last',
-      segment: int = 0,
+    self,
+    token_ids,
+    *,
+    cache: cache_lib.KVCache,
+    chunk_size: int,
+    start_position: int = 0,
+    logits: str = 'last',
+    segment: int = 0,
   ):
     """Processes one sequence [T] (every batch row alike) in fixed-size chunks.
 
@@ -177,11 +181,15 @@ class Gemma:
     outputs = []
     out = None
     for begin in range(0, ids.size, chunk_size):
-      chunk = ids[begin:begin + chunk_size]
+      chunk = ids[begin : begin + chunk_size]
       pos = start_position + begin + np.arange(chunk.size, dtype=np.int32)
       out, cache = self.forward(
-          np.broadcast_to(chunk, (batch, chunk.size)),
-          np.broadcast_to(pos, (batch, chunk.size)), cache, logits=logits, segment=segment)
+        np.broadcast_to(chunk, (batch, chunk.size)),
+        np.broadcast_to(pos, (batch, chunk.size)),
+        cache,
+        logits=logits,
+        segment=segment,
+      )
       if logits == 'all':
         outputs.append(out)
     if logits == 'all':
@@ -190,20 +198,20 @@ class Gemma:
 
 
 def from_params(
-    config: config_lib.GemmaConfig,
-    params,
-    *,
-    dtype=jnp.float32,
-    tokenizer=None,
-    params_digest: str | None = None,
+  config: config_lib.GemmaConfig,
+  params,
+  *,
+  dtype=jnp.float32,
+  tokenizer=None,
+  params_digest: str | None = None,
 ) -> Gemma:
   """Wraps float32 params; computes the fingerprint."""
   return Gemma(
-      config=config,
-      params=jax.tree.map(lambda a: jnp.asarray(a, dtype), params),
-      dtype=jnp.dtype(dtype),
-      params_digest=params_digest or checkpoint.params_digest(params),
-      tokenizer=tokenizer,
+    config=config,
+    params=jax.tree.map(lambda a: jnp.asarray(a, dtype), params),
+    dtype=jnp.dtype(dtype),
+    params_digest=params_digest or checkpoint.params_digest(params),
+    tokenizer=tokenizer,
   )
 
 
@@ -214,11 +222,11 @@ def tiny(*, dtype=jnp.float32, seed: int = 0, **config_overrides) -> Gemma:
 
 
 def load(
-    name: str = 'gemma3-270m',
-    *,
-    dtype=jnp.float32,
-    position_scheme: str = 'rope',
-    gguf_path=None,
+  name: str = 'gemma3-270m',
+  *,
+  dtype=jnp.float32,
+  position_scheme: str = 'rope',
+  gguf_path=None,
 ) -> Gemma:
   """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16).
 
@@ -231,19 +239,20 @@ def load(
   if name != 'gemma3-270m':
     raise ValueError(f'unknown pretrained model {name!r}; known: gemma3-270m')
   path = gguf_path or gguf_lib.locate_gguf()
-  sha = ledger.sha256_file(path)
+  sha = gguf_lib.sha256_file(path)
   if gguf_path is None and sha != gguf_lib.expected_sha256():
     raise ValueError(f'{path} has SHA-256 {sha}, expected {gguf_lib.expected_sha256()}')
   gguf_file = gguf_lib.open_gguf(path)
   config = checkpoint.config_from_gguf(gguf_file.metadata).replace(
-      position_scheme=config_lib.PositionScheme(position_scheme))
+    position_scheme=config_lib.PositionScheme(position_scheme)
+  )
   params, digest = checkpoint.load_params(path, sha)
   tok = tokenizer_lib.Tokenizer.from_gguf(gguf_file.metadata)
   return from_params(config, params, dtype=dtype, tokenizer=tok, params_digest=digest)
 
 
 def load_named(
-    name: str, *, dtype=jnp.float32, position_scheme: str = 'rope', impl: str = 'xla'
+  name: str, *, dtype=jnp.float32, position_scheme: str = 'rope', impl: str = 'xla'
 ) -> Gemma:
   """A model by name: 'gemma3-270m' (the real weights) or 'tiny' (random, seed 0)."""
   if name == 'tiny':

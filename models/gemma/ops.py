@@ -45,8 +45,12 @@ def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
   n = math.prod(out_shape)
   rows = x.reshape(-1, d)
   y = matmul.matmul(
-      rows, w.reshape(d, n), block_n=_largest_divisor(n, _MATMUL_BLOCK_N),
-      block_k=_largest_divisor(d, _MATMUL_BLOCK_K), interpret=_interpret())
+    rows,
+    w.reshape(d, n),
+    block_n=_largest_divisor(n, _MATMUL_BLOCK_N),
+    block_k=_largest_divisor(d, _MATMUL_BLOCK_K),
+    interpret=_interpret(),
+  )
   return y.reshape(x.shape[:-1] + out_shape)
 
 
@@ -69,8 +73,19 @@ def rotate(x: jax.Array, positions: jax.Array, theta: float, *, impl: str) -> ja
   return rotary.apply_rotary(x, positions, theta=theta, interpret=_interpret())
 
 
-def attention(q, k, v, q_positions, k_positions, window, *, q_segments=None,
-              k_segments=None, alibi_slopes=None, relative_table=None):
+def attention(
+  q,
+  k,
+  v,
+  q_positions,
+  k_positions,
+  window,
+  *,
+  q_segments=None,
+  k_segments=None,
+  alibi_slopes=None,
+  relative_table=None,
+):
   """The Pallas attention kernel: q [B, T, N, H], k/v [B, S, K, H] -> [B, T, N, H].
 
   Optional: segments q [B, T] / k [B, S], ALiBi slopes [N], and for
@@ -79,6 +94,15 @@ def attention(q, k, v, q_positions, k_positions, window, *, q_segments=None,
   from graftjax.kernels import attention as attention_kernel  # pylint: disable=g-import-not-at-top
 
   return attention_kernel.attention(
-      q, k, v, q_positions, k_positions, q_segments=q_segments,
-      k_segments=k_segments, alibi_slopes=alibi_slopes,
-      relative_table=relative_table, window=window, interpret=_interpret())
+    q,
+    k,
+    v,
+    q_positions,
+    k_positions,
+    q_segments=q_segments,
+    k_segments=k_segments,
+    alibi_slopes=alibi_slopes,
+    relative_table=relative_table,
+    window=window,
+    interpret=_interpret(),
+  )

@@ -40,7 +40,7 @@ def inverse_frequencies(head_dim: int, theta: float) -> jax.Array:
 
 
 def rotary_cos_sin(
-    positions: jax.Array, head_dim: int, theta: float
+  positions: jax.Array, head_dim: int, theta: float
 ) -> tuple[jax.Array, jax.Array]:
   """float32 cos, sin [B, T, H/2] of angle = position * inverse frequency."""
   angles = positions.astype(jnp.float32)[..., None] * inverse_frequencies(head_dim, theta)
@@ -97,18 +97,16 @@ def check_table_size(tabs, needed: int) -> None:
     return
   size = next(iter(tabs.values()))['cos'].shape[0]
   if needed >= size:
-    raise ValueError(
-        f'position table of {size} rows cannot index {needed}; build it larger'
-    )
+    raise ValueError(f'position table of {size} rows cannot index {needed}; build it larger')
 
 
 def rotate_for_cache(
-    x: jax.Array,
-    positions: jax.Array,
-    *,
-    scheme: Scheme,
-    theta: float,
-    tabs=None,
+  x: jax.Array,
+  positions: jax.Array,
+  *,
+  scheme: Scheme,
+  theta: float,
+  tabs=None,
 ) -> jax.Array:
   """Applies the scheme's rotation to queries or keys [B, T, N, H] at positions [B, T].
 
@@ -121,9 +119,7 @@ def rotate_for_cache(
   return x
 
 
-def relocate_keys(
-    k: jax.Array, delta: int, *, scheme: Scheme, theta: float
-) -> jax.Array:
+def relocate_keys(k: jax.Array, delta: int, *, scheme: Scheme, theta: float) -> jax.Array:
   """Re-rotates cached keys [..., n, K, H] by `delta` positions (K-shift).
 
   For `rope`, R(p + delta) k is approximated by R(delta) R(p) k, as llama.cpp's
@@ -150,7 +146,7 @@ def alibi_slopes(num_heads: int) -> jax.Array:
 
 
 def score_bias(
-    q_positions: jax.Array, k_positions: jax.Array, *, scheme: Scheme, num_heads: int
+  q_positions: jax.Array, k_positions: jax.Array, *, scheme: Scheme, num_heads: int
 ) -> jax.Array | None:
   """Additive score bias [B, N, T, S] (ALiBi), or None."""
   if scheme != Scheme.ALIBI:
@@ -160,13 +156,13 @@ def score_bias(
 
 
 def relative_rope_scores(
-    q: jax.Array,
-    k: jax.Array,
-    q_positions: jax.Array,
-    k_positions: jax.Array,
-    *,
-    tab: dict[str, jax.Array],
-    query_block: int = 16,
+  q: jax.Array,
+  k: jax.Array,
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  *,
+  tab: dict[str, jax.Array],
+  query_block: int = 16,
 ) -> jax.Array:
   """Rotary scores from integer distances: [B, K, G, T, S] in float32.
 
@@ -188,9 +184,11 @@ def relative_rope_scores(
     q1, q2 = jnp.split(q_blk, 2, axis=-1)
     cos, sin = _lookup(tab, p_blk[:, :, None] - k_positions[:, None, :])  # [B, Tb, S, H/2]
     a = layers.einsum('BTKGi,BSKi,BTSi->BKGTS', q1, k1, cos) + layers.einsum(
-        'BTKGi,BSKi,BTSi->BKGTS', q2, k2, cos)
+      'BTKGi,BSKi,BTSi->BKGTS', q2, k2, cos
+    )
     b = layers.einsum('BTKGi,BSKi,BTSi->BKGTS', q1, k2, sin) - layers.einsum(
-        'BTKGi,BSKi,BTSi->BKGTS', q2, k1, sin)
+      'BTKGi,BSKi,BTSi->BKGTS', q2, k1, sin
+    )
     return a + b
 
   blocks_q = qp.reshape(batch, -1, query_block, kv_heads, groups, head_dim).swapaxes(0, 1)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from graftjax import cache as cache_lib
+from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import transformer
 
@@ -80,22 +80,23 @@ def choose_token(logits: jax.Array, rng: jax.Array, sampling: SamplingConfig) ->
 
 
 @functools.partial(
-    jax.jit,
-    static_argnames=('config', 'max_new_tokens', 'sampling', 'stop_ids', 'keep_logits'),
-    donate_argnames=('cache',))
+  jax.jit,
+  static_argnames=('config', 'max_new_tokens', 'sampling', 'stop_ids', 'keep_logits'),
+  donate_argnames=('cache',),
+)
 def decode(
-    params,
-    last_logits: jax.Array,
-    next_position: jax.Array,
-    cache: cache_lib.KVCache,
-    rng: jax.Array,
-    *,
-    config: config_lib.GemmaConfig,
-    max_new_tokens: int,
-    sampling: SamplingConfig = SamplingConfig(),
-    stop_ids: tuple[int, ...] = (),
-    keep_logits: bool = False,
-    tables=None,
+  params,
+  last_logits: jax.Array,
+  next_position: jax.Array,
+  cache: cache_lib.KVCache,
+  rng: jax.Array,
+  *,
+  config: config_lib.GemmaConfig,
+  max_new_tokens: int,
+  sampling: SamplingConfig = SamplingConfig(),
+  stop_ids: tuple[int, ...] = (),
+  keep_logits: bool = False,
+  tables=None,
 ):
   """Generates up to `max_new_tokens` tokens, one forward pass per token.
 
@@ -118,14 +119,14 @@ def decode(
   batch, vocab = last_logits.shape
   stops = jnp.asarray(stop_ids or (-1,), jnp.int32)
   state = DecodeState(
-      step=jnp.zeros((), jnp.int32),
-      last_logits=last_logits.astype(jnp.float32),
-      next_position=next_position.astype(jnp.int32),
-      tokens=jnp.full((batch, max_new_tokens), config.pad_id, jnp.int32),
-      logits=jnp.zeros((batch, max_new_tokens if keep_logits else 0, vocab), jnp.float32),
-      done=jnp.zeros((batch,), bool),
-      cache=cache,
-      rng=rng,
+    step=jnp.zeros((), jnp.int32),
+    last_logits=last_logits.astype(jnp.float32),
+    next_position=next_position.astype(jnp.int32),
+    tokens=jnp.full((batch, max_new_tokens), config.pad_id, jnp.int32),
+    logits=jnp.zeros((batch, max_new_tokens if keep_logits else 0, vocab), jnp.float32),
+    done=jnp.zeros((batch,), bool),
+    cache=cache,
+    rng=rng,
   )
 
   def cond(s: DecodeState):
@@ -138,31 +139,43 @@ def decode(
     tokens = s.tokens.at[:, s.step].set(token)
     logits_kept = s.logits
     if keep_logits:
-      logits_kept = jax.lax.dynamic_update_slice(
-          s.logits, s.last_logits[:, None], (0, s.step, 0))
+      logits_kept = jax.lax.dynamic_update_slice(s.logits, s.last_logits[:, None], (0, s.step, 0))
     done = s.done | jnp.any(token[:, None] == stops[None, :], axis=-1)
     next_logits, cache = transformer.forward(
-        params, token[:, None], s.next_position[:, None], s.cache,
-        config=config, logits='last', tables=tables)
+      params,
+      token[:, None],
+      s.next_position[:, None],
+      s.cache,
+      config=config,
+      logits='last',
+      tables=tables,
+    )
     return DecodeState(
-        step=s.step + 1, last_logits=next_logits, next_position=s.next_position + 1,
-        tokens=tokens, logits=logits_kept, done=done, cache=cache, rng=rng)
+      step=s.step + 1,
+      last_logits=next_logits,
+      next_position=s.next_position + 1,
+      tokens=tokens,
+      logits=logits_kept,
+      done=done,
+      cache=cache,
+      rng=rng,
+    )
 
   final = jax.lax.while_loop(cond, body, state)
   return final.tokens, (final.logits if keep_logits else None), final.step, final.cache
 
 
 def generate(
-    model,
-    prompt_ids,
-    *,
-    max_new_tokens: int,
-    capacity: int | None = None,
-    chunk_size: int = 256,
-    sampling: SamplingConfig = SamplingConfig(),
-    rng: jax.Array | None = None,
-    stop_ids: tuple[int, ...] | None = None,
-    keep_logits: bool = False,
+  model,
+  prompt_ids,
+  *,
+  max_new_tokens: int,
+  capacity: int | None = None,
+  chunk_size: int = 256,
+  sampling: SamplingConfig = SamplingConfig(),
+  rng: jax.Array | None = None,
+  stop_ids: tuple[int, ...] | None = None,
+  keep_logits: bool = False,
 ):
   """Prefills one prompt in fixed chunks, then decodes (batch 1).
 
@@ -176,16 +189,27 @@ def generate(
   prompt = np.asarray(prompt_ids, np.int32)
   capacity = capacity or prompt.size + max_new_tokens
   if prompt.size + max_new_tokens > capacity:
-    raise ValueError(f'prompt {prompt.size} + {max_new_tokens} new tokens exceed capacity {capacity}')
+    raise ValueError(
+      f'prompt {prompt.size} + {max_new_tokens} new tokens exceed capacity {capacity}'
+    )
   if stop_ids is None:
     stop_ids = tuple(t for t in (model.config.eos_id, model.config.end_of_turn_id) if t is not None)
-  last, cache = model.prefill(prompt, cache=model.init_cache(capacity=capacity),
-                              chunk_size=chunk_size, logits='last')
+  last, cache = model.prefill(
+    prompt, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='last'
+  )
   tokens, logits, steps, cache = decode(
-      model.params, last, jnp.full((1,), prompt.size, jnp.int32), cache,
-      rng if rng is not None else jax.random.key(0),
-      config=model.config, max_new_tokens=max_new_tokens, sampling=sampling,
-      stop_ids=tuple(stop_ids), keep_logits=keep_logits, tables=model.tables)
+    model.params,
+    last,
+    jnp.full((1,), prompt.size, jnp.int32),
+    cache,
+    rng if rng is not None else jax.random.key(0),
+    config=model.config,
+    max_new_tokens=max_new_tokens,
+    sampling=sampling,
+    stop_ids=tuple(stop_ids),
+    keep_logits=keep_logits,
+    tables=model.tables,
+  )
   n = int(steps)
   out = {'tokens': [int(t) for t in np.asarray(tokens)[0, :n]], 'cache': cache}
   if keep_logits:

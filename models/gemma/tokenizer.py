@@ -77,19 +77,19 @@ class Tokenizer:
   """
 
   def __init__(
-      self,
-      pieces: Sequence[str],
-      scores: np.ndarray,
-      types: np.ndarray,
-      *,
-      bos_id: int,
-      eos_id: int,
-      pad_id: int,
-      unk_id: int,
+    self,
+    pieces: Sequence[str],
+    scores: np.ndarray,
+    types: np.ndarray,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    unk_id: int,
   ):
     if not len(pieces) == len(scores) == len(types):
       raise ValueError(
-          f'vocabulary arrays disagree: {len(pieces)} pieces, {len(scores)} scores, {len(types)} types'
+        f'vocabulary arrays disagree: {len(pieces)} pieces, {len(scores)} scores, {len(types)} types'
       )
     self.pieces = list(pieces)
     self.scores = np.asarray(scores, np.float32)
@@ -112,17 +112,21 @@ class Tokenizer:
       metadata = gguf.open_gguf(path_or_metadata).metadata
     model = metadata.get('tokenizer.ggml.model')
     if model != 'llama':
-      raise ValueError(f"tokenizer.ggml.model is {model!r}; this tokenizer reads 'llama' (sentencepiece)")
+      raise ValueError(
+        f"tokenizer.ggml.model is {model!r}; this tokenizer reads 'llama' (sentencepiece)"
+      )
     if metadata.get('tokenizer.ggml.add_space_prefix', True):
-      raise ValueError('tokenizer.ggml.add_space_prefix is set; this tokenizer adds no dummy prefix')
+      raise ValueError(
+        'tokenizer.ggml.add_space_prefix is set; this tokenizer adds no dummy prefix'
+      )
     return cls(
-        metadata['tokenizer.ggml.tokens'],
-        metadata['tokenizer.ggml.scores'],
-        metadata['tokenizer.ggml.token_type'],
-        bos_id=int(metadata['tokenizer.ggml.bos_token_id']),
-        eos_id=int(metadata['tokenizer.ggml.eos_token_id']),
-        pad_id=int(metadata['tokenizer.ggml.padding_token_id']),
-        unk_id=int(metadata['tokenizer.ggml.unknown_token_id']),
+      metadata['tokenizer.ggml.tokens'],
+      metadata['tokenizer.ggml.scores'],
+      metadata['tokenizer.ggml.token_type'],
+      bos_id=int(metadata['tokenizer.ggml.bos_token_id']),
+      eos_id=int(metadata['tokenizer.ggml.eos_token_id']),
+      pad_id=int(metadata['tokenizer.ggml.padding_token_id']),
+      unk_id=int(metadata['tokenizer.ggml.unknown_token_id']),
     )
 
   @property
@@ -182,7 +186,9 @@ class Tokenizer:
   def digest(self) -> str:
     """Hex SHA-256 of the vocabulary: pieces, scores, types and special ids."""
     h = hashlib.sha256(b'graftjax.tokenizer.v1\0')
-    h.update(struct.pack('<QQQQQ', self.vocab_size, self._bos_id, self._eos_id, self._pad_id, self._unk_id))
+    h.update(
+      struct.pack('<QQQQQ', self.vocab_size, self._bos_id, self._eos_id, self._pad_id, self._unk_id)
+    )
     for piece in self.pieces:
       raw = piece.encode('utf-8', errors='surrogateescape')
       h.update(struct.pack('<Q', len(raw)))
@@ -196,7 +202,9 @@ class Tokenizer:
     cut_types = [TokenType.CONTROL, TokenType.USER_DEFINED, TokenType.UNKNOWN]
     ids = np.flatnonzero(np.isin(self.types, cut_types))
     is_user_defined = self.types[ids] == TokenType.USER_DEFINED
-    specials = [(self.pieces[i], i, user) for i, user in zip(ids.tolist(), is_user_defined.tolist())]
+    specials = [
+      (self.pieces[i], i, user) for i, user in zip(ids.tolist(), is_user_defined.tolist())
+    ]
     specials.sort(key=lambda special: -len(special[0].encode('utf-8')))
     return specials
 
@@ -207,9 +215,11 @@ class Tokenizer:
       if not (parse_special or is_user_defined) or piece not in text:
         continue
       fragments = [
-          part
-          for fragment in fragments
-          for part in (_split_around(fragment, piece, token_id) if isinstance(fragment, str) else (fragment,))
+        part
+        for fragment in fragments
+        for part in (
+          _split_around(fragment, piece, token_id) if isinstance(fragment, str) else (fragment,)
+        )
       ]
     return fragments
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import cache as cache_lib
+from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import attention
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import layers
@@ -30,23 +30,31 @@ LogitsMode = Literal['all', 'last', 'none']
 
 
 def decoder_layer(
-    params: Params,
-    x: jax.Array,
-    positions: jax.Array,
-    segments: jax.Array,
-    cache: cache_lib.KVCache,
-    *,
-    layer: int,
-    write_index: jax.Array,
-    config: config_lib.GemmaConfig,
-    tables=None,
+  params: Params,
+  x: jax.Array,
+  positions: jax.Array,
+  segments: jax.Array,
+  cache: cache_lib.KVCache,
+  *,
+  layer: int,
+  write_index: jax.Array,
+  config: config_lib.GemmaConfig,
+  tables=None,
 ) -> tuple[jax.Array, cache_lib.KVCache]:
   """Pre- and post-normed attention and MLP with residuals: x [B, T, D]."""
-  norm = lambda y, name: ops.rms_norm(y, params[name], config.rms_norm_eps,
-                                       impl=config.impl_of('norm'))
+  norm = lambda y, name: ops.rms_norm(
+    y, params[name], config.rms_norm_eps, impl=config.impl_of('norm')
+  )
   attn_out, cache = attention.attention_block(
-      params, norm(x, 'attn_norm'), positions, segments, cache,
-      layer=layer, write_index=write_index, config=config, tables=tables,
+    params,
+    norm(x, 'attn_norm'),
+    positions,
+    segments,
+    cache,
+    layer=layer,
+    write_index=write_index,
+    config=config,
+    tables=tables,
   )
   x = x + norm(attn_out, 'post_attn_norm')
   mlp_out = gated_mlp(params, norm(x, 'ffn_norm'), impl=config.impl_of('matmul'))
@@ -55,21 +63,22 @@ def decoder_layer(
 
 def gated_mlp(params: Params, x: jax.Array, *, impl: str) -> jax.Array:
   """down(gelu_tanh(gate(x)) * up(x)): x [B, T, D] -> [B, T, D]."""
-  hidden = layers.gelu_gate(ops.dense(x, params['gate'], impl=impl),
-                            ops.dense(x, params['up'], impl=impl))
+  hidden = layers.gelu_gate(
+    ops.dense(x, params['gate'], impl=impl), ops.dense(x, params['up'], impl=impl)
+  )
   return ops.dense(hidden, params['down'], impl=impl)
 
 
 def forward(
-    params: Params,
-    tokens: jax.Array,
-    positions: jax.Array,
-    cache: cache_lib.KVCache,
-    *,
-    config: config_lib.GemmaConfig,
-    logits: LogitsMode = 'all',
-    tables=None,
-    segments: jax.Array | None = None,
+  params: Params,
+  tokens: jax.Array,
+  positions: jax.Array,
+  cache: cache_lib.KVCache,
+  *,
+  config: config_lib.GemmaConfig,
+  logits: LogitsMode = 'all',
+  tables=None,
+  segments: jax.Array | None = None,
 ) -> tuple[jax.Array | None, cache_lib.KVCache]:
   """Runs a chunk of tokens through the model, appending it to the cache.
 
@@ -94,8 +103,15 @@ def forward(
   x = layers.embed(params['embedding'], tokens, config.embed_dim)
   for layer in range(config.num_layers):
     x, cache = decoder_layer(
-        params['layers'][layer], x, positions, segments, cache, layer=layer,
-        write_index=write_index, config=config, tables=tables,
+      params['layers'][layer],
+      x,
+      positions,
+      segments,
+      cache,
+      layer=layer,
+      write_index=write_index,
+      config=config,
+      tables=tables,
     )
   if logits == 'none':
     return None, cache
@@ -107,15 +123,17 @@ def forward(
 
 
 @functools.partial(jax.jit, static_argnames=('config', 'logits'), donate_argnums=(3,))
-def forward_jit(params, tokens, positions, cache, *, config, logits='all', tables=None,
-                segments=None):
+def forward_jit(
+  params, tokens, positions, cache, *, config, logits='all', tables=None, segments=None
+):
   """`forward`, jitted; the input cache is donated."""
-  return forward(params, tokens, positions, cache, config=config, logits=logits,
-                 tables=tables, segments=segments)
+  return forward(
+    params, tokens, positions, cache, config=config, logits=logits, tables=tables, segments=segments
+  )
 
 
 def init_params(
-    config: config_lib.GemmaConfig, seed: int = 0, dtype: jnp.dtype = jnp.float32
+  config: config_lib.GemmaConfig, seed: int = 0, dtype: jnp.dtype = jnp.float32
 ) -> Params:
   """Random params of the right shapes (tests, training from scratch).
 
@@ -123,8 +141,13 @@ def init_params(
   machine and jax version. Norm weights are near 1 (they include the +1).
   """
   rng = np.random.default_rng(seed)
-  d, f, n, k, h = (config.embed_dim, config.hidden_dim, config.num_heads,
-                   config.num_kv_heads, config.head_dim)
+  d, f, n, k, h = (
+    config.embed_dim,
+    config.hidden_dim,
+    config.num_heads,
+    config.num_kv_heads,
+    config.head_dim,
+  )
 
   def dense(*shape, fan_in):
     return jnp.asarray(rng.normal(0.0, fan_in**-0.5, shape).astype(np.float32), dtype)
@@ -134,17 +157,25 @@ def init_params(
 
   layer_params = []
   for _ in range(config.num_layers):
-    layer_params.append({
-        'attn_norm': norm(d), 'post_attn_norm': norm(d),
-        'ffn_norm': norm(d), 'post_ffn_norm': norm(d),
-        'q': dense(d, n, h, fan_in=d), 'k': dense(d, k, h, fan_in=d),
-        'v': dense(d, k, h, fan_in=d), 'o': dense(n, h, d, fan_in=n * h),
-        'q_norm': norm(h), 'k_norm': norm(h),
-        'gate': dense(d, f, fan_in=d), 'up': dense(d, f, fan_in=d),
+    layer_params.append(
+      {
+        'attn_norm': norm(d),
+        'post_attn_norm': norm(d),
+        'ffn_norm': norm(d),
+        'post_ffn_norm': norm(d),
+        'q': dense(d, n, h, fan_in=d),
+        'k': dense(d, k, h, fan_in=d),
+        'v': dense(d, k, h, fan_in=d),
+        'o': dense(n, h, d, fan_in=n * h),
+        'q_norm': norm(h),
+        'k_norm': norm(h),
+        'gate': dense(d, f, fan_in=d),
+        'up': dense(d, f, fan_in=d),
         'down': dense(f, d, fan_in=f),
-    })
+      }
+    )
   return {
-      'embedding': dense(config.vocab_size, d, fan_in=d),
-      'final_norm': norm(d),
-      'layers': tuple(layer_params),
+    'embedding': dense(config.vocab_size, d, fan_in=d),
+    'final_norm': norm(d),
+    'layers': tuple(layer_params),
   }

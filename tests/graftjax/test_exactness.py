@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import exactness
-from graftjax import graft_gate
+from graftjax.studies import graft_gate
 from graftjax import ledger
 from graftjax import store as store_lib
 
@@ -29,14 +29,21 @@ def test_prepared_reference_gives_the_figures_of_compare():
   rng = np.random.default_rng(1)
   a = rng.normal(size=(4, 64)).astype(np.float32)
   prepared = exactness.ReferenceLogits(a)
-  for b in (a.copy(), a + rng.normal(size=a.shape).astype(np.float32) * 1e-3,
-            rng.normal(size=a.shape).astype(np.float32)):
+  for b in (
+    a.copy(),
+    a + rng.normal(size=a.shape).astype(np.float32) * 1e-3,
+    rng.normal(size=a.shape).astype(np.float32),
+  ):
     assert prepared.compare(b) == exactness.compare(a, b)
   assert not prepared.compare(a * 2).byte_equal
   np.testing.assert_array_equal(
-      exactness.kl_divergence(a, a * 2),
-      np.sum(np.exp(exactness.log_softmax64(a))
-             * (exactness.log_softmax64(a) - exactness.log_softmax64(a * 2)), -1))
+    exactness.kl_divergence(a, a * 2),
+    np.sum(
+      np.exp(exactness.log_softmax64(a))
+      * (exactness.log_softmax64(a) - exactness.log_softmax64(a * 2)),
+      -1,
+    ),
+  )
 
 
 def test_compare_refuses_empty_arrays():
@@ -51,13 +58,24 @@ def test_compare_refuses_mismatched_arrays():
 
 def test_gate_on_tiny_model(tiny_model, tmp_path):
   rng = np.random.default_rng(5)
-  samples = [corpus.TextSample(
-      source=f'random-{i}', prefix_ids=tuple(int(t) for t in rng.integers(3, 256, 14)),
-      continuation_ids=tuple(int(t) for t in rng.integers(3, 256, 5))) for i in range(2)]
+  samples = [
+    corpus.TextSample(
+      source=f'random-{i}',
+      prefix_ids=tuple(int(t) for t in rng.integers(3, 256, 14)),
+      continuation_ids=tuple(int(t) for t in rng.integers(3, 256, 5)),
+    )
+    for i in range(2)
+  ]
   schedule = graft_gate.Schedule(chunk_size=4, rollout_tokens=3, capacity=24)
   store = store_lib.BlockStore(tmp_path / 'store')
-  result = graft_gate.run_gate(model=tiny_model, model_name='tiny', samples=samples,
-                               schedule=schedule, store=store, workdir=tmp_path)
+  result = graft_gate.run_gate(
+    model=tiny_model,
+    model_name='tiny',
+    samples=samples,
+    schedule=schedule,
+    store=store,
+    workdir=tmp_path,
+  )
   summary = result['summary']
   for arm in ('fresh_vs_grafted', 'fresh_vs_fresh', 'fresh_vs_grafted_other_process'):
     assert summary[arm]['byte_equal'] == 2, arm

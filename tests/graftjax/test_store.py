@@ -25,8 +25,8 @@ _CHUNK_BYTES = 3 * 1 * 4 * 4  # one float32 layer [1, n, K, H]
 
 # Seeds the two concurrent writers deposit: a shared run, then their own.
 WORKER_SEEDS = {
-    0: list(range(6)) + [100, 101, 102],
-    1: list(range(6)) + [200, 201, 202],
+  0: list(range(6)) + [100, 101, 102],
+  1: list(range(6)) + [200, 201, 202],
 }
 
 
@@ -35,20 +35,20 @@ def make_block(seed, dtype='float32', *, start=5, k=None):
   rng = np.random.default_rng(seed)
   n = _SHAPE[1]
   random_bits = lambda: rng.integers(
-      0, np.iinfo(_BITS[dtype]).max, _SHAPE, dtype=_BITS[dtype], endpoint=True
+    0, np.iinfo(_BITS[dtype]).max, _SHAPE, dtype=_BITS[dtype], endpoint=True
   ).view(_DTYPES[dtype])
   meta = blocks.BlockMeta(
-      model_fingerprint=FINGERPRINT,
-      token_ids=tuple(int(t) for t in rng.integers(0, 262_144, n)),
-      start=start,
-      dtype=dtype,
-      position_scheme='rope',
+    model_fingerprint=FINGERPRINT,
+    token_ids=tuple(int(t) for t in rng.integers(0, 262_144, n)),
+    start=start,
+    dtype=dtype,
+    position_scheme='rope',
   )
   return blocks.KVBlock(
-      k=random_bits() if k is None else k,
-      v=random_bits(),
-      positions=np.arange(start, start + n, dtype=np.int32),
-      meta=meta,
+    k=random_bits() if k is None else k,
+    v=random_bits(),
+    positions=np.arange(start, start + n, dtype=np.int32),
+    meta=meta,
   )
 
 
@@ -62,9 +62,7 @@ def _assert_same_block(got, want):
   got_arrays, want_arrays = got.arrays(), want.arrays()
   for name in ('k', 'v'):
     assert got_arrays[name].dtype == want_arrays[name].dtype
-    np.testing.assert_array_equal(
-        _bits(got_arrays[name]), _bits(want_arrays[name])
-    )
+    np.testing.assert_array_equal(_bits(got_arrays[name]), _bits(want_arrays[name]))
   assert got_arrays['positions'].dtype == np.int32
   np.testing.assert_array_equal(got.positions, want.positions)
 
@@ -149,45 +147,45 @@ def test_manifest_records_meta_shapes_and_documented_digests(store):
   for layer, digest in enumerate(layers):
     with open(os.path.join(store.root, key, f'k/c/{layer}/0/0/0'), 'rb') as f:
       assert _sha256(f.read()) == digest
-  two_level = _sha256(
-      b'bfloat16[3,3,1,4]\n' + b''.join(bytes.fromhex(d) for d in layers)
-  )
+  two_level = _sha256(b'bfloat16[3,3,1,4]\n' + b''.join(bytes.fromhex(d) for d in layers))
   assert manifest['arrays']['k'] == {
-      'dtype': 'bfloat16',
-      'shape': list(_SHAPE),
-      'chunk_shape': [1, *_SHAPE[1:]],
-      'chunk_sha256': layers,
-      'sha256': two_level,
+    'dtype': 'bfloat16',
+    'shape': list(_SHAPE),
+    'chunk_shape': [1, *_SHAPE[1:]],
+    'chunk_sha256': layers,
+    'sha256': two_level,
   }
   assert store_lib.array_digest('bfloat16', _SHAPE, layers) == two_level
   positions_digest = _sha256(np.asarray(block.positions).tobytes())
   assert manifest['arrays']['positions'] == {
-      'dtype': 'int32',
-      'shape': [_SHAPE[1]],
-      'chunk_shape': [_SHAPE[1]],
-      'chunk_sha256': [positions_digest],
-      'sha256': store_lib.array_digest('int32', [3], [positions_digest]),
+    'dtype': 'int32',
+    'shape': [_SHAPE[1]],
+    'chunk_shape': [_SHAPE[1]],
+    'chunk_sha256': [positions_digest],
+    'sha256': store_lib.array_digest('int32', [3], [positions_digest]),
   }
 
 
 def test_key_is_pinned():
   meta = blocks.BlockMeta(
-      model_fingerprint='0' * 64, token_ids=(2, 818, 5279), start=0,
-      dtype='bfloat16', position_scheme='rope', layout_version=1,
+    model_fingerprint='0' * 64,
+    token_ids=(2, 818, 5279),
+    start=0,
+    dtype='bfloat16',
+    position_scheme='rope',
+    layout_version=1,
   )
 
   canonical = (
-      '{"dtype":"bfloat16","first_position":0,"key_scheme":"graftjax.block-key/2",'
-      '"layout_version":1,"model_fingerprint":"' + '0' * 64 + '",'
-      '"position_scheme":"rope","shift":0,"start":0,"stop":3,"token_ids":[2,818,5279]}'
+    '{"dtype":"bfloat16","first_position":0,"key_scheme":"graftjax.block-key/2",'
+    '"layout_version":1,"model_fingerprint":"' + '0' * 64 + '",'
+    '"position_scheme":"rope","shift":0,"start":0,"stop":3,"token_ids":[2,818,5279]}'
   )
 
   key = store_lib.key_for(meta)
 
   assert key == hashlib.sha256(canonical.encode()).hexdigest()
-  assert key == (
-      'c7559940d9548eac81077ae4ebbe49b9ecf4b0847b4544ed9ef32505570aada4'
-  )
+  assert key == ('c7559940d9548eac81077ae4ebbe49b9ecf4b0847b4544ed9ef32505570aada4')
 
 
 def test_key_is_stable_across_processes():
@@ -200,28 +198,32 @@ def test_key_is_stable_across_processes():
   """)
 
   result = subprocess.run(
-      [sys.executable, '-c', script, json.dumps(meta.to_json())],
-      env={**os.environ, 'PYTHONHASHSEED': '12345'},
-      capture_output=True, text=True, check=True, timeout=120,
+    [sys.executable, '-c', script, json.dumps(meta.to_json())],
+    env={**os.environ, 'PYTHONHASHSEED': '12345'},
+    capture_output=True,
+    text=True,
+    check=True,
+    timeout=120,
   )
 
   assert result.stdout.strip() == store_lib.key_for(meta)
 
 
-@pytest.mark.parametrize('change', [
+@pytest.mark.parametrize(
+  'change',
+  [
     {'model_fingerprint': 'e' * 64},
     {'token_ids': (1, 2, 4)},
     {'start': 6},
     {'dtype': 'bfloat16'},
     {'position_scheme': 'alibi'},
     {'layout_version': 2},
-])
+  ],
+)
 def test_key_changes_with_every_identity_field(change):
   meta = dataclasses.replace(make_block(0).meta, token_ids=(1, 2, 3))
 
-  assert store_lib.key_for(dataclasses.replace(meta, **change)) != (
-      store_lib.key_for(meta)
-  )
+  assert store_lib.key_for(dataclasses.replace(meta, **change)) != (store_lib.key_for(meta))
 
 
 def test_list_shows_only_complete_blocks(store):
@@ -251,10 +253,9 @@ def test_flipped_byte_in_k_is_named_with_both_digests(store):
   for read in (store.verify, store.get):
     with pytest.raises(store_lib.CorruptBlockError) as error:
       read(key)
-    assert (
-        f"array 'k' layer 0 ({_CHUNK}): sha256 expected {expected}, found"
-        f' {found}'
-    ) in str(error.value)
+    assert (f"array 'k' layer 0 ({_CHUNK}): sha256 expected {expected}, found {found}") in str(
+      error.value
+    )
 
 
 @pytest.mark.parametrize('offset', [0, _CHUNK_BYTES - 1])
@@ -271,8 +272,7 @@ def test_flipped_byte_in_a_middle_layer_names_that_layer(store, offset):
     with pytest.raises(store_lib.CorruptBlockError) as error:
       read(key)
     assert str(error.value) == (
-        f"block {key}: array 'v' layer 1 ({chunk}): sha256 expected"
-        f' {expected}, found {found}'
+      f"block {key}: array 'v' layer 1 ({chunk}): sha256 expected {expected}, found {found}"
     )
 
 
@@ -281,8 +281,8 @@ def test_flipped_byte_in_positions_is_named(store):
   _flip_byte(os.path.join(store.root, key, 'positions', 'c', '0'), 0)
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=r"array 'positions' \(positions/c/0\): sha256 expected",
+    store_lib.CorruptBlockError,
+    match=r"array 'positions' \(positions/c/0\): sha256 expected",
   ):
     store.get(key)
 
@@ -305,18 +305,15 @@ def test_truncated_array_file_is_named_with_sizes(store):
 
   for read in (store.verify, store.get):
     with pytest.raises(
-        store_lib.CorruptBlockError,
-        match=(
-            f"array 'k' layer 0 \\({_CHUNK}\\): holds {_CHUNK_BYTES - 3}"
-            f' bytes, expected {_CHUNK_BYTES}'
-        ),
+      store_lib.CorruptBlockError,
+      match=(
+        f"array 'k' layer 0 \\({_CHUNK}\\): holds {_CHUNK_BYTES - 3} bytes, expected {_CHUNK_BYTES}"
+      ),
     ):
       read(key)
 
 
-def test_chunk_that_shrinks_after_its_size_check_is_caught(
-    store, monkeypatch
-):
+def test_chunk_that_shrinks_after_its_size_check_is_caught(store, monkeypatch):
   key = store.put(make_block(0))
   map_threads = store_lib._map_threads
 
@@ -327,11 +324,11 @@ def test_chunk_that_shrinks_after_its_size_check_is_caught(
   monkeypatch.setattr(store_lib, '_map_threads', truncate_then_read)
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=(
-          r"array 'v' layer 2 \(v/c/2/0/0/0\): ended after 5 of"
-          f' {_CHUNK_BYTES} bytes'
-      ),
+    store_lib.CorruptBlockError,
+    match=(
+      r"array 'v' layer 2 \(v/c/2/0/0/0\): ended after 5 of"
+      f' {_CHUNK_BYTES} bytes'
+    ),
   ):
     store.get(key)
 
@@ -341,9 +338,7 @@ def test_missing_manifest_is_named_and_block_is_not_listed(store):
   os.remove(os.path.join(store.root, key, 'manifest.json'))
 
   for read in (store.verify, store.get):
-    with pytest.raises(
-        store_lib.CorruptBlockError, match='missing file manifest.json'
-    ):
+    with pytest.raises(store_lib.CorruptBlockError, match='missing file manifest.json'):
       read(key)
   assert key not in store
   assert not store.list()
@@ -354,9 +349,7 @@ def test_missing_chunk_file_is_named(store):
   os.remove(os.path.join(store.root, key, 'k', 'c', '2', '0', '0', '0'))
 
   # Without the file check, tensorstore could read back the zeros it lost.
-  with pytest.raises(
-      store_lib.CorruptBlockError, match='missing file k/c/2/0/0/0$'
-  ):
+  with pytest.raises(store_lib.CorruptBlockError, match='missing file k/c/2/0/0/0$'):
     store.verify(key)
 
 
@@ -367,9 +360,7 @@ def test_extra_chunk_file_is_named(store):
   with open(os.path.join(extra, '0'), 'wb') as f:
     f.write(bytes(_CHUNK_BYTES))
 
-  with pytest.raises(
-      store_lib.CorruptBlockError, match='unexpected file k/c/3/0/0/0$'
-  ):
+  with pytest.raises(store_lib.CorruptBlockError, match='unexpected file k/c/3/0/0/0$'):
     store.verify(key)
 
 
@@ -380,11 +371,11 @@ def test_other_format_is_refused_by_name(store):
 
   for read in (store.verify, store.get, lambda _: store.put(make_block(0))):
     with pytest.raises(
-        store_lib.UnsupportedFormatError,
-        match=(
-            f"block {key}: manifest.json has format 'graftjax.blockstore/1';"
-            " this code reads only 'graftjax.blockstore/2'"
-        ),
+      store_lib.UnsupportedFormatError,
+      match=(
+        f"block {key}: manifest.json has format 'graftjax.blockstore/1';"
+        " this code reads only 'graftjax.blockstore/2'"
+      ),
     ):
       read(key)
 
@@ -392,34 +383,37 @@ def test_other_format_is_refused_by_name(store):
 def test_manifest_with_a_missing_chunk_digest_is_malformed(store):
   key = store.put(make_block(0))
   _edit_json(
-      os.path.join(store.root, key, 'manifest.json'),
-      lambda m: m['arrays']['v']['chunk_sha256'].pop(),
+    os.path.join(store.root, key, 'manifest.json'),
+    lambda m: m['arrays']['v']['chunk_sha256'].pop(),
   )
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=(
-          r"malformed manifest.json: array 'v' of shape \[3, 3, 1, 4\] needs"
-          ' 3 chunk digests'
-      ),
+    store_lib.CorruptBlockError,
+    match=(
+      r"malformed manifest.json: array 'v' of shape \[3, 3, 1, 4\] needs"
+      ' 3 chunk digests'
+    ),
   ):
     store.verify(key)
 
 
-@pytest.mark.parametrize('field, value', [
+@pytest.mark.parametrize(
+  'field, value',
+  [
     ('sha256', '0' * 64),
     ('chunk_shape', [3, 3, 1, 4]),
-])
+  ],
+)
 def test_manifest_disagreeing_with_its_chunks_is_named(store, field, value):
   key = store.put(make_block(0))
   _edit_json(
-      os.path.join(store.root, key, 'manifest.json'),
-      lambda m: m['arrays']['k'].update({field: value}),
+    os.path.join(store.root, key, 'manifest.json'),
+    lambda m: m['arrays']['k'].update({field: value}),
   )
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=f'manifest.json disagrees with its payload .*arrays.k.{field}',
+    store_lib.CorruptBlockError,
+    match=f'manifest.json disagrees with its payload .*arrays.k.{field}',
   ):
     store.verify(key)
 
@@ -430,28 +424,27 @@ def test_manifest_meta_in_another_spelling_is_refused(store):
   token = block.meta.token_ids[0]
   # int(str(token)) reads back the same BlockMeta, under the same key.
   _edit_json(
-      os.path.join(store.root, key, 'manifest.json'),
-      lambda m: m['meta']['token_ids'].__setitem__(0, str(token)),
+    os.path.join(store.root, key, 'manifest.json'),
+    lambda m: m['meta']['token_ids'].__setitem__(0, str(token)),
   )
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=(
-          f"disagrees with its payload .*meta.token_ids.0: '{token}' !="
-          f' {token}'
-      ),
+    store_lib.CorruptBlockError,
+    match=(f"disagrees with its payload .*meta.token_ids.0: '{token}' != {token}"),
   ):
     store.verify(key)
 
 
-@pytest.mark.parametrize('change', [
-    {'chunk_grid': {'name': 'regular',
-                    'configuration': {'chunk_shape': [3, 3, 1, 4]}}},
+@pytest.mark.parametrize(
+  'change',
+  [
+    {'chunk_grid': {'name': 'regular', 'configuration': {'chunk_shape': [3, 3, 1, 4]}}},
     {'data_type': 'int32'},
     {'chunk_key_encoding': {'name': 'v2'}},
     {'codecs': [{'name': 'bytes', 'configuration': {'endian': 'big'}}]},
     {'storage_transformers': [{'name': 'x'}]},
-])
+  ],
+)
 def test_zarr_metadata_that_would_read_otherwise_is_refused(store, change):
   block = make_block(0)
   key = store.put(block)
@@ -459,8 +452,8 @@ def test_zarr_metadata_that_would_read_otherwise_is_refused(store, change):
   _edit_json(metadata, lambda m: m.update(change))
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=f'k/zarr.json disagrees with manifest.json .*{next(iter(change))}',
+    store_lib.CorruptBlockError,
+    match=f'k/zarr.json disagrees with manifest.json .*{next(iter(change))}',
   ):
     store.get(key)
 
@@ -471,25 +464,39 @@ def test_manifest_moved_to_another_key_is_refused(store):
   os.rename(os.path.join(store.root, key), os.path.join(store.root, other))
 
   with pytest.raises(
-      store_lib.CorruptBlockError,
-      match=f'block {other}: manifest.json describes block {key}',
+    store_lib.CorruptBlockError,
+    match=f'block {other}: manifest.json describes block {key}',
   ):
     store.get(other)
 
 
-@pytest.mark.parametrize('key', [
-    '../x', '/etc/passwd', '', '.', '..', '.tmp', 'A' * 64, 'g' * 64,
-    'a' * 63, 'a' * 65, 'a' * 64 + '\n', '../' + 'a' * 61,
-    'a' * 32 + '/' + 'a' * 31, None,
-])
+@pytest.mark.parametrize(
+  'key',
+  [
+    '../x',
+    '/etc/passwd',
+    '',
+    '.',
+    '..',
+    '.tmp',
+    'A' * 64,
+    'g' * 64,
+    'a' * 63,
+    'a' * 65,
+    'a' * 64 + '\n',
+    '../' + 'a' * 61,
+    'a' * 32 + '/' + 'a' * 31,
+    None,
+  ],
+)
 def test_invalid_keys_are_rejected(store, tmp_path, key):
   bystander = tmp_path / 'x'
   bystander.write_text('not the store')
 
   for operation in (store.get, store.verify, store.delete, store.__contains__):
     with pytest.raises(
-        store_lib.InvalidKeyError,
-        match='invalid block key .*: expected 64 lowercase hex digits',
+      store_lib.InvalidKeyError,
+      match='invalid block key .*: expected 64 lowercase hex digits',
     ):
       operation(key)
   assert bystander.read_text() == 'not the store'
@@ -501,9 +508,7 @@ def test_symlinked_block_is_refused(tmp_path):
   store = store_lib.BlockStore(tmp_path / 'store')
   os.symlink(os.path.join(elsewhere.root, key), os.path.join(store.root, key))
 
-  with pytest.raises(
-      store_lib.UnsafePathError, match=f'block {key} is a symlink'
-  ):
+  with pytest.raises(store_lib.UnsafePathError, match=f'block {key} is a symlink'):
     store.get(key)
   with pytest.raises(store_lib.UnsafePathError, match='symlink'):
     store.put(make_block(0))
@@ -517,9 +522,7 @@ def test_symlink_inside_block_is_refused(store, tmp_path):
   os.replace(metadata, tmp_path / 'zarr.json')
   os.symlink(tmp_path / 'zarr.json', metadata)
 
-  with pytest.raises(
-      store_lib.UnsafePathError, match='k/zarr.json under .* is a symlink'
-  ):
+  with pytest.raises(store_lib.UnsafePathError, match='k/zarr.json under .* is a symlink'):
     store.verify(key)
 
 
@@ -550,9 +553,9 @@ def test_put_of_another_payload_under_a_stored_key_names_the_difference(store):
   with pytest.raises(store_lib.ConflictingBlockError) as error:
     store.put(other)
   assert str(error.value) == (
-      f'block {key} is already stored with another payload (stored != new):'
-      f" arrays.k.chunk_sha256.1: '{old[1]}' != '{new[1]}';"
-      f" arrays.k.sha256: '{old_k}' != '{new_k}'"
+    f'block {key} is already stored with another payload (stored != new):'
+    f" arrays.k.chunk_sha256.1: '{old[1]}' != '{new[1]}';"
+    f" arrays.k.sha256: '{old_k}' != '{new_k}'"
   )
   _assert_same_block(store.get(key), block)
 
@@ -574,21 +577,34 @@ def test_same_block_gives_byte_identical_files(tmp_path, dtype):
   block_dirs = [os.path.join(s.root, key) for s in (first, second)]
 
   files = [
-      sorted(os.path.relpath(os.path.join(d, f), block_dir)
-             for d, _, names in os.walk(block_dir) for f in names)
-      for block_dir in block_dirs
+    sorted(
+      os.path.relpath(os.path.join(d, f), block_dir)
+      for d, _, names in os.walk(block_dir)
+      for f in names
+    )
+    for block_dir in block_dirs
   ]
-  assert files[0] == files[1] == [
-      'k/c/0/0/0/0', 'k/c/1/0/0/0', 'k/c/2/0/0/0', 'k/zarr.json',
-      'manifest.json', 'positions/c/0', 'positions/zarr.json',
-      'v/c/0/0/0/0', 'v/c/1/0/0/0', 'v/c/2/0/0/0', 'v/zarr.json',
-  ]
+  assert (
+    files[0]
+    == files[1]
+    == [
+      'k/c/0/0/0/0',
+      'k/c/1/0/0/0',
+      'k/c/2/0/0/0',
+      'k/zarr.json',
+      'manifest.json',
+      'positions/c/0',
+      'positions/zarr.json',
+      'v/c/0/0/0/0',
+      'v/c/1/0/0/0',
+      'v/c/2/0/0/0',
+      'v/zarr.json',
+    ]
+  )
   for name in files[0]:
     contents = [open(os.path.join(d, name), 'rb').read() for d in block_dirs]
     assert contents[0] == contents[1], name
-  assert store_lib.digest_tree(block_dirs[0]) == (
-      store_lib.digest_tree(block_dirs[1])
-  )
+  assert store_lib.digest_tree(block_dirs[0]) == (store_lib.digest_tree(block_dirs[1]))
 
 
 def test_digest_tree_sees_a_changed_file(store):
@@ -653,9 +669,7 @@ def test_failed_deposit_leaves_nothing_visible(store, monkeypatch):
 
 
 @pytest.mark.parametrize('winner_seed', [0, 1])
-def test_loser_of_a_race_on_one_key_verifies_the_winner(
-    store, monkeypatch, winner_seed
-):
+def test_loser_of_a_race_on_one_key_verifies_the_winner(store, monkeypatch, winner_seed):
   """Another writer publishes the same key just before our rename."""
   mine = make_block(0)
   winner = make_block(winner_seed)
@@ -675,9 +689,7 @@ def test_loser_of_a_race_on_one_key_verifies_the_winner(
   if winner_seed == 0:
     assert store.put(mine) == store_lib.key_for(mine.meta)
   else:
-    with pytest.raises(
-        store_lib.ConflictingBlockError, match='arrays.k.sha256'
-    ):
+    with pytest.raises(store_lib.ConflictingBlockError, match='arrays.k.sha256'):
       store.put(mine)
   assert raced
   _assert_same_block(store.get(store_lib.key_for(mine.meta)), winner)
@@ -702,12 +714,13 @@ _WORKER = textwrap.dedent("""
 def test_two_processes_depositing_at_once_lose_nothing(store, tmp_path):
   go = str(tmp_path / 'go')
   workers = [
-      subprocess.Popen(
-          [sys.executable, '-c', _WORKER, os.path.dirname(__file__),
-           store.root, str(worker), go],
-          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      )
-      for worker in WORKER_SEEDS
+    subprocess.Popen(
+      [sys.executable, '-c', _WORKER, os.path.dirname(__file__), store.root, str(worker), go],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for worker in WORKER_SEEDS
   ]
   deadline = time.monotonic() + 120
   while not all(os.path.exists(f'{go}.ready{w}') for w in WORKER_SEEDS):
@@ -731,7 +744,7 @@ def test_documented_snippet_reads_a_block_with_tensorstore_alone(store):
   block = make_block(0, 'bfloat16')
   key = store.put(block)
   doc = store_lib.__doc__
-  snippet = doc[doc.index('  import json'):doc.index("'positions'))") + 13]
+  snippet = doc[doc.index('  import json') : doc.index("'positions'))") + 13]
   scope = {'root': store.root, 'key': key}
 
   exec(textwrap.dedent(snippet), scope)  # pylint: disable=exec-used
@@ -746,26 +759,30 @@ def test_documented_snippet_reads_a_block_with_tensorstore_alone(store):
 
 
 def _with_meta(block, **changes):
-  return dataclasses.replace(
-      block, meta=dataclasses.replace(block.meta, **changes)
-  )
+  return dataclasses.replace(block, meta=dataclasses.replace(block.meta, **changes))
 
 
 def _empty_block():
   empty = np.zeros((2, 0, 1, 4), np.float32)
   return blocks.KVBlock(
-      k=empty, v=empty, positions=np.zeros((0,), np.int32),
-      meta=dataclasses.replace(make_block(0).meta, token_ids=()),
+    k=empty,
+    v=empty,
+    positions=np.zeros((0,), np.int32),
+    meta=dataclasses.replace(make_block(0).meta, token_ids=()),
   )
 
 
-@pytest.mark.parametrize('make, message', [
+@pytest.mark.parametrize(
+  'make, message',
+  [
     (_empty_block, 'cannot store an empty block'),
-    (lambda: _with_meta(make_block(0), dtype='float16'),
-     "cannot store k/v of dtype 'float16'"),
-    (lambda: _with_meta(make_block(0), dtype='bfloat16'),
-     "array 'k' is float32 but the block metadata says bfloat16"),
-])
+    (lambda: _with_meta(make_block(0), dtype='float16'), "cannot store k/v of dtype 'float16'"),
+    (
+      lambda: _with_meta(make_block(0), dtype='bfloat16'),
+      "array 'k' is float32 but the block metadata says bfloat16",
+    ),
+  ],
+)
 def test_unstorable_blocks_are_refused(store, make, message):
   with pytest.raises(store_lib.StoreError, match=message):
     store.put(make())

@@ -30,23 +30,23 @@ BLOCK_K = 16  # 8 KV tiles over the capacity...
 BLOCK_S = 32  # ...in 4 splits of 2 tiles
 WINDOW = 24
 TOLERANCE = {
-    jnp.float32: dict(rtol=2e-5, atol=2e-5),
-    jnp.bfloat16: dict(rtol=2e-2, atol=2e-2),
+  jnp.float32: dict(rtol=2e-5, atol=2e-5),
+  jnp.bfloat16: dict(rtol=2e-2, atol=2e-2),
 }
 
 
 def _sizes(dtype, group):
   """The default tile sizes of (dtype, G) with small KV tiles and splits."""
-  return dataclasses.replace(attn.default_block_sizes(dtype, group),
-                             block_k=BLOCK_K, block_s=BLOCK_S)
+  return dataclasses.replace(
+    attn.default_block_sizes(dtype, group), block_k=BLOCK_K, block_s=BLOCK_S
+  )
 
 
 def _run(q, k, v, q_pos, k_pos, options=None, **static):
   """The kernel's output in float32; `options` are its optional array operands."""
   sizes = _sizes(q.dtype, q.shape[2] // k.shape[2])
   static = dict(dict(block_sizes=sizes, window=None), **static)
-  out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos),
-                          **(options or {}))
+  out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), **(options or {}))
   return np.asarray(out.astype(jnp.float32))
 
 
@@ -60,14 +60,14 @@ def _garbage(rng, shape, dtype):
 
 
 @pytest.mark.parametrize(
-    'dtype,window,kv_heads,batch,num_q',
-    [
-        # K = 1 cases share their compiled shapes with the invariance test.
-        (jnp.float32, None, 1, 8, 7),
-        (jnp.bfloat16, WINDOW, 1, 8, 7),
-        # Grouped kv heads (G = 2) and two query blocks, the last one padded.
-        (jnp.float32, WINDOW, 2, 2, 20),
-    ],
+  'dtype,window,kv_heads,batch,num_q',
+  [
+    # K = 1 cases share their compiled shapes with the invariance test.
+    (jnp.float32, None, 1, 8, 7),
+    (jnp.bfloat16, WINDOW, 1, 8, 7),
+    # Grouped kv heads (G = 2) and two query blocks, the last one padded.
+    (jnp.float32, WINDOW, 2, 2, 20),
+  ],
 )
 def test_matches_reference(dtype, window, kv_heads, batch, num_q):
   rng = np.random.default_rng(0)
@@ -86,9 +86,9 @@ def test_matches_reference(dtype, window, kv_heads, batch, num_q):
   q_pos[1, 3] = -1  # sees nothing
   out = _run(q, k, v, q_pos, k_pos, window=window)
   ref = np.asarray(
-      attn.attention_reference(
-          q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window
-      ).astype(jnp.float32)
+    attn.attention_reference(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window).astype(
+      jnp.float32
+    )
   )
   assert np.isfinite(out).all()
   np.testing.assert_allclose(out, ref, **TOLERANCE[dtype])
@@ -107,8 +107,7 @@ def _cache_case(tokens_k, tokens_v, filled, garbage_seed, dtype):
   return k, v, k_pos
 
 
-@pytest.mark.parametrize('dtype,window', [(jnp.float32, None),
-                                          (jnp.bfloat16, WINDOW)])
+@pytest.mark.parametrize('dtype,window', [(jnp.float32, None), (jnp.bfloat16, WINDOW)])
 def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
   """A query row gives the same bits alone, in a chunk of 7 or 64, at batch 1
   or 8, whether its prefix was written with it or restored from pieces, and
@@ -124,11 +123,11 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
   # Fresh: the 64-token continuation written in one call; the cache slots are
   # written with dynamic_update_slice into zeros (empty slots stay zero).
   k64 = jax.lax.dynamic_update_slice(
-      jnp.zeros((1, CAPACITY, KV_HEADS, HEAD_DIM), dtype), tok_k[None],
-      (0, 0, 0, 0))
+    jnp.zeros((1, CAPACITY, KV_HEADS, HEAD_DIM), dtype), tok_k[None], (0, 0, 0, 0)
+  )
   v64 = jax.lax.dynamic_update_slice(
-      jnp.zeros((1, CAPACITY, KV_HEADS, HEAD_DIM), dtype), tok_v[None],
-      (0, 0, 0, 0))
+    jnp.zeros((1, CAPACITY, KV_HEADS, HEAD_DIM), dtype), tok_v[None], (0, 0, 0, 0)
+  )
   kp64 = np.full((1, CAPACITY), -1, np.int32)
   kp64[0, :total] = np.arange(total)
   qp64 = np.arange(prefix, total, dtype=np.int32)[None]
@@ -145,10 +144,10 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
 
   # One token alone (position 50), other garbage in the empty slots.
   target = 50
-  k1, v1, kp1 = _cache_case(tok_k, tok_v, target + 1, garbage_seed=3,
-                            dtype=dtype)
-  out1 = _run(tok_q[None, target:target + 1], k1, v1,
-              np.array([[target]], np.int32), kp1, **kwargs)
+  k1, v1, kp1 = _cache_case(tok_k, tok_v, target + 1, garbage_seed=3, dtype=dtype)
+  out1 = _run(
+    tok_q[None, target : target + 1], k1, v1, np.array([[target]], np.int32), kp1, **kwargs
+  )
 
   # Batch 8: the chunk of 7 in batch row 5, unrelated rows around it.
   batch = 8
@@ -163,32 +162,35 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window):
   out_b8 = _run(qb, kb, vb, qpb, kpb, **kwargs)
 
   # Same rows, same bits.
-  np.testing.assert_array_equal(out7[0], out64[0, lo - prefix:hi - prefix])
+  np.testing.assert_array_equal(out7[0], out64[0, lo - prefix : hi - prefix])
   np.testing.assert_array_equal(out_b8[5], out7[0])
   np.testing.assert_array_equal(out1[0, 0], out64[0, target - prefix])
   if dtype == jnp.float32:  # (one dtype is enough; saves a compile)
     # Walking only the tiles a program may see is only a speed knob.
-    out7_all_tiles = _run(tok_q[None, lo:hi], k7, v7, qp7, kp7,
-                          skip_masked_tiles=False, **kwargs)
+    out7_all_tiles = _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, skip_masked_tiles=False, **kwargs)
     np.testing.assert_array_equal(out7_all_tiles, out7)
     # Nor do query slices (each block's rows are independent).
-    out64_sliced = _run(tok_q[None, prefix:], k64, v64, qp64, kp64,
-                        max_query_tokens=_sizes(dtype, HEADS).block_q,
-                        **kwargs)
+    out64_sliced = _run(
+      tok_q[None, prefix:],
+      k64,
+      v64,
+      qp64,
+      kp64,
+      max_query_tokens=_sizes(dtype, HEADS).block_q,
+      **kwargs,
+    )
     np.testing.assert_array_equal(out64_sliced, out64)
     # Nor how the combine walks the 4 splits: 1 or 3 per step (the latter
     # over padding it never counts), all head dims in one program.
-    for combine in (dict(combine_unroll=1), dict(combine_unroll=3),
-                    dict(combine_block_h=HEAD_DIM)):
+    for combine in (dict(combine_unroll=1), dict(combine_unroll=3), dict(combine_block_h=HEAD_DIM)):
       np.testing.assert_array_equal(
-          _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, **combine, **kwargs),
-          out7, err_msg=str(combine))
+        _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, **combine, **kwargs), out7, err_msg=str(combine)
+      )
   # ...and the common rows are right, not merely consistent.
   ref = attn.attention_reference(
-      tok_q[None, prefix:], k64, v64, jnp.asarray(qp64), jnp.asarray(kp64),
-      window=window)
-  np.testing.assert_allclose(out64, np.asarray(ref.astype(jnp.float32)),
-                             **TOLERANCE[dtype])
+    tok_q[None, prefix:], k64, v64, jnp.asarray(qp64), jnp.asarray(kp64), window=window
+  )
+  np.testing.assert_allclose(out64, np.asarray(ref.astype(jnp.float32)), **TOLERANCE[dtype])
 
 
 def test_empty_slot_contents_do_not_matter():
@@ -204,10 +206,8 @@ def test_empty_slot_contents_do_not_matter():
     # Hide every third written slot too: its (real) contents must not count.
     k_pos[0, ::3] = -1
     outs.append(_run(q, k, v, q_pos, k_pos))
-  zeros_k = jnp.where(jnp.arange(CAPACITY)[None, :, None, None] < 47,
-                      k, 0.0)
-  zeros_v = jnp.where(jnp.arange(CAPACITY)[None, :, None, None] < 47,
-                      v, 0.0)
+  zeros_k = jnp.where(jnp.arange(CAPACITY)[None, :, None, None] < 47, k, 0.0)
+  zeros_v = jnp.where(jnp.arange(CAPACITY)[None, :, None, None] < 47, v, 0.0)
   zeros_k = zeros_k.at[0, ::3].set(0.0)
   zeros_v = zeros_v.at[0, ::3].set(0.0)
   outs.append(_run(q, zeros_k, zeros_v, q_pos, k_pos))
@@ -225,13 +225,12 @@ def test_window_equals_emptying_out_of_window_slots():
   k = _normal(rng, (1, CAPACITY, KV_HEADS, HEAD_DIM), dtype)
   v = _normal(rng, (1, CAPACITY, KV_HEADS, HEAD_DIM), dtype)
   k_pos = np.arange(CAPACITY, dtype=np.int32)[None]
-  windowed = _run(q, k, v, np.arange(60, 67, dtype=np.int32)[None], k_pos,
-                  window=WINDOW)
+  windowed = _run(q, k, v, np.arange(60, 67, dtype=np.int32)[None], k_pos, window=WINDOW)
   plain = _run(q, k, v, np.arange(60, 67, dtype=np.int32)[None], k_pos)
   assert not np.array_equal(windowed, plain)
   for t, p in enumerate(range(60, 67)):
     trimmed = np.where(p - k_pos < WINDOW, k_pos, -1)
-    alone = _run(q[:, t:t + 1], k, v, np.array([[p]], np.int32), trimmed)
+    alone = _run(q[:, t : t + 1], k, v, np.array([[p]], np.int32), trimmed)
     np.testing.assert_array_equal(alone[0, 0], windowed[0, t])
 
 
@@ -247,8 +246,7 @@ def test_rows_that_see_nothing_are_zero():
   q_pos = np.array([[-1, 0, 5, 50, 99, -1, 3]], np.int32)
   out = _run(q, k, v, q_pos, k_pos)
   np.testing.assert_array_equal(out, 0.0)
-  ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos),
-                                 jnp.asarray(k_pos))
+  ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos))
   np.testing.assert_array_equal(np.asarray(ref), 0.0)
 
 
@@ -268,8 +266,7 @@ def _segment_of(positions):
 
 
 def _slopes(num_heads):
-  return jnp.asarray(2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads),
-                     jnp.float32)
+  return jnp.asarray(2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads), jnp.float32)
 
 
 def _inverse_frequencies(head_dim):
@@ -279,8 +276,7 @@ def _inverse_frequencies(head_dim):
 def _distance_table(head_dim):
   """(cos, sin) [TABLE_SIZE, H/2] of distance * inverse frequency, in float64."""
   angles = np.arange(TABLE_SIZE)[:, None] * _inverse_frequencies(head_dim)
-  return (jnp.asarray(np.cos(angles), jnp.float32),
-          jnp.asarray(np.sin(angles), jnp.float32))
+  return (jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32))
 
 
 def _options(variant, q_pos, k_pos):
@@ -310,16 +306,16 @@ def _shuffled_cache(rng, batch, num_q):
 
 
 @pytest.mark.parametrize(
-    'variant,dtype,window,kv_heads',
-    [
-        ('segments', jnp.float32, WINDOW, 2),
-        ('segments', jnp.bfloat16, None, 1),
-        ('alibi', jnp.float32, None, 1),
-        ('alibi', jnp.bfloat16, WINDOW, 2),
-        ('relative', jnp.float32, WINDOW, 2),
-        ('relative', jnp.bfloat16, None, 1),
-        ('all', jnp.float32, WINDOW, 2),
-    ],
+  'variant,dtype,window,kv_heads',
+  [
+    ('segments', jnp.float32, WINDOW, 2),
+    ('segments', jnp.bfloat16, None, 1),
+    ('alibi', jnp.float32, None, 1),
+    ('alibi', jnp.bfloat16, WINDOW, 2),
+    ('relative', jnp.float32, WINDOW, 2),
+    ('relative', jnp.bfloat16, None, 1),
+    ('all', jnp.float32, WINDOW, 2),
+  ],
 )
 def test_variants_match_reference(variant, dtype, window, kv_heads):
   rng = np.random.default_rng(12)
@@ -330,16 +326,17 @@ def test_variants_match_reference(variant, dtype, window, kv_heads):
   q_pos, k_pos = _shuffled_cache(rng, batch, num_q)
   options = _options(variant, q_pos, k_pos)
   out = _run(q, k, v, q_pos, k_pos, options, window=window)
-  ref = np.asarray(attn.attention_reference(
-      q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window,
-      **options).astype(jnp.float32))
+  ref = np.asarray(
+    attn.attention_reference(
+      q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window, **options
+    ).astype(jnp.float32)
+  )
   assert np.isfinite(out).all()
   np.testing.assert_allclose(out, ref, **TOLERANCE[dtype])
   np.testing.assert_array_equal(out[1, 3], 0.0)
   assert np.abs(out).max() > 0.1
   if variant != 'segments':  # the option does change the result
-    plain = attn.attention_reference(
-        q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window)
+    plain = attn.attention_reference(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window)
     assert np.abs(np.asarray(plain.astype(jnp.float32)) - ref).max() > 0.01
 
 
@@ -354,8 +351,9 @@ def test_reference_variants_follow_their_definitions():
   v = _normal(rng, (batch, VAR_CAPACITY, 1, VAR_DIM), jnp.float32)
   q_pos, k_pos = _shuffled_cache(rng, batch, num_q)
   options = _options('all', q_pos, k_pos)
-  ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos),
-                                 jnp.asarray(k_pos), window=window, **options)
+  ref = attn.attention_reference(
+    q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), window=window, **options
+  )
 
   def rotated(x, positions):  # [B, L, n, H] by positions [B, L], NEOX
     angles = positions[:, :, None, None] * _inverse_frequencies(VAR_DIM)
@@ -363,34 +361,34 @@ def test_reference_variants_follow_their_definitions():
     cos, sin = np.cos(angles), np.sin(angles)
     return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
-  scores = np.einsum('BTNH,BSH->BNTS', rotated(q, q_pos),
-                     rotated(k, k_pos)[:, :, 0])
+  scores = np.einsum('BTNH,BSH->BNTS', rotated(q, q_pos), rotated(k, k_pos)[:, :, 0])
   distance = q_pos[:, :, None] - k_pos[:, None, :]
-  scores -= np.asarray(options['alibi_slopes'], np.float64)[:, None, None] * (
-      distance[:, None])
+  scores -= np.asarray(options['alibi_slopes'], np.float64)[:, None, None] * (distance[:, None])
   q_seg = np.asarray(options['q_segments'])[:, :, None]
   k_seg = np.asarray(options['k_segments'])[:, None, :]
-  seen = ((k_pos[:, None, :] >= 0) & (distance >= 0) & (distance < window)
-          & ((q_seg == 0) | (q_seg == k_seg)))[:, None]
+  seen = (
+    (k_pos[:, None, :] >= 0)
+    & (distance >= 0)
+    & (distance < window)
+    & ((q_seg == 0) | (q_seg == k_seg))
+  )[:, None]
   scores = np.where(seen, scores, -np.inf)
   top = np.max(scores, axis=-1, keepdims=True)
-  weights = np.where(seen, np.exp(scores - np.where(seen.any(-1, keepdims=True),
-                                                    top, 0.0)), 0.0)
+  weights = np.where(seen, np.exp(scores - np.where(seen.any(-1, keepdims=True), top, 0.0)), 0.0)
   weights /= np.maximum(weights.sum(-1, keepdims=True), 1e-300)
   want = np.einsum('BNTS,BSH->BTNH', weights, np.asarray(v, np.float64)[:, :, 0])
   np.testing.assert_allclose(np.asarray(ref), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
-    'variant,dtype,window,kv_heads',
-    [
-        ('segments', jnp.float32, WINDOW, 1),
-        ('alibi', jnp.bfloat16, None, 2),
-        ('relative', jnp.float32, WINDOW, 2),
-    ],
+  'variant,dtype,window,kv_heads',
+  [
+    ('segments', jnp.float32, WINDOW, 1),
+    ('alibi', jnp.bfloat16, None, 2),
+    ('relative', jnp.float32, WINDOW, 2),
+  ],
 )
-def test_variant_row_bits_depend_only_on_the_row_and_distances(
-    variant, dtype, window, kv_heads):
+def test_variant_row_bits_depend_only_on_the_row_and_distances(variant, dtype, window, kv_heads):
   """A query row gives the same bits alone, in a chunk of 7 or of 20, with
   garbage in the empty slots; and, every position moved by M, the same bits
   again (segments, slopes and table entries follow the tokens)."""
@@ -412,14 +410,13 @@ def test_variant_row_bits_depend_only_on_the_row_and_distances(
     q_pos = np.arange(first, last, dtype=np.int32)[None]
     options = _options(variant, q_pos, k_pos)
     moved = np.where(k_pos >= 0, k_pos + shift, -1)
-    return _run(tok_q[None, first:last], k, v, q_pos + shift, moved, options,
-                window=window)[0]
+    return _run(tok_q[None, first:last], k, v, q_pos + shift, moved, options, window=window)[0]
 
   out20 = case(prefix, total, garbage_seed=2)
   out7 = case(27, 34, garbage_seed=3)
   out1 = case(30, 31, garbage_seed=4)
   moved = case(prefix, total, garbage_seed=5, shift=1000)
-  np.testing.assert_array_equal(out7, out20[27 - prefix:34 - prefix])
+  np.testing.assert_array_equal(out7, out20[27 - prefix : 34 - prefix])
   np.testing.assert_array_equal(out1[0], out20[30 - prefix])
   np.testing.assert_array_equal(moved, out20)
 
@@ -432,9 +429,11 @@ def test_tile_ranges_cover_every_visible_tile(window):
   q_pos = rng.integers(-1, 100, (batch, num_q)).astype(np.int32)
   q_pos[0] = np.arange(60, 60 + num_q)
   k_pos[0] = np.where(np.arange(CAPACITY) < 92, np.arange(CAPACITY), -1)
-  ranges = np.asarray(attn.tile_ranges(
-      jnp.asarray(q_pos), jnp.asarray(k_pos), window=window,
-      block_q=block_q, block_k=block_k))
+  ranges = np.asarray(
+    attn.tile_ranges(
+      jnp.asarray(q_pos), jnp.asarray(k_pos), window=window, block_q=block_q, block_k=block_k
+    )
+  )
   assert ranges.shape == (batch, num_q // block_q, 2)
   vis = np.asarray(attn.visible(q_pos[:, :, None], k_pos[:, None, :], window))
   vis = vis.reshape(batch, num_q // block_q, block_q, -1, block_k)
@@ -454,35 +453,45 @@ def test_tile_ranges_cover_every_visible_tile(window):
 
 
 @pytest.mark.parametrize(
-    'shapes,kwargs,match',
-    [
-        (((1, 4, 4, 256), (1, 100, 1, 256)), {}, 'multiple of block_k'),
-        (((1, 4, 3, 256), (1, 128, 2, 256)), {}, 'multiple of kv heads'),
-        (((1, 4, 4, 256), (1, 128, 1, 128)), {}, 'head dim'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)), {'window': 0}, 'window'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'q_segments': jnp.zeros((1, 4), jnp.int32)}, 'together'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'q_segments': jnp.zeros((1, 4), jnp.int32),
-          'k_segments': jnp.zeros((1, 64), jnp.int32)}, r'k_segments \(1, 64\)'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'alibi_slopes': jnp.zeros((1,), jnp.float32)}, r'\[N\] = \(4,\)'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'relative_table': (jnp.zeros((64, 256)), jnp.zeros((64, 256)))},
-         'H/2=128'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'relative_table': (jnp.zeros((64, 128)), jnp.zeros((64, 128))),
-          'block_sizes': attn.BlockSizes(block_h=48)}, 'multiple of block_h=48'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'block_sizes': attn.BlockSizes(block_k=64, block_s=96)},
-         'block_s=96 must be a multiple of block_k=64'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'max_query_tokens': 2}, 'must be at least block_q'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'combine_unroll': 0}, 'combine_unroll must be positive'),
-        (((1, 4, 4, 256), (1, 128, 1, 256)),
-         {'combine_block_h': 48}, 'divide the head dim H=256'),
-    ],
+  'shapes,kwargs,match',
+  [
+    (((1, 4, 4, 256), (1, 100, 1, 256)), {}, 'multiple of block_k'),
+    (((1, 4, 3, 256), (1, 128, 2, 256)), {}, 'multiple of kv heads'),
+    (((1, 4, 4, 256), (1, 128, 1, 128)), {}, 'head dim'),
+    (((1, 4, 4, 256), (1, 128, 1, 256)), {'window': 0}, 'window'),
+    (((1, 4, 4, 256), (1, 128, 1, 256)), {'q_segments': jnp.zeros((1, 4), jnp.int32)}, 'together'),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'q_segments': jnp.zeros((1, 4), jnp.int32), 'k_segments': jnp.zeros((1, 64), jnp.int32)},
+      r'k_segments \(1, 64\)',
+    ),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'alibi_slopes': jnp.zeros((1,), jnp.float32)},
+      r'\[N\] = \(4,\)',
+    ),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'relative_table': (jnp.zeros((64, 256)), jnp.zeros((64, 256)))},
+      'H/2=128',
+    ),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {
+        'relative_table': (jnp.zeros((64, 128)), jnp.zeros((64, 128))),
+        'block_sizes': attn.BlockSizes(block_h=48),
+      },
+      'multiple of block_h=48',
+    ),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'block_sizes': attn.BlockSizes(block_k=64, block_s=96)},
+      'block_s=96 must be a multiple of block_k=64',
+    ),
+    (((1, 4, 4, 256), (1, 128, 1, 256)), {'max_query_tokens': 2}, 'must be at least block_q'),
+    (((1, 4, 4, 256), (1, 128, 1, 256)), {'combine_unroll': 0}, 'combine_unroll must be positive'),
+    (((1, 4, 4, 256), (1, 128, 1, 256)), {'combine_block_h': 48}, 'divide the head dim H=256'),
+  ],
 )
 def test_shape_errors(shapes, kwargs, match):
   q_shape, k_shape = shapes
@@ -490,9 +499,15 @@ def test_shape_errors(shapes, kwargs, match):
   k = jnp.zeros(k_shape, jnp.float32)
   kwargs = dict(dict(block_sizes=attn.BlockSizes(block_k=64)), **kwargs)
   with pytest.raises(ValueError, match=match):
-    attn.attention(q, k, k, jnp.zeros(q_shape[:2], jnp.int32),
-                   jnp.zeros(k_shape[:2], jnp.int32), interpret=INTERPRET,
-                   **kwargs)
+    attn.attention(
+      q,
+      k,
+      k,
+      jnp.zeros(q_shape[:2], jnp.int32),
+      jnp.zeros(k_shape[:2], jnp.int32),
+      interpret=INTERPRET,
+      **kwargs,
+    )
 
 
 def test_default_block_sizes_follow_dtype_and_grouping():

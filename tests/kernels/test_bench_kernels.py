@@ -16,9 +16,18 @@ def test_quick_run_writes_json(tmp_path):
   out = tmp_path / 'bench.json'
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false')
   subprocess.run(
-      [sys.executable, str(REPO / 'experiments' / 'bench_kernels.py'),
-       '--quick', '--kernels=rms_norm', '--dtypes=float32', f'--out={out}'],
-      check=True, cwd=REPO, env=env, timeout=300,
+    [
+      sys.executable,
+      str(REPO / 'experiments' / 'bench_kernels.py'),
+      '--quick',
+      '--kernels=rms_norm',
+      '--dtypes=float32',
+      f'--out={out}',
+    ],
+    check=True,
+    cwd=REPO,
+    env=env,
+    timeout=300,
   )
   result = json.loads(out.read_text())
   assert result['quick'] is True
@@ -36,9 +45,16 @@ def test_attention_tile_sweep_quick_run_writes_json(tmp_path):
   out = tmp_path / 'tiles.json'
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false')
   subprocess.run(
-      [sys.executable, str(REPO / 'experiments' / 'bench_attention_tiles.py'),
-       '--quick', f'--out={out}'],
-      check=True, cwd=REPO, env=env, timeout=300,
+    [
+      sys.executable,
+      str(REPO / 'experiments' / 'bench_attention_tiles.py'),
+      '--quick',
+      f'--out={out}',
+    ],
+    check=True,
+    cwd=REPO,
+    env=env,
+    timeout=300,
   )
   result = json.loads(out.read_text())
   rows = result['rows']

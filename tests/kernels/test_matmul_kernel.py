@@ -19,8 +19,8 @@ def _kernel(**static):
 
 DEPTH, COLS = 640, 128  # gemma-3-270m's hidden size as the contraction
 TOLERANCE = {
-    jnp.float32: dict(rtol=1e-5, atol=1e-4),
-    jnp.bfloat16: dict(rtol=2e-2, atol=1e-1),
+  jnp.float32: dict(rtol=1e-5, atol=1e-4),
+  jnp.bfloat16: dict(rtol=2e-2, atol=1e-1),
 }
 
 
@@ -73,12 +73,12 @@ def test_xla_matmul_is_not_row_invariant():
 
 
 @pytest.mark.parametrize(
-    'x_shape,w_shape,match',
-    [
-        ((4, 640), (320, 128), 'need x'),
-        ((4, 640), (640, 100), 'multiple of block_n'),
-        ((4, 100), (100, 128), 'multiple of block_k'),
-    ],
+  'x_shape,w_shape,match',
+  [
+    ((4, 640), (320, 128), 'need x'),
+    ((4, 640), (640, 100), 'multiple of block_n'),
+    ((4, 100), (100, 128), 'multiple of block_k'),
+  ],
 )
 def test_shape_errors(x_shape, w_shape, match):
   with pytest.raises(ValueError, match=match):

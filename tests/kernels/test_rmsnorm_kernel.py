@@ -17,8 +17,8 @@ def _kernel(**static):
 
 FEATURES = 640  # gemma-3-270m hidden size: not a power of 2
 TOLERANCE = {
-    jnp.float32: dict(rtol=1e-5, atol=1e-5),
-    jnp.bfloat16: dict(rtol=2e-2, atol=2e-2),
+  jnp.float32: dict(rtol=1e-5, atol=1e-5),
+  jnp.bfloat16: dict(rtol=2e-2, atol=2e-2),
 }
 
 
@@ -39,8 +39,7 @@ def test_matches_reference(dtype, features, block_d):
   out = _run(x, w, block_d=block_d)
   ref = rmsnorm.rms_norm_reference(x, w)
   assert out.shape == x.shape
-  np.testing.assert_allclose(out, np.asarray(ref.astype(jnp.float32)),
-                             **TOLERANCE[dtype])
+  np.testing.assert_allclose(out, np.asarray(ref.astype(jnp.float32)), **TOLERANCE[dtype])
 
 
 def test_default_block_d():
@@ -61,8 +60,6 @@ def test_rows_do_not_depend_on_batch(dtype):
 
 def test_shape_errors():
   with pytest.raises(ValueError, match='w'):
-    rmsnorm.rms_norm(jnp.zeros((2, 64)), jnp.zeros((32,)),
-                     interpret=INTERPRET)
+    rmsnorm.rms_norm(jnp.zeros((2, 64)), jnp.zeros((32,)), interpret=INTERPRET)
   with pytest.raises(ValueError, match='multiple of block_d'):
-    rmsnorm.rms_norm(jnp.zeros((2, 64)), jnp.zeros((64,)), block_d=48,
-                     interpret=INTERPRET)
+    rmsnorm.rms_norm(jnp.zeros((2, 64)), jnp.zeros((64,)), block_d=48, interpret=INTERPRET)

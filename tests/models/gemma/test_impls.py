@@ -6,7 +6,7 @@ from absl import flags
 import numpy as np
 import pytest
 
-from graftjax import impl_flags
+from graftjax.studies import impl_flags
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
@@ -24,7 +24,9 @@ def test_single_impl_configs_keep_their_digest_form():
 def test_settings_are_normalized_to_one_form():
   cfg = config_lib.tiny()
   every_op = cfg.with_impl('xla', **{op: 'pallas' for op in config_lib.OPS})
-  assert every_op == cfg.with_impl('pallas') and every_op.digest() == cfg.with_impl('pallas').digest()
+  assert (
+    every_op == cfg.with_impl('pallas') and every_op.digest() == cfg.with_impl('pallas').digest()
+  )
   assert cfg.with_impl('pallas', norm='pallas') == cfg.with_impl('pallas')
   assert cfg.with_impl('xla', norm='pallas').with_impl('xla') == cfg  # with_impl sets every op
   mixed = cfg.with_impl('pallas', rotary='xla')
@@ -58,8 +60,12 @@ def test_flags_give_with_impl_arguments():
   parsed = impl_flags.define(default='pallas', flag_values=values)
   values(['prog', '--rotary_impl=xla'])
   assert parsed.value == ('pallas', {'rotary': 'xla'})
-  assert parsed.as_json() == {'attention': 'pallas', 'matmul': 'pallas', 'norm': 'pallas',
-                              'rotary': 'xla'}
+  assert parsed.as_json() == {
+    'attention': 'pallas',
+    'matmul': 'pallas',
+    'norm': 'pallas',
+    'rotary': 'xla',
+  }
   assert json.dumps(parsed.as_json())  # recorded in results as it is
   model = parsed.apply(gemma_model.tiny())
   assert model.config == config_lib.tiny().with_impl('pallas', rotary='xla')

@@ -14,8 +14,9 @@ IDS = np.random.default_rng(0).integers(3, 256, 37).astype(np.int32)
 
 
 def prefill_all(model, ids, chunk_size, capacity=64):
-  return model.prefill(ids, cache=model.init_cache(capacity=capacity),
-                       chunk_size=chunk_size, logits='all')
+  return model.prefill(
+    ids, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='all'
+  )
 
 
 def test_forward_shapes(tiny_model):
@@ -25,8 +26,8 @@ def test_forward_shapes(tiny_model):
   assert logits.dtype == jnp.float32
   assert cache.k.shape == (cfg.num_layers, 1, 64, cfg.num_kv_heads, cfg.head_dim)
   assert int(cache.length) == IDS.size
-  np.testing.assert_array_equal(cache.positions[0, :IDS.size], np.arange(IDS.size))
-  assert np.all(np.asarray(cache.positions[0, IDS.size:]) == -1)
+  np.testing.assert_array_equal(cache.positions[0, : IDS.size], np.arange(IDS.size))
+  assert np.all(np.asarray(cache.positions[0, IDS.size :]) == -1)
 
 
 @pytest.mark.parametrize('chunk_size', [1, 5, 16, 37])

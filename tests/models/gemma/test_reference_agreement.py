@@ -33,11 +33,11 @@ _SCRIPT = _ROOT / 'experiments' / 'reference_agreement.py'
 
 # Deterministic subset for pytest; the experiment script runs all prompts.
 SUBSET = (
-    'bsd_license_word',  # 2 tokens: BOS and one word
-    'bisect_doc',  # 8
-    'apache2_head',  # 85
-    'mpl2_license',  # 520: just past the sliding window
-    'fractions_module',  # 610
+  'bsd_license_word',  # 2 tokens: BOS and one word
+  'bisect_doc',  # 8
+  'apache2_head',  # 85
+  'mpl2_license',  # 520: just past the sliding window
+  'fractions_module',  # 610
 )
 _SLIDING_WINDOW_PROMPT = 'fractions_module'
 _NORM_PROMPT = 'apache2_head'
@@ -74,8 +74,8 @@ def agreement():
 @pytest.fixture(scope='module')
 def figures(real_model, agreement, hf_fixture, llamacpp_fixture):
   return agreement.compare(
-      real_model, hf_fixture=hf_fixture, llamacpp_fixture=llamacpp_fixture,
-      prompt_names=SUBSET)
+    real_model, hf_fixture=hf_fixture, llamacpp_fixture=llamacpp_fixture, prompt_names=SUBSET
+  )
 
 
 def _record(fixture, name):
@@ -128,8 +128,10 @@ def test_greedy_continuations_match_hf(figures):
 @pytest.mark.real_model
 def test_top1_agreement_with_llamacpp(figures, agreement):
   llama = figures['overall']['llamacpp']
-  print(f"llama.cpp on {llama['tokens']} positions: top-1 {100 * llama['top1_agreement']:.2f}%,"
-        f" |Δlogit| mean {llama['topk_mean_abs_diff']:.4f} p99 {llama['topk_p99_abs_diff']:.4f}")
+  print(
+    f'llama.cpp on {llama["tokens"]} positions: top-1 {100 * llama["top1_agreement"]:.2f}%,'
+    f' |Δlogit| mean {llama["topk_mean_abs_diff"]:.4f} p99 {llama["topk_p99_abs_diff"]:.4f}'
+  )
   assert llama['top1_agreement'] >= agreement.LLAMACPP_TOP1_MIN, llama
 
 
@@ -139,8 +141,12 @@ def _hf_max_abs_diff(agreement, model, record, *, from_position=0):
   keep = positions >= from_position
   ids = np.asarray(record['topk']['ids'])[keep]
   run = agreement.run_prompt(
-      model, record['token_ids'], requests={'hf': (positions[keep], ids)},
-      chunk_size=128, greedy_steps=0)
+    model,
+    record['token_ids'],
+    requests={'hf': (positions[keep], ids)},
+    chunk_size=128,
+    greedy_steps=0,
+  )
   theirs = np.asarray(record['topk']['logits'], np.float32)[keep]
   return float(np.abs(run.gathered['hf'].astype(np.float64) - theirs).max())
 
@@ -164,7 +170,8 @@ def test_a_wrong_sliding_window_is_caught(real_model, agreement, hf_fixture, wro
   """No window at all, or one key too many (distance <= 512 instead of < 512)."""
   window = real_model.config.sliding_window
   broken = dataclasses.replace(
-      real_model, config=real_model.config.replace(sliding_window=wrong_window))
+    real_model, config=real_model.config.replace(sliding_window=wrong_window)
+  )
   record = _record(hf_fixture, _SLIDING_WINDOW_PROMPT)
   diff = _hf_max_abs_diff(agreement, broken, record, from_position=window)
   assert diff > agreement.LOGIT_TOLERANCE

@@ -11,13 +11,15 @@ PROMPT = np.random.default_rng(1).integers(3, 256, 11).astype(np.int32)
 
 
 def test_greedy_matches_step_by_step_argmax(tiny_model):
-  out = sampler.generate(tiny_model, PROMPT, max_new_tokens=6, capacity=32,
-                         chunk_size=4, stop_ids=(), keep_logits=True)
+  out = sampler.generate(
+    tiny_model, PROMPT, max_new_tokens=6, capacity=32, chunk_size=4, stop_ids=(), keep_logits=True
+  )
   assert len(out['tokens']) == 6
   ids = list(PROMPT)
   for token, step_logits in zip(out['tokens'], out['logits']):
-    logits, _ = tiny_model.prefill(np.asarray(ids), cache=tiny_model.init_cache(capacity=32),
-                                   chunk_size=64, logits='last')
+    logits, _ = tiny_model.prefill(
+      np.asarray(ids), cache=tiny_model.init_cache(capacity=32), chunk_size=64, logits='last'
+    )
     assert int(np.argmax(step_logits)) == token
     assert int(jnp.argmax(logits[0])) == token
     ids.append(token)
@@ -33,15 +35,23 @@ def test_stops_on_stop_token(tiny_model):
 def test_sampling_is_reproducible_from_key(tiny_model):
   cfg = sampler.SamplingConfig(temperature=1.0, top_k=20, top_p=0.9)
   run = lambda seed: sampler.generate(
-      tiny_model, PROMPT, max_new_tokens=8, capacity=32, sampling=cfg,
-      rng=jax.random.key(seed), stop_ids=())['tokens']
+    tiny_model,
+    PROMPT,
+    max_new_tokens=8,
+    capacity=32,
+    sampling=cfg,
+    rng=jax.random.key(seed),
+    stop_ids=(),
+  )['tokens']
   assert run(3) == run(3)
   assert any(run(3) != run(s) for s in (4, 5, 6))
 
 
 def test_top_k_one_is_greedy():
   logits = jax.random.normal(jax.random.key(0), (4, 50))
-  token = sampler.choose_token(logits, jax.random.key(1), sampler.SamplingConfig(temperature=2.0, top_k=1))
+  token = sampler.choose_token(
+    logits, jax.random.key(1), sampler.SamplingConfig(temperature=2.0, top_k=1)
+  )
   np.testing.assert_array_equal(token, jnp.argmax(logits, -1))
 
 

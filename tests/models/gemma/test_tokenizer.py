@@ -18,12 +18,12 @@ _FIXTURE_PATH = pathlib.Path(__file__).resolve().parents[2] / 'fixtures' / 'toke
 
 # (text, parse_special) of fixture cases where this tokenizer knowingly differs from llama.cpp.
 _KNOWN_DIFFERENCES: dict[tuple[str, bool], str] = {
-    ('<b>bold</b> <i>it</i> <u>u</u> <s>strike</s>', False): (
-        "'</s>' (id 212) is a user-defined token in the GGUF, so it is cut out of the text in either "
-        'mode. llama.cpp (llama-cpp-python 0.3.36) overrides its type to control, by name, because it '
-        "lists '</s>' as an end-of-generation spelling (for another model, PaddleOCR); with "
-        'parse_special=False it then tokenizes the text as </ s >. We keep the type the vocabulary gives.'
-    ),
+  ('<b>bold</b> <i>it</i> <u>u</u> <s>strike</s>', False): (
+    "'</s>' (id 212) is a user-defined token in the GGUF, so it is cut out of the text in either "
+    'mode. llama.cpp (llama-cpp-python 0.3.36) overrides its type to control, by name, because it '
+    "lists '</s>' as an end-of-generation spelling (for another model, PaddleOCR); with "
+    'parse_special=False it then tokenizes the text as </ s >. We keep the type the vocabulary gives.'
+  ),
 }
 
 _GEMMA3_VOCAB_DIGEST = 'bc9f5616aeb3698b0d4456a1e9f9e6a0f0b9d7f92f52b8b8d4b981ee40c03cac'
@@ -62,8 +62,19 @@ def test_fixture_is_broad(reference):
   cases = reference['cases']
   assert len(cases) >= 500
   categories = {case['category'] for case in cases}
-  for category in ('code', 'docstring', 'document', 'unicode', 'whitespace', 'number', 'special', 'empty',
-                   'single_character', 'vocabulary', 'random_codepoints'):
+  for category in (
+    'code',
+    'docstring',
+    'document',
+    'unicode',
+    'whitespace',
+    'number',
+    'special',
+    'empty',
+    'single_character',
+    'vocabulary',
+    'random_codepoints',
+  ):
     assert category in categories
   assert sum(len(case['text']) for case in cases) > 100_000
 
@@ -88,7 +99,9 @@ def test_known_differences_still_differ(tokenizer, reference):
 
 
 def test_round_trip(tokenizer, reference):
-  cases = [case for case in reference['cases'] if not any(s in case['text'] for s in _NOT_ROUND_TRIPPED)]
+  cases = [
+    case for case in reference['cases'] if not any(s in case['text'] for s in _NOT_ROUND_TRIPPED)
+  ]
   assert len(cases) > 700
   for case in cases:
     assert tokenizer.decode(_encode_case(tokenizer, case)) == case['text']
@@ -97,12 +110,19 @@ def test_round_trip(tokenizer, reference):
 def test_user_defined_end_of_strikethrough_is_cut_in_both_modes(tokenizer):
   """Pins the choice documented in _KNOWN_DIFFERENCES."""
   for parse_special in (True, False):
-    assert tokenizer.encode('a</s>b', add_bos=False, parse_special=parse_special) == [236746, 212, 236763]
+    assert tokenizer.encode('a</s>b', add_bos=False, parse_special=parse_special) == [
+      236746,
+      212,
+      236763,
+    ]
 
 
 def test_decode_reads_special_tokens(tokenizer):
   ids = tokenizer.encode('<start_of_turn>user\n<b>hi</b><end_of_turn>', add_bos=True)
-  assert tokenizer.decode(ids + [tokenizer.eos_id, tokenizer.pad_id]) == '<start_of_turn>user\n<b>hi</b><end_of_turn>'
+  assert (
+    tokenizer.decode(ids + [tokenizer.eos_id, tokenizer.pad_id])
+    == '<start_of_turn>user\n<b>hi</b><end_of_turn>'
+  )
 
 
 def test_decode_joins_byte_tokens(tokenizer):
@@ -120,20 +140,30 @@ def test_empty_text(tokenizer):
 
 def _variant(tok: tokenizer_lib.Tokenizer, scores: np.ndarray) -> tokenizer_lib.Tokenizer:
   return tokenizer_lib.Tokenizer(
-      tok.pieces, scores, tok.types, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, unk_id=tok.unk_id
+    tok.pieces,
+    scores,
+    tok.types,
+    bos_id=tok.bos_id,
+    eos_id=tok.eos_id,
+    pad_id=tok.pad_id,
+    unk_id=tok.unk_id,
   )
 
 
 def test_fixture_catches_lowest_score_first(tokenizer, reference):
   lowest_first = _variant(tokenizer, -tokenizer.scores)
-  prose = [case for case in reference['cases'] if case['category'] in ('code', 'docstring', 'document')]
+  prose = [
+    case for case in reference['cases'] if case['category'] in ('code', 'docstring', 'document')
+  ]
   assert len(_disagreements(lowest_first, prose)) > 0.5 * len(prose)
 
 
 def test_fixture_catches_leftmost_first(tokenizer, reference):
   """Merging leftmost pairs first, whatever their score, must fail too."""
   leftmost_first = _variant(tokenizer, np.zeros_like(tokenizer.scores))
-  prose = [case for case in reference['cases'] if case['category'] in ('code', 'docstring', 'document')]
+  prose = [
+    case for case in reference['cases'] if case['category'] in ('code', 'docstring', 'document')
+  ]
   assert len(_disagreements(leftmost_first, prose)) > 0.5 * len(prose)
 
 
@@ -150,7 +180,10 @@ def test_fixture_catches_ignoring_special_tokens(reference):
 def test_digest(tokenizer):
   digest = tokenizer.digest()
   assert digest == _GEMMA3_VOCAB_DIGEST  # Changing it changes every model fingerprint.
-  assert digest == tokenizer_lib.Tokenizer.from_gguf(gguf.open_gguf(gguf.locate_gguf()).metadata).digest()
+  assert (
+    digest
+    == tokenizer_lib.Tokenizer.from_gguf(gguf.open_gguf(gguf.locate_gguf()).metadata).digest()
+  )
   scores = tokenizer.scores.copy()
   scores[1000] += 1
   assert _variant(tokenizer, scores).digest() != digest

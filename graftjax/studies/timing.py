@@ -16,8 +16,9 @@ from jax import lax
 import jax.numpy as jnp
 
 
-def time_calls(fn: Callable[[], jax.Array], *, warmup: int,
-               repeats: int) -> tuple[list[float], jax.Array]:
+def time_calls(
+  fn: Callable[[], jax.Array], *, warmup: int, repeats: int
+) -> tuple[list[float], jax.Array]:
   """Wall seconds of `repeats` calls of fn() (after `warmup`, at least one,
   which compiles), each ended by block_until_ready; and the last output."""
   out = None
@@ -31,9 +32,14 @@ def time_calls(fn: Callable[[], jax.Array], *, warmup: int,
   return times, out
 
 
-def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
-                 args: Sequence[jax.Array], *, iters: int,
-                 repeats: int = 3, unroll: int = 10) -> float:
+def time_in_loop(
+  fn: Callable[[Sequence[jax.Array]], jax.Array],
+  args: Sequence[jax.Array],
+  *,
+  iters: int,
+  repeats: int = 3,
+  unroll: int = 10,
+) -> float:
   """Seconds per call of fn(args) run `iters` times in one jitted fori_loop.
 
   Each iteration adds 0 * (the sum of the previous output) to args[0], so
@@ -56,8 +62,7 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
       out = fn((first,) + tuple(arrays[1:]))
       return jnp.sum(out.astype(jnp.float32))
 
-    return lax.fori_loop(0, iters, body, jnp.float32(0),
-                         unroll=max(1, min(unroll, iters)))
+    return lax.fori_loop(0, iters, body, jnp.float32(0), unroll=max(1, min(unroll, iters)))
 
   run = jax.jit(looped)
   jax.block_until_ready(run(*args))
@@ -69,11 +74,11 @@ def time_in_loop(fn: Callable[[Sequence[jax.Array]], jax.Array],
   return best / iters
 
 
-def loop_overhead(args: Sequence[jax.Array], *, iters: int,
-                  repeats: int = 3, unroll: int = 10) -> float:
+def loop_overhead(
+  args: Sequence[jax.Array], *, iters: int, repeats: int = 3, unroll: int = 10
+) -> float:
   """Seconds per iteration of `time_in_loop` around a call that returns its
   first argument: the loop, the carry dependence and the sum, without a
   kernel. Subtract it from `time_in_loop` of a call whose output is about as
   large as args[0] to estimate the call alone."""
-  return time_in_loop(lambda arrays: arrays[0], args, iters=iters,
-                      repeats=repeats, unroll=unroll)
+  return time_in_loop(lambda arrays: arrays[0], args, iters=iters, repeats=repeats, unroll=unroll)

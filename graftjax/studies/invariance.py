@@ -27,7 +27,7 @@ import numpy as np
 
 from graftjax import blocks
 from graftjax import determinism
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import exactness
 from graftjax import store as store_lib
 
@@ -35,37 +35,66 @@ from graftjax import store as store_lib
 def single_pass(model, sample: corpus.TextSample, capacity: int) -> np.ndarray:
   """Continuation logits [Tc, V] from one forward call over the whole text."""
   ids = list(sample.prefix_ids) + list(sample.continuation_ids)
-  logits, _ = model.prefill(ids, cache=model.init_cache(capacity=capacity),
-                            chunk_size=len(ids), logits='all')
-  return np.asarray(logits[0, len(sample.prefix_ids):])
+  logits, _ = model.prefill(
+    ids, cache=model.init_cache(capacity=capacity), chunk_size=len(ids), logits='all'
+  )
+  return np.asarray(logits[0, len(sample.prefix_ids) :])
 
 
-def prefix_block(model, sample: corpus.TextSample, *, capacity: int,
-                 chunk_size: int) -> blocks.KVBlock:
+def prefix_block(
+  model, sample: corpus.TextSample, *, capacity: int, chunk_size: int
+) -> blocks.KVBlock:
   """The prefix's state after a prefill in chunks of `chunk_size` (batch 1)."""
-  _, cache = model.prefill(sample.prefix_ids, cache=model.init_cache(capacity=capacity),
-                           chunk_size=chunk_size, logits='none')
-  return blocks.capture(cache, blocks.Span(0, len(sample.prefix_ids)),
-                        token_ids=sample.prefix_ids, model_fingerprint=model.fingerprint,
-                        position_scheme=model.position_scheme)
+  _, cache = model.prefill(
+    sample.prefix_ids,
+    cache=model.init_cache(capacity=capacity),
+    chunk_size=chunk_size,
+    logits='none',
+  )
+  return blocks.capture(
+    cache,
+    blocks.Span(0, len(sample.prefix_ids)),
+    token_ids=sample.prefix_ids,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
 
 
-def grafted_continuation(model, sample: corpus.TextSample, block: blocks.KVBlock, *,
-                         capacity: int, chunk_size: int, batch_size: int) -> np.ndarray:
+def grafted_continuation(
+  model,
+  sample: corpus.TextSample,
+  block: blocks.KVBlock,
+  *,
+  capacity: int,
+  chunk_size: int,
+  batch_size: int,
+) -> np.ndarray:
   """Continuation logits [b, Tc, V] after grafting `block` into a batch-b cache."""
-  cache = blocks.graft(model.init_cache(batch_size=batch_size, capacity=capacity), block,
-                       model_fingerprint=model.fingerprint,
-                       position_scheme=model.position_scheme)
-  logits, _ = model.prefill(sample.continuation_ids, cache=cache, chunk_size=chunk_size,
-                            start_position=len(sample.prefix_ids), logits='all')
+  cache = blocks.graft(
+    model.init_cache(batch_size=batch_size, capacity=capacity),
+    block,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
+  logits, _ = model.prefill(
+    sample.continuation_ids,
+    cache=cache,
+    chunk_size=chunk_size,
+    start_position=len(sample.prefix_ids),
+    logits='all',
+  )
   return np.asarray(logits)
 
 
 def cell_summary(comparisons: list[exactness.Comparison]) -> dict[str, Any]:
   """One sample's rows in one cell: counts, worst KL, and the distinct row digests."""
   summary = exactness.summarize(comparisons)
-  return {'rows': summary.pop('samples'), 'rows_byte_equal': summary.pop('byte_equal'),
-          **summary, 'sha256_rows': sorted({c.sha256_candidate for c in comparisons})}
+  return {
+    'rows': summary.pop('samples'),
+    'rows_byte_equal': summary.pop('byte_equal'),
+    **summary,
+    'sha256_rows': sorted({c.sha256_candidate for c in comparisons}),
+  }
 
 
 def merge_cells(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -83,11 +112,15 @@ def merge_cells(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
   table = []
   for index, first in enumerate(samples[0]['cells']):
     per_sample = [s['cells'][index] for s in samples]
-    if any((c['chunk_size'], c['batch_size']) != (first['chunk_size'], first['batch_size'])
-           for c in per_sample):
+    if any(
+      (c['chunk_size'], c['batch_size']) != (first['chunk_size'], first['batch_size'])
+      for c in per_sample
+    ):
       raise ValueError('samples were run over different chunk or batch sizes')
-    table.append({
-        'chunk_size': first['chunk_size'], 'batch_size': first['batch_size'],
+    table.append(
+      {
+        'chunk_size': first['chunk_size'],
+        'batch_size': first['batch_size'],
         'samples': len(per_sample),
         'samples_byte_equal': sum(c['rows_byte_equal'] == c['rows'] for c in per_sample),
         'rows': sum(c['rows'] for c in per_sample),
@@ -96,19 +129,20 @@ def merge_cells(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         'rows_kl_mean': float(np.mean([c['kl_mean'] for c in per_sample])),
         'rows_argmax_agreement': float(np.mean([c['argmax_agreement'] for c in per_sample])),
         'rows_max_abs_diff': max(c['max_abs_diff'] for c in per_sample),
-    })
+      }
+    )
   return table
 
 
 def run_invariance(
-    *,
-    model,
-    samples: list[corpus.TextSample],
-    chunk_sizes: tuple[int, ...],
-    batch_sizes: tuple[int, ...],
-    capacity: int,
-    store_root,
-    progress=None,
+  *,
+  model,
+  samples: list[corpus.TextSample],
+  chunk_sizes: tuple[int, ...],
+  batch_sizes: tuple[int, ...],
+  capacity: int,
+  store_root,
+  progress=None,
 ) -> dict[str, Any]:
   """Per sample and (chunk size, batch size): the grafted rows vs the single pass.
 
@@ -121,8 +155,7 @@ def run_invariance(
     {'samples': per-sample records (digest of the single pass, one
     `cell_summary` per cell, seconds), 'cells': `merge_cells` of them}.
   """
-  stores = {c: store_lib.BlockStore(pathlib.Path(store_root) / f'chunk_{c}')
-            for c in chunk_sizes}
+  stores = {c: store_lib.BlockStore(pathlib.Path(store_root) / f'chunk_{c}') for c in chunk_sizes}
   # Batch rows are compared on threads (numpy's float64 passes release the GIL).
   workers = max(1, min(max(batch_sizes), os.cpu_count() or 1))
   records = []
@@ -136,15 +169,24 @@ def run_invariance(
         key = stores[c].put(prefix_block(model, sample, capacity=capacity, chunk_size=c))
         block = stores[c].get(key)
         for b in batch_sizes:
-          logits = grafted_continuation(model, sample, block, capacity=capacity,
-                                        chunk_size=c, batch_size=b)
-          cells.append({'chunk_size': c, 'batch_size': b, **cell_summary(
-              list(pool.map(prepared.compare, logits)))})
-      records.append({
+          logits = grafted_continuation(
+            model, sample, block, capacity=capacity, chunk_size=c, batch_size=b
+          )
+          cells.append(
+            {
+              'chunk_size': c,
+              'batch_size': b,
+              **cell_summary(list(pool.map(prepared.compare, logits))),
+            }
+          )
+      records.append(
+        {
           'source': sample.source,
           'sha256_single_pass': prepared.sha256,
-          'cells': cells, 'seconds': time.perf_counter() - start,
-      })
+          'cells': cells,
+          'seconds': time.perf_counter() - start,
+        }
+      )
   return {'samples': records, 'cells': merge_cells(records)}
 
 
@@ -191,13 +233,21 @@ def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
     raise ValueError(f'shards cover samples {covered}: not 0, 1, ... without gaps or overlaps')
   samples = [record for s in shards for record in s['samples']]
   return {
-      **{field: first[field] for field in _SHARED_FIELDS},
-      **{field: first[field] for field in _OPTIONAL_SHARED_FIELDS if field in first},
-      'command': command,
-      # A run stopped early is merged as what it is: its first samples_run samples.
-      'samples_run': len(covered), 'complete': len(covered) == first['settings']['samples'],
-      'shards': [{'command': s['command'], 'result_sha256': s['result_sha256'],
-                  'samples': s['shard']['samples']} for s in shards],
-      'determinism': first['determinism'],
-      'samples': samples, 'cells': merge_cells(samples),
+    **{field: first[field] for field in _SHARED_FIELDS},
+    **{field: first[field] for field in _OPTIONAL_SHARED_FIELDS if field in first},
+    'command': command,
+    # A run stopped early is merged as what it is: its first samples_run samples.
+    'samples_run': len(covered),
+    'complete': len(covered) == first['settings']['samples'],
+    'shards': [
+      {
+        'command': s['command'],
+        'result_sha256': s['result_sha256'],
+        'samples': s['shard']['samples'],
+      }
+      for s in shards
+    ],
+    'determinism': first['determinism'],
+    'samples': samples,
+    'cells': merge_cells(samples),
   }

@@ -6,11 +6,12 @@ import jax
 import numpy as np
 import pytest
 
-from graftjax import training
+from graftjax.studies import training
 from graftjax.models.gemma import checkpoint
 
-SETTINGS = training.Settings(steps=20, batch=8, seq_len=32, learning_rate=1e-2,
-                             warmup_steps=2, eval_every=10, eval_batches=1)
+SETTINGS = training.Settings(
+  steps=20, batch=8, seq_len=32, learning_rate=1e-2, warmup_steps=2, eval_every=10, eval_batches=1
+)
 
 
 @pytest.fixture(scope='module')

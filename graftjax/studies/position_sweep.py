@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import exactness
 from graftjax import ledger
-from graftjax import relocation
+from graftjax.studies import relocation
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import positions as positions_lib
 
@@ -54,8 +54,9 @@ class _Task:
   pair: tuple[int, int] | None = None
 
 
-def layout_for(*, block_tokens: int, continuation_tokens: int,
-               chunk_size: int) -> relocation.Layout:
+def layout_for(
+  *, block_tokens: int, continuation_tokens: int, chunk_size: int
+) -> relocation.Layout:
   """The smallest layout every arm fits: capacity n + c."""
   return relocation.Layout(capacity=block_tokens + continuation_tokens, chunk_size=chunk_size)
 
@@ -69,29 +70,41 @@ def figures(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
   ref, cand = np.asarray(reference), np.asarray(candidate)
   if ref.shape == cand.shape and ref.dtype == cand.dtype and ref.tobytes() == cand.tobytes():
     digest = ledger.sha256_array(ref)
-    return {'byte_equal': True, 'kl_mean': 0.0, 'kl_max': 0.0, 'max_abs_diff': 0.0,
-            'argmax_flips': 0, 'rows': int(ref.size // ref.shape[-1]),
-            'sha256_reference': digest, 'sha256_candidate': digest}
+    return {
+      'byte_equal': True,
+      'kl_mean': 0.0,
+      'kl_max': 0.0,
+      'max_abs_diff': 0.0,
+      'argmax_flips': 0,
+      'rows': int(ref.size // ref.shape[-1]),
+      'sha256_reference': digest,
+      'sha256_candidate': digest,
+    }
   c = exactness.compare(ref, cand)
   flips = ref.argmax(-1) != cand.argmax(-1)
   return {
-      'byte_equal': c.byte_equal, 'kl_mean': c.kl_mean, 'kl_max': c.kl_max,
-      'max_abs_diff': c.max_abs_diff, 'argmax_flips': int(flips.sum()), 'rows': c.rows,
-      'sha256_reference': c.sha256_reference, 'sha256_candidate': c.sha256_candidate,
+    'byte_equal': c.byte_equal,
+    'kl_mean': c.kl_mean,
+    'kl_max': c.kl_max,
+    'max_abs_diff': c.max_abs_diff,
+    'argmax_flips': int(flips.sum()),
+    'rows': c.rows,
+    'sha256_reference': c.sha256_reference,
+    'sha256_candidate': c.sha256_candidate,
   }
 
 
 def summarize(per_sample: list[dict[str, Any]]) -> dict[str, Any]:
   """Totals over samples (every sample has the same number of rows)."""
   return {
-      'samples': len(per_sample),
-      'byte_equal': sum(f['byte_equal'] for f in per_sample),
-      'kl_mean': float(np.mean([f['kl_mean'] for f in per_sample])),
-      'kl_max': max(f['kl_max'] for f in per_sample),
-      'max_abs_diff': max(f['max_abs_diff'] for f in per_sample),
-      'argmax_flips': sum(f['argmax_flips'] for f in per_sample),
-      'rows': sum(f['rows'] for f in per_sample),
-      'per_sample': per_sample,
+    'samples': len(per_sample),
+    'byte_equal': sum(f['byte_equal'] for f in per_sample),
+    'kl_mean': float(np.mean([f['kl_mean'] for f in per_sample])),
+    'kl_max': max(f['kl_max'] for f in per_sample),
+    'max_abs_diff': max(f['max_abs_diff'] for f in per_sample),
+    'argmax_flips': sum(f['argmax_flips'] for f in per_sample),
+    'rows': sum(f['rows'] for f in per_sample),
+    'per_sample': per_sample,
   }
 
 
@@ -102,7 +115,7 @@ def _check(samples, layout, offsets, pairs) -> None:
   lengths = {(len(s.prefix_ids), len(s.continuation_ids)) for s in samples}
   if len(lengths) != 1:
     raise ValueError(f'samples differ in (block, continuation) length: {sorted(lengths)}')
-  (n, c), = lengths
+  ((n, c),) = lengths
   if n + c > layout.capacity:
     raise ValueError(f'block {n} + continuation {c} exceed capacity {layout.capacity}')
   if n < 2 and pairs:
@@ -112,7 +125,8 @@ def _check(samples, layout, offsets, pairs) -> None:
   for a, b in pairs:
     if a < 0 or b < a + n // 2:
       raise ValueError(
-          f'composition offsets ({a}, {b}): B must start after A ends ({n // 2} tokens)')
+        f'composition offsets ({a}, {b}): B must start after A ends ({n // 2} tokens)'
+      )
 
 
 def _tasks(schemes, dtypes, offsets, pairs, num_samples) -> list[_Task]:
@@ -137,30 +151,32 @@ def _offset_figures(model, block, cont, offset: int, fresh0, layout) -> dict[str
   """`figures` of every arm at `offset` against fresh(offset); fresh0 is fresh(0) [T, V]."""
   fresh = fresh0 if offset == 0 else relocation.fresh_at(model, block, cont, offset, layout)
   arms = {
-      'relocated': relocation.relocated_to(model, block, cont, offset, layout),
-      'control': fresh0,
-      'own_position': relocation.own_position(model, block, cont, offset, layout),
+    'relocated': relocation.relocated_to(model, block, cont, offset, layout),
+    'control': fresh0,
+    'own_position': relocation.own_position(model, block, cont, offset, layout),
   }
   return {arm: figures(fresh, logits) for arm, logits in arms.items()}
 
 
 def _composition_figures(model, block, cont, pair, layout) -> dict[str, Any]:
   """`figures` of the two half-blocks grafted at `pair` vs fresh block attention."""
-  a, b = block[:len(block) // 2], block[len(block) // 2:]
-  return figures(relocation.composed_fresh(model, a, b, cont, pair, layout),
-                 relocation.composed_grafted(model, a, b, cont, pair, layout))
+  a, b = block[: len(block) // 2], block[len(block) // 2 :]
+  return figures(
+    relocation.composed_fresh(model, a, b, cont, pair, layout),
+    relocation.composed_grafted(model, a, b, cont, pair, layout),
+  )
 
 
 def run_sweep(
-    *,
-    model_factory: ModelFactory,
-    schemes: Sequence[str],
-    dtypes: Sequence[str],
-    offsets: Sequence[int],
-    samples: Sequence[corpus.TextSample],
-    layout: relocation.Layout,
-    composition_offsets: Sequence[tuple[int, int]] = (),
-    progress: Progress | None = None,
+  *,
+  model_factory: ModelFactory,
+  schemes: Sequence[str],
+  dtypes: Sequence[str],
+  offsets: Sequence[int],
+  samples: Sequence[corpus.TextSample],
+  layout: relocation.Layout,
+  composition_offsets: Sequence[tuple[int, int]] = (),
+  progress: Progress | None = None,
 ) -> dict[str, Any]:
   """Runs every arm for every scheme, dtype, offset and sample.
 
@@ -194,13 +210,20 @@ def run_sweep(
     if (task.scheme, task.dtype) != key:
       key, fresh0 = (task.scheme, task.dtype), {}
       model = _model(model_factory, task, highest)
-      models.append({'scheme': task.scheme, 'dtype': task.dtype,
-                     'fingerprint': model.fingerprint, 'params_sha256': model.params_digest})
+      models.append(
+        {
+          'scheme': task.scheme,
+          'dtype': task.dtype,
+          'fingerprint': model.fingerprint,
+          'params_sha256': model.params_digest,
+        }
+      )
     block = list(samples[task.sample].prefix_ids)
     cont = list(samples[task.sample].continuation_ids)
     if task.pair is not None:
       found.setdefault(key + (task.pair,), []).append(
-          _composition_figures(model, block, cont, task.pair, layout))
+        _composition_figures(model, block, cont, task.pair, layout)
+      )
       continue
     if task.sample not in fresh0:
       fresh0[task.sample] = relocation.fresh_at(model, block, cont, 0, layout)
@@ -209,23 +232,39 @@ def run_sweep(
       found.setdefault(key + (task.offset, arm), []).append(f)
 
   return {
-      'schemes': list(schemes), 'dtypes': list(dtypes), 'offsets': [int(m) for m in offsets],
-      'composition_offsets': [list(p) for p in pairs],
-      'block_tokens': n, 'continuation_tokens': c,
-      'layout': dataclasses.asdict(layout),
-      'samples': [{'source': s.source,
-                   'block_sha256': ledger.sha256_tokens(s.prefix_ids),
-                   'continuation_sha256': ledger.sha256_tokens(s.continuation_ids)}
-                  for s in samples],
-      'models': models,
-      'cells': [
-          {'scheme': s, 'dtype': d, 'offset': int(m),
-           **{arm: summarize(found[(s, d, m, arm)]) for arm in ARMS}}
-          for d in dtypes for s in schemes for m in offsets],
-      'composition': [
-          {'scheme': s, 'dtype': d, 'offsets': list(p), 'split': n // 2,
-           **summarize(found[(s, d, p)])}
-          for d in dtypes for s in schemes for p in pairs],
+    'schemes': list(schemes),
+    'dtypes': list(dtypes),
+    'offsets': [int(m) for m in offsets],
+    'composition_offsets': [list(p) for p in pairs],
+    'block_tokens': n,
+    'continuation_tokens': c,
+    'layout': dataclasses.asdict(layout),
+    'samples': [
+      {
+        'source': s.source,
+        'block_sha256': ledger.sha256_tokens(s.prefix_ids),
+        'continuation_sha256': ledger.sha256_tokens(s.continuation_ids),
+      }
+      for s in samples
+    ],
+    'models': models,
+    'cells': [
+      {
+        'scheme': s,
+        'dtype': d,
+        'offset': int(m),
+        **{arm: summarize(found[(s, d, m, arm)]) for arm in ARMS},
+      }
+      for d in dtypes
+      for s in schemes
+      for m in offsets
+    ],
+    'composition': [
+      {'scheme': s, 'dtype': d, 'offsets': list(p), 'split': n // 2, **summarize(found[(s, d, p)])}
+      for d in dtypes
+      for s in schemes
+      for p in pairs
+    ],
   }
 
 

@@ -20,8 +20,10 @@ from matplotlib.lines import Line2D
 import numpy as np
 
 METRICS = (('kl_mean', 'KL mean (nats)'), ('max_abs_diff', 'max |Δlogit|'))
-PLOTTED_ARMS = (('relocated', '-', 'relocated (filled)'),
-                ('control', '--', 'control fresh(0) (hollow)'))
+PLOTTED_ARMS = (
+  ('relocated', '-', 'relocated (filled)'),
+  ('control', '--', 'control fresh(0) (hollow)'),
+)
 DTYPE_MARKERS = {'float32': 'o', 'bfloat16': 's'}
 DTYPE_SHORT = {'float32': 'f32', 'bfloat16': 'bf16'}
 
@@ -32,34 +34,48 @@ def _series(result: dict[str, Any]) -> list[dict[str, Any]]:
   out = []
   for scheme in result['schemes']:
     for dtype in result['dtypes']:
-      cells = sorted((c for c in result['cells'] if (c['scheme'], c['dtype']) == (scheme, dtype)),
-                     key=lambda c: c['offset'])
+      cells = sorted(
+        (c for c in result['cells'] if (c['scheme'], c['dtype']) == (scheme, dtype)),
+        key=lambda c: c['offset'],
+      )
       for arm, style, _ in PLOTTED_ARMS:
-        out.append({
+        out.append(
+          {
             'label': f'{scheme} {DTYPE_SHORT.get(dtype, dtype)} {arm}',
             'offsets': np.array([c['offset'] for c in cells], np.float64),
             'values': {m: np.array([c[arm][m] for c in cells], np.float64) for m, _ in METRICS},
-            'color': colors[scheme], 'linestyle': style,
-            'marker': DTYPE_MARKERS.get(dtype, 'D'), 'filled': arm == 'relocated',
-        })
+            'color': colors[scheme],
+            'linestyle': style,
+            'marker': DTYPE_MARKERS.get(dtype, 'D'),
+            'filled': arm == 'relocated',
+          }
+        )
   return out
 
 
 def _marker_style(s: dict[str, Any]) -> dict[str, Any]:
-  return {'color': s['color'], 'marker': s['marker'], 'markersize': 5,
-          'markerfacecolor': s['color'] if s['filled'] else 'none'}
+  return {
+    'color': s['color'],
+    'marker': s['marker'],
+    'markersize': 5,
+    'markerfacecolor': s['color'] if s['filled'] else 'none',
+  }
 
 
 def _draw_metric(log_ax, zero_ax, series, metric: str, label: str) -> None:
   """Nonzero values on `log_ax` (log y); exact zeros as markers on `zero_ax` rows."""
   for s in series:
     y = s['values'][metric]
-    log_ax.plot(s['offsets'], np.where(y > 0, y, np.nan), linestyle=s['linestyle'],
-                linewidth=1.2, **_marker_style(s))
+    log_ax.plot(
+      s['offsets'],
+      np.where(y > 0, y, np.nan),
+      linestyle=s['linestyle'],
+      linewidth=1.2,
+      **_marker_style(s),
+    )
   for row, s in enumerate(series):
     zero = s['values'][metric] == 0
-    zero_ax.plot(s['offsets'][zero], np.full(zero.sum(), row), linestyle='none',
-                 **_marker_style(s))
+    zero_ax.plot(s['offsets'][zero], np.full(zero.sum(), row), linestyle='none', **_marker_style(s))
   log_ax.set_yscale('log')
   log_ax.set_ylabel(label)
   log_ax.grid(True, which='major', alpha=0.3)
@@ -77,15 +93,33 @@ def _draw_metric(log_ax, zero_ax, series, metric: str, label: str) -> None:
 
 
 def _legend(fig, result: dict[str, Any]) -> None:
-  handles = [Line2D([], [], color=f'C{i}', linewidth=2, label=s)
-             for i, s in enumerate(result['schemes'])]
-  handles += [Line2D([], [], color='gray', linestyle=style, marker='o', label=label,
-                     markerfacecolor='gray' if arm == 'relocated' else 'none')
-              for arm, style, label in PLOTTED_ARMS]
-  handles += [Line2D([], [], color='gray', linestyle='none', marker=DTYPE_MARKERS.get(d, 'D'),
-                     label=d) for d in result['dtypes']]
-  fig.legend(handles=handles, loc='upper center', ncol=min(len(handles), 6), fontsize=8,
-             frameon=False, bbox_to_anchor=(0.5, 0.965))
+  handles = [
+    Line2D([], [], color=f'C{i}', linewidth=2, label=s) for i, s in enumerate(result['schemes'])
+  ]
+  handles += [
+    Line2D(
+      [],
+      [],
+      color='gray',
+      linestyle=style,
+      marker='o',
+      label=label,
+      markerfacecolor='gray' if arm == 'relocated' else 'none',
+    )
+    for arm, style, label in PLOTTED_ARMS
+  ]
+  handles += [
+    Line2D([], [], color='gray', linestyle='none', marker=DTYPE_MARKERS.get(d, 'D'), label=d)
+    for d in result['dtypes']
+  ]
+  fig.legend(
+    handles=handles,
+    loc='upper center',
+    ncol=min(len(handles), 6),
+    fontsize=8,
+    frameon=False,
+    bbox_to_anchor=(0.5, 0.965),
+  )
 
 
 def sensitivity_figure(result: dict[str, Any]) -> Figure:
@@ -105,8 +139,7 @@ def sensitivity_figure(result: dict[str, Any]) -> Figure:
       zero_ax.set_ylabel('')
   source = ' '.join(str(result[k]) for k in ('model', 'device') if result.get(k))
   title = 'relocated graft and graft-free control vs fresh at M'
-  fig.suptitle(f'{source}: {title}' if source else title, y=0.995,
-               va='top', fontsize=11)
+  fig.suptitle(f'{source}: {title}' if source else title, y=0.995, va='top', fontsize=11)
   _legend(fig, result)
   fig.get_layout_engine().set(rect=(0, 0, 1, 0.88))
   return fig

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from graftjax import blocks
-from graftjax import relocation
+from graftjax.studies import relocation
 from graftjax.models.gemma import model as gemma_model
 
 RNG = np.random.default_rng(11)
@@ -33,14 +33,20 @@ def same_bytes(a, b):
 
 def test_own_position_graft_is_exact_for_every_scheme(model):
   for offset in (0,) + OFFSETS:
-    assert same_bytes(relocation.own_position(model, BLOCK, CONT, offset, LAYOUT),
-                      relocation.fresh_at(model, BLOCK, CONT, offset, LAYOUT)), offset
+    assert same_bytes(
+      relocation.own_position(model, BLOCK, CONT, offset, LAYOUT),
+      relocation.fresh_at(model, BLOCK, CONT, offset, LAYOUT),
+    ), offset
 
 
 def test_relocation_is_exact_only_without_absolute_positions(model):
-  equal = [same_bytes(relocation.relocated_to(model, BLOCK, CONT, offset, LAYOUT),
-                      relocation.fresh_at(model, BLOCK, CONT, offset, LAYOUT))
-           for offset in OFFSETS]
+  equal = [
+    same_bytes(
+      relocation.relocated_to(model, BLOCK, CONT, offset, LAYOUT),
+      relocation.fresh_at(model, BLOCK, CONT, offset, LAYOUT),
+    )
+    for offset in OFFSETS
+  ]
   if model.position_scheme == 'rope':
     assert not any(equal)  # re-rotated keys differ in the last bits
   else:
@@ -65,13 +71,22 @@ def test_block_attention_isolates_segments():
 def test_shifted_block_needs_explicit_consent():
   m = gemma_model.tiny()
   _, cache = m.prefill(BLOCK, cache=m.init_cache(capacity=16), chunk_size=4, logits='none')
-  block = blocks.capture(cache, blocks.Span(0, len(BLOCK)), token_ids=BLOCK,
-                         model_fingerprint=m.fingerprint, position_scheme=m.position_scheme)
-  moved = m.relocate(block, 100)
+  block = blocks.capture(
+    cache,
+    blocks.Span(0, len(BLOCK)),
+    token_ids=BLOCK,
+    model_fingerprint=m.fingerprint,
+    position_scheme=m.position_scheme,
+  )
+  moved = blocks.relocate(block, 100, model=m)
   assert moved.meta.shift == 100 and int(moved.positions[0]) == 100
   with pytest.raises(blocks.GraftError, match='allow_shifted'):
-    blocks.graft(m.init_cache(capacity=16), moved, model_fingerprint=m.fingerprint,
-                 position_scheme=m.position_scheme)
+    blocks.graft(
+      m.init_cache(capacity=16),
+      moved,
+      model_fingerprint=m.fingerprint,
+      position_scheme=m.position_scheme,
+    )
 
 
 # impl='pallas': every forward is one chunk of 3 tokens, so each model
@@ -84,18 +99,24 @@ PALLAS_OFFSETS = (64, 200)
 @pytest.mark.parametrize('scheme', ['rope', 'rope_relative', 'alibi', 'nope'])
 def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
   m = gemma_model.tiny(position_scheme=scheme, impl='pallas')
-  fresh = {offset: relocation.fresh_at(m, PALLAS_BLOCK, PALLAS_CONT, offset, PALLAS_LAYOUT)
-           for offset in PALLAS_OFFSETS}
-  equal = [same_bytes(relocation.relocated_to(m, PALLAS_BLOCK, PALLAS_CONT, offset,
-                                              PALLAS_LAYOUT), fresh[offset])
-           for offset in PALLAS_OFFSETS]
+  fresh = {
+    offset: relocation.fresh_at(m, PALLAS_BLOCK, PALLAS_CONT, offset, PALLAS_LAYOUT)
+    for offset in PALLAS_OFFSETS
+  }
+  equal = [
+    same_bytes(
+      relocation.relocated_to(m, PALLAS_BLOCK, PALLAS_CONT, offset, PALLAS_LAYOUT), fresh[offset]
+    )
+    for offset in PALLAS_OFFSETS
+  ]
   if scheme == 'rope':
     assert not any(equal)  # re-rotated keys differ in the last bits
   else:
     assert all(equal)
   # ...and the kernels compute the same model as the XLA path.
-  xla = relocation.fresh_at(m.with_impl('xla'), PALLAS_BLOCK, PALLAS_CONT, PALLAS_OFFSETS[1],
-                            PALLAS_LAYOUT)
+  xla = relocation.fresh_at(
+    m.with_impl('xla'), PALLAS_BLOCK, PALLAS_CONT, PALLAS_OFFSETS[1], PALLAS_LAYOUT
+  )
   np.testing.assert_allclose(fresh[PALLAS_OFFSETS[1]], xla, rtol=1e-5, atol=1e-5)
 
 
@@ -109,7 +130,7 @@ def test_pallas_block_attention_matches_xla_and_composes_exactly():
   xla = relocation.composed_fresh(m.with_impl('xla'), a, b, PALLAS_CONT, offsets, PALLAS_LAYOUT)
   np.testing.assert_allclose(fresh, xla, rtol=1e-5, atol=1e-5)
   one_at_a_time = dataclasses.replace(PALLAS_LAYOUT, chunk_size=1)
-  assert same_bytes(fresh, relocation.composed_fresh(m, a, b, PALLAS_CONT, offsets,
-                                                     one_at_a_time))
-  assert same_bytes(fresh, relocation.composed_grafted(m, a, b, PALLAS_CONT, offsets,
-                                                       PALLAS_LAYOUT))
+  assert same_bytes(fresh, relocation.composed_fresh(m, a, b, PALLAS_CONT, offsets, one_at_a_time))
+  assert same_bytes(
+    fresh, relocation.composed_grafted(m, a, b, PALLAS_CONT, offsets, PALLAS_LAYOUT)
+  )

@@ -26,9 +26,12 @@ def stdlib_files(min_bytes: int = 4096) -> list[pathlib.Path]:
   """Sorted .py files of the standard library of at least `min_bytes`."""
   root = pathlib.Path(sysconfig.get_paths()['stdlib'])
   files = [
-      p for p in sorted(root.rglob('*.py'))
-      if 'site-packages' not in p.parts and 'test' not in p.parts
-      and 'tests' not in p.parts and p.stat().st_size >= min_bytes
+    p
+    for p in sorted(root.rglob('*.py'))
+    if 'site-packages' not in p.parts
+    and 'test' not in p.parts
+    and 'tests' not in p.parts
+    and p.stat().st_size >= min_bytes
   ]
   if not files:
     raise FileNotFoundError(f'no standard-library sources found under {root}')
@@ -40,11 +43,11 @@ def stdlib_root() -> pathlib.Path:
 
 
 def text_samples(
-    tokenizer,
-    *,
-    count: int,
-    prefix_tokens: int,
-    continuation_tokens: int,
+  tokenizer,
+  *,
+  count: int,
+  prefix_tokens: int,
+  continuation_tokens: int,
 ) -> list[TextSample]:
   """`count` samples, each from a different stdlib file (evenly spaced in sorted order).
 
@@ -67,11 +70,13 @@ def text_samples(
     ids = tokenizer.encode(text[: need * 8], add_bos=True)
     if len(ids) < need:
       continue
-    samples.append(TextSample(
+    samples.append(
+      TextSample(
         source=str(path.relative_to(root)),
         prefix_ids=tuple(ids[:prefix_tokens]),
         continuation_ids=tuple(ids[prefix_tokens:need]),
-    ))
+      )
+    )
     if len(samples) == count:
       return samples
   raise ValueError(f'only {len(samples)} stdlib files are long enough; asked for {count}')

@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from graftjax import blocks
-from graftjax import cache as cache_lib
+from graftjax.models import cache as cache_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,30 +37,47 @@ class Layout:
 
 def _continue(model, cache, ids, first_position: int, layout: Layout) -> np.ndarray:
   """Logits [T, V] of `ids` processed (segment 0) from `first_position` on."""
-  logits, _ = model.prefill(ids, cache=cache, chunk_size=layout.chunk_size,
-                            start_position=first_position, logits='all')
+  logits, _ = model.prefill(
+    ids, cache=cache, chunk_size=layout.chunk_size, start_position=first_position, logits='all'
+  )
   return np.asarray(logits[0])
 
 
-def _prefilled(model, ids, first_position: int, layout: Layout, *, segment: int = 0,
-               skip: int = 0, cache=None):
+def _prefilled(
+  model, ids, first_position: int, layout: Layout, *, segment: int = 0, skip: int = 0, cache=None
+):
   cache = model.init_cache(capacity=layout.capacity) if cache is None else cache
   if skip:
     cache = cache_lib.reserve(cache, skip)
-  _, cache = model.prefill(ids, cache=cache, chunk_size=layout.chunk_size,
-                           start_position=first_position, logits='none', segment=segment)
+  _, cache = model.prefill(
+    ids,
+    cache=cache,
+    chunk_size=layout.chunk_size,
+    start_position=first_position,
+    logits='none',
+    segment=segment,
+  )
   return cache
 
 
 def _capture(model, cache, ids, start: int) -> blocks.KVBlock:
-  return blocks.capture(cache, blocks.Span(start, start + len(ids)), token_ids=ids,
-                        model_fingerprint=model.fingerprint,
-                        position_scheme=model.position_scheme)
+  return blocks.capture(
+    cache,
+    blocks.Span(start, start + len(ids)),
+    token_ids=ids,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
 
 
 def _graft(model, cache, block) -> cache_lib.KVCache:
-  return blocks.graft(cache, block, model_fingerprint=model.fingerprint,
-                      position_scheme=model.position_scheme, allow_shifted=True)
+  return blocks.graft(
+    cache,
+    block,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+    allow_shifted=True,
+  )
 
 
 def fresh_at(model, block_ids, continuation_ids, offset: int, layout: Layout) -> np.ndarray:
@@ -72,7 +89,7 @@ def fresh_at(model, block_ids, continuation_ids, offset: int, layout: Layout) ->
 def relocated_to(model, block_ids, continuation_ids, offset: int, layout: Layout) -> np.ndarray:
   """Block computed alone at offset 0, moved to `offset`, grafted; then continued."""
   block = _capture(model, _prefilled(model, block_ids, 0, layout), block_ids, 0)
-  moved = model.relocate(block, offset)
+  moved = blocks.relocate(block, offset, model=model)
   cache = _graft(model, model.init_cache(capacity=layout.capacity), moved)
   return _continue(model, cache, continuation_ids, offset + len(block_ids), layout)
 
@@ -97,6 +114,6 @@ def composed_grafted(model, a_ids, b_ids, continuation_ids, offsets, layout: Lay
   b_cache = _prefilled(model, b_ids, 0, layout, segment=2, skip=len(a_ids))
   b = _capture(model, b_cache, b_ids, len(a_ids))
   cache = model.init_cache(capacity=layout.capacity)
-  cache = _graft(model, cache, model.relocate(a, offsets[0]))
-  cache = _graft(model, cache, model.relocate(b, offsets[1]))
+  cache = _graft(model, cache, blocks.relocate(a, offsets[0], model=model))
+  cache = _graft(model, cache, blocks.relocate(b, offsets[1], model=model))
   return _continue(model, cache, continuation_ids, offsets[1] + len(b_ids), layout)

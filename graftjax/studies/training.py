@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from graftjax import cache as cache_lib
-from graftjax import corpus
+from graftjax.models import cache as cache_lib
+from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
@@ -52,10 +52,26 @@ MODEL_JSON = 'model.json'
 # Named sizes. A layer is global every `global_every` layers, local otherwise
 # (Gemma 3's pattern is five local layers, then one global).
 SIZES = {
-    'tiny': dict(embed_dim=32, hidden_dim=64, num_heads=2, num_kv_heads=1, head_dim=16,
-                 num_layers=2, global_every=2, sliding_window=8),
-    'small': dict(embed_dim=256, hidden_dim=1024, num_heads=4, num_kv_heads=1, head_dim=64,
-                  num_layers=6, global_every=6, sliding_window=64),
+  'tiny': dict(
+    embed_dim=32,
+    hidden_dim=64,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    num_layers=2,
+    global_every=2,
+    sliding_window=8,
+  ),
+  'small': dict(
+    embed_dim=256,
+    hidden_dim=1024,
+    num_heads=4,
+    num_kv_heads=1,
+    head_dim=64,
+    num_layers=6,
+    global_every=6,
+    sliding_window=64,
+  ),
 }
 
 
@@ -66,23 +82,34 @@ def small_config(size: str = 'small', *, scheme: str) -> config_lib.GemmaConfig:
   except KeyError:
     raise ValueError(f'unknown size {size!r}; known: {sorted(SIZES)}') from None
   types = tuple(
-      config_lib.AttentionType.GLOBAL if (i + 1) % s['global_every'] == 0
-      else config_lib.AttentionType.LOCAL_SLIDING for i in range(s['num_layers']))
+    config_lib.AttentionType.GLOBAL
+    if (i + 1) % s['global_every'] == 0
+    else config_lib.AttentionType.LOCAL_SLIDING
+    for i in range(s['num_layers'])
+  )
   return config_lib.GemmaConfig(
-      vocab_size=VOCAB_SIZE, embed_dim=s['embed_dim'], hidden_dim=s['hidden_dim'],
-      num_heads=s['num_heads'], num_kv_heads=s['num_kv_heads'], head_dim=s['head_dim'],
-      attention_types=types, sliding_window=s['sliding_window'],
-      position_scheme=config_lib.PositionScheme(scheme),
-      bos_id=corpus.ByteTokenizer().bos_id)
+    vocab_size=VOCAB_SIZE,
+    embed_dim=s['embed_dim'],
+    hidden_dim=s['hidden_dim'],
+    num_heads=s['num_heads'],
+    num_kv_heads=s['num_kv_heads'],
+    head_dim=s['head_dim'],
+    attention_types=types,
+    sliding_window=s['sliding_window'],
+    position_scheme=config_lib.PositionScheme(scheme),
+    bos_id=corpus.ByteTokenizer().bos_id,
+  )
 
 
 def config_from_json(data: dict[str, Any]) -> config_lib.GemmaConfig:
   """Inverse of `GemmaConfig.to_json`."""
-  return config_lib.GemmaConfig(**{
+  return config_lib.GemmaConfig(
+    **{
       **data,
       'attention_types': tuple(config_lib.AttentionType(t) for t in data['attention_types']),
       'position_scheme': config_lib.PositionScheme(data['position_scheme']),
-  })
+    }
+  )
 
 
 def parameter_count(params) -> int:
@@ -105,10 +132,12 @@ class Corpus:
 
   def to_json(self) -> dict[str, Any]:
     return {
-        'train_files': len(self.train_files), 'held_out_files': list(self.held_out_files),
-        'train_tokens': int(self.train.size), 'held_out_tokens': int(self.held_out.size),
-        'train_sha256': ledger.sha256_tokens(self.train),
-        'held_out_sha256': ledger.sha256_tokens(self.held_out),
+      'train_files': len(self.train_files),
+      'held_out_files': list(self.held_out_files),
+      'train_tokens': int(self.train.size),
+      'held_out_tokens': int(self.held_out.size),
+      'train_sha256': ledger.sha256_tokens(self.train),
+      'held_out_sha256': ledger.sha256_tokens(self.held_out),
     }
 
 
@@ -133,14 +162,21 @@ def load_corpus(*, held_out_every: int = 20, max_files: int | None = None) -> Co
     names.append(name)
     chunks.append(np.asarray(ids, np.int32))
   if not split[True][0] or not split[False][0]:
-    raise ValueError(f'empty split: {len(split[False][0])} train, {len(split[True][0])}'
-                     f' held-out files (held_out_every={held_out_every}, max_files={max_files})')
-  return Corpus(train=np.concatenate(split[False][1]), held_out=np.concatenate(split[True][1]),
-                train_files=tuple(split[False][0]), held_out_files=tuple(split[True][0]))
+    raise ValueError(
+      f'empty split: {len(split[False][0])} train, {len(split[True][0])}'
+      f' held-out files (held_out_every={held_out_every}, max_files={max_files})'
+    )
+  return Corpus(
+    train=np.concatenate(split[False][1]),
+    held_out=np.concatenate(split[True][1]),
+    train_files=tuple(split[False][0]),
+    held_out_files=tuple(split[True][0]),
+  )
 
 
-def random_windows(tokens: np.ndarray, rng: np.random.Generator, *, batch: int,
-                   seq_len: int) -> np.ndarray:
+def random_windows(
+  tokens: np.ndarray, rng: np.random.Generator, *, batch: int, seq_len: int
+) -> np.ndarray:
   """[batch, seq_len + 1] windows at uniformly random starts."""
   starts = rng.integers(0, tokens.size - seq_len - 1, size=batch)
   return tokens[starts[:, None] + np.arange(seq_len + 1)]
@@ -209,8 +245,13 @@ def loss_fn(params, windows: jax.Array, *, config: config_lib.GemmaConfig, table
   tokens, targets = windows[:, :-1], windows[:, 1:]
   batch, length = tokens.shape
   positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), tokens.shape)
-  cache = cache_lib.init(num_layers=config.num_layers, batch_size=batch, capacity=length,
-                         num_kv_heads=config.num_kv_heads, head_dim=config.head_dim)
+  cache = cache_lib.init(
+    num_layers=config.num_layers,
+    batch_size=batch,
+    capacity=length,
+    num_kv_heads=config.num_kv_heads,
+    head_dim=config.head_dim,
+  )
   logits, _ = transformer.forward(params, tokens, positions, cache, config=config, tables=tables)
   log_probs = jax.nn.log_softmax(logits, axis=-1)
   return -jnp.mean(jnp.take_along_axis(log_probs, targets[..., None], axis=-1))
@@ -219,12 +260,22 @@ def loss_fn(params, windows: jax.Array, *, config: config_lib.GemmaConfig, table
 def optimizer(settings: Settings) -> optax.GradientTransformation:
   """Clipped AdamW with warmup + cosine decay; matrices decayed, norm vectors not."""
   schedule = optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=settings.learning_rate, warmup_steps=settings.warmup_steps,
-      decay_steps=settings.steps, end_value=0.1 * settings.learning_rate)
+    init_value=0.0,
+    peak_value=settings.learning_rate,
+    warmup_steps=settings.warmup_steps,
+    decay_steps=settings.steps,
+    end_value=0.1 * settings.learning_rate,
+  )
   return optax.chain(
-      optax.clip_by_global_norm(settings.clip_norm),
-      optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=settings.weight_decay,
-                  mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)))
+    optax.clip_by_global_norm(settings.clip_norm),
+    optax.adamw(
+      schedule,
+      b1=0.9,
+      b2=0.95,
+      weight_decay=settings.weight_decay,
+      mask=lambda params: jax.tree.map(lambda p: p.ndim >= 2, params),
+    ),
+  )
 
 
 def _train_step(config, opt, tables):
@@ -243,16 +294,16 @@ def _train_step(config, opt, tables):
 def _evaluator(config, tables, windows: np.ndarray, batch: int) -> Callable[[Any], float]:
   """params -> mean loss over `windows` [N, L+1], in batches of `batch` (N a multiple)."""
   loss = jax.jit(functools.partial(loss_fn, config=config, tables=tables))
-  chunks = [windows[i:i + batch] for i in range(0, len(windows), batch)]
+  chunks = [windows[i : i + batch] for i in range(0, len(windows), batch)]
   return lambda params: float(np.mean([loss(params, c) for c in chunks]))
 
 
 def train(
-    *,
-    config: config_lib.GemmaConfig,
-    settings: Settings,
-    data: Corpus,
-    progress: Callable[[Iterable], Iterable] | None = None,
+  *,
+  config: config_lib.GemmaConfig,
+  settings: Settings,
+  data: Corpus,
+  progress: Callable[[Iterable], Iterable] | None = None,
 ) -> TrainResult:
   """Trains a model of `config` from `settings.seed`; evaluates on held-out windows.
 
@@ -264,8 +315,9 @@ def train(
   params = transformer.init_params(config, seed=settings.seed)
   opt_state = opt.init(params)
   step = _train_step(config, opt, tables)
-  eval_windows = even_windows(data.held_out, count=settings.eval_batches * settings.batch,
-                              seq_len=settings.seq_len)
+  eval_windows = even_windows(
+    data.held_out, count=settings.eval_batches * settings.batch, seq_len=settings.seq_len
+  )
   evaluate = _evaluator(config, tables, eval_windows, settings.batch)
   rng = np.random.default_rng([settings.seed, 1])
   losses, held_out = [], []
@@ -279,19 +331,22 @@ def train(
       held_out.append((done, evaluate(params)))
       if hasattr(steps, 'set_postfix'):
         steps.set_postfix(train=f'{float(loss):.3f}', held_out=f'{held_out[-1][1]:.3f}')
-  return TrainResult(params=jax.tree.map(np.asarray, params),
-                     train_loss=np.asarray(jnp.stack(losses)), held_out=held_out)
+  return TrainResult(
+    params=jax.tree.map(np.asarray, params),
+    train_loss=np.asarray(jnp.stack(losses)),
+    held_out=held_out,
+  )
 
 
 def save(
-    path: str | os.PathLike,
-    *,
-    config: config_lib.GemmaConfig,
-    result: TrainResult,
-    settings: Settings,
-    data: Corpus,
-    extra: dict[str, Any] | None = None,
-    overwrite: bool = False,
+  path: str | os.PathLike,
+  *,
+  config: config_lib.GemmaConfig,
+  result: TrainResult,
+  settings: Settings,
+  data: Corpus,
+  extra: dict[str, Any] | None = None,
+  overwrite: bool = False,
 ) -> str:
   """Writes `params/` (orbax) and `model.json` to `path`, atomically; returns model.json's digest.
 
@@ -309,17 +364,26 @@ def save(
   staging = pathlib.Path(tempfile.mkdtemp(dir=path.parent, prefix=f'.{path.name}.tmp-'))
   try:
     ocp.PyTreeCheckpointer().save(staging / 'params', result.params)
-    sha = ledger.write_result(staging / MODEL_JSON, {
-        'experiment': 'train_small', **(extra or {}),
-        'config': config.to_json(), 'settings': dataclasses.asdict(settings),
-        'corpus': data.to_json(), 'parameter_count': parameter_count(result.params),
-        'params_sha256': digest, 'model_fingerprint': model.fingerprint,
+    sha = ledger.write_result(
+      staging / MODEL_JSON,
+      {
+        'experiment': 'train_small',
+        **(extra or {}),
+        'config': config.to_json(),
+        'settings': dataclasses.asdict(settings),
+        'corpus': data.to_json(),
+        'parameter_count': parameter_count(result.params),
+        'params_sha256': digest,
+        'model_fingerprint': model.fingerprint,
         'held_out_loss': result.held_out_loss,
         'held_out_bits_per_byte': result.held_out_loss / math.log(2),
         'held_out_tokens': settings.eval_batches * settings.batch * settings.seq_len,
-        'history': {'held_out': [list(h) for h in result.held_out],
-                    'train_loss': [float(x) for x in result.train_loss]},
-    })
+        'history': {
+          'held_out': [list(h) for h in result.held_out],
+          'train_loss': [float(x) for x in result.train_loss],
+        },
+      },
+    )
     if path.exists():
       shutil.rmtree(path)
     os.rename(staging, path)
@@ -355,5 +419,6 @@ def load_trained(path: str | os.PathLike, *, dtype=jnp.float32) -> gemma_model.G
   digest = checkpoint.params_digest(params)
   if digest != record['params_sha256']:
     raise ValueError(f'{path}: params digest {digest} != recorded {record["params_sha256"]}')
-  return gemma_model.from_params(config_from_json(record['config']), params, dtype=dtype,
-                                 params_digest=digest)
+  return gemma_model.from_params(
+    config_from_json(record['config']), params, dtype=dtype, params_digest=digest
+  )

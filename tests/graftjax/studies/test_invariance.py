@@ -12,22 +12,29 @@ import sys
 import numpy as np
 import pytest
 
-from graftjax import corpus
-from graftjax import invariance
+from graftjax.studies import corpus
+from graftjax.studies import invariance
 from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
 
 RNG = np.random.default_rng(21)
 SAMPLE = corpus.TextSample(
-    source='random', prefix_ids=tuple(int(t) for t in RNG.integers(3, 256, 17)),
-    continuation_ids=tuple(int(t) for t in RNG.integers(3, 256, 6)))
+  source='random',
+  prefix_ids=tuple(int(t) for t in RNG.integers(3, 256, 17)),
+  continuation_ids=tuple(int(t) for t in RNG.integers(3, 256, 6)),
+)
 
 
 def cells(impl, tmp_path):
   model = gemma_model.tiny(impl=impl)
   return invariance.run_invariance(
-      model=model, samples=[SAMPLE], chunk_sizes=(1, 7), batch_sizes=(1, 3),
-      capacity=64, store_root=tmp_path / impl)['cells']
+    model=model,
+    samples=[SAMPLE],
+    chunk_sizes=(1, 7),
+    batch_sizes=(1, 3),
+    capacity=64,
+    store_root=tmp_path / impl,
+  )['cells']
 
 
 def test_pallas_grafted_equals_single_pass(tmp_path):
@@ -45,8 +52,13 @@ def test_xla_grafted_differs_from_single_pass(tmp_path):
 def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
   model = gemma_model.tiny(impl='pallas')
   result = invariance.run_invariance(
-      model=model, samples=[SAMPLE], chunk_sizes=(7,), batch_sizes=(2,), capacity=64,
-      store_root=tmp_path)
+    model=model,
+    samples=[SAMPLE],
+    chunk_sizes=(7,),
+    batch_sizes=(2,),
+    capacity=64,
+    store_root=tmp_path,
+  )
   (record,) = result['samples']
   (cell,) = record['cells']
   assert cell['rows'] == 2 and cell['rows_byte_equal'] == 2
@@ -55,17 +67,28 @@ def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
 
 def _run_script(*flags):
   script = pathlib.Path(__file__).parents[2] / 'experiments' / 'invariance.py'
-  return subprocess.run([sys.executable, str(script), '--model=tiny', '--impl=xla', *flags],
-                        capture_output=True, text=True, check=False)
+  return subprocess.run(
+    [sys.executable, str(script), '--model=tiny', '--impl=xla', *flags],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
 
 
 def test_shards_merge_into_the_unsharded_table(tmp_path):
-  common = ['--samples=3', '--prefix_tokens=12', '--continuation_tokens=4',
-            '--chunk_sizes=1,5', '--batch_sizes=1,2']
+  common = [
+    '--samples=3',
+    '--prefix_tokens=12',
+    '--continuation_tokens=4',
+    '--chunk_sizes=1,5',
+    '--batch_sizes=1,2',
+  ]
   paths = [tmp_path / f'{name}.json' for name in ('whole', 'a', 'b', 'merged')]
-  runs = [_run_script(*common, f'--out={paths[0]}'),
-          _run_script(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
-          _run_script(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}')]
+  runs = [
+    _run_script(*common, f'--out={paths[0]}'),
+    _run_script(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
+    _run_script(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}'),
+  ]
   for proc in runs:
     assert proc.returncode == 0, proc.stderr[-2000:]
   proc = _run_script(f'--merge={paths[2]},{paths[1]}', f'--out={paths[3]}')
@@ -73,7 +96,8 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
   whole, a, b, merged = (ledger.verify_result(p) for p in paths)
   assert merged['cells'] == whole['cells']
   assert [s['sha256_single_pass'] for s in merged['samples']] == [
-      s['sha256_single_pass'] for s in whole['samples']]
+    s['sha256_single_pass'] for s in whole['samples']
+  ]
   assert [s['samples'] for s in merged['shards']] == [[0, 2], [2, 3]]
   assert merged['complete'] and merged['samples_run'] == 3
 

@@ -1,6 +1,6 @@
 """The grafted arm in another process, which only reads the block store.
 
-    python -m graftjax.replay REQUEST.json
+    python -m graftjax.studies.replay REQUEST.json
 
 The request names the model, the store, the schedule and, per sample, the
 block key, the token ids and a folder holding the fresh arm's outputs
@@ -20,52 +20,37 @@ from typing import Any
 from graftjax import determinism
 
 
-def write_fresh(folder: pathlib.Path, arm) -> None:
-  """Saves a fresh ArmOutput where a replay process can read it."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  folder.mkdir(parents=True, exist_ok=True)
-  np.save(folder / 'logits.npy', arm.logits, allow_pickle=False)
-  if arm.rollout_logits is not None:
-    np.save(folder / 'rollout_logits.npy', arm.rollout_logits, allow_pickle=False)
-  (folder / 'rollout_tokens.json').write_text(json.dumps(list(arm.rollout_tokens)))
-
-
-def read_fresh(folder: pathlib.Path):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  from graftjax import graft_gate  # pylint: disable=g-import-not-at-top
-
-  rollout_path = folder / 'rollout_logits.npy'
-  return graft_gate.ArmOutput(
-      logits=np.load(folder / 'logits.npy', allow_pickle=False),
-      rollout_tokens=tuple(json.loads((folder / 'rollout_tokens.json').read_text())),
-      rollout_logits=np.load(rollout_path, allow_pickle=False) if rollout_path.exists() else None)
-
-
 def replay(request: dict[str, Any]) -> dict[str, Any]:
   """Runs the grafted arm for every sample of `request`; returns the report."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  from graftjax import corpus, graft_gate, store as store_lib  # pylint: disable=g-import-not-at-top
+  from graftjax import store as store_lib
+  from graftjax.studies import corpus, graft_gate  # pylint: disable=g-import-not-at-top
   from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
 
   model = gemma_model.load_named(
-      request['model'], dtype=jnp.dtype(request['dtype']),
-      position_scheme=request.get('position_scheme', 'rope'))
+    request['model'],
+    dtype=jnp.dtype(request['dtype']),
+    position_scheme=request.get('position_scheme', 'rope'),
+  )
   if model.fingerprint != request['model_fingerprint']:
     raise RuntimeError(
-        f"this process's model fingerprint {model.fingerprint} differs from the"
-        f" depositor's {request['model_fingerprint']}")
+      f"this process's model fingerprint {model.fingerprint} differs from the"
+      f" depositor's {request['model_fingerprint']}"
+    )
   store = store_lib.BlockStore(request['store'])
   schedule = graft_gate.Schedule(**request['schedule'])
   comparisons = []
   for item in request['samples']:
     sample = corpus.TextSample(
-        source=item['source'], prefix_ids=tuple(item['prefix_ids']),
-        continuation_ids=tuple(item['continuation_ids']))
+      source=item['source'],
+      prefix_ids=tuple(item['prefix_ids']),
+      continuation_ids=tuple(item['continuation_ids']),
+    )
     out = graft_gate.grafted(model, sample, schedule, store, item['key'])
-    comparisons.append(graft_gate.compare_arms(read_fresh(pathlib.Path(item['fresh_dir'])), out))
+    comparisons.append(
+      graft_gate.compare_arms(graft_gate.read_fresh(pathlib.Path(item['fresh_dir'])), out)
+    )
   return {'determinism': determinism.record(), 'comparisons': comparisons}
 
 

@@ -61,39 +61,39 @@ class KVCache:
 
 
 def init(
-    *,
-    num_layers: int,
-    batch_size: int,
-    capacity: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: jnp.dtype = jnp.float32,
+  *,
+  num_layers: int,
+  batch_size: int,
+  capacity: int,
+  num_kv_heads: int,
+  head_dim: int,
+  dtype: jnp.dtype = jnp.float32,
 ) -> KVCache:
   """An empty cache: zeros everywhere, every position -1."""
   if min(num_layers, batch_size, capacity, num_kv_heads, head_dim) <= 0:
     raise ValueError(
-        'every cache dimension must be positive, got'
-        f' num_layers={num_layers} batch_size={batch_size}'
-        f' capacity={capacity} num_kv_heads={num_kv_heads} head_dim={head_dim}'
+      'every cache dimension must be positive, got'
+      f' num_layers={num_layers} batch_size={batch_size}'
+      f' capacity={capacity} num_kv_heads={num_kv_heads} head_dim={head_dim}'
     )
   shape = (num_layers, batch_size, capacity, num_kv_heads, head_dim)
   return KVCache(
-      k=jnp.zeros(shape, dtype),
-      v=jnp.zeros(shape, dtype),
-      positions=jnp.full((batch_size, capacity), EMPTY_POSITION, jnp.int32),
-      segments=jnp.zeros((batch_size, capacity), jnp.int32),
-      length=jnp.zeros((), jnp.int32),
+    k=jnp.zeros(shape, dtype),
+    v=jnp.zeros(shape, dtype),
+    positions=jnp.full((batch_size, capacity), EMPTY_POSITION, jnp.int32),
+    segments=jnp.zeros((batch_size, capacity), jnp.int32),
+    length=jnp.zeros((), jnp.int32),
   )
 
 
 def write_layer(
-    cache: KVCache, layer: int, start: jax.Array, k: jax.Array, v: jax.Array
+  cache: KVCache, layer: int, start: jax.Array, k: jax.Array, v: jax.Array
 ) -> KVCache:
   """Writes one layer's new keys/values [B, T, K, H] at slots [start, start+T)."""
   start = (layer, 0, start, 0, 0)
   return cache.replace(
-      k=jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start),
-      v=jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start),
+    k=jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start),
+    v=jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start),
   )
 
 
@@ -105,14 +105,15 @@ def advance(cache: KVCache, positions: jax.Array, segments: jax.Array) -> KVCach
   `length` with `write_layer`.
   """
   new_positions = jax.lax.dynamic_update_slice(
-      cache.positions, positions.astype(jnp.int32), (0, cache.length)
+    cache.positions, positions.astype(jnp.int32), (0, cache.length)
   )
   new_segments = jax.lax.dynamic_update_slice(
-      cache.segments, segments.astype(jnp.int32), (0, cache.length)
+    cache.segments, segments.astype(jnp.int32), (0, cache.length)
   )
   return cache.replace(
-      positions=new_positions, segments=new_segments,
-      length=cache.length + positions.shape[1],
+    positions=new_positions,
+    segments=new_segments,
+    length=cache.length + positions.shape[1],
   )
 
 
@@ -122,9 +123,9 @@ def slice_rows(cache: KVCache, start: int, stop: int, batch_index: int = 0):
   Returns k, v as [L, n, K, H] and positions as [n].
   """
   return (
-      cache.k[:, batch_index, start:stop],
-      cache.v[:, batch_index, start:stop],
-      cache.positions[batch_index, start:stop],
+    cache.k[:, batch_index, start:stop],
+    cache.v[:, batch_index, start:stop],
+    cache.positions[batch_index, start:stop],
   )
 
 
@@ -135,6 +136,5 @@ def reserve(cache: KVCache, slots: int) -> KVCache:
   keeps the arithmetic of every attention row the same in both places.
   """
   if slots < 0 or int(cache.length) + slots > cache.capacity:
-    raise ValueError(
-        f'cannot reserve {slots} slots: {int(cache.length)} of {cache.capacity} used')
+    raise ValueError(f'cannot reserve {slots} slots: {int(cache.length)} of {cache.capacity} used')
   return cache.replace(length=cache.length + slots)

@@ -42,12 +42,21 @@ class ImplFlags:
 
 def define(default: str, flag_values: flags.FlagValues = flags.FLAGS) -> ImplFlags:
   """Defines --impl (default `default`) and --<op>_impl for every op."""
-  impl = flags.DEFINE_enum('impl', default, list(config_lib.IMPLS),
-                           'Kernels for every op without its own --<op>_impl.',
-                           flag_values=flag_values)
+  impl = flags.DEFINE_enum(
+    'impl',
+    default,
+    list(config_lib.IMPLS),
+    'Kernels for every op without its own --<op>_impl.',
+    flag_values=flag_values,
+  )
   per_op = {
-      op: flags.DEFINE_enum(f'{op}_impl', None, list(config_lib.IMPLS),
-                            f'Kernels for {op} (default: --impl).', flag_values=flag_values)
-      for op in config_lib.OPS
+    op: flags.DEFINE_enum(
+      f'{op}_impl',
+      None,
+      list(config_lib.IMPLS),
+      f'Kernels for {op} (default: --impl).',
+      flag_values=flag_values,
+    )
+    for op in config_lib.OPS
   }
   return ImplFlags(impl=impl, per_op=per_op)

@@ -15,6 +15,10 @@ shapes. After the continuation, each arm decodes a greedy rollout.
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import jax
@@ -22,10 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax import blocks
-from graftjax import corpus
 from graftjax import exactness
 from graftjax import ledger
 from graftjax.models.gemma import sampler
+from graftjax.studies import corpus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,50 +72,75 @@ def prefill_prefix(model, sample: corpus.TextSample, schedule: Schedule):
   schedule.check(sample)
   cache = model.init_cache(capacity=schedule.capacity)
   _, cache = model.prefill(
-      sample.prefix_ids, cache=cache, chunk_size=schedule.chunk_size, logits='none')
+    sample.prefix_ids, cache=cache, chunk_size=schedule.chunk_size, logits='none'
+  )
   return cache
 
 
 def continue_and_roll_out(
-    model, cache, sample: corpus.TextSample, schedule: Schedule, *, rollout: bool = True
+  model, cache, sample: corpus.TextSample, schedule: Schedule, *, rollout: bool = True
 ) -> ArmOutput:
   """Processes the continuation after the prefix, then a greedy rollout."""
   start = len(sample.prefix_ids)
   logits, cache = model.prefill(
-      sample.continuation_ids, cache=cache, chunk_size=schedule.chunk_size,
-      start_position=start, logits='all')
+    sample.continuation_ids,
+    cache=cache,
+    chunk_size=schedule.chunk_size,
+    start_position=start,
+    logits='all',
+  )
   logits = np.asarray(logits[0])
   if not rollout or schedule.rollout_tokens == 0:
     return ArmOutput(logits=logits, rollout_tokens=(), rollout_logits=None)
   next_position = start + len(sample.continuation_ids)
   tokens, step_logits, steps, _ = sampler.decode(
-      model.params, jnp.asarray(logits[-1:]), jnp.full((1,), next_position, jnp.int32),
-      cache, jax.random.key(0), config=model.config,
-      max_new_tokens=schedule.rollout_tokens, keep_logits=True, tables=model.tables)
+    model.params,
+    jnp.asarray(logits[-1:]),
+    jnp.full((1,), next_position, jnp.int32),
+    cache,
+    jax.random.key(0),
+    config=model.config,
+    max_new_tokens=schedule.rollout_tokens,
+    keep_logits=True,
+    tables=model.tables,
+  )
   n = int(steps)
   return ArmOutput(
-      logits=logits,
-      rollout_tokens=tuple(int(t) for t in np.asarray(tokens)[0, :n]),
-      rollout_logits=np.asarray(step_logits)[0, :n])
+    logits=logits,
+    rollout_tokens=tuple(int(t) for t in np.asarray(tokens)[0, :n]),
+    rollout_logits=np.asarray(step_logits)[0, :n],
+  )
 
 
-def fresh(model, sample: corpus.TextSample, schedule: Schedule, *, rollout: bool = True) -> ArmOutput:
+def fresh(
+  model, sample: corpus.TextSample, schedule: Schedule, *, rollout: bool = True
+) -> ArmOutput:
   return continue_and_roll_out(
-      model, prefill_prefix(model, sample, schedule), sample, schedule, rollout=rollout)
+    model, prefill_prefix(model, sample, schedule), sample, schedule, rollout=rollout
+  )
 
 
 def deposit(model, sample: corpus.TextSample, schedule: Schedule, store) -> str:
   """Prefills the prefix in a new context, captures it, stores it; returns the key."""
   cache = prefill_prefix(model, sample, schedule)
   block = blocks.capture(
-      cache, blocks.Span(0, len(sample.prefix_ids)), token_ids=sample.prefix_ids,
-      model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
+    cache,
+    blocks.Span(0, len(sample.prefix_ids)),
+    token_ids=sample.prefix_ids,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
   return store.put(block)
 
 
 def grafted(
-    model, sample: corpus.TextSample, schedule: Schedule, store, key: str,
-    *, rollout: bool = True,
+  model,
+  sample: corpus.TextSample,
+  schedule: Schedule,
+  store,
+  key: str,
+  *,
+  rollout: bool = True,
 ) -> ArmOutput:
   """A new context grafts the stored prefix block, then continues."""
   schedule.check(sample)
@@ -119,8 +148,11 @@ def grafted(
   if block.meta.token_ids != tuple(sample.prefix_ids):
     raise blocks.GraftError(f'block {key[:12]}… holds other tokens than the sample prefix')
   cache = blocks.graft(
-      model.init_cache(capacity=schedule.capacity), block,
-      model_fingerprint=model.fingerprint, position_scheme=model.position_scheme)
+    model.init_cache(capacity=schedule.capacity),
+    block,
+    model_fingerprint=model.fingerprint,
+    position_scheme=model.position_scheme,
+  )
   return continue_and_roll_out(model, cache, sample, schedule, rollout=rollout)
 
 
@@ -128,29 +160,53 @@ def rollout_comparison(reference: ArmOutput, candidate: ArmOutput) -> dict[str, 
   """Token-for-token and logit-byte comparison of two rollouts."""
   same_len = len(reference.rollout_tokens) == len(candidate.rollout_tokens)
   out = {
-      'tokens_equal': reference.rollout_tokens == candidate.rollout_tokens,
-      'length': len(reference.rollout_tokens),
-      'sha256_logits_reference': ledger.sha256_array(reference.rollout_logits),
-      'sha256_logits_candidate': ledger.sha256_array(candidate.rollout_logits),
+    'tokens_equal': reference.rollout_tokens == candidate.rollout_tokens,
+    'length': len(reference.rollout_tokens),
+    'sha256_logits_reference': ledger.sha256_array(reference.rollout_logits),
+    'sha256_logits_candidate': ledger.sha256_array(candidate.rollout_logits),
   }
   out['logits_byte_equal'] = bool(
-      same_len and out['sha256_logits_reference'] == out['sha256_logits_candidate'])
+    same_len and out['sha256_logits_reference'] == out['sha256_logits_candidate']
+  )
   if not out['tokens_equal']:
-    first = next((i for i, (a, b) in enumerate(
-        zip(reference.rollout_tokens, candidate.rollout_tokens)) if a != b),
-        min(len(reference.rollout_tokens), len(candidate.rollout_tokens)))
+    first = next(
+      (
+        i
+        for i, (a, b) in enumerate(zip(reference.rollout_tokens, candidate.rollout_tokens))
+        if a != b
+      ),
+      min(len(reference.rollout_tokens), len(candidate.rollout_tokens)),
+    )
     out['first_divergence'] = first
   return out
 
 
 def sample_record(sample: corpus.TextSample) -> dict[str, Any]:
   return {
-      'source': sample.source,
-      'prefix_tokens': len(sample.prefix_ids),
-      'continuation_tokens': len(sample.continuation_ids),
-      'sha256_prefix_ids': ledger.sha256_tokens(sample.prefix_ids),
-      'sha256_continuation_ids': ledger.sha256_tokens(sample.continuation_ids),
+    'source': sample.source,
+    'prefix_tokens': len(sample.prefix_ids),
+    'continuation_tokens': len(sample.continuation_ids),
+    'sha256_prefix_ids': ledger.sha256_tokens(sample.prefix_ids),
+    'sha256_continuation_ids': ledger.sha256_tokens(sample.continuation_ids),
   }
+
+
+def write_fresh(folder: pathlib.Path, arm) -> None:
+  """Saves a fresh ArmOutput where a replay process can read it."""
+  folder.mkdir(parents=True, exist_ok=True)
+  np.save(folder / 'logits.npy', arm.logits, allow_pickle=False)
+  if arm.rollout_logits is not None:
+    np.save(folder / 'rollout_logits.npy', arm.rollout_logits, allow_pickle=False)
+  (folder / 'rollout_tokens.json').write_text(json.dumps(list(arm.rollout_tokens)))
+
+
+def read_fresh(folder: pathlib.Path):
+  rollout_path = folder / 'rollout_logits.npy'
+  return ArmOutput(
+    logits=np.load(folder / 'logits.npy', allow_pickle=False),
+    rollout_tokens=tuple(json.loads((folder / 'rollout_tokens.json').read_text())),
+    rollout_logits=np.load(rollout_path, allow_pickle=False) if rollout_path.exists() else None,
+  )
 
 
 def compare_arms(fresh_out: ArmOutput, other: ArmOutput) -> dict[str, Any]:
@@ -162,43 +218,50 @@ def compare_arms(fresh_out: ArmOutput, other: ArmOutput) -> dict[str, Any]:
 
 
 def _other_process(model, model_name, samples, keys, schedule, store_root, workdir):
-  """Runs `graftjax.replay` in a child process; returns its comparisons."""
-  import json  # pylint: disable=g-import-not-at-top
-  import pathlib  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
+  """Runs `graftjax.studies.replay` in a child process; returns its comparisons."""
 
   workdir = pathlib.Path(workdir)
   request = {
-      'model': model_name, 'dtype': jnp.dtype(model.dtype).name,
-      'position_scheme': model.position_scheme,
-      'model_fingerprint': model.fingerprint, 'store': str(store_root),
-      'schedule': dataclasses.asdict(schedule), 'out': str(workdir / 'replay_out.json'),
-      'samples': [{
-          'source': s.source, 'prefix_ids': list(s.prefix_ids),
-          'continuation_ids': list(s.continuation_ids), 'key': key,
-          'fresh_dir': str(workdir / f'fresh_{i}'),
-      } for i, (s, key) in enumerate(zip(samples, keys))],
+    'model': model_name,
+    'dtype': jnp.dtype(model.dtype).name,
+    'position_scheme': model.position_scheme,
+    'model_fingerprint': model.fingerprint,
+    'store': str(store_root),
+    'schedule': dataclasses.asdict(schedule),
+    'out': str(workdir / 'replay_out.json'),
+    'samples': [
+      {
+        'source': s.source,
+        'prefix_ids': list(s.prefix_ids),
+        'continuation_ids': list(s.continuation_ids),
+        'key': key,
+        'fresh_dir': str(workdir / f'fresh_{i}'),
+      }
+      for i, (s, key) in enumerate(zip(samples, keys))
+    ],
   }
   (workdir / 'replay_request.json').write_text(json.dumps(request))
   proc = subprocess.run(
-      [sys.executable, '-m', 'graftjax.replay', str(workdir / 'replay_request.json')],
-      capture_output=True, text=True, check=False)
+    [sys.executable, '-m', 'graftjax.studies.replay', str(workdir / 'replay_request.json')],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   if proc.returncode:
     raise RuntimeError(f'replay process failed ({proc.returncode}):\n{proc.stderr[-4000:]}')
   return json.loads((workdir / 'replay_out.json').read_text())
 
 
 def run_gate(
-    *,
-    model,
-    model_name: str,
-    samples: list[corpus.TextSample],
-    schedule: Schedule,
-    store,
-    workdir,
-    other_process: bool = True,
-    progress=None,
+  *,
+  model,
+  model_name: str,
+  samples: list[corpus.TextSample],
+  schedule: Schedule,
+  store,
+  workdir,
+  other_process: bool = True,
+  progress=None,
 ) -> dict[str, Any]:
   """The experiment: per sample, fresh vs grafted, fresh vs fresh, other process.
 
@@ -214,14 +277,10 @@ def run_gate(
   Returns:
     JSON-ready dict: per-sample records and a summary per comparison.
   """
-  import pathlib  # pylint: disable=g-import-not-at-top
-
-  from graftjax import replay  # pylint: disable=g-import-not-at-top
 
   workdir = pathlib.Path(workdir)
   records, keys = [], []
-  per_arm: dict[str, list[exactness.Comparison]] = {
-      'fresh_vs_grafted': [], 'fresh_vs_fresh': []}
+  per_arm: dict[str, list[exactness.Comparison]] = {'fresh_vs_grafted': [], 'fresh_vs_fresh': []}
   rollouts = []
   iterate = progress(samples) if progress else samples
   for i, sample in enumerate(iterate):
@@ -230,30 +289,39 @@ def run_gate(
     key = deposit(model, sample, schedule, store)
     graft = grafted(model, sample, schedule, store, key)
     if other_process:
-      replay.write_fresh(workdir / f'fresh_{i}', first)
+      write_fresh(workdir / f'fresh_{i}', first)
     vs_graft = compare_arms(first, graft)
     vs_fresh = compare_arms(first, second)
     per_arm['fresh_vs_grafted'].append(exactness.Comparison(**vs_graft['logits']))
     per_arm['fresh_vs_fresh'].append(exactness.Comparison(**vs_fresh['logits']))
     rollouts.append(vs_graft['rollout'])
     keys.append(key)
-    records.append({**sample_record(sample), 'block_key': key,
-                    'fresh_vs_grafted': vs_graft, 'fresh_vs_fresh': vs_fresh})
+    records.append(
+      {
+        **sample_record(sample),
+        'block_key': key,
+        'fresh_vs_grafted': vs_graft,
+        'fresh_vs_fresh': vs_fresh,
+      }
+    )
   summary = {arm: exactness.summarize(c) for arm, c in per_arm.items()}
   summary['rollout_fresh_vs_grafted'] = {
-      'tokens_equal': sum(r['tokens_equal'] for r in rollouts),
-      'logits_byte_equal': sum(r['logits_byte_equal'] for r in rollouts),
-      'samples': len(rollouts)}
+    'tokens_equal': sum(r['tokens_equal'] for r in rollouts),
+    'logits_byte_equal': sum(r['logits_byte_equal'] for r in rollouts),
+    'samples': len(rollouts),
+  }
   if other_process:
     report = _other_process(model, model_name, samples, keys, schedule, store.root, workdir)
     comparisons = report['comparisons']
     for record, comparison in zip(records, comparisons):
       record['fresh_vs_grafted_other_process'] = comparison
     summary['fresh_vs_grafted_other_process'] = exactness.summarize(
-        [exactness.Comparison(**c['logits']) for c in comparisons])
+      [exactness.Comparison(**c['logits']) for c in comparisons]
+    )
     summary['rollout_fresh_vs_grafted_other_process'] = {
-        'tokens_equal': sum(c['rollout']['tokens_equal'] for c in comparisons),
-        'logits_byte_equal': sum(c['rollout']['logits_byte_equal'] for c in comparisons),
-        'samples': len(comparisons)}
+      'tokens_equal': sum(c['rollout']['tokens_equal'] for c in comparisons),
+      'logits_byte_equal': sum(c['rollout']['logits_byte_equal'] for c in comparisons),
+      'samples': len(comparisons),
+    }
     summary['other_process_determinism'] = report['determinism']
   return {'samples': records, 'summary': summary}

@@ -1,10 +1,10 @@
-"""graftjax.timing: both clocks return per-call seconds and the output."""
+"""graftjax.studies.timing: both clocks return per-call seconds and the output."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from graftjax import timing
+from graftjax.studies import timing
 
 
 def test_time_calls_returns_times_and_the_output():
@@ -16,8 +16,7 @@ def test_time_calls_returns_times_and_the_output():
 
 def test_time_in_loop_is_per_call():
   x = jnp.ones((64, 64))
-  seconds = timing.time_in_loop(lambda a: a[0] @ a[1], (x, x), iters=5,
-                                repeats=1)
+  seconds = timing.time_in_loop(lambda a: a[0] @ a[1], (x, x), iters=5, repeats=1)
   assert 0 < seconds < 1
 
 

@@ -2,15 +2,22 @@
 
 import numpy as np
 
-from graftjax import plots
+from graftjax.studies import plots
 
 SCHEMES = ('rope', 'alibi')
 OFFSETS = (0, 1, 64, 4096)
 
 
 def _arm(value: float) -> dict:
-  return {'kl_mean': value, 'kl_max': value, 'max_abs_diff': 10 * value,
-          'byte_equal': int(value == 0), 'samples': 1, 'argmax_flips': 0, 'rows': 4}
+  return {
+    'kl_mean': value,
+    'kl_max': value,
+    'max_abs_diff': 10 * value,
+    'byte_equal': int(value == 0),
+    'samples': 1,
+    'argmax_flips': 0,
+    'rows': 4,
+  }
 
 
 def _result() -> dict:
@@ -18,10 +25,23 @@ def _result() -> dict:
   for scheme in SCHEMES:
     for m in OFFSETS:
       moved = 0.0 if scheme == 'alibi' or m == 0 else 1e-9 * (1 + m)
-      cells.append({'scheme': scheme, 'dtype': 'float32', 'offset': m, 'relocated': _arm(moved),
-                    'control': _arm(moved / 2), 'own_position': _arm(0.0)})
-  return {'schemes': list(SCHEMES), 'dtypes': ['float32'], 'offsets': list(OFFSETS),
-          'cells': cells, 'model': 'synthetic'}
+      cells.append(
+        {
+          'scheme': scheme,
+          'dtype': 'float32',
+          'offset': m,
+          'relocated': _arm(moved),
+          'control': _arm(moved / 2),
+          'own_position': _arm(0.0),
+        }
+      )
+  return {
+    'schemes': list(SCHEMES),
+    'dtypes': ['float32'],
+    'offsets': list(OFFSETS),
+    'cells': cells,
+    'model': 'synthetic',
+  }
 
 
 def test_png_is_written(tmp_path):

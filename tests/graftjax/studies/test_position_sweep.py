@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from graftjax import corpus
+from graftjax.studies import corpus
 from graftjax import exactness
 from graftjax import ledger
-from graftjax import position_sweep
+from graftjax.studies import position_sweep
 from graftjax.models.gemma import model as gemma_model
 
 SCHEMES = ('rope', 'rope_relative', 'alibi', 'nope')
@@ -29,17 +29,24 @@ LAYOUT = position_sweep.layout_for(block_tokens=12, continuation_tokens=4, chunk
 def _samples():
   rng = np.random.default_rng(5)
   ids = [int(t) for t in rng.integers(3, 256, 16)]
-  return [corpus.TextSample(source='random', prefix_ids=tuple(ids[:12]),
-                            continuation_ids=tuple(ids[12:]))]
+  return [
+    corpus.TextSample(source='random', prefix_ids=tuple(ids[:12]), continuation_ids=tuple(ids[12:]))
+  ]
 
 
 @pytest.fixture(scope='module')
 def result():
   seen = []
   out = position_sweep.run_sweep(
-      model_factory=lambda scheme, dtype: gemma_model.tiny().with_position_scheme(scheme),
-      schemes=SCHEMES, dtypes=('float32',), offsets=OFFSETS, samples=_samples(), layout=LAYOUT,
-      composition_offsets=(PAIR,), progress=lambda it: seen.append(len(it)) or it)
+    model_factory=lambda scheme, dtype: gemma_model.tiny().with_position_scheme(scheme),
+    schemes=SCHEMES,
+    dtypes=('float32',),
+    offsets=OFFSETS,
+    samples=_samples(),
+    layout=LAYOUT,
+    composition_offsets=(PAIR,),
+    progress=lambda it: seen.append(len(it)) or it,
+  )
   out['progress_total'] = seen[0]
   return out
 
@@ -107,25 +114,52 @@ def test_refuses_offsets_beyond_the_position_table():
   model = dataclasses.replace(gemma_model.tiny(position_scheme='rope_f64'), table_size=64)
   with pytest.raises(ValueError, match='position table'):
     position_sweep.run_sweep(
-        model_factory=lambda scheme, dtype: model, schemes=('rope_f64',), dtypes=('float32',),
-        offsets=(64,), samples=_samples(), layout=LAYOUT)
+      model_factory=lambda scheme, dtype: model,
+      schemes=('rope_f64',),
+      dtypes=('float32',),
+      offsets=(64,),
+      samples=_samples(),
+      layout=LAYOUT,
+    )
 
 
 def test_refuses_overlapping_composition():
   with pytest.raises(ValueError, match='B must start after A'):
     position_sweep.run_sweep(
-        model_factory=None, schemes=('nope',), dtypes=('float32',), offsets=(0,),
-        samples=_samples(), composition_offsets=((10, 12),), layout=LAYOUT)
+      model_factory=None,
+      schemes=('nope',),
+      dtypes=('float32',),
+      offsets=(0,),
+      samples=_samples(),
+      composition_offsets=((10, 12),),
+      layout=LAYOUT,
+    )
 
 
 def test_findings_cite_the_result_digest(result, tmp_path):
   path = tmp_path / 'relocation.json'
-  digest = ledger.write_result(path, {
-      **result, 'command': 'test', 'model': 'tiny', 'device': 'cpu', 'inputs': {},
-      'determinism': {'jax_version': 'x', 'backend': 'cpu', 'jax_default_matmul_precision': 'highest'}})
+  digest = ledger.write_result(
+    path,
+    {
+      **result,
+      'command': 'test',
+      'model': 'tiny',
+      'device': 'cpu',
+      'inputs': {},
+      'determinism': {
+        'jax_version': 'x',
+        'backend': 'cpu',
+        'jax_default_matmul_precision': 'highest',
+      },
+    },
+  )
   out = subprocess.run(
-      [sys.executable, str(REPO / 'experiments' / 'position_findings.py'), f'--relocation={path}'],
-      check=True, capture_output=True, text=True, timeout=120).stdout
+    [sys.executable, str(REPO / 'experiments' / 'position_findings.py'), f'--relocation={path}'],
+    check=True,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  ).stdout
   assert f'result_sha256 `{digest}`' in out
   assert '| alibi | float32 | 4096 | 1/1 | 0 | 0 | 0 | 0/4 |' in out
   assert '| rope | float32 | 4096 | 0/1 |' in out

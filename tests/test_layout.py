@@ -1,0 +1,84 @@
+"""The import graph: layers point one way and no module imports itself back.
+
+kernels <- models <- method (graftjax.*) <- studies. Lazy imports inside
+functions count too; package `__init__` modules import nothing eagerly and
+are not nodes.
+"""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = {
+  'graftjax': ROOT / 'graftjax',
+  'graftjax.models': ROOT / 'models',
+  'graftjax.kernels': ROOT / 'kernels',
+}
+LAYERS = (('graftjax.kernels.', 0), ('graftjax.models.', 1), ('graftjax.studies.', 3))
+
+
+def _modules() -> dict[str, pathlib.Path]:
+  found = {}
+  for package, folder in PACKAGES.items():
+    for path in folder.rglob('*.py'):
+      if path.name != '__init__.py':
+        parts = path.relative_to(folder).with_suffix('').parts
+        found['.'.join((package,) + parts)] = path
+  return found
+
+
+def _layer(module: str) -> int:
+  return next((layer for prefix, layer in LAYERS if module.startswith(prefix)), 2)
+
+
+def _imports(path: pathlib.Path, modules) -> set[str]:
+  out = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      out |= {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      out |= {node.module} | {f'{node.module}.{a.name}' for a in node.names}
+  return out & set(modules)
+
+
+def _graph() -> dict[str, set[str]]:
+  modules = _modules()
+  return {m: _imports(p, modules) - {m} for m, p in modules.items()}
+
+
+def _upward(graph) -> list[tuple[str, str]]:
+  return sorted((a, b) for a, deps in graph.items() for b in deps if _layer(b) > _layer(a))
+
+
+def _cycles(graph) -> list[list[str]]:
+  state, cycles = {}, []
+
+  def visit(node, stack):
+    state[node] = 'open'
+    for dep in sorted(graph.get(node, ())):
+      if state.get(dep) == 'open':
+        cycles.append(stack[stack.index(dep) :] + [dep])
+      elif dep not in state:
+        visit(dep, stack + [dep])
+    state[node] = 'done'
+
+  for node in sorted(graph):
+    if node not in state:
+      visit(node, [node])
+  return cycles
+
+
+def test_layers_point_one_way():
+  assert not _upward(_graph())
+
+
+def test_no_import_cycle():
+  assert not _cycles(_graph())
+
+
+def test_the_checks_see_what_they_look_for():
+  graph = _graph()
+  assert 'graftjax.models.cache' in graph['graftjax.blocks']
+  bad = {'graftjax.models.a': {'graftjax.studies.b'}, 'graftjax.studies.b': {'graftjax.models.a'}}
+  assert _upward(bad) == [('graftjax.models.a', 'graftjax.studies.b')]
+  assert _cycles(bad) == [['graftjax.models.a', 'graftjax.studies.b', 'graftjax.models.a']]
