@@ -58,13 +58,38 @@ def write_result(path: str | os.PathLike, result: dict[str, Any]) -> str:
   return digest
 
 
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  seen = set()
+  for key, _ in pairs:
+    if key in seen:
+      raise ValueError(f'duplicate key {key!r}')
+    seen.add(key)
+  return dict(pairs)
+
+
 def verify_result(path: str | os.PathLike) -> dict[str, Any]:
   """Loads a result and checks its self-digest.
 
+  A result is one JSON object whose keys are unique at every level: with a
+  key twice, `json` would keep the last value silently, and the digest would
+  vouch for a body the file does not show.
+
   Raises:
-    ValueError: if the body no longer matches `result_sha256`.
+    ValueError: if the file is not valid JSON, has a key twice in any object,
+      is not an object at the top level, or its body no longer matches
+      `result_sha256`.
   """
-  result = json.loads(pathlib.Path(path).read_text())
+  text = pathlib.Path(path).read_text()
+  try:
+    result = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
+  except ValueError as e:  # json.JSONDecodeError is a ValueError too
+    raise ValueError(f'{path}: not a result file: {e}') from e
+  if not isinstance(result, dict):
+    kind = {list: 'array', str: 'string', int: 'number', float: 'number', bool: 'boolean'}
+    raise ValueError(
+      f'{path}: not a result file: the top level is a JSON'
+      f' {kind.get(type(result), "null")}, not an object'
+    )
   stated = result.get('result_sha256')
   body = {k: v for k, v in result.items() if k != 'result_sha256'}
   found = sha256_bytes(_canonical(body))
