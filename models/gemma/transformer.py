@@ -26,7 +26,7 @@ from graftjax.models.gemma import layers
 from graftjax.models.gemma import ops
 
 Params = dict
-LogitsMode = Literal['all', 'last', 'none']
+LogitsMode = Literal['all', 'last', 'none', 'hidden']
 
 
 def decoder_layer(
@@ -89,12 +89,13 @@ def forward(
     cache: a cache with room for T more slots.
     config: the model config.
     logits: 'all' -> [B, T, V]; 'last' -> [B, V] of the chunk's last token;
-      'none' -> None (prefill only).
+      'none' -> None (prefill only); 'hidden' -> [B, T, D], the final-norm
+      hidden state (float32).
     tables: position tables for schemes that need them (`positions.tables`).
     segments: [B, T] int32 attention segments (default 0: see everything
       earlier); a chunk in segment s > 0 sees only keys of segment s.
   Returns:
-    (float32 logits or None, the cache with the chunk appended).
+    (float32 logits, hidden state or None, the cache with the chunk appended).
   """
   if segments is None:
     segments = jnp.zeros_like(positions)
@@ -118,6 +119,8 @@ def forward(
   if logits == 'last':
     x = x[:, -1:]
   x = ops.rms_norm(x, params['final_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
+  if logits == 'hidden':
+    return x.astype(jnp.float32), cache
   out = ops.dense(x, params['embedding'].T, impl=config.impl_of('matmul')).astype(jnp.float32)
   return (out[:, 0] if logits == 'last' else out), cache
 
