@@ -169,19 +169,39 @@ class Tokenizer:
         ids.extend(self._bpe(fragment.replace(' ', SPACE_MARK)))
     return ids
 
-  def decode(self, ids: Iterable[int]) -> str:
-    """The text of `ids`; `decode(encode(text)) == text` for ordinary text.
+  def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
+    """The text of `ids`: `decode(encode(text, add_bos=False)) == text` without U+2581.
 
-    Byte tokens are joined into UTF-8 (invalid sequences become U+FFFD), U+2581
-    in normal pieces reads as a space, and control tokens read as their
-    literal text, except BOS, EOS and PAD, which read as nothing. (So text that
-    contains a literal U+2581, '<bos>', '<eos>' or '<pad>' does not come back
-    unchanged.)
+    One rule for every token, by its type (llama.cpp's `llama_token_to_piece`
+    for sentencepiece vocabularies, with `special=not skip_special`):
+
+    * normal pieces read as written, U+2581 as a space (so text holding a
+      literal U+2581 does not come back unchanged);
+    * byte tokens are joined into UTF-8 (invalid sequences become U+FFFD);
+    * user-defined tokens ('\\n\\n', '<b>', '</s>', ...) read as their text;
+    * control tokens (`<bos>`, `<eos>`, `<pad>`, `<start_of_turn>`,
+      `<end_of_turn>`, `<unk>`, `<mask>`, `<unusedN>`, ...) and unknown-type
+      tokens read as their text, like llama.cpp's `common_token_to_piece`
+      (special=true) and transformers' `decode` (skip_special_tokens=False);
+      with `skip_special=True` they read as nothing (llama.cpp special=false,
+      transformers skip_special_tokens=True), which is what generated text
+      for a reader wants;
+    * unused-type tokens read as nothing (as in llama.cpp; Gemma 3 has none).
+
+    One difference from llama.cpp: it retypes '</s>' (id 212, user-defined in
+    the GGUF) as control, so with special=false it drops it; here it is
+    user-defined and always read (see the module docstring).
 
     Args:
       ids: token ids, e.g. a list[int] or an int array [T].
+      skip_special: read control and unknown-type tokens as nothing.
+
+    Raises:
+      ValueError: if an id is not in [0, vocab_size).
     """
-    return b''.join(self._piece_bytes(int(i)) for i in ids).decode('utf-8', errors='replace')
+    return b''.join(
+      self._piece_bytes(self._checked_id(i), skip_special=skip_special) for i in ids
+    ).decode('utf-8', errors='replace')
 
   def digest(self) -> str:
     """Hex SHA-256 of the vocabulary: pieces, scores, types and special ids."""
@@ -267,15 +287,24 @@ class Tokenizer:
       i = next_[i]
     return ids
 
-  def _piece_bytes(self, token_id: int) -> bytes:
-    if token_id in (self._bos_id, self._eos_id, self._pad_id):
-      return b''
+  def _checked_id(self, token_id) -> int:
+    value = int(token_id)
+    if value != token_id or not 0 <= value < len(self.pieces):
+      raise ValueError(f'token id {token_id!r} is not an integer in [0, {len(self.pieces)})')
+    return value
+
+  def _piece_bytes(self, token_id: int, *, skip_special: bool) -> bytes:
     piece = self.pieces[token_id]
     token_type = self._type_list[token_id]
     if token_type == TokenType.BYTE:
       return bytes([int(piece[3:5], 16)])
     if token_type == TokenType.NORMAL:
       piece = piece.replace(SPACE_MARK, ' ')
+    elif token_type in (TokenType.CONTROL, TokenType.UNKNOWN):
+      if skip_special:
+        return b''
+    elif token_type != TokenType.USER_DEFINED:  # UNUSED, or a type sentencepiece lacks
+      return b''
     return piece.encode('utf-8', errors='surrogateescape')
 
 

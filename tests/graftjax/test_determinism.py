@@ -30,5 +30,6 @@ def test_cpu_kind_names_vendor_model_and_caches():
   kind = determinism.cpu_kind()
   if os.path.exists('/proc/cpuinfo'):
     assert kind['vendor_id'] and kind['model']
+  if os.path.isdir('/sys/devices/system/cpu/cpu0/cache'):  # absent in some containers
     assert any(key.startswith('L') for key in kind)
   assert determinism.record()['cpu_kind'] == kind
