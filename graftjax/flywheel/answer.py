@@ -1,0 +1,131 @@
+"""Graft -> answer: a routed block at its own slots, then the query, then a short decode.
+
+`answer` grafts the block (read and SHA-256 verified by the store) into a
+cache of the library's shape, prefills the query after it and decodes under
+a small budget. `answer_prompted` computes the same text as a plain prompt
+with the same chunk schedule; its logits are byte-equal to the grafted ones
+(tested), so the graft changes the cost, never the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax import restore as restore_lib
+from graftjax.flywheel import library as library_lib
+from graftjax.models.gemma import sampler
+
+MODES = {'recall': library_lib.RECALL_QUERY, 'solve': library_lib.SOLVE_QUERY}
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+  """What the model said after a context.
+
+  Attributes:
+    token_ids: generated ids, up to and including the stop token.
+    text: their text (control tokens skipped).
+    context_tokens: tokens before the query (the block's; 0 without one).
+    query_tokens: tokens of the query, prefilled after the context.
+    first_logits: [V] float32 logits that chose the first generated token.
+    seconds: wall time from an empty cache to the last token.
+  """
+
+  token_ids: tuple[int, ...]
+  text: str
+  context_tokens: int
+  query_tokens: int
+  first_logits: np.ndarray
+  seconds: float
+
+
+def stop_ids(model, mode: str) -> tuple[int, ...]:
+  """A recall answer ends at the line's end; a solution at its blank line (or EOS)."""
+  text = '\n' if mode == 'recall' else '\n\n'
+  ids = model.tokenizer.encode(text, add_bos=False)
+  if len(ids) != 1:
+    raise ValueError(f'{text!r} is not one token in this vocabulary: {ids}')
+  return (ids[0], model.config.eos_id)
+
+
+def query_ids(model, question: str, *, mode: str, after_block: bool) -> list[int]:
+  """The query's token ids; BOS only when nothing comes before it."""
+  if mode not in MODES:
+    raise ValueError(f'mode must be one of {sorted(MODES)}, got {mode!r}')
+  return model.tokenizer.encode(MODES[mode].format(question=question), add_bos=not after_block)
+
+
+def answer(
+  model,
+  library: library_lib.Library,
+  entry: library_lib.Entry | None,
+  question: str,
+  *,
+  mode: str,
+  max_new_tokens: int,
+) -> Answer:
+  """Grafts `entry`'s block (none: the base model alone), asks `question`, decodes."""
+  start = time.perf_counter()
+  cache = model.init_cache(capacity=library.shape.capacity)
+  context = 0
+  if entry is not None:
+    cache = restore_lib.restore(
+      library.store, entry.key, cache, target=model.graft_target, donate=True
+    )
+    context = entry.block_tokens
+  return _continue(model, library, cache, context, question, mode, max_new_tokens, start)
+
+
+def answer_prompted(
+  model,
+  library: library_lib.Library,
+  entry: library_lib.Entry,
+  question: str,
+  *,
+  mode: str,
+  max_new_tokens: int,
+) -> Answer:
+  """The same context as `answer`, computed from its text instead of grafted."""
+  start = time.perf_counter()
+  ids = model.tokenizer.encode(entry.text)
+  cache = model.init_cache(capacity=library.shape.capacity)
+  _, cache = model.prefill(ids, cache=cache, chunk_size=library.shape.chunk_size, logits='none')
+  return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, start)
+
+
+def _continue(model, library, cache, context, question, mode, max_new_tokens, start) -> Answer:
+  ids = query_ids(model, question, mode=mode, after_block=context > 0)
+  if context + len(ids) + max_new_tokens > library.shape.capacity:
+    raise ValueError(
+      f'context {context} + query {len(ids)} + {max_new_tokens} new tokens exceed the'
+      f' library capacity {library.shape.capacity}'
+    )
+  last, cache = model.prefill(
+    ids, cache=cache, chunk_size=library.shape.chunk_size, start_position=context
+  )
+  stops = stop_ids(model, mode)
+  tokens, _, steps, _ = sampler.decode(
+    model.params,
+    last,
+    jnp.full((1,), context + len(ids), jnp.int32),
+    cache,
+    jax.random.key(0),
+    config=model.config,
+    max_new_tokens=max_new_tokens,
+    stop_ids=stops,
+    tables=model.tables,
+  )
+  generated = tuple(int(t) for t in np.asarray(tokens)[0, : int(steps)])
+  return Answer(
+    token_ids=generated,
+    text=model.tokenizer.decode(generated, skip_special=True),
+    context_tokens=context,
+    query_tokens=len(ids),
+    first_logits=np.asarray(last[0]),
+    seconds=time.perf_counter() - start,
+  )

@@ -1,0 +1,32 @@
+"""A tiny model that reads text: bytes as token ids, for flywheel tests without the real model."""
+
+import dataclasses
+
+import pytest
+
+from graftjax.models.gemma import model as gemma_model
+
+_BLANK_LINE = 3  # '\n\n' is one token, as in Gemma's vocabulary
+
+
+class ByteTokenizer:
+  """Token id = byte value (ids 0-2 are pad/eos/bos; 3 is a blank line)."""
+
+  def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
+    ids = []
+    for piece in text.encode().split(b'\n\n'):
+      ids += list(piece) + [_BLANK_LINE]
+    return ([2] if add_bos else []) + ids[:-1]
+
+  def decode(self, ids, *, skip_special: bool = False) -> str:
+    del skip_special
+    out = b''.join(b'\n\n' if i == _BLANK_LINE else bytes([i]) for i in ids if i >= 3)
+    return out.decode(errors='replace')
+
+  def digest(self) -> str:
+    return 'bytes'
+
+
+@pytest.fixture(scope='session')
+def text_model():
+  return dataclasses.replace(gemma_model.tiny(), tokenizer=ByteTokenizer())

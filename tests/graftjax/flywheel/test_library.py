@@ -1,0 +1,135 @@
+"""Deposit (verified, idempotent, resumable) and graft -> answer (== the same text prompted)."""
+
+import dataclasses
+
+import pytest
+
+from graftjax import store as store_lib
+from graftjax.flywheel import answer as answer_lib
+from graftjax.flywheel import library as library_lib
+
+SHAPE = library_lib.Shape(capacity=256, chunk_size=16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+  task: str
+  id: str
+  question: str
+  answer: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  correct: bool
+  extracted: str
+
+  def to_json(self):
+    return {'correct': self.correct, 'extracted': self.extracted}
+
+
+def last_word(text: str, gold: str) -> Verdict:
+  words = text.replace('.', ' ').split()
+  return Verdict(bool(words) and words[-1] == gold, words[-1] if words else '')
+
+
+ITEM = Item('toy', 'q1', 'What is two plus three?', '5')
+
+
+def test_a_solution_that_does_not_verify_is_not_deposited(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  with pytest.raises(library_lib.DepositError, match='does not verify'):
+    library.deposit(
+      text_model, item=ITEM, verifier=last_word, solution='It is 6.', source='self', tokens_spent=9
+    )
+  assert library.entries() == [] and library.store.list() == []
+
+
+def test_deposits_are_idempotent_and_survive_a_restart(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  first = library.deposit(
+    text_model,
+    item=ITEM,
+    verifier=last_word,
+    solution='2 + 3 = 5',
+    source='reference',
+    tokens_spent=0,
+  )
+  again = library.deposit(
+    text_model,
+    item=ITEM,
+    verifier=last_word,
+    solution='2 + 3 = 5',
+    source='reference',
+    tokens_spent=0,
+  )
+  assert again == first and library.store.list() == [first.key]
+  library.close()
+  reopened = library_lib.Library(tmp_path, shape=SHAPE)
+  assert reopened.entries() == [first]
+  assert first.verdict == {'correct': True, 'extracted': '5'} and first.source == 'reference'
+
+
+def test_unknown_source_is_refused(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  with pytest.raises(library_lib.DepositError, match='source'):
+    library.deposit(
+      text_model, item=ITEM, verifier=last_word, solution='5', source='guess', tokens_spent=0
+    )
+
+
+@pytest.mark.parametrize('mode', ['recall', 'solve'])
+def test_grafted_answer_is_byte_equal_to_the_prompted_one(text_model, tmp_path, mode):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  entry = library.deposit(
+    text_model,
+    item=ITEM,
+    verifier=last_word,
+    solution='2 + 3 = 5',
+    source='reference',
+    tokens_spent=0,
+  )
+  grafted = answer_lib.answer(
+    text_model, library, entry, ITEM.question, mode=mode, max_new_tokens=6
+  )
+  prompted = answer_lib.answer_prompted(
+    text_model, library, entry, ITEM.question, mode=mode, max_new_tokens=6
+  )
+  assert grafted.first_logits.tobytes() == prompted.first_logits.tobytes()
+  assert grafted.token_ids == prompted.token_ids
+  assert (
+    grafted.context_tokens == entry.block_tokens == len(text_model.tokenizer.encode(entry.text))
+  )
+  base = answer_lib.answer(text_model, library, None, ITEM.question, mode=mode, max_new_tokens=6)
+  assert base.context_tokens == 0
+  assert base.first_logits.tobytes() != grafted.first_logits.tobytes()  # the block is seen
+
+
+def test_a_corrupted_block_is_never_grafted(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  entry = library.deposit(
+    text_model,
+    item=ITEM,
+    verifier=last_word,
+    solution='2 + 3 = 5',
+    source='reference',
+    tokens_spent=0,
+  )
+  chunk = next(
+    p
+    for p in (tmp_path / 'blocks' / entry.key / 'k').rglob('*')
+    if p.is_file() and p.name != 'zarr.json'
+  )
+  data = bytearray(chunk.read_bytes())
+  data[0] ^= 1
+  chunk.write_bytes(bytes(data))
+  with pytest.raises(store_lib.StoreError):
+    answer_lib.answer(text_model, library, entry, ITEM.question, mode='recall', max_new_tokens=4)
+
+
+def test_the_answer_budget_must_fit_the_library_shape(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  with pytest.raises(ValueError, match='exceed'):
+    answer_lib.answer(
+      text_model, library, None, ITEM.question, mode='recall', max_new_tokens=SHAPE.capacity
+    )
