@@ -1,0 +1,39 @@
+"""Writes the results page, experiments/results/README.md, from the committed result JSON.
+
+    python experiments/results_page.py             # rewrite the page
+    python experiments/results_page.py --check     # exit 1 if the committed page is stale
+
+Every figure on the page is read from a result file after `ledger.verify_result`; the
+sections live in `graftjax.studies.results_page` (one registered function per family).
+"""
+
+import pathlib
+import sys
+
+from absl import app
+from absl import flags
+
+from graftjax.studies import cli
+from graftjax.studies import results_page
+
+RESULTS = pathlib.Path(__file__).resolve().parent / 'results'
+
+_RESULTS_DIR = flags.DEFINE_string('results_dir', str(RESULTS), 'Folder of result JSON files.')
+_CHECK = flags.DEFINE_bool('check', False, 'Only compare: exit 1 if the page on disk is stale.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  folder = pathlib.Path(_RESULTS_DIR.value)
+  if _CHECK.value:
+    path = folder / results_page.PAGE_NAME
+    if not path.exists() or path.read_text() != results_page.page(folder):
+      sys.exit(f'{path} is stale: run `{results_page.COMMAND}`')
+    print(f'{path} is up to date')
+    return
+  print(f'wrote {results_page.write(folder)}')
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,719 @@
+"""The results page, `experiments/results/README.md`, generated from the committed result JSON.
+
+Every figure is read from a result file, each checked against its own `result_sha256`
+(`ledger.verify_result`) first; the page names the file and the first 12 hex digits of that
+digest. A family of results is one function registered with `@family(title, *patterns)`; a
+top-level file that no family claims is still listed with its command. Same files, same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import dataclasses
+import fnmatch
+import os
+import pathlib
+import statistics
+from typing import Any
+
+from graftjax import ledger
+
+COMMAND = 'python experiments/results_page.py'
+PAGE_NAME = 'README.md'
+# Written by `make demo` into the results folder; never committed, never on the page.
+NOT_RESULTS = ('*_demo.json',)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """One verified result file; `name` is its path under the results folder (posix)."""
+
+  name: str
+  data: dict[str, Any]
+
+  @property
+  def digest(self) -> str:
+    return self.data['result_sha256'][:12]
+
+  @property
+  def determinism(self) -> dict[str, Any]:
+    """The determinism record, wherever the experiment put it."""
+    data = self.data
+    if isinstance(data.get('determinism'), dict):
+      return data['determinism']
+    if isinstance(data.get('config'), dict) and 'jax_version' in data['config']:
+      return data['config']
+    runs = data.get('runs')
+    if isinstance(runs, list) and runs and isinstance(runs[0], dict):
+      return runs[0].get('determinism') or {}
+    return {}
+
+  @property
+  def device(self) -> str:
+    det = self.determinism
+    kind = det.get('device_kind', '?')
+    if kind == 'cpu':
+      kind = f'CPU ({det.get("cpu_model", "?")})'
+    return f'{kind}, jax {det.get("jax_version", "?")}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  title: str
+  patterns: tuple[str, ...]
+  render: Callable[[list[Result]], list[str]]
+
+
+FAMILIES: list[Family] = []
+
+
+def family(title: str, *patterns: str):
+  """Registers `render(results) -> markdown lines` for the top-level files matching `patterns`.
+
+  Families claim files in registration order; a file goes to the first family that matches.
+  """
+
+  def register(render):
+    FAMILIES.append(Family(title, patterns, render))
+    return render
+
+  return register
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+def num(x: float | None) -> str:
+  """'0' for an exact zero (never a rounded value), else 3 significant digits."""
+  if x is None:
+    return '-'
+  return '0' if x == 0 else f'{x:.3g}'
+
+
+def pct(x: float) -> str:
+  return f'{100 * x:.1f}%'
+
+
+def more_time(x: float) -> str:
+  """A relative cost `x` (time ratio - 1) as '+52%' or, from 2x on, '4.4x'."""
+  return f'{1 + x:.1f}x' if x >= 1 else f'+{100 * x:.0f}%'
+
+
+def yes(flag: bool) -> str:
+  return 'yes' if flag else '**no**'
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+  cell = lambda c: str(c).replace('|', '\\|')
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+  return lines + ['| ' + ' | '.join(cell(c) for c in row) + ' |' for row in rows]
+
+
+def _name(result: Result) -> str:
+  return f'`{result.name}` ({result.digest})'
+
+
+def _sources(results: Sequence[Result]) -> list[str]:
+  lines = ['Files (`result_sha256` prefix; device; command):', '']
+  for r in results:
+    lines.append(f'- `{r.name}` `{r.digest}`; {r.device}; `{r.data.get("command", "?")}`')
+  return lines
+
+
+# ---------------------------------------------------------------------------- families
+
+
+@family('Is own-position graft byte-exact? (CPU and H200)', 'exactness_*.json')
+def _exactness(results: list[Result]) -> list[str]:
+  rows = []
+  for r in results:
+    for run in r.data['runs']:
+      s = run['summary']
+      graft = s['fresh_vs_grafted']
+      other = s.get('fresh_vs_grafted_other_process')
+      roll = s.get('rollout_fresh_vs_grafted', {})
+      floor = s['fresh_vs_fresh']
+      rows.append(
+        [
+          _name(r),
+          r.device,
+          run['dtype'],
+          f'{graft["byte_equal"]}/{graft["samples"]}',
+          num(graft['kl_max']),
+          pct(graft['argmax_agreement']),
+          num(graft['max_abs_diff']),
+          f'{other["byte_equal"]}/{other["samples"]}' if other else '-',
+          f'{roll.get("tokens_equal", "-")} / {roll.get("logits_byte_equal", "-")}'
+          f' of {roll.get("samples", "-")} ({run["schedule"]["rollout_tokens"]} tokens)',
+          f'{floor["byte_equal"]}/{floor["samples"]}',
+        ]
+      )
+  header = (
+    'file',
+    'device',
+    'dtype',
+    'fresh vs grafted: byte-equal samples',
+    'KL max',
+    'argmax',
+    'max abs Δ',
+    'grafted in another process: byte-equal',
+    'greedy rollouts: tokens / logit bytes equal',
+    'fresh vs fresh floor',
+  )
+  first = results[0].data['runs'][0]['schedule']
+  intro = (
+    f'A {first["prefix_tokens"]}-token prefix is captured, stored, read back and grafted into'
+    f' a fresh cache of {first["capacity"]} slots; the next {first["continuation_tokens"]}'
+    f' tokens (chunks of {first["chunk_size"]}) are compared with a fresh prefill of the whole'
+    ' text (SHA-256 of the logit bytes, KL in float64 nats, argmax).'
+  )
+  return [intro, ''] + table(header, rows)
+
+
+@family('Does the model agree with independent references?', 'reference_agreement*.json')
+def _reference(results: list[Result]) -> list[str]:
+  out = []
+  for r in results:
+    hf, lc = r.data['overall']['hf'], r.data['overall']['llamacpp']
+    out += [f'{_name(r)}, {r.data["dtype"]}:', '']
+    out += table(
+      ('reference', 'prompts', 'positions', 'figure', 'value', 'bound'),
+      [
+        [
+          'HF transformers (float32)',
+          hf['prompts'],
+          hf['tokens'],
+          'max abs Δlogit over its top-20',
+          num(hf['topk_max_abs_diff']),
+          f'{num(hf["tolerance"])} ({hf["within_tolerance"]}/{hf["prompts"]} prompts within)',
+        ],
+        ['', '', '', 'max abs Δ log-sum-exp', num(hf['lse_max_abs_diff']), num(hf['tolerance'])],
+        ['', '', '', 'argmax agreement', pct(hf['argmax_agreement']), ''],
+        ['', '', '', 'greedy continuations equal', f'{hf["greedy_ok"]}/{hf["prompts"]}', ''],
+        [
+          'llama.cpp (Q4_K_M weights, f32 KV)',
+          lc['prompts'],
+          lc['tokens'],
+          'top-1 agreement',
+          pct(lc['top1_agreement']),
+          f'at least {pct(lc["top1_min_required"])}',
+        ],
+        ['', '', '', 'abs Δlogit over its top-20: mean', num(lc['topk_mean_abs_diff']), ''],
+        [
+          '',
+          '',
+          '',
+          '... p99 / max',
+          f'{num(lc["topk_p99_abs_diff"])} / {num(lc["topk_max_abs_diff"])}',
+          '',
+        ],
+      ],
+    )
+    out.append('')
+  return out + [
+    'The tokenizer agrees with llama.cpp id for id on its fixture'
+    ' (`tests/fixtures/tokenizer_llamacpp.json`, checked by the tests, not a result file).'
+  ]
+
+
+@family(
+  'Does a grafted continuation equal a single-pass prefill? (invariance)', 'invariance_*.json'
+)
+def _invariance(results: list[Result]) -> list[str]:
+  rows = []
+  for r in results:
+    d = r.data
+    cells = d['cells']
+    settings = d['settings']
+    seconds = [s['seconds'] for s in d['samples'] if 'seconds' in s]
+    rows.append(
+      [
+        _name(r),
+        d['dtype'],
+        d['impl'],
+        d['capacity'],
+        f'{settings["prefix_tokens"]} + {settings["continuation_tokens"]}',
+        ', '.join(map(str, settings['chunk_sizes'])),
+        ', '.join(map(str, settings['batch_sizes'])),
+        f'{min(c["samples_byte_equal"] for c in cells)}/{d["samples_run"]}',
+        f'{sum(c["samples_byte_equal"] == c["samples"] for c in cells)}/{len(cells)}',
+        num(max(c['rows_kl_max'] for c in cells)),
+        pct(min(c['rows_argmax_agreement'] for c in cells)),
+        f'{len(d.get("shards", []))}',
+        f'{statistics.median(seconds):.0f}' if seconds else '-',
+      ]
+    )
+  header = (
+    'file',
+    'dtype',
+    'impl',
+    'cache slots',
+    'prefix + continuation tokens',
+    'chunk sizes',
+    'batch sizes',
+    'byte-equal samples (worst cell)',
+    'cells all byte-equal',
+    'KL max',
+    'argmax (worst)',
+    'shards',
+    's / sample (median)',
+  )
+  intro = (
+    'Grafted continuation, processed in every chunk size and batch size of the grid, against one'
+    ' prefill of prefix + continuation in a single pass. Shards are in `runs/`;'
+    ' `tests/test_results.py` re-derives every merged table from them.'
+  )
+  return [intro, ''] + table(header, rows)
+
+
+@family(
+  'Do the Pallas kernels give the same bits run to run? (kernel determinism)',
+  'kernel_determinism_*.json',
+)
+def _kernel_determinism(results: list[Result]) -> list[str]:
+  rows = [
+    [
+      _name(r),
+      r.data['outputs'],
+      len(r.data['runs']),
+      ', '.join(run.get('label', '?') for run in r.data['runs']),
+      yes(r.data['identical']),
+      ', '.join(r.data['differing']) or 'none',
+      len(r.data['errors']),
+    ]
+    for r in results
+  ]
+  header = ('file', 'outputs', 'runs', 'run labels', 'all digests identical', 'differing', 'errors')
+  intro = (
+    'Each run computes every output (kernels in both dtypes, real-model logits) in its own'
+    ' process and records its SHA-256; the runs merged here span processes and device calls.'
+  )
+  return [intro, ''] + table(header, rows)
+
+
+INVARIANCE_COST_GOAL = 0.25  # README: at most +25% time for the chunk-invariant kernels
+FLOOR_GOAL = 2.0  # README: attention decode within 2x of the bandwidth floor
+
+
+def _per_token_ms(rate: float) -> float:
+  return 1000.0 / rate
+
+
+@family(
+  'What does invariance cost on the H200?',
+  'bench_model_h200*.json',
+  'bench_model_per_op_*.json',
+  'bench_kernels_*.json',
+  'bench_attention_tiles_*.json',
+)
+def _invariance_cost(results: list[Result]) -> list[str]:
+  out = [
+    f'**End to end** (goal: at most +{100 * INVARIANCE_COST_GOAL:.0f}% time with'
+    " `impl=pallas`). 'extra' is the time ratio pallas / xla.",
+    '',
+  ]
+  rows = []
+  for r in results:
+    d = r.data
+    if d.get('experiment') != 'bench_model':
+      continue
+    for dtype, cost in d['invariance_cost'].items():
+      xla, pallas = d['rows'][f'graftjax_{dtype}_xla'], d['rows'][f'graftjax_{dtype}_pallas']
+      rows.append(
+        [
+          _name(r),
+          dtype,
+          d.get('weights', 'real'),
+          d.get('repeats', 1),
+          f'{d["prompt_tokens"]} / {d["chunk_size"]} / {d["decode_tokens"]}',
+          f'{xla["prefill_tokens_per_s"]:,.0f}',
+          f'{pallas["prefill_tokens_per_s"]:,.0f}',
+          more_time(cost['prefill_tokens_per_s']),
+          f'{xla["decode_tokens_per_s"]:,.0f}',
+          f'{pallas["decode_tokens_per_s"]:,.0f}',
+          more_time(cost['decode_tokens_per_s']),
+          yes(max(cost.values()) <= INVARIANCE_COST_GOAL),
+        ]
+      )
+  out += table(
+    (
+      'file',
+      'dtype',
+      'weights',
+      'runs (fastest kept)',
+      'prompt / chunk / decoded tokens',
+      'prefill tok/s xla',
+      'pallas',
+      'extra',
+      'decode tok/s xla',
+      'pallas',
+      'extra',
+      'goal met',
+    ),
+    rows,
+  )
+  rows = []
+  for r in results:
+    d = r.data
+    for dtype, ops in sorted(d.get('per_op_cost', {}).items()):
+      base = d['rows'][f'graftjax_{dtype}_xla']
+      for op, cost in ops.items():
+        one = d['rows'][f'graftjax_{dtype}_xla+{op}=pallas']
+        extra_ms = _per_token_ms(one['decode_tokens_per_s']) - _per_token_ms(
+          base['decode_tokens_per_s']
+        )
+        rows.append(
+          [
+            _name(r),
+            dtype,
+            op,
+            f'{100 * cost["prefill_tokens_per_s"]:+.0f}%',
+            f'{100 * cost["decode_tokens_per_s"]:+.0f}%',
+            f'{extra_ms:+.2f}',
+          ]
+        )
+  if rows:
+    out += [
+      '',
+      '**Per op**: the XLA model with one op on its Pallas kernel, against all-XLA.',
+      '',
+    ]
+    out += table(
+      ('file', 'dtype', 'op', 'prefill extra time', 'decode extra time', 'decode ms / token'),
+      rows,
+    )
+  for r in results:
+    if 'cases' in r.data:
+      out += ['', *_kernel_cases(r)]
+  for r in results:
+    if 'candidates' in r.data.get('settings', {}):
+      out += ['', *_tiles(r)]
+  return out
+
+
+def _kernel_time(case: dict[str, Any]) -> float:
+  for key in ('kernel_s', 'device_s', 'min_s'):
+    if case.get(key) is not None:
+      return case[key]
+  raise KeyError(f'no time in kernel case {case}')
+
+
+def _kernel_cases(r: Result) -> list[str]:
+  cases = {}
+  for c in r.data['cases']:
+    shape = c['shape']
+    length = shape.get('S', shape.get('T', shape.get('M')))
+    cases[(c['kernel'], c.get('phase', ''), c['dtype'], str(length), c['impl'])] = c
+  rows = []
+  for (kernel, phase, dtype, length, impl), c in cases.items():
+    if impl != 'pallas':
+      continue
+    xla = cases.get((kernel, phase, dtype, length, 'xla'))
+    net = _kernel_time(c)
+    xla_net = _kernel_time(xla) if xla else None
+    rows.append(
+      [
+        kernel,
+        phase,
+        dtype,
+        length,
+        num(1e6 * net),
+        num(1e6 * xla_net) if xla_net else '-',
+        f'{net / xla_net:.2f}' if xla_net else '-',
+        f'{1 / c["hbm_fraction"]:.1f}' if c.get('hbm_fraction') else '-',
+        pct(c['bf16_peak_fraction']) if c.get('bf16_peak_fraction') is not None else '-',
+      ]
+    )
+  peaks = r.data.get('peaks', {})
+  timing = (
+    'device time of one call (a jitted loop, less the loop alone)'
+    if 'kernel_s' in r.data['cases'][0]
+    else f'fastest of {r.data["cases"][0]["repeats"]} timed calls (wall clock, loop not netted out)'
+  )
+  intro = (
+    f'**Kernels**, {_name(r)}: {timing}.'
+    f' x floor = time over bytes / {num(peaks.get("hbm_bytes_per_s"))} B/s; the goal for'
+    f' attention decode is at most {FLOOR_GOAL:.0f}x. Compute fraction against'
+    f' {num(peaks.get("bf16_dense_flops"))} FLOP/s (dense bfloat16, also for float32).'
+  )
+  header = (
+    'kernel',
+    'phase',
+    'dtype',
+    'length',
+    'pallas us',
+    'xla us',
+    'pallas / xla',
+    'x floor',
+    'of bf16 peak',
+  )
+  return [intro, ''] + table(header, rows)
+
+
+def _tiles(r: Result) -> list[str]:
+  best = {}
+  for row in r.data['rows']:
+    if row['impl'] != 'pallas':
+      continue
+    key = (row['phase'], row['dtype'], row['S'], row['T'])
+    if key not in best or row['device_s'] < best[key]['device_s']:
+      best[key] = row
+  rows = [
+    [
+      phase,
+      dtype,
+      s,
+      t,
+      row['candidate'],
+      num(1e6 * row['device_s']),
+      f'{row["net_over_floor"]:.1f}',
+      f'{row["vs_xla"]:.2f}',
+    ]
+    for (phase, dtype, s, t), row in sorted(best.items())
+  ]
+  header = ('phase', 'dtype', 'S', 'T', 'fastest tiles', 'us', 'x floor (net)', 'vs xla')
+  return [f'**Attention tile sweep**, {_name(r)}: the fastest candidate per shape.', ''] + table(
+    header, rows
+  )
+
+
+def _range(values: Sequence[float]) -> str:
+  if not values:
+    return '-'
+  low, high = num(min(values)), num(max(values))
+  return low if low == high else f'{low} to {high}'
+
+
+@family(
+  'Can a block be moved to another position exactly? (relocation)',
+  'relocation_*.json',
+  'trained_*_model.json',
+  'scheme_agreement_*.json',
+)
+def _relocation(results: list[Result]) -> list[str]:
+  rows = []
+  for r in results:
+    d = r.data
+    if d.get('experiment') != 'relocation':
+      continue
+    for scheme in d['schemes']:
+      for dtype in d['dtypes']:
+        cells = [c for c in d['cells'] if c['scheme'] == scheme and c['dtype'] == dtype]
+        moved = [c for c in cells if c['offset'] != 0]
+        comp = [c for c in d['composition'] if c['scheme'] == scheme and c['dtype'] == dtype]
+        rows.append(
+          [
+            _name(r),
+            d['model'],
+            scheme,
+            dtype,
+            f'{sum(c["own_position"]["byte_equal"] == c["own_position"]["samples"] for c in cells)}'
+            f'/{len(cells)}',
+            f'{sum(c["relocated"]["byte_equal"] == c["relocated"]["samples"] for c in moved)}'
+            f'/{len(moved)}',
+            _range([c['relocated']['kl_mean'] for c in moved]),
+            _range([c['control']['kl_mean'] for c in moved]),
+            f'{sum(c["byte_equal"] == c["samples"] for c in comp)}/{len(comp)}' if comp else '-',
+          ]
+        )
+  first = next(r.data for r in results if r.data.get('experiment') == 'relocation')
+  out = [
+    'A block computed at position 0 is moved to offset M (keys re-rotated where the scheme'
+    ' needs it) and grafted; its continuation is compared with a fresh computation at M.'
+    f' Offsets {", ".join(map(str, first["offsets"]))}. The graft-free control is fresh(0) vs'
+    " fresh(M), the model's own position sensitivity. Counts are cells (offsets) in which every"
+    ' sample was byte-equal. Written findings: `position_findings.md`.',
+    '',
+  ]
+  out += table(
+    (
+      'file',
+      'model',
+      'scheme',
+      'dtype',
+      'own position byte-equal',
+      'relocated byte-equal (M > 0)',
+      'relocated KL mean',
+      'control KL mean',
+      'two half-blocks composed byte-equal',
+    ),
+    rows,
+  )
+  trained = [r for r in results if r.data.get('experiment') == 'train_small']
+  if trained:
+    out += ['', 'Small byte-level models trained for this study:', '']
+    out += table(
+      ('file', 'scheme', 'size', 'params', 'steps', 'held-out loss (nats/byte)', 'device'),
+      [
+        [
+          _name(r),
+          r.data['config']['position_scheme'],
+          r.data.get('size', '?'),
+          f'{r.data["parameter_count"]:,}',
+          r.data['settings']['steps'],
+          f'{r.data["held_out_loss"]:.3f}',
+          r.device,
+        ]
+        for r in trained
+      ],
+    )
+  agreement = [r for r in results if r.data.get('experiment') == 'scheme_agreement']
+  for r in agreement:
+    out += ['', f'Other schemes of the same weights against `rope`, {_name(r)}:', '']
+    out += table(
+      ('scheme', 'byte-equal samples', 'KL max', 'max abs Δ', 'argmax'),
+      [
+        [
+          scheme,
+          f'{s["byte_equal"]}/{len(s.get("per_sample", []))}',
+          num(s['kl_max']),
+          num(s['max_abs_diff']),
+          pct(s['argmax_agreement']),
+        ]
+        for scheme, s in r.data['vs_rope'].items()
+      ],
+    )
+  return out
+
+
+@family('How fast is the model on CPU?', 'bench_model_cpu*.json')
+def _cpu_speed(results: list[Result]) -> list[str]:
+  out = []
+  for r in results:
+    d = r.data
+    out += [
+      f'{_name(r)}: {d["prompt_tokens"]}-token prompt in chunks of {d["chunk_size"]}, then'
+      f' {d["decode_tokens"]} decoded tokens, {d["cpu_count"]} cores, {r.device}.',
+      '',
+    ]
+    out += table(
+      ('engine', 'prefill tok/s', 'decode tok/s'),
+      [
+        [
+          name,
+          f'{row["prefill_tokens_per_s"]:,.1f}',
+          f'{row["decode_tokens_per_s"]:,.1f}',
+        ]
+        for name, row in d['rows'].items()
+      ],
+    )
+    out.append('')
+  return out
+
+
+RESTORE_GOAL = 2.0  # README: restore within 2x of its floor
+
+
+@family('Is grafting faster than recomputing the prefix?', 'bench_graft_*.json')
+def _graft_vs_recompute(results: list[Result]) -> list[str]:
+  rows = []
+  for r in results:
+    for row in r.data['rows']:
+      recompute = row.get('recompute_first_token_s')
+      lc = row.get('llamacpp_restore_first_token_s')
+      rows.append(
+        [
+          _name(r),
+          r.device.split(',')[0],
+          f'{row["prefix_tokens"]:,}',
+          f'{row["graft_first_token_s"]:.3f}',
+          f'{recompute:.3f}' if recompute is not None else 'not run',
+          f'{row["speedup"]:.2f}' if row.get('speedup') is not None else '-',
+          yes(row['graft_logits_equal_recompute'])
+          if row.get('graft_logits_equal_recompute') is not None
+          else '-',
+          f'{row["restore_s"]:.3f}',
+          f'{row["restore_over_floor"]:.1f}',
+          yes(row['restore_over_floor'] <= RESTORE_GOAL),
+          f'{lc:.3f}' if lc is not None else '-',
+        ]
+      )
+  header = (
+    'file',
+    'device',
+    'prefix tokens',
+    'graft: first token s',
+    'recompute: first token s',
+    'speedup',
+    'logits byte-equal',
+    'restore s',
+    'restore / floor',
+    f'within {RESTORE_GOAL:.0f}x',
+    'llama.cpp restore + first token s',
+  )
+  intro = (
+    'Time to the first token after reading a block (SHA-256 verified) and grafting it, against'
+    ' a prefill of the same prefix; float32. The restore floor is the block bytes over a'
+    ' single-threaded warm file read plus a host-to-device copy.'
+  )
+  return [intro, ''] + table(header, rows)
+
+
+# ---------------------------------------------------------------------------- the page
+
+
+def load(results_dir: str | os.PathLike[str]) -> list[Result]:
+  """Every result file under `results_dir` (top level and sub-folders), verified, sorted."""
+  root = pathlib.Path(results_dir)
+  found = []
+  for path in sorted(root.rglob('*.json')):
+    name = path.relative_to(root).as_posix()
+    if any(fnmatch.fnmatch(path.name, p) for p in NOT_RESULTS):
+      continue
+    found.append(Result(name, ledger.verify_result(path)))
+  return found
+
+
+def render(results: Sequence[Result]) -> str:
+  """The markdown page for `results` (sorted by name; the same input gives the same bytes)."""
+  results = sorted(results, key=lambda r: r.name)
+  top = [r for r in results if '/' not in r.name]
+  nested = [r for r in results if '/' in r.name]
+  out = [
+    '# Results',
+    '',
+    f'<!-- Generated by `{COMMAND}` from the JSON files in this folder. Do not edit. -->',
+    '',
+    'Every figure below is read from the committed result file named beside it, after checking'
+    ' the file against its own `result_sha256` (shown by its first 12 hex digits). Each file'
+    ' also carries the command that made it, the pinned configuration (device, jax version,'
+    ' XLA flags, matmul precision) and the SHA-256 of its inputs and outputs. Bits are never'
+    ' compared across devices or jax versions. Re-check a file without running a model:'
+    ' `python -c "from graftjax import ledger; ledger.verify_result(\'<file>\')"`;'
+    f' regenerate this page: `{COMMAND}`.',
+  ]
+  claimed: set[str] = set()
+  for fam in FAMILIES:
+    mine = [
+      r
+      for r in top
+      if r.name not in claimed and any(fnmatch.fnmatch(r.name, p) for p in fam.patterns)
+    ]
+    if not mine:
+      continue
+    claimed |= {r.name for r in mine}
+    out += ['', f'## {fam.title}', '', *fam.render(mine), '', *_sources(mine)]
+  others = [r for r in top if r.name not in claimed]
+  if others:
+    out += ['', '## Other result files', '', 'No section reads these yet.', '', *_sources(others)]
+  if nested:
+    out += [
+      '',
+      '## Shards and single runs',
+      '',
+      'Inputs of the merged files above, each referenced there by its `result_sha256`.',
+      '',
+      *_sources(nested),
+    ]
+  return '\n'.join(line.rstrip() for line in out) + '\n'
+
+
+def page(results_dir: str | os.PathLike[str]) -> str:
+  return render(load(results_dir))
+
+
+def write(results_dir: str | os.PathLike[str]) -> pathlib.Path:
+  """Writes the page to `results_dir`/README.md; returns its path."""
+  path = pathlib.Path(results_dir) / PAGE_NAME
+  path.write_text(page(results_dir))
+  return path
