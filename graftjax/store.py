@@ -1,70 +1,10 @@
 """Block store: KV blocks on disk, content-addressed, verified, atomic.
 
-`BlockStore(root)` keeps each `KVBlock` in its own directory, named by the
-block's key: the SHA-256 of what the block *is* (model, tokens, slots, dtype,
-position scheme, layout version; see `key_for`), not of its bytes. Putting a
-block whose key is already stored is a no-op when the stored payload is the
-same and verifies, and an error naming the difference otherwise.
-
-On-disk layout (format `graftjax.blockstore/2`)::
-
-  <root>/
-    .lock                  flock: deposits share it, garbage collection owns it
-    .tmp/                  deposits and deletions in progress; never read
-    <key>/                 one complete block; key = 64 lowercase hex digits
-      manifest.json        format, key, layout version, BlockMeta, digests
-      k/zarr.json          zarr v3 array metadata, written by tensorstore
-      k/c/<l>/0/0/0        chunk l of k [L, n, K, H]: layer l, [1, n, K, H]
-      v/zarr.json
-      v/c/<l>/0/0/0        chunk l of v [L, n, K, H]: layer l, [1, n, K, H]
-      positions/zarr.json
-      positions/c/0        the only chunk of positions [n] int32
-
-k and v are chunked along the layer axis, one chunk per layer; positions is
-one chunk. Every chunk uses the `bytes` codec (little-endian) and no
-compression, so a chunk file is exactly its slice's raw C-order bytes, and
-chunk l of k is bytes [l * s, (l + 1) * s) of k, s = n * K * H * itemsize.
-k and v are `float32` or `bfloat16` (a native zarr v3 data type in
-tensorstore). Nothing in the files depends on time, host or process, so the
-same block gives byte-identical files in every store (with one tensorstore
-version, which writes zarr.json; `digest_tree` checks this).
-
-A deposit writes the arrays and then manifest.json into a fresh directory
-under `.tmp/`, fsyncs it, reads it back through `verify`'s checks, and
-renames the whole directory to `<key>/`. A crashed deposit leaves only a
-directory under `.tmp/`, which `list()` never shows and `gc()` (or the next
-`put` that finds no other deposit running) removes. If two writers race on
-one key, the loser's rename fails, and it verifies the winner's block instead.
-
-manifest.json records, for each array, its dtype, shape, chunk shape, the
-SHA-256 of each chunk file in chunk order (`chunk_sha256`, so `sha256sum
-k/c/3/0/0/0` checks layer 3 of k) and a two-level `sha256` of the whole
-array: SHA-256 over the ASCII header `f'{dtype}[{d0},{d1},...]\\n'` followed
-by the 32 raw bytes of each chunk digest, in chunk order (see
-`array_digest`). Chunk digests let `get` hash the chunks in parallel, each
-as it is read; the array digest names the payload in one value.
-
-`get` and `verify` read each chunk file themselves, in a pool of threads, a
-piece at a time into the array they return, hashing each piece as it lands
-(hashlib and file reads release the GIL): the bytes returned are the bytes
-hashed, read once, hashed once, copied once. The files are read only as
-JSON and as raw bytes; nothing is unpickled or evaluated, keys are checked
-to be 64 lowercase hex digits, symlinks inside the store are refused, and
-each zarr.json is checked to describe the layout above, so tensorstore reads
-the same arrays.
-
-Reading a block with nothing but tensorstore::
-
-  import json, tensorstore as ts
-  path = f'{root}/{key}'  # root: the store's directory
-  manifest = json.load(open(f'{path}/manifest.json'))
-  k, v, positions = (
-      ts.open({'driver': 'zarr3', 'kvstore': f'file://{path}/{name}/',
-               'fill_missing_data_reads': False}).result().read().result()
-      for name in ('k', 'v', 'positions'))
-
-Without `'fill_missing_data_reads': False`, a missing chunk file silently
-reads back as zeros.
+`BlockStore(root)` keeps each `KVBlock` under its content key (`key_for`).
+`put` deposits a block so that it appears whole or not at all; `get` and
+`verify` check every byte against its SHA-256 as it is read. Every failure
+raises a `StoreError` naming the path and the cause. The on-disk format,
+and what each guarantee rests on, is specified in docs/store_format.md.
 """
 
 from __future__ import annotations
@@ -72,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import enum
 import errno
 import fcntl
 import hashlib
@@ -81,6 +22,8 @@ import os
 import re
 import shutil
 import stat
+import types
+import typing
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -92,7 +35,7 @@ import tensorstore as ts
 from graftjax import blocks
 
 FORMAT = 'graftjax.blockstore/2'
-KEY_SCHEME = 'graftjax.block-key/2'
+KEY_SCHEME = 'graftjax.block-key/3'
 MANIFEST = 'manifest.json'
 ARRAY_NAMES = ('k', 'v', 'positions')
 KV_DTYPES = ('float32', 'bfloat16')
@@ -104,6 +47,7 @@ _DTYPES = {
 }
 _LAYERED = ('k', 'v')  # chunked one layer per chunk; the rest in one chunk
 _SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests
+_INT32 = (-(2**31), 2**31 - 1)
 _STAGING = '.tmp'
 _LOCK = '.lock'
 # Bytes read, then hashed while they are still in (L2) cache, at a time.
@@ -114,19 +58,36 @@ _R = TypeVar('_R')
 
 
 class StoreError(Exception):
-  """A block cannot be stored or read back as asked."""
+  """A block cannot be stored or read back as asked.
+
+  Attributes:
+    path: what failed: the store, a block in it, or a file of a block.
+    cause: why, in words.
+  """
+
+  def __init__(self, path: str, cause: str):
+    super().__init__(path, cause)  # both survive pickling across processes
+    self.path = path
+    self.cause = cause
+
+  def __str__(self) -> str:
+    return f'{self.path}: {self.cause}'
 
 
 class InvalidKeyError(StoreError):
   """A key is not 64 lowercase hex digits (and so could name any path)."""
 
 
+class InvalidBlockError(StoreError):
+  """`put` refuses a block: its metadata or arrays cannot be stored exactly."""
+
+
 class MissingBlockError(StoreError):
-  """No block is stored under a key."""
+  """No block is stored under a key (or it was deleted while being read)."""
 
 
 class CorruptBlockError(StoreError):
-  """A stored block does not match its manifest, or has no manifest."""
+  """A stored block does not match its manifest, or its manifest is malformed."""
 
 
 class UnsupportedFormatError(StoreError):
@@ -138,15 +99,32 @@ class ConflictingBlockError(StoreError):
 
 
 class UnsafePathError(StoreError):
-  """A symlink (or other non-regular entry) inside the store was refused."""
+  """A symlink, or an entry of the wrong kind, where the store expects its own."""
+
+
+class StoreIOError(StoreError):
+  """The storage under the store failed: not a directory, disk full, I/O error."""
+
+
+class ReadOnlyStoreError(StoreIOError):
+  """A write to a store opened read-only, or on storage that refuses writes."""
+
+
+class _Malformed(ValueError):
+  """A manifest (or a block's metadata) is not what the format allows."""
+
+
+class _Vanished(Exception):
+  """A file of a block disappeared between listing and reading it."""
 
 
 def key_for(meta: blocks.BlockMeta) -> str:
   """The content key of a block: SHA-256 hex of its canonical identity.
 
-  The identity is the JSON object below, serialised with sorted keys, no
-  whitespace and ASCII only, so the key is the same in every process and on
-  every machine.
+  The identity is every field of `BlockMeta` (token ids as a list), plus
+  `key_scheme` and `stop`, serialised as JSON with sorted keys, no
+  whitespace and ASCII only, so the key is the same in every process and
+  on every machine.
 
   Args:
     meta: the block's metadata.
@@ -155,16 +133,9 @@ def key_for(meta: blocks.BlockMeta) -> str:
     64 lowercase hex digits.
   """
   identity = {
+    **_meta_json(meta),
     'key_scheme': KEY_SCHEME,
-    'model_fingerprint': str(meta.model_fingerprint),
-    'token_ids': list(map(int, meta.token_ids)),
-    'start': int(meta.start),
-    'stop': int(meta.start) + len(meta.token_ids),
-    'first_position': int(meta.first_position),
-    'shift': int(meta.shift),
-    'dtype': str(meta.dtype),
-    'position_scheme': str(meta.position_scheme),
-    'layout_version': int(meta.layout_version),
+    'stop': meta.start + len(meta.token_ids),
   }
   canonical = json.dumps(identity, sort_keys=True, separators=(',', ':'), ensure_ascii=True)
   return hashlib.sha256(canonical.encode('ascii')).hexdigest()
@@ -207,45 +178,67 @@ def digest_tree(path: str | os.PathLike[str]) -> str:
 
 
 class BlockStore:
-  """KV blocks on disk under `root`, one directory per content key."""
+  """KV blocks on disk under `root`, one directory per content key.
 
-  def __init__(self, root: str | os.PathLike[str]):
+  Opening a store writes nothing. With `read_only=True`, or on storage that
+  refuses writes, `list`, `get` and `verify` work and `put`, `delete` and
+  `gc` raise `ReadOnlyStoreError`.
+  """
+
+  def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False):
     self.root = os.path.abspath(os.fspath(root))
+    self.read_only = read_only
     self._staging_dir = os.path.join(self.root, _STAGING)
-    os.makedirs(self._staging_dir, exist_ok=True)
-    if os.path.islink(self._staging_dir):
-      raise UnsafePathError(f'{self._staging_dir} is a symlink')
+    if not read_only and not os.path.lexists(self.root):
+      with _io_errors(self.root, 'cannot create the store'):
+        os.makedirs(self.root, exist_ok=True)
+    try:
+      mode = os.stat(self.root).st_mode
+    except FileNotFoundError:
+      raise StoreIOError(self.root, 'no such store (read-only stores are not created)') from None
+    except OSError as e:
+      raise StoreIOError(self.root, f'cannot open the store: {e.strerror}') from e
+    if not stat.S_ISDIR(mode):
+      raise StoreIOError(self.root, 'the store root is not a directory')
 
   def put(self, block: blocks.KVBlock) -> str:
     """Stores `block` and returns its key; a no-op if already stored.
 
     Raises:
-      StoreError: if the block cannot be stored (dtype, empty block).
+      InvalidBlockError: if the block cannot be stored exactly (dtype, empty
+        block, positions outside int32, metadata of the wrong types).
       ConflictingBlockError: if its key is stored with another payload.
       CorruptBlockError: if its key is stored but does not verify.
       UnsupportedFormatError: if its key is stored in another format.
+      ReadOnlyStoreError, StoreIOError, UnsafePathError: if the storage
+        refuses the deposit; nothing of it is visible then.
     """
-    key = key_for(block.meta)
-    arrays = _block_arrays(block)
-    manifest = _manifest(key, block.meta, arrays, _digests(arrays))
+    self._check_writable()
+    arrays, manifest = _storable(block, self.root)
+    key = manifest['key']
     final = os.path.join(self.root, key)
-    if os.path.lexists(final):
-      self._check_stored(key, manifest)
-      return key
-    with self._staging_lock():
-      staged = os.path.join(self._staging_dir, f'{key}.{uuid.uuid4().hex}')
-      try:
-        _write_block(staged, arrays, manifest)
-        _read_block(staged, key)
-        published = _rename_unless_taken(staged, final)
-      finally:
-        if os.path.lexists(staged):
-          shutil.rmtree(staged)
-    if published:
-      _fsync(self.root)
-    else:
-      self._check_stored(key, manifest)
-    return key
+    for _ in range(3):  # a block deleted under us is deposited again
+      if os.path.lexists(final):
+        try:
+          self._check_stored(key, manifest)
+          return key
+        except MissingBlockError:
+          continue
+      with self._staging_lock():
+        staged = os.path.join(self._staging_dir, f'{key}.{uuid.uuid4().hex}')
+        try:
+          with _io_errors(staged, 'cannot deposit the block'):
+            _write_block(staged, arrays, manifest)
+          _read_block(staged, key)
+          with _io_errors(final, 'cannot publish the block'):
+            published = _rename_unless_taken(staged, final)
+            if published:
+              _fsync(self.root)
+        finally:
+          shutil.rmtree(staged, ignore_errors=True)
+      if published:
+        return key
+    raise StoreIOError(final, 'deleted by another writer each time it was deposited')
 
   def get(self, key: str) -> blocks.KVBlock:
     """The block stored under `key`, after verifying every digest.
@@ -254,7 +247,7 @@ class BlockStore:
       A KVBlock of numpy arrays: k, v [L, n, K, H] and positions [n] int32.
     Raises:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
-      UnsupportedFormatError, UnsafePathError.
+      UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
     _, block = _read_block(self._block_path(key), key)
     return block
@@ -264,53 +257,58 @@ class BlockStore:
 
     Raises:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
-      UnsupportedFormatError, UnsafePathError.
+      UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
     _read_block(self._block_path(key), key)
 
   def list(self) -> list[str]:
     """Sorted keys of the complete blocks (not verified; see `verify`)."""
-    return sorted(
-      name
-      for name in os.listdir(self.root)
-      if _SHA256_HEX.fullmatch(name) and self._is_complete(name)
-    )
+    with _io_errors(self.root, 'cannot list the store'):
+      names = os.listdir(self.root)
+    return sorted(name for name in names if _SHA256_HEX.fullmatch(name) and self._is_complete(name))
 
   def delete(self, key: str) -> None:
     """Removes the block under `key`; it vanishes from view at once.
 
     Raises:
-      InvalidKeyError, MissingBlockError, UnsafePathError.
+      InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
+      StoreIOError.
     """
     path = self._block_path(key)
+    self._check_writable()
     with self._staging_lock():
       if os.path.islink(path):
-        raise UnsafePathError(f'block {key} is a symlink; refusing it')
+        raise UnsafePathError(path, 'the block is a symlink; refusing it')
       trash = os.path.join(self._staging_dir, f'{key}.{uuid.uuid4().hex}.del')
-      try:
-        os.rename(path, trash)
-      except FileNotFoundError:
-        raise MissingBlockError(f'no block {key} in {self.root}') from None
-      _fsync(self.root)
-      shutil.rmtree(trash)
+      with _io_errors(path, 'cannot delete the block'):
+        try:
+          os.rename(path, trash)
+        except FileNotFoundError:
+          raise MissingBlockError(path, 'no such block') from None
+        _fsync(self.root)
+        shutil.rmtree(trash)
 
   def gc(self) -> int:
     """Removes what crashed deposits left in `.tmp/`; returns how many.
 
     Waits for deposits and deletions in progress to finish first.
     """
-    lock = self._open_lock()
-    try:
-      fcntl.flock(lock, fcntl.LOCK_EX)
+    self._check_writable()
+    with self._lock(fcntl.LOCK_EX):
       return self._clear_staging()
-    finally:
-      os.close(lock)
 
   def __contains__(self, key: str) -> bool:
-    return self._is_complete(_checked_key(key))
+    return self._is_complete(self._checked_key(key))
+
+  def _checked_key(self, key: str) -> str:
+    if not isinstance(key, str) or not _SHA256_HEX.fullmatch(key):
+      raise InvalidKeyError(
+        self.root, f'invalid block key {key!r}: expected 64 lowercase hex digits'
+      )
+    return key
 
   def _block_path(self, key: str) -> str:
-    return os.path.join(self.root, _checked_key(key))
+    return os.path.join(self.root, self._checked_key(key))
 
   def _is_complete(self, key: str) -> bool:
     path = os.path.join(self.root, key)
@@ -322,13 +320,18 @@ class BlockStore:
       and os.path.isfile(manifest)
     )
 
+  def _check_writable(self) -> None:
+    if self.read_only:
+      raise ReadOnlyStoreError(self.root, 'the store was opened read-only')
+
   def _check_stored(self, key: str, manifest: dict[str, Any]) -> None:
     stored, _ = _read_block(os.path.join(self.root, key), key)
     differences = _differences(stored, manifest)
     if differences:
       raise ConflictingBlockError(
-        f'block {key} is already stored with another payload (stored !='
-        f' new): {"; ".join(differences)}'
+        os.path.join(self.root, key),
+        f'the block is already stored with another payload (stored != new):'
+        f' {"; ".join(differences)}',
       )
 
   @contextlib.contextmanager
@@ -338,8 +341,7 @@ class BlockStore:
     Every deposit and deletion holds the lock (shared) while it has a
     directory under `.tmp/`, so whoever holds it alone may remove them all.
     """
-    lock = self._open_lock()
-    try:
+    with self._lock(None) as lock:
       try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except BlockingIOError:
@@ -348,22 +350,59 @@ class BlockStore:
         self._clear_staging()
       fcntl.flock(lock, fcntl.LOCK_SH)
       yield
+
+  @contextlib.contextmanager
+  def _lock(self, operation: int | None) -> Iterator[int]:
+    """Opens `.lock` (flocked with `operation` if given) and `.tmp/`."""
+    path = os.path.join(self.root, _LOCK)
+    with _io_errors(path, 'cannot open the store lock'):
+      try:
+        lock = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+      except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+          raise UnsafePathError(path, 'the store lock is not a regular file') from e
+        raise
+    try:
+      if not stat.S_ISREG(os.fstat(lock).st_mode):
+        raise UnsafePathError(path, 'the store lock is not a regular file')
+      with _io_errors(self._staging_dir, 'cannot create the staging directory'):
+        try:
+          os.mkdir(self._staging_dir)
+        except FileExistsError:
+          pass
+      mode = os.lstat(self._staging_dir).st_mode
+      if not stat.S_ISDIR(mode):
+        kind = 'a symlink' if stat.S_ISLNK(mode) else 'not a directory'
+        raise UnsafePathError(self._staging_dir, f'the staging directory is {kind}')
+      if operation is not None:
+        fcntl.flock(lock, operation)
+      yield lock
     finally:
       os.close(lock)
 
-  def _open_lock(self) -> int:
-    path = os.path.join(self.root, _LOCK)
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-
   def _clear_staging(self) -> int:
-    names = os.listdir(self._staging_dir)
-    for name in names:
-      path = os.path.join(self._staging_dir, name)
-      if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-      else:
-        os.unlink(path)
+    with _io_errors(self._staging_dir, 'cannot clear the staging directory'):
+      names = os.listdir(self._staging_dir)
+      for name in names:
+        path = os.path.join(self._staging_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+          shutil.rmtree(path)
+        else:
+          os.unlink(path)
     return len(names)
+
+
+@contextlib.contextmanager
+def _io_errors(path: str, doing: str) -> Iterator[None]:
+  """Turns an OSError into a StoreIOError (or ReadOnlyStoreError) on `path`."""
+  try:
+    yield
+  except OSError as e:
+    where = e.filename if isinstance(e.filename, str) else path
+    cause = f'{doing}: {e.strerror or e}'
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+      raise ReadOnlyStoreError(where, cause) from e
+    raise StoreIOError(where, cause) from e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,28 +457,59 @@ def _flat_bytes(array: np.ndarray) -> np.ndarray:
   return array.reshape(-1).view(np.uint8)
 
 
-def _checked_key(key: str) -> str:
-  if not isinstance(key, str) or not _SHA256_HEX.fullmatch(key):
-    raise InvalidKeyError(f'invalid block key {key!r}: expected 64 lowercase hex digits')
-  return key
+def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+  """The block's arrays (little-endian, C order) and its manifest, checked.
+
+  Raises:
+    InvalidBlockError: naming the first thing that cannot be stored exactly.
+  """
+  try:
+    meta = block.meta
+    if not isinstance(meta, blocks.BlockMeta):
+      raise _Malformed(f'meta is a {type(meta).__name__}, not a BlockMeta')
+    meta_json = _meta_json(meta)
+    _check_meta(meta_json)  # before key_for, which would narrow what it hashes
+    if not meta.token_ids:
+      raise _Malformed('cannot store an empty block')
+    arrays = {
+      'k': _little_endian(block.k, 'k'),
+      'v': _little_endian(block.v, 'v'),
+      'positions': _int32_positions(block.positions),
+    }
+    key = key_for(meta)
+    manifest = _manifest(key, meta_json, arrays, _digests(arrays))
+    _check_manifest(manifest)
+  except (_Malformed, blocks.GraftError) as e:
+    raise InvalidBlockError(root, f'cannot store the block: {e}') from e
+  return arrays, manifest
 
 
-def _block_arrays(block: blocks.KVBlock) -> dict[str, np.ndarray]:
-  """The block's arrays as little-endian C-order numpy, checked storable."""
-  dtype = block.meta.dtype
-  if dtype not in KV_DTYPES:
-    raise StoreError(f'cannot store k/v of dtype {dtype!r}; only {KV_DTYPES}')
-  if len(block) == 0:
-    raise StoreError('cannot store an empty block')
-  arrays = {
-    name: np.ascontiguousarray(a, a.dtype.newbyteorder('<')) for name, a in block.arrays().items()
-  }
-  for name in _LAYERED:
-    if arrays[name].dtype.name != dtype:
-      raise StoreError(
-        f'array {name!r} is {arrays[name].dtype.name} but the block metadata says {dtype}'
-      )
-  return arrays
+def _little_endian(array: Any, name: str) -> np.ndarray:
+  array = np.asarray(array)
+  if array.dtype.name not in KV_DTYPES:
+    raise _Malformed(f'cannot store array {name!r} of dtype {array.dtype.name!r}; only {KV_DTYPES}')
+  return np.ascontiguousarray(array, array.dtype.newbyteorder('<'))
+
+
+def _int32_positions(positions: Any) -> np.ndarray:
+  """`positions` as int32, refused unless every value is exactly an int32."""
+  positions = np.asarray(positions)
+  kind = positions.dtype.kind
+  if kind not in 'iuf' or positions.ndim != 1:
+    raise _Malformed(
+      f'positions must be a 1-D integer array, got {positions.dtype}{positions.shape}'
+    )
+  if positions.size:
+    if kind == 'f':
+      exact = np.isfinite(positions) & (positions == np.round(positions))
+      if not exact.all():
+        bad = int(np.argmin(exact))
+        raise _Malformed(f'position {bad} is {positions[bad]!r}, not an integer')
+    low, high = positions.min(), positions.max()
+    if low < _INT32[0] or high > _INT32[1]:
+      bad = int(np.argmax((positions < _INT32[0]) | (positions > _INT32[1])))
+      raise _Malformed(f'position {bad} is {positions[bad]!r}, outside int32')
+  return np.ascontiguousarray(positions, np.dtype('<i4'))
 
 
 def _digests(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
@@ -461,7 +531,7 @@ def _digests(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
 
 def _manifest(
   key: str,
-  meta: blocks.BlockMeta,
+  meta_json: dict[str, Any],
   arrays: dict[str, np.ndarray],
   digests: dict[str, list[str]],
 ) -> dict[str, Any]:
@@ -469,8 +539,8 @@ def _manifest(
   return {
     'format': FORMAT,
     'key': key,
-    'layout_version': meta.layout_version,
-    'meta': _meta_json(meta),
+    'layout_version': meta_json['layout_version'],
+    'meta': meta_json,
     'arrays': {
       name: {
         'dtype': array.dtype.name,
@@ -492,6 +562,183 @@ def _meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
   """
   fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}
   return {**fields, 'token_ids': list(meta.token_ids)}
+
+
+_MANIFEST_FIELDS = {'format', 'key', 'layout_version', 'meta', 'arrays'}
+_ENTRY_FIELDS = {'dtype', 'shape', 'chunk_shape', 'chunk_sha256', 'sha256'}
+
+
+def _check_manifest(manifest: Any) -> blocks.BlockMeta:
+  """Checks a manifest's every field, type and size; returns its BlockMeta.
+
+  The one validation of a manifest, for what `put` writes and `get` reads.
+  What it cannot check alone (the digests against the payload, chunk
+  shapes against the layout) `_read_block` compares with a manifest rebuilt
+  from the bytes read.
+
+  Raises:
+    UnsupportedFormatError: (from the caller) if `format` is not FORMAT.
+    _Malformed: naming the first field that is missing, extra, of the
+      wrong type or out of range.
+  """
+  _check_object(manifest, _MANIFEST_FIELDS, 'manifest')
+  if manifest['format'] != FORMAT:
+    raise _OtherFormat(manifest['format'])
+  if not (type(manifest['key']) is str and _SHA256_HEX.fullmatch(manifest['key'])):
+    raise _Malformed(f'key is {_short(manifest["key"])}: expected 64 lowercase hex digits')
+  meta = _check_meta(manifest['meta'])
+  if meta.dtype not in KV_DTYPES:
+    raise _Malformed(f'cannot store k/v of dtype {meta.dtype!r}; only {KV_DTYPES}')
+  if type(manifest['layout_version']) is not int or (
+    manifest['layout_version'] != meta.layout_version
+  ):
+    raise _Malformed(
+      f'layout_version {manifest["layout_version"]!r} != meta.layout_version'
+      f' {meta.layout_version!r}'
+    )
+  entries = manifest['arrays']
+  _check_object(entries, set(ARRAY_NAMES), 'arrays')
+  n = len(meta.token_ids)
+  for name in ARRAY_NAMES:
+    entry = entries[name]
+    _check_object(entry, _ENTRY_FIELDS, f'arrays.{name}')
+    dtype = 'int32' if name == 'positions' else meta.dtype
+    if entry['dtype'] != dtype:
+      raise _Malformed(f'arrays.{name}.dtype is {entry["dtype"]!r}, expected {dtype!r}')
+    shape = entry['shape']
+    for field in ('shape', 'chunk_shape'):
+      dims = entry[field]
+      if not (
+        type(dims) is list and dims and all(type(d) is int and 0 < d <= _INT32[1] for d in dims)
+      ):
+        raise _Malformed(f'arrays.{name}.{field} is {dims!r}: expected positive int32 sizes')
+    if name == 'positions' and shape != [n]:
+      raise _Malformed(f'arrays.positions.shape is {shape}, expected [{n}] for {n} token ids')
+    if name in _LAYERED and (len(shape) != 4 or shape[1] != n):
+      raise _Malformed(f'arrays.{name}.shape is {shape}, expected [L, {n}, K, H]')
+    if name == 'v' and shape != entries['k']['shape']:
+      raise _Malformed(f'arrays.v.shape {shape} != arrays.k.shape {entries["k"]["shape"]}')
+    digests = entry['chunk_sha256']
+    count = shape[0] // _chunk_shape(name, shape)[0]
+    if not (
+      type(digests) is list
+      and len(digests) == count
+      and all(type(d) is str and _SHA256_HEX.fullmatch(d) for d in digests)
+    ):
+      raise _Malformed(
+        f'array {name!r} of shape {shape} needs {count} chunk digests (64 lowercase hex'
+        f' digits each), got {_short(digests)}'
+      )
+    if not (type(entry['sha256']) is str and _SHA256_HEX.fullmatch(entry['sha256'])):
+      raise _Malformed(f'arrays.{name}.sha256 is {_short(entry["sha256"])}: expected 64 hex digits')
+  return meta
+
+
+class _OtherFormat(Exception):
+  """A manifest names another format (or its metadata another layout)."""
+
+
+_UNSUPPORTED_LAYOUT = getattr(blocks, 'UnsupportedLayoutError', ())
+
+
+def _check_meta(data: Any) -> blocks.BlockMeta:
+  """A BlockMeta from its JSON form, every field of the type it declares.
+
+  The fields and their types come from `blocks.BlockMeta` itself; integers
+  must lie in int32, `start` and token ids must not be negative, and the
+  result must give back exactly `data` (no value narrowed or dropped).
+  """
+  hints = typing.get_type_hints(blocks.BlockMeta)
+  if type(data) is not dict:
+    raise _Malformed(f'meta is {_short(data)}: expected a JSON object')
+  try:
+    meta = blocks.BlockMeta.from_json(data)
+  except _UNSUPPORTED_LAYOUT as e:
+    raise _OtherFormat(f'meta.layout_version {_short(data.get("layout_version"))}') from e
+  except (ValueError, TypeError, KeyError, OverflowError) as e:  # blocks.BlockMetaError
+    raise _Malformed(str(e)) from e
+  for name, value in data.items():  # whatever from_json lets through
+    _check_type(value, hints.get(name), f'meta.{name}')
+  if data['start'] < 0:
+    raise _Malformed(f'meta.start is {data["start"]}: a slot cannot be negative')
+  if any(t < 0 for t in data['token_ids']):
+    raise _Malformed(f'meta.token_ids holds a negative id {min(data["token_ids"])}')
+  if _meta_json(meta) != data:
+    raise _Malformed('meta does not read back as written')
+  return meta
+
+
+def _check_type(value: Any, hint: Any, where: str) -> None:
+  """Raises _Malformed unless `value` (JSON or Python) is a `hint`.
+
+  Knows str, int (int32, not bool), bool, float, tuple[X, ...], unions and
+  enums; a type it does not know is left to `BlockMeta.from_json`.
+  """
+  origin = typing.get_origin(hint)
+  if origin in (typing.Union, types.UnionType):
+    errors = []
+    for arm in typing.get_args(hint):
+      try:
+        return _check_type(value, arm, where)
+      except _Malformed as e:
+        errors.append(str(e))
+    raise _Malformed('; '.join(errors))
+  if hint is type(None):
+    ok = value is None
+  elif hint is int:
+    ok = type(value) is int and _INT32[0] <= value <= _INT32[1]
+  elif hint in (str, bool):
+    ok = type(value) is hint
+  elif hint is float:
+    ok = type(value) in (int, float) and math.isfinite(value)
+  elif origin is tuple:
+    if type(value) not in (list, tuple):
+      raise _Malformed(f'{where} is {_short(value)}: expected a list')
+    item = typing.get_args(hint)[0]
+    for i, x in enumerate(value):
+      _check_type(x, item, f'{where}.{i}')
+    return
+  elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+    ok = isinstance(value, hint) or value in {m.value for m in hint}
+  else:
+    return
+  if not ok:
+    name = getattr(hint, '__name__', str(hint))
+    bound = ' in int32' if hint is int else ''
+    raise _Malformed(f'{where} is {_short(value)}: expected {name}{bound}')
+
+
+def _check_object(value: Any, names: set[str], where: str) -> None:
+  if type(value) is not dict:
+    raise _Malformed(f'{where} is {_short(value)}: expected a JSON object')
+  if value.keys() != names:
+    raise _Malformed(f'{where} has fields {sorted(value)}, expected {sorted(names)}')
+
+
+def _short(value: Any) -> str:
+  """repr of `value` cut to 80 characters (a bad field can be huge)."""
+  try:
+    text = repr(value)
+  except (ValueError, RecursionError):  # ints past str's digit limit; deep nesting
+    return f'a {type(value).__name__}'
+  return text if len(text) <= 80 else f'{text[:77]}...'
+
+
+def _load_json(data: bytes) -> Any:
+  """JSON from ASCII bytes, refusing duplicate keys; raises _Malformed."""
+
+  def no_duplicates(pairs):
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+      raise _Malformed(f'duplicate key {min(n for n in names if names.count(n) > 1)!r}')
+    return dict(pairs)
+
+  try:
+    return json.loads(data.decode('ascii'), object_pairs_hook=no_duplicates)
+  except RecursionError:
+    raise _Malformed('JSON nested too deeply') from None
+  except (ValueError, OverflowError) as e:  # UnicodeDecodeError, JSONDecodeError, digit limit
+    raise _Malformed(str(e)) from e
 
 
 def _zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]:
@@ -533,11 +780,29 @@ def _write_array(path: str, array: np.ndarray) -> None:
     # fill value) and the block would depend on that silently.
     'store_data_equal_to_fill_value': True,
   }
-  ts.open(spec, create=True).result().write(array).result()
+  try:
+    ts.open(spec, create=True).result().write(array).result()
+  except ValueError as e:  # tensorstore reports I/O failures as ValueError
+    raise OSError(errno.EIO, str(e), path) from e
 
 
 def _read_block(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies the block at `path`; returns (manifest, block).
+
+  A block deleted (or replaced) while it is read is read again from the
+  start, and reported missing if it is gone.
+  """
+  for _ in range(3):
+    try:
+      return _read_block_once(path, key)
+    except _Vanished:
+      if not os.path.lexists(os.path.join(path, MANIFEST)):
+        raise MissingBlockError(path, 'no such block (deleted while being read)') from None
+  raise CorruptBlockError(path, 'files kept vanishing while the block was read')
+
+
+def _read_block_once(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBlock]:
+  """Reads and verifies the block at `path` once.
 
   Checks, in order: the directory holds exactly the expected regular files;
   manifest.json is well formed and describes `key`; each zarr.json describes
@@ -548,115 +813,104 @@ def _read_block(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBlock]:
   try:
     mode = os.lstat(path).st_mode
   except FileNotFoundError:
-    raise MissingBlockError(f'no block {key} at {path}') from None
+    raise MissingBlockError(path, 'no such block') from None
+  except OSError as e:
+    raise StoreIOError(path, f'cannot read the block: {e.strerror}') from e
   if stat.S_ISLNK(mode):
-    raise UnsafePathError(f'block {key} is a symlink; refusing it')
+    raise UnsafePathError(path, 'the block is a symlink; refusing it')
   if not stat.S_ISDIR(mode):
-    raise CorruptBlockError(f'block {key}: {path} is not a directory')
-  files = _regular_files(path)
-  if MANIFEST not in files:
-    raise CorruptBlockError(f'block {key}: missing file {MANIFEST}')
-  manifest, meta = _parse_manifest(_read_bytes(os.path.join(path, MANIFEST)), key)
-  entries = manifest['arrays']
-  chunks = {name: _chunks(name, entry['dtype'], entry['shape']) for name, entry in entries.items()}
-  expected_files = {MANIFEST}
-  for name in ARRAY_NAMES:
-    expected_files.add(f'{name}/zarr.json')
-    expected_files.update(chunk.path for chunk in chunks[name])
-  missing = sorted(expected_files - files)
-  if missing:
-    raise CorruptBlockError(f'block {key}: missing file {", ".join(missing)}')
-  unexpected = sorted(files - expected_files)
-  if unexpected:
-    raise CorruptBlockError(f'block {key}: unexpected file {", ".join(unexpected)}')
-  for name in ARRAY_NAMES:
-    _check_zarr_metadata(path, key, name, entries[name])
-  recorded = [
-    (chunk, digest)
-    for name in ARRAY_NAMES
-    for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
-  ]
-  for chunk, digest in recorded:
-    size = os.lstat(os.path.join(path, chunk.path)).st_size
-    if size != chunk.stop - chunk.start:
-      raise CorruptBlockError(
-        f'block {key}: {chunk}: holds {size} bytes, expected'
-        f' {chunk.stop - chunk.start} (sha256 expected {digest})'
-      )
-  arrays = {
-    name: np.empty(entry['shape'], _DTYPES[entry['dtype']]) for name, entry in entries.items()
-  }
-  found = _map_threads(
-    lambda task: _read_chunk(path, key, *task, _flat_bytes(arrays[task[0].name])),
-    recorded,
-  )
+    raise CorruptBlockError(path, 'the block is not a directory')
+  try:
+    files = _regular_files(path)
+    if MANIFEST not in files:
+      raise CorruptBlockError(path, f'missing file {MANIFEST}')
+    manifest, meta = _parse_manifest(_read_bytes(os.path.join(path, MANIFEST)), path, key)
+    entries = manifest['arrays']
+    chunks = {
+      name: _chunks(name, entry['dtype'], entry['shape']) for name, entry in entries.items()
+    }
+    expected_files = {MANIFEST}
+    for name in ARRAY_NAMES:
+      expected_files.add(f'{name}/zarr.json')
+      expected_files.update(chunk.path for chunk in chunks[name])
+    missing = sorted(expected_files - files)
+    if missing:
+      raise CorruptBlockError(path, f'missing file {", ".join(missing)}')
+    unexpected = sorted(files - expected_files)
+    if unexpected:
+      raise CorruptBlockError(path, f'unexpected file {", ".join(unexpected)}')
+    for name in ARRAY_NAMES:
+      _check_zarr_metadata(path, name, entries[name])
+    recorded = [
+      (chunk, digest)
+      for name in ARRAY_NAMES
+      for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
+    ]
+    for chunk, digest in recorded:
+      size = os.lstat(os.path.join(path, chunk.path)).st_size
+      if size != chunk.stop - chunk.start:
+        raise CorruptBlockError(
+          path,
+          f'{chunk}: holds {size} bytes, expected {chunk.stop - chunk.start} (sha256 expected'
+          f' {digest})',
+        )
+    arrays = {
+      name: np.empty(entry['shape'], _DTYPES[entry['dtype']]) for name, entry in entries.items()
+    }
+    found = _map_threads(
+      lambda task: _read_chunk(path, *task, _flat_bytes(arrays[task[0].name])),
+      recorded,
+    )
+  except FileNotFoundError as e:
+    raise _Vanished() from e
+  except OSError as e:
+    raise StoreIOError(path, f'cannot read the block: {e.strerror or e}') from e
   digests = {name: [] for name in ARRAY_NAMES}
   for (chunk, _), digest in zip(recorded, found):
     digests[chunk.name].append(digest)
-  try:
-    block = blocks.KVBlock(meta=meta, **arrays)
-    rebuilt = _manifest(key, meta, _block_arrays(block), digests)
-  except (ValueError, StoreError) as e:
-    raise CorruptBlockError(f'block {key}: not a valid block: {e}') from e
+  rebuilt = _manifest(key, _meta_json(meta), arrays, digests)
   differences = _differences(manifest, rebuilt)
   if differences:
     raise CorruptBlockError(
-      f'block {key}: manifest.json disagrees with its payload (manifest !='
-      f' payload): {"; ".join(differences)}'
+      path,
+      f'manifest.json disagrees with its payload (manifest != payload): {"; ".join(differences)}',
     )
+  try:
+    block = blocks.KVBlock(meta=meta, **arrays)
+  except ValueError as e:
+    raise CorruptBlockError(path, f'not a valid block: {e}') from e
   return manifest, block
 
 
-def _parse_manifest(data: bytes, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
-  """The manifest and its BlockMeta, checked for shape and for `key`."""
+def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
+  """The manifest and its BlockMeta, checked by `_check_manifest` and for `key`."""
   try:
-    manifest = json.loads(data.decode('ascii'))
-    if manifest['format'] != FORMAT:
-      raise UnsupportedFormatError(
-        f'block {key}: {MANIFEST} has format {manifest["format"]!r}; this'
-        f' code reads only {FORMAT!r}'
-      )
-    meta = blocks.BlockMeta.from_json(manifest['meta'])
-    entries = manifest['arrays']
-    if sorted(entries) != sorted(ARRAY_NAMES):
-      raise ValueError(f'arrays {sorted(entries)}, expected {sorted(ARRAY_NAMES)}')
-    for name in ARRAY_NAMES:
-      entry = entries[name]
-      if entry['dtype'] not in _DTYPES or not isinstance(entry['sha256'], str):
-        raise ValueError(f'bad entry for array {name!r}: {entry}')
-      shape = entry['shape']
-      if not (
-        isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)
-      ):
-        raise ValueError(f'bad shape for array {name!r}: {shape}')
-      digests = entry['chunk_sha256']
-      rows = _chunk_shape(name, shape)[0]
-      if not (
-        isinstance(digests, list)
-        and len(digests) * rows == shape[0]
-        and all(isinstance(d, str) and _SHA256_HEX.fullmatch(d) for d in digests)
-      ):
-        raise ValueError(
-          f'array {name!r} of shape {shape} needs {shape[0] // rows} chunk'
-          f' digests (64 lowercase hex digits each), got {digests}'
-        )
-  except (ValueError, KeyError, TypeError) as e:
-    raise CorruptBlockError(f'block {key}: malformed {MANIFEST}: {e}') from e
+    manifest = _load_json(data)
+    meta = _check_manifest(manifest)
+  except _OtherFormat as e:
+    found = e.args[0]
+    if isinstance(found, str) and found.startswith('meta.layout_version'):
+      cause = f'{MANIFEST} has {found}; this code reads only {blocks.LAYOUT_VERSION}'
+    else:
+      cause = f'{MANIFEST} has format {_short(found)}; this code reads only {FORMAT!r}'
+    raise UnsupportedFormatError(path, cause) from None
+  except _Malformed as e:
+    raise CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
   described = key_for(meta)
   if described != key:
-    raise CorruptBlockError(f'block {key}: {MANIFEST} describes block {described}')
+    raise CorruptBlockError(path, f'{MANIFEST} describes block {described}')
   return manifest, meta
 
 
-def _check_zarr_metadata(path: str, key: str, name: str, entry: dict[str, Any]) -> None:
+def _check_zarr_metadata(path: str, name: str, entry: dict[str, Any]) -> None:
   """Raises unless `name`/zarr.json describes the array `entry` describes."""
   relative_path = f'{name}/zarr.json'
   try:
-    found = json.loads(_read_bytes(os.path.join(path, relative_path)))
+    found = _load_json(_read_bytes(os.path.join(path, relative_path)))
     if not isinstance(found, dict):
-      raise ValueError(f'not a JSON object: {found!r}')
-  except ValueError as e:
-    raise CorruptBlockError(f'block {key}: malformed {relative_path}: {e}') from e
+      raise _Malformed(f'not a JSON object: {_short(found)}')
+  except _Malformed as e:
+    raise CorruptBlockError(path, f'malformed {relative_path}: {e}') from e
   # What decides where tensorstore finds the bytes and how it decodes them;
   # other fields (attributes, dimension_names) are free.
   expected = {
@@ -666,12 +920,13 @@ def _check_zarr_metadata(path: str, key: str, name: str, entry: dict[str, Any]) 
   differences = _differences({field: found.get(field) for field in expected}, expected)
   if differences:
     raise CorruptBlockError(
-      f'block {key}: {relative_path} disagrees with {MANIFEST} (zarr.json'
-      f' != manifest): {"; ".join(differences)}'
+      path,
+      f'{relative_path} disagrees with {MANIFEST} (zarr.json != manifest):'
+      f' {"; ".join(differences)}',
     )
 
 
-def _read_chunk(path: str, key: str, chunk: _Chunk, expected: str, array_bytes: np.ndarray) -> str:
+def _read_chunk(path: str, chunk: _Chunk, expected: str, array_bytes: np.ndarray) -> str:
   """Reads a chunk file into its slice of `array_bytes`, checking its digest.
 
   The file's size has been checked. Each piece is hashed right after it is
@@ -679,7 +934,6 @@ def _read_chunk(path: str, key: str, chunk: _Chunk, expected: str, array_bytes: 
 
   Args:
     path: the block's directory.
-    key: the block's key, for messages.
     chunk: which chunk file, and where its bytes go.
     expected: the chunk's recorded SHA-256 hex.
     array_bytes: [nbytes] uint8 bytes of the chunk's whole array.
@@ -695,12 +949,12 @@ def _read_chunk(path: str, key: str, chunk: _Chunk, expected: str, array_bytes: 
     while done < out.size:
       count = f.readinto(out[done : done + _PIECE])
       if not count:
-        raise CorruptBlockError(f'block {key}: {chunk}: ended after {done} of {out.size} bytes')
+        raise CorruptBlockError(path, f'{chunk}: ended after {done} of {out.size} bytes')
       digest.update(out[done : done + count])
       done += count
   found = digest.hexdigest()
   if found != expected:
-    raise CorruptBlockError(f'block {key}: {chunk}: sha256 expected {expected}, found {found}')
+    raise CorruptBlockError(path, f'{chunk}: sha256 expected {expected}, found {found}')
   return found
 
 
@@ -710,7 +964,7 @@ def _differences(a: Any, b: Any, where: str = '') -> list[str]:
   Dicts are compared key by key and lists of one length item by item, so a
   path such as 'arrays.k.chunk_sha256.3' names the differing chunk.
   """
-  if a == b:
+  if a == b and type(a) is type(b):
     return []
   if isinstance(a, dict) and isinstance(b, dict):
     return [
@@ -722,7 +976,7 @@ def _differences(a: Any, b: Any, where: str = '') -> list[str]:
     return [
       line for i, (x, y) in enumerate(zip(a, b)) for line in _differences(x, y, f'{where}{i}.')
     ]
-  return [f'{where[:-1]}: {a!r} != {b!r}']
+  return [f'{where[:-1]}: {_short(a)} != {_short(b)}']
 
 
 def _rename_unless_taken(source: str, target: str) -> bool:
@@ -746,13 +1000,13 @@ def _regular_files(path: str) -> set[str]:
       for entry in entries:
         relative = directory + entry.name
         if entry.is_symlink():
-          raise UnsafePathError(f'{relative} under {path} is a symlink; refusing it')
+          raise UnsafePathError(path, f'{relative} is a symlink; refusing it')
         if entry.is_dir(follow_symlinks=False):
           directories.append(f'{relative}/')
         elif entry.is_file(follow_symlinks=False):
           files.add(relative)
         else:
-          raise UnsafePathError(f'{relative} under {path} is not a regular file')
+          raise UnsafePathError(path, f'{relative} is not a regular file')
   return files
 
 
