@@ -1,0 +1,528 @@
+"""Routing a query to stored blocks: exact recurrence, BM25, the model's own embedding.
+
+    router = BM25Router(threshold=0.5)
+    router.add_many([(block_key, question), ...])
+    router.route('a new question', k=1)       # [Hit(key, score)] or [] (abstain)
+    best, curve = sweep(router, labelled, max_false_hit=0.05)
+
+Every router ranks its entries for a query, keeps the k best distinct keys
+and drops those scoring below its threshold, so `route` returns no hit
+(abstains) when nothing scores high enough. Scores, by router:
+
+- `ExactRouter`: 1.0 when the query's `normalize`d text equals a stored one
+  (a dict lookup, O(1)); no hit otherwise.
+- `BM25Router`: `bm25s` (Lucene BM25, k1=1.5, b=0.75, English stopwords,
+  tokens r'\\b\\w+\\b' of the normalised text, so single digits count). Entries
+  are ranked by raw BM25; a hit's score is its raw BM25 divided by its
+  self-score, the BM25 its own text would score against it as a query. Query
+  terms count once, so the score lies in [0, 1]: the fraction of the stored
+  text's term weight the query matches (1.0 when the query holds every term of
+  the stored text, more besides or not). IDF follows the corpus, so the same
+  pair scores slightly differently as the store grows.
+- `EmbeddingRouter`: cosine similarity in [-1, 1] of `embed_texts`
+  embeddings, by a brute-force dot over an [N, D] float32 matrix, O(N D) per
+  query: fine up to about 1e5 entries (256 MB at D=640); beyond, an ANN index.
+
+BM25 and embedding indexes are rebuilt (BM25) or extended (embeddings) lazily
+on the next `route` after `add`s. `evaluate` and `sweep` score a router on
+labelled queries with Wilson intervals (`stats.Rate`).
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import dataclasses
+import hashlib
+import json
+import math
+import pathlib
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, ClassVar
+
+import bm25s
+import numpy as np
+
+from graftjax.flywheel import stats
+from graftjax.models.gemma import ops
+
+
+def normalize(text: str) -> str:
+  """NFKC, casefolded, whitespace collapsed, surrounding punctuation stripped."""
+  text = unicodedata.normalize('NFKC', unicodedata.normalize('NFKC', text).casefold())
+  is_edge = lambda c: c.isspace() or unicodedata.category(c).startswith('P')
+  begin, end = 0, len(text)
+  while begin < end and is_edge(text[begin]):
+    begin += 1
+  while end > begin and is_edge(text[end - 1]):
+    end -= 1
+  return ' '.join(text[begin:end].split())
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+  """A routed entry: its block key and score (see the module docstring)."""
+
+  key: str
+  score: float
+
+
+class Router(abc.ABC):
+  """Entries (key, text) and a ranking of them for a query text.
+
+  Adding the same (key, text) twice is a no-op; a key may carry several
+  texts, and a text several keys (`route` returns distinct keys).
+  """
+
+  kind: ClassVar[str]
+
+  def __init__(self, *, threshold: float):
+    self.threshold = threshold
+    self._entries: list[tuple[str, str]] = []
+    self._seen: set[tuple[str, str]] = set()
+
+  @property
+  def entries(self) -> list[tuple[str, str]]:
+    return list(self._entries)
+
+  def __len__(self) -> int:
+    return len(self._entries)
+
+  def add(self, key: str, text: str) -> bool:
+    """Stores (key, text); returns False if it was stored already.
+
+    Raises:
+      ValueError: if the text is empty once normalised.
+    """
+    if not normalize(text):
+      raise ValueError(f'nothing to route on: text {text!r} of key {key!r} normalises to empty')
+    if (key, text) in self._seen:
+      return False
+    self._seen.add((key, text))
+    self._entries.append((key, text))
+    self._added(len(self._entries) - 1)
+    return True
+
+  def add_many(self, pairs: Iterable[tuple[str, str]]) -> int:
+    """Stores every (key, text); returns how many were new."""
+    return sum(self.add(key, text) for key, text in pairs)
+
+  def route(self, query: str, k: int = 1, *, threshold: float | None = None) -> list[Hit]:
+    """The k best distinct keys for the query, less those scoring below threshold.
+
+    `threshold` None uses the router's; -inf keeps every ranked hit.
+    """
+    return self.route_many([query], k, threshold=threshold)[0]
+
+  def route_many(
+    self, queries: Sequence[str], k: int = 1, *, threshold: float | None = None
+  ) -> list[list[Hit]]:
+    """`route` for each query."""
+    if k < 1:
+      raise ValueError(f'k must be at least 1, got {k}')
+    threshold = self.threshold if threshold is None else threshold
+    return [self._top(ranked, k, threshold) for ranked in self._rank_many(queries)]
+
+  def _top(self, ranked: Iterator[tuple[int, float]], k: int, threshold: float) -> list[Hit]:
+    hits, keys = [], set()
+    for index, score in ranked:
+      key = self._entries[index][0]
+      if key not in keys:
+        keys.add(key)
+        hits.append(Hit(key, score))
+        if len(hits) == k:
+          break
+    return [hit for hit in hits if hit.score >= threshold]
+
+  @abc.abstractmethod
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+    """Per query, (entry index, score) best first: only entries that may be hits."""
+
+  def _added(self, index: int) -> None:
+    """Hook: entry `index` was just stored."""
+
+  def _state(self) -> dict[str, Any]:
+    return {'router': self.kind, 'threshold': self.threshold, 'entries': self._entries}
+
+  def save(self, path: str | pathlib.Path) -> None:
+    """Writes the entries and threshold as JSON (the index is rebuilt on load)."""
+    pathlib.Path(path).write_text(json.dumps(self._state(), indent=1, ensure_ascii=True) + '\n')
+
+  @classmethod
+  def _read(cls, path: str | pathlib.Path) -> dict[str, Any]:
+    body = json.loads(pathlib.Path(path).read_text())
+    if body.get('router') != cls.kind:
+      raise ValueError(f'{path} holds a {body.get("router")!r} router, not {cls.kind!r}')
+    return body
+
+
+def _entries_of(body: dict[str, Any]) -> list[tuple[str, str]]:
+  return [(key, text) for key, text in body['entries']]
+
+
+class ExactRouter(Router):
+  """Exact recurrence: the query's `normalize`d text equals a stored text's (score 1.0)."""
+
+  kind = 'exact'
+
+  def __init__(self, *, threshold: float = 1.0):
+    super().__init__(threshold=threshold)
+    self._by_text: dict[str, list[int]] = collections.defaultdict(list)
+
+  def _added(self, index: int) -> None:
+    self._by_text[normalize(self._entries[index][1])].append(index)
+
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+    return [((i, 1.0) for i in self._by_text.get(normalize(query), ())) for query in queries]
+
+  @classmethod
+  def load(cls, path: str | pathlib.Path) -> ExactRouter:
+    body = cls._read(path)
+    router = cls(threshold=body['threshold'])
+    router.add_many(_entries_of(body))
+    return router
+
+
+class BM25Router(Router):
+  """BM25 (`bm25s`) over the stored texts; scores are fractions of the hit's self-score."""
+
+  kind = 'bm25'
+  TOKEN_PATTERN = r'(?u)\b\w+\b'
+
+  def __init__(self, *, threshold: float, k1: float = 1.5, b: float = 0.75):
+    super().__init__(threshold=threshold)
+    self.k1, self.b = k1, b
+    self._index: bm25s.BM25 | None = None
+    self._self_scores: np.ndarray | None = None  # [N] float64
+
+  def _tokens(self, texts: Sequence[str]) -> list[list[str]]:
+    return bm25s.tokenize(
+      [normalize(text) for text in texts],
+      stopwords='en',
+      token_pattern=self.TOKEN_PATTERN,
+      return_ids=False,
+      show_progress=False,
+    )
+
+  def _added(self, index: int) -> None:
+    self._index = None
+
+  def _build(self) -> bm25s.BM25:
+    if self._index is None:
+      vocab: dict[str, int] = {}  # by first appearance: the same ids in every process
+      ids = [
+        [vocab.setdefault(term, len(vocab)) for term in terms]
+        for terms in self._tokens([text for _, text in self._entries])
+      ]
+      self._index = bm25s.BM25(k1=self.k1, b=self.b, method='lucene', dtype='float64')
+      self._index.index((ids, vocab), show_progress=False)
+      # One weight per (entry, term), summed in term-id order as `get_scores` sums
+      # them, so a query holding every term of an entry scores it exactly 1.0.
+      sparse = self._index.scores
+      self._self_scores = np.bincount(sparse['indices'], sparse['data'], minlength=len(self))
+    return self._index
+
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+    if not self._entries:
+      return [iter(()) for _ in queries]
+    index = self._build()
+    return [self._ranked(index, terms) for terms in self._tokens(queries)]
+
+  def _ranked(self, index: bm25s.BM25, terms: list[str]) -> Iterator[tuple[int, float]]:
+    ids = sorted({index.vocab_dict[t] for t in terms if t and t in index.vocab_dict})
+    if not ids:
+      return iter(())
+    raw = index.get_scores(ids)
+    order = np.argsort(-raw, kind='stable')
+    order = order[raw[order] > 0]
+    return ((int(i), float(raw[i] / self._self_scores[i])) for i in order)
+
+  def _state(self) -> dict[str, Any]:
+    return {**super()._state(), 'k1': self.k1, 'b': self.b}
+
+  @classmethod
+  def load(cls, path: str | pathlib.Path) -> BM25Router:
+    body = cls._read(path)
+    router = cls(threshold=body['threshold'], k1=body['k1'], b=body['b'])
+    router.add_many(_entries_of(body))
+    return router
+
+
+Encode = Callable[[str], Sequence[int]]
+
+
+def _token_ids(model, text: str | Sequence[int], encode: Encode | None) -> list[int]:
+  """BOS, then the text's tokens (a str is encoded; ids are taken as they are)."""
+  if isinstance(text, str):
+    if encode is None and model.tokenizer is None:
+      raise ValueError('this model has no tokenizer: pass token id lists or an encode function')
+    encode = encode or (lambda t: model.tokenizer.encode(t, add_bos=False, parse_special=False))
+    ids = [int(i) for i in encode(text)]
+  else:
+    ids = [int(i) for i in text]
+  if not ids:
+    raise ValueError(f'nothing to embed: {text!r} has no tokens')
+  return [model.config.bos_id] + ids
+
+
+def embed_texts(
+  model,
+  texts: Sequence[str | Sequence[int]],
+  *,
+  chunk_size: int = 64,
+  batch_size: int = 8,
+  encode: Encode | None = None,
+) -> np.ndarray:
+  """L2-normalised mean of the final-norm hidden state over each text's tokens.
+
+  Each text runs after a BOS (not pooled), right-padded to a multiple of
+  chunk_size, in batches of exactly batch_size rows, so a text's embedding
+  bits depend on (model, chunk_size, batch_size) and the text alone, never on
+  the texts batched with it (rows are independent; padding comes after).
+
+  Args:
+    model: a `Gemma` (`graftjax.models.gemma.model`).
+    texts: strings or token id lists without BOS.
+    chunk_size: tokens per forward call.
+    batch_size: rows per forward call (short batches are padded).
+    encode: str -> token ids without BOS; default the model's tokenizer.
+  Returns:
+    [len(texts), D] float32, each row of unit norm.
+  """
+  rows = [_token_ids(model, text, encode) for text in texts]
+  out = np.zeros((len(rows), model.config.embed_dim), np.float32)
+  by_length = collections.defaultdict(list)
+  for i, ids in enumerate(rows):
+    by_length[-(-len(ids) // chunk_size) * chunk_size].append(i)
+  for length, members in sorted(by_length.items()):
+    for begin in range(0, len(members), batch_size):
+      batch = members[begin : begin + batch_size]
+      out[batch] = _embed_batch(model, [rows[i] for i in batch], length, chunk_size, batch_size)
+  return out
+
+
+def _embed_batch(model, rows, length: int, chunk_size: int, batch_size: int) -> np.ndarray:
+  """Pooled embeddings [len(rows), D] of id lists no longer than length."""
+  tokens = np.full((batch_size, length), model.config.pad_id, np.int32)
+  mask = np.zeros((batch_size, length), np.float64)
+  for r, ids in enumerate(rows):
+    tokens[r, : len(ids)] = ids
+    mask[r, 1 : len(ids)] = 1.0
+  positions = np.broadcast_to(np.arange(length, dtype=np.int32), tokens.shape)
+  capacity = -(-length // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
+  cache = model.init_cache(batch_size=batch_size, capacity=capacity)
+  sums = np.zeros((batch_size, model.config.embed_dim), np.float64)
+  for begin in range(0, length, chunk_size):
+    span = slice(begin, begin + chunk_size)
+    hidden, cache = model.forward(tokens[:, span], positions[:, span], cache, logits='hidden')
+    sums += (np.asarray(hidden, np.float64) * mask[:, span, None]).sum(axis=1)
+  means = sums[: len(rows)] / mask[: len(rows)].sum(axis=1, keepdims=True)
+  return (means / np.linalg.norm(means, axis=1, keepdims=True)).astype(np.float32)
+
+
+class EmbeddingRouter(Router):
+  """Cosine similarity of the model's own embeddings (`embed_texts`), brute force.
+
+  Stored texts are embedded lazily, in batches, on the next route. `encode`
+  (str -> token ids without BOS) defaults to the model's tokenizer.
+  """
+
+  kind = 'embedding'
+
+  def __init__(
+    self,
+    model,
+    *,
+    threshold: float,
+    chunk_size: int = 64,
+    batch_size: int = 8,
+    encode: Encode | None = None,
+  ):
+    super().__init__(threshold=threshold)
+    self.model, self.chunk_size, self.batch_size = model, chunk_size, batch_size
+    self.encode = encode
+    self._matrix = np.zeros((0, model.config.embed_dim), np.float32)
+
+  def embed(self, texts: Sequence[str | Sequence[int]]) -> np.ndarray:
+    """`embed_texts` with this router's chunk and batch sizes: [N, D] float32."""
+    return embed_texts(
+      self.model,
+      texts,
+      chunk_size=self.chunk_size,
+      batch_size=self.batch_size,
+      encode=self.encode,
+    )
+
+  @property
+  def matrix(self) -> np.ndarray:
+    """[N, D] float32 embeddings of every stored text, in entry order."""
+    pending = self._entries[len(self._matrix) :]
+    if pending:
+      self._matrix = np.concatenate([self._matrix, self.embed([text for _, text in pending])])
+    return self._matrix
+
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+    if not self._entries:
+      return [iter(()) for _ in queries]
+    similarities = self.embed(queries) @ self.matrix.T
+    return [
+      ((int(i), float(row[i])) for i in np.argsort(-row, kind='stable')) for row in similarities
+    ]
+
+  def _state(self) -> dict[str, Any]:
+    return {
+      **super()._state(),
+      'chunk_size': self.chunk_size,
+      'batch_size': self.batch_size,
+      'fingerprint': self.model.fingerprint,
+    }
+
+  def save(self, path: str | pathlib.Path) -> None:
+    """JSON as `Router.save` plus the embeddings in `<path>.npy` (with their SHA-256)."""
+    matrix = self.matrix
+    np.save(pathlib.Path(f'{path}.npy'), matrix, allow_pickle=False)
+    body = {**self._state(), 'embeddings_sha256': hashlib.sha256(matrix.tobytes()).hexdigest()}
+    pathlib.Path(path).write_text(json.dumps(body, indent=1, ensure_ascii=True) + '\n')
+
+  @classmethod
+  def load(
+    cls, path: str | pathlib.Path, model, *, encode: Encode | None = None
+  ) -> EmbeddingRouter:
+    """Restores a saved router; re-embeds (lazily) if `model` is not the one it was saved with.
+
+    Raises:
+      ValueError: if the embeddings file does not match its recorded SHA-256.
+    """
+    body = cls._read(path)
+    router = cls(
+      model,
+      threshold=body['threshold'],
+      chunk_size=body['chunk_size'],
+      batch_size=body['batch_size'],
+      encode=encode,
+    )
+    router.add_many(_entries_of(body))
+    if body['fingerprint'] == model.fingerprint:
+      matrix = np.load(pathlib.Path(f'{path}.npy'), allow_pickle=False)
+      if hashlib.sha256(matrix.tobytes()).hexdigest() != body['embeddings_sha256']:
+        raise ValueError(f'{path}.npy does not match its recorded SHA-256')
+      router._matrix = matrix  # pylint: disable=protected-access
+    return router
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """A router's top-1 routing at one threshold, over labelled queries.
+
+  Attributes:
+    threshold: hits score >= threshold.
+    accuracy: hits to the true key, among queries that have one (None if none).
+    false_hit: hits to a wrong key (any key, for a query that should abstain),
+      among all queries.
+    false_hit_abstain: hits among queries that should abstain (None if none).
+    abstain: queries with no hit, among all queries.
+  """
+
+  threshold: float
+  accuracy: stats.Rate | None
+  false_hit: stats.Rate
+  false_hit_abstain: stats.Rate | None
+  abstain: stats.Rate
+
+  def to_json(self) -> dict[str, Any]:
+    rates = ('accuracy', 'false_hit', 'false_hit_abstain', 'abstain')
+    out = {name: getattr(self, name) for name in rates}
+    return {
+      'threshold': self.threshold if math.isfinite(self.threshold) else str(self.threshold),
+      **{name: rate.to_json() if rate else None for name, rate in out.items()},
+    }
+
+
+Labelled = Sequence[tuple[str, str | None]]
+
+
+def _top1(router: Router, labelled: Labelled) -> list[Hit | None]:
+  routed = router.route_many([query for query, _ in labelled], 1, threshold=-math.inf)
+  return [hits[0] if hits else None for hits in routed]
+
+
+def _evaluation(top1, labelled: Labelled, threshold: float, confidence: float) -> Evaluation:
+  truths = [key for _, key in labelled]
+  hits = [hit if hit is not None and hit.score >= threshold else None for hit in top1]
+  correct = sum(h is not None and h.key == t for h, t in zip(hits, truths) if t is not None)
+  wrong = sum(h is not None and h.key != t for h, t in zip(hits, truths))
+  abstain_hits = sum(h is not None for h, t in zip(hits, truths) if t is None)
+  with_key = sum(t is not None for t in truths)
+  n = len(truths)
+  rate = lambda s, trials: stats.rate(s, trials, confidence=confidence) if trials else None
+  return Evaluation(
+    threshold=threshold,
+    accuracy=rate(correct, with_key),
+    false_hit=rate(wrong, n),
+    false_hit_abstain=rate(abstain_hits, n - with_key),
+    abstain=rate(sum(h is None for h in hits), n),
+  )
+
+
+def evaluate(
+  router: Router, labelled: Labelled, threshold: float, *, confidence: float = 0.95
+) -> Evaluation:
+  """Top-1 routing of (query, true key or None to abstain) pairs at threshold.
+
+  Raises:
+    ValueError: if `labelled` is empty.
+  """
+  if not labelled:
+    raise ValueError('nothing to evaluate: no labelled queries')
+  return _evaluation(_top1(router, labelled), labelled, threshold, confidence)
+
+
+def sweep(
+  router: Router,
+  labelled: Labelled,
+  *,
+  max_false_hit: float,
+  abstain_only: bool = False,
+  conservative: bool = False,
+  confidence: float = 0.95,
+) -> tuple[Evaluation, list[Evaluation]]:
+  """The threshold of best accuracy whose false-hit rate is at most max_false_hit.
+
+  Candidates are every distinct top-1 score and +inf (always abstain). Ties in accuracy go to the fewer false hits, then
+  the higher threshold.
+
+  Args:
+    router: the router (its own threshold is ignored).
+    labelled: (query, true key or None to abstain) pairs.
+    max_false_hit: the bound on the false-hit rate.
+    abstain_only: bound `false_hit_abstain` (among queries that should
+      abstain) instead of `false_hit` (among all queries).
+    conservative: bound the Wilson upper limit, not the point estimate.
+    confidence: of the Wilson intervals.
+  Returns:
+    (the chosen evaluation, every candidate's evaluation by rising threshold).
+  Raises:
+    ValueError: if `labelled` is empty, or no threshold meets the bound (with
+      `conservative`, even 0 false hits has a Wilson upper limit above 0).
+  """
+  if not labelled:
+    raise ValueError('nothing to evaluate: no labelled queries')
+  top1 = _top1(router, labelled)
+  thresholds = sorted({hit.score for hit in top1 if hit is not None}) + [math.inf]
+  curve = [_evaluation(top1, labelled, t, confidence) for t in thresholds]
+
+  def false_hit(e: Evaluation) -> float:
+    rate = e.false_hit_abstain if abstain_only else e.false_hit
+    if rate is None:
+      raise ValueError('abstain_only needs queries that should abstain')
+    return rate.high if conservative else rate.value
+
+  accuracy = lambda e: e.accuracy.value if e.accuracy else 0.0
+  feasible = [e for e in curve if false_hit(e) <= max_false_hit]
+  if not feasible:
+    raise ValueError(
+      f'no threshold keeps the false-hit rate <= {max_false_hit} on {len(top1)} queries'
+    )
+  best = max(feasible, key=lambda e: (accuracy(e), -false_hit(e), e.threshold))
+  return best, curve
