@@ -130,8 +130,7 @@ def bench_one(
     cache,
     blocks.Span(0, n),
     token_ids=prefix,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
   reference = np.asarray(first(cache))
   del cache
@@ -150,8 +149,7 @@ def bench_one(
     cache = blocks.graft(
       cache,
       got,
-      model_fingerprint=model.fingerprint,
-      position_scheme=model.position_scheme,
+      target=model.graft_target,
       donate=True,
     )
     jax.block_until_ready(cache)

@@ -1,10 +1,13 @@
 """KV blocks: a captured span of cache state, and grafting it back.
 
-`capture(cache, span)` copies the keys and values of every layer (global and
-sliding-window alike) for slots [start, stop) of one batch row, with their
-positions and the metadata needed to refuse a wrong restore. `graft(cache,
-block)` writes them into a cache at the same slots and positions. Both are
-pure: they return new values and never change their inputs.
+`capture(cache, span, target=...)` copies the keys and values of every layer
+(global and sliding-window alike) for slots [start, stop) of one batch row,
+with their positions and the metadata needed to refuse a wrong restore: the
+model (`target`, a `GraftTarget` the model hands out), the tokens, and the
+cache shape and attention segment the block was computed under. `graft(cache,
+block, target=...)` writes them into a cache at the same slots, positions and
+segment. Both are pure: they return new values and never change their inputs.
+`KVBlock` is a pytree (its metadata static), like `KVCache`.
 
 Every check runs before any state is built, so a refused graft leaves
 nothing half-done, and a graft that would do nothing is an error.
@@ -18,14 +21,35 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from graftjax.models import cache as cache_lib
+from graftjax.models import target as target_lib
 
-LAYOUT_VERSION = 1
+# 2: BlockMeta records capacity, batch_size and segment.
+LAYOUT_VERSION = 2
+
+_INT32_MAX = 2**31 - 1
+
+# Measured on gemma-3-270m (float32, CPU, impl='xla'): max |Δlogit| of a
+# continuation after grafting a block into a cache of another capacity.
+_OTHER_SHAPE_DELTA = '7.8e-5'
 
 
 class GraftError(ValueError):
-  """A block cannot be grafted into this cache; nothing was changed."""
+  """A block cannot be captured or grafted as asked; nothing was changed."""
+
+
+class BlockMetaError(ValueError):
+  """Block metadata is malformed. `field` names the offending field."""
+
+  def __init__(self, field: str, message: str):
+    super().__init__(f'block metadata field {field!r}: {message}')
+    self.field = field
+
+
+class UnsupportedLayoutError(BlockMetaError):
+  """Block metadata of a layout version this code does not read."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +75,15 @@ class BlockMeta:
     model_fingerprint: SHA-256 over the model's config, weights and tokenizer.
     token_ids: the tokens whose state the block holds, one per slot.
     start: the first slot the block was captured from (its own slot).
-    first_position: position of the block's first token when captured.
-    shift: positions the block was moved by since capture (0: own
-      position). A shifted block is grafted only when asked for explicitly.
     dtype: numpy name of the k/v dtype ('float32', 'bfloat16').
     position_scheme: how positions entered attention ('rope', ...).
+    capacity: slots of the cache the block was computed in.
+    batch_size: batch rows of the cache the block was computed in.
+    segment: attention segment of the block's slots (see `KVCache.segments`).
+    first_position: position of the block's first token when captured; the
+      block's positions are first_position + shift + i, i = 0 .. n-1.
+    shift: positions the block was moved by since capture (0: own
+      position). A shifted block is grafted only when asked for explicitly.
     layout_version: version of the block layout (`LAYOUT_VERSION`).
   """
 
@@ -64,9 +92,17 @@ class BlockMeta:
   start: int
   dtype: str
   position_scheme: str
+  capacity: int
+  batch_size: int = 1
+  segment: int = 0
   first_position: int = 0
   shift: int = 0
   layout_version: int = LAYOUT_VERSION
+
+  def __post_init__(self):
+    if isinstance(self.token_ids, list):
+      object.__setattr__(self, 'token_ids', tuple(self.token_ids))
+    _check_meta_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
   def to_json(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -74,35 +110,118 @@ class BlockMeta:
     return out
 
   @classmethod
-  def from_json(cls, data: dict[str, Any]) -> BlockMeta:
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - fields
+  def from_json(cls, data: Any) -> BlockMeta:
+    """The metadata `to_json` wrote, every field type-checked strictly.
+
+    Raises:
+      UnsupportedLayoutError: for another `layout_version`.
+      BlockMetaError: naming the first field that is unknown, missing, of
+        the wrong JSON type (a bool is not an int) or out of range.
+    """
+    if not isinstance(data, dict):
+      raise BlockMetaError('meta', f'expected a JSON object, got {type(data).__name__}')
+    if 'layout_version' in data:  # first: another layout may have other fields
+      version = data['layout_version']
+      _check_meta_fields({'layout_version': version})
+      if version != LAYOUT_VERSION:
+        raise UnsupportedLayoutError(
+          'layout_version', f'block layout version {version}, this code reads {LAYOUT_VERSION}'
+        )
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names), key=str)
     if unknown:
-      raise ValueError(f'unknown block metadata fields: {sorted(unknown)}')
-    return cls(**{**data, 'token_ids': tuple(int(t) for t in data['token_ids'])})
+      raise BlockMetaError(str(unknown[0]), f'unknown field (fields: {names})')
+    missing = [name for name in names if name not in data]
+    if missing:
+      raise BlockMetaError(missing[0], 'missing')
+    token_ids = data['token_ids']
+    if not isinstance(token_ids, list):
+      raise BlockMetaError('token_ids', f'expected a list, got {type(token_ids).__name__}')
+    return cls(**{**data, 'token_ids': tuple(token_ids)})
 
 
-@dataclasses.dataclass(frozen=True)
+_STR_FIELDS = ('model_fingerprint', 'dtype', 'position_scheme')
+# Each int field and its smallest value.
+_INT_FIELDS = {
+  'start': 0,
+  'capacity': 1,
+  'batch_size': 1,
+  'segment': 0,
+  'first_position': 0,
+  'shift': -_INT32_MAX,
+  'layout_version': 0,
+}
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_meta_fields(fields: dict[str, Any]) -> None:
+  """Raises BlockMetaError for the first field of a wrong type or value."""
+  for name in _STR_FIELDS:
+    if name in fields and not isinstance(fields[name], str):
+      raise BlockMetaError(name, f'expected a str, got {fields[name]!r}')
+  for name, low in _INT_FIELDS.items():
+    if name not in fields:
+      continue
+    value = fields[name]
+    if not _is_int(value) or not low <= value <= _INT32_MAX:
+      raise BlockMetaError(name, f'expected an int in [{low}, {_INT32_MAX}], got {value!r}')
+  if 'token_ids' in fields:
+    token_ids = fields['token_ids']
+    if not isinstance(token_ids, tuple):
+      raise BlockMetaError('token_ids', f'expected a tuple, got {type(token_ids).__name__}')
+    # One pass over the types, then min/max: blocks hold up to ~10^5 tokens.
+    if {type(t) for t in token_ids} - {int} or (
+      token_ids and not 0 <= min(token_ids) <= max(token_ids) <= _INT32_MAX
+    ):
+      i, t = next(
+        (i, t) for i, t in enumerate(token_ids) if not _is_int(t) or not 0 <= t <= _INT32_MAX
+      )
+      raise BlockMetaError('token_ids', f'item {i}: expected an int in [0, 2^31), got {t!r}')
+  if {'start', 'capacity', 'token_ids'} <= set(fields):
+    stop = fields['start'] + len(fields['token_ids'])
+    if stop > fields['capacity']:
+      raise BlockMetaError(
+        'capacity', f'slots [{fields["start"]}, {stop}) do not fit capacity {fields["capacity"]}'
+      )
+  if {'first_position', 'shift'} <= set(fields) and fields['first_position'] + fields['shift'] < 0:
+    raise BlockMetaError(
+      'shift', f'moves the block to position {fields["first_position"] + fields["shift"]}'
+    )
+
+
+def _is_array(a) -> bool:
+  return hasattr(a, 'shape') and hasattr(a, 'dtype')
+
+
+@struct.dataclass
 class KVBlock:
-  """Captured cache state of one span.
+  """Captured cache state of one span: a pytree whose metadata is static.
 
   Attributes:
     k: [L, n, K, H] keys of the span, every layer.
     v: [L, n, K, H] values of the span, every layer.
     positions: [n] int32 positions of the span's tokens.
-    meta: provenance and compatibility metadata.
+    meta: provenance and compatibility metadata (static: not a leaf).
   """
 
   k: np.ndarray | jax.Array
   v: np.ndarray | jax.Array
   positions: np.ndarray | jax.Array
-  meta: BlockMeta
+  meta: BlockMeta = struct.field(pytree_node=False)
 
   def __post_init__(self):
+    if not isinstance(self.meta, BlockMeta):
+      raise TypeError(f'meta must be a BlockMeta, got {type(self.meta).__name__}')
+    # jax rebuilds pytrees with other leaves (shapes, placeholders): check arrays only.
+    if not all(_is_array(a) for a in (self.k, self.v, self.positions)):
+      return
     n = len(self.meta.token_ids)
-    if self.k.shape != self.v.shape:
+    if tuple(self.k.shape) != tuple(self.v.shape):
       raise ValueError(f'k {self.k.shape} and v {self.v.shape} differ in shape')
-    if self.k.ndim != 4 or self.k.shape[1] != n:
+    if len(self.k.shape) != 4 or self.k.shape[1] != n:
       raise ValueError(f'k must be [L, n={n}, K, H] for {n} token ids, got {self.k.shape}')
     if tuple(self.positions.shape) != (n,):
       raise ValueError(f'positions must be [{n}], got {self.positions.shape}')
@@ -128,11 +247,19 @@ def capture(
   span: Span,
   *,
   token_ids,
-  model_fingerprint: str,
-  position_scheme: str,
+  target: target_lib.GraftTarget,
   batch_index: int = 0,
 ) -> KVBlock:
-  """Copies slots `span` of row `batch_index` out of `cache` as a block."""
+  """Copies slots `span` of row `batch_index` out of `cache` as a block.
+
+  The block records the cache's capacity and batch size and the span's
+  attention segment.
+
+  Raises:
+    GraftError: if the span is empty, unwritten, holds empty slots, mixes
+      attention segments, or holds positions that are not consecutive; or
+      the cache is not of `target`'s dtype.
+  """
   token_ids = tuple(int(t) for t in token_ids)
   if len(span) == 0:
     raise GraftError('cannot capture an empty span')
@@ -145,16 +272,35 @@ def capture(
     )
   if not 0 <= batch_index < cache.batch_size:
     raise GraftError(f'batch_index={batch_index} outside a batch of {cache.batch_size}')
+  if jnp.dtype(cache.dtype).name != target.dtype:
+    raise GraftError(f'cache dtype {jnp.dtype(cache.dtype).name} != model dtype {target.dtype}')
   k, v, positions = cache_lib.slice_rows(cache, span.start, span.stop, batch_index)
-  if bool(jnp.any(positions < 0)):
+  host_positions = np.asarray(positions)
+  if np.any(host_positions < 0):
     raise GraftError(f'span [{span.start}, {span.stop}) holds empty slots')
+  # A block's positions are first_position + i: its metadata then describes
+  # them whole, and graft can check them. Prefill and decode write them so.
+  if np.any(np.diff(host_positions) != 1):
+    raise GraftError(
+      f'span [{span.start}, {span.stop}) holds positions that are not consecutive'
+      f' ({host_positions.tolist()}); capture each run of consecutive positions as its own block'
+    )
+  segments = np.unique(np.asarray(cache.segments[batch_index, span.start : span.stop]))
+  if segments.size != 1:
+    raise GraftError(
+      f'span [{span.start}, {span.stop}) mixes attention segments {segments.tolist()};'
+      ' capture each segment as its own block'
+    )
   meta = BlockMeta(
-    model_fingerprint=model_fingerprint,
+    model_fingerprint=target.fingerprint,
     token_ids=token_ids,
     start=span.start,
-    first_position=int(positions[0]),
-    dtype=jnp.dtype(cache.dtype).name,
-    position_scheme=str(position_scheme),
+    dtype=target.dtype,
+    position_scheme=target.position_scheme,
+    capacity=cache.capacity,
+    batch_size=cache.batch_size,
+    segment=int(segments[0]),
+    first_position=int(host_positions[0]),
   )
   return KVBlock(k=k, v=v, positions=positions, meta=meta)
 
@@ -170,6 +316,8 @@ def relocate(block: KVBlock, first_position: int, *, model) -> KVBlock:
     raise GraftError(
       f'block scheme {block.meta.position_scheme!r} != model {model.position_scheme!r}'
     )
+  if first_position < 0:
+    raise GraftError(f'cannot move a block to negative position {first_position}')
   delta = int(first_position) - int(np.asarray(block.positions)[0])
   meta = dataclasses.replace(block.meta, shift=block.meta.shift + delta)
   return KVBlock(
@@ -184,55 +332,86 @@ def check_compatible(
   cache: cache_lib.KVCache,
   block: KVBlock,
   *,
-  model_fingerprint: str,
-  position_scheme: str,
+  target: target_lib.GraftTarget,
 ) -> None:
-  """Raises GraftError naming the first reason `block` cannot enter `cache`."""
+  """Raises GraftError naming the first reason `block` cannot enter `cache`.
+
+  Checks the block against the model (`target`: layout, position scheme,
+  dtype, fingerprint), its arrays against the cache's rows (k and v alike:
+  dtype and shape) and its positions against its metadata
+  (first_position + shift + i, none empty).
+  """
   meta = block.meta
   if meta.layout_version != LAYOUT_VERSION:
     raise GraftError(
       f'block layout version {meta.layout_version}, this code reads {LAYOUT_VERSION}'
     )
-  if meta.position_scheme != str(position_scheme):
+  if meta.position_scheme != target.position_scheme:
     raise GraftError(
-      f'block position scheme {meta.position_scheme!r} != model {str(position_scheme)!r}'
+      f'block position scheme {meta.position_scheme!r} != model {target.position_scheme!r}'
     )
+  if meta.dtype != target.dtype:
+    raise GraftError(f'block dtype {meta.dtype} != model dtype {target.dtype}')
   if meta.dtype != jnp.dtype(cache.dtype).name:
-    raise GraftError(f'block dtype {meta.dtype} != cache dtype {cache.dtype}')
-  if jnp.dtype(block.k.dtype).name != meta.dtype:
-    raise GraftError(f'block arrays are {block.k.dtype} but metadata says {meta.dtype}')
-  if meta.model_fingerprint != model_fingerprint:
+    raise GraftError(f'block dtype {meta.dtype} != cache dtype {jnp.dtype(cache.dtype).name}')
+  if meta.model_fingerprint != target.fingerprint:
     raise GraftError(
       'block was captured from another model: fingerprint'
-      f' {meta.model_fingerprint[:16]}… != {model_fingerprint[:16]}…'
+      f' {meta.model_fingerprint[:16]}… != {target.fingerprint[:16]}…'
     )
-  _, _, _, kv_heads, head_dim = cache.k.shape
-  if block.k.shape[0] != cache.num_layers or block.k.shape[2:] != (kv_heads, head_dim):
-    raise GraftError(
-      f'block k is {tuple(block.k.shape)}, cache rows are'
-      f' [{cache.num_layers}, n, {kv_heads}, {head_dim}]'
-    )
-  if len(block) == 0:
+  n = len(block)
+  if n == 0:
     raise GraftError('empty block: grafting it would do nothing')
+  _, _, _, kv_heads, head_dim = cache.k.shape
+  rows = (cache.num_layers, n, kv_heads, head_dim)
+  for name in ('k', 'v'):
+    array = getattr(block, name)
+    if jnp.dtype(array.dtype).name != meta.dtype:
+      raise GraftError(f'block {name} is {array.dtype} but its metadata says {meta.dtype}')
+    if tuple(array.shape) != rows:
+      raise GraftError(
+        f'block {name} is {tuple(array.shape)}, this cache takes'
+        f' [{cache.num_layers}, n={n}, {kv_heads}, {head_dim}]'
+      )
+  positions = np.asarray(block.positions)
+  if positions.shape != (n,) or not np.issubdtype(positions.dtype, np.integer):
+    raise GraftError(f'block positions are {positions.dtype}{list(positions.shape)}, not int[{n}]')
+  if np.any(positions < 0):
+    raise GraftError(f'block positions hold empty slots (-1): {positions.tolist()}')
+  first = meta.first_position + meta.shift
+  expected = first + np.arange(n, dtype=np.int64)
+  if not np.array_equal(positions.astype(np.int64), expected):
+    if int(positions[0]) != first:
+      raise GraftError(
+        f'block positions start at {int(positions[0])}, but its metadata says'
+        f' {meta.first_position} + shift {meta.shift} = {first}: positions moved without'
+        ' `relocate` are refused'
+      )
+    raise GraftError(
+      f'block positions {positions.tolist()} are not consecutive from {first} as its metadata says'
+    )
 
 
 def graft(
   cache: cache_lib.KVCache,
   block: KVBlock,
   *,
-  model_fingerprint: str,
-  position_scheme: str,
+  target: target_lib.GraftTarget,
   allow_shifted: bool = False,
+  allow_other_shape: bool = False,
   donate: bool = False,
 ) -> cache_lib.KVCache:
-  """Installs `block` at its own slots and positions in every batch row.
+  """Installs `block` at its own slots, positions and segment in every batch row.
 
   With `donate=True` the input cache's buffers are reused for the result
   (the block is written in place, as `Gemma.forward` does with its cache);
   the input cache must not be used afterwards. The default leaves it intact.
 
-  A block moved to other positions (`meta.shift != 0`, see the model's
-  `relocate`) is refused unless `allow_shifted` is set.
+  A block moved to other positions (`meta.shift != 0`, see `relocate`) is
+  refused unless `allow_shifted` is set. A block computed in a cache of
+  another capacity or batch size is refused unless `target.chunk_invariant`
+  (its kernels give the same bits whatever the shapes) or `allow_other_shape`
+  is set: otherwise the continuation is not byte-exact.
 
   The block's slots must lie at or after the cache's write index (nothing
   already there is overwritten) and inside its capacity. Slots between the
@@ -243,15 +422,11 @@ def graft(
   Raises:
     GraftError: before any state is built, if the block does not fit.
   """
-  check_compatible(
-    cache,
-    block,
-    model_fingerprint=model_fingerprint,
-    position_scheme=position_scheme,
-  )
-  if block.meta.shift and not allow_shifted:
+  check_compatible(cache, block, target=target)
+  meta = block.meta
+  if meta.shift and not allow_shifted:
     raise GraftError(
-      f'block was moved by {block.meta.shift} positions; pass'
+      f'block was moved by {meta.shift} positions; pass'
       ' allow_shifted=True to graft it away from its own position'
     )
   span = block.span
@@ -264,18 +439,30 @@ def graft(
     raise GraftError(
       f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
     )
+  computed = (meta.batch_size, meta.capacity)
+  here = (cache.batch_size, cache.capacity)
+  if computed != here and not (target.chunk_invariant or allow_other_shape):
+    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+    raise GraftError(
+      f'block was computed in a cache of batch {computed[0]} x capacity {computed[1]}; this cache'
+      f' is batch {here[0]} x capacity {here[1]}. Under kernels that are not chunk-invariant'
+      f' ({kernels}) attention and matmul bits depend on those shapes, so the continuation'
+      f' would not be byte-exact (measured: max |Δlogit| {_OTHER_SHAPE_DELTA} on gemma-3-270m).'
+      ' Pass allow_other_shape=True to graft it anyway.'
+    )
   install = _install_donating if donate else _install
   return install(
     cache,
     jnp.asarray(block.k),
     jnp.asarray(block.v),
     jnp.asarray(block.positions, jnp.int32),
+    jnp.asarray(meta.segment, jnp.int32),
     jnp.asarray(span.start, jnp.int32),
   )
 
 
-def _install_rows(cache: cache_lib.KVCache, k, v, positions, start) -> cache_lib.KVCache:
-  """Writes k, v [L, n, K, H] and positions [n] at slots [start, start+n) of every row."""
+def _install_rows(cache: cache_lib.KVCache, k, v, positions, segment, start) -> cache_lib.KVCache:
+  """Writes k, v [L, n, K, H], positions [n] and `segment` at slots [start, start+n) of every row."""
   batch, n = cache.batch_size, positions.shape[0]
   rows = lambda a: jnp.broadcast_to(
     a.astype(cache.dtype)[:, None], (a.shape[0], batch) + a.shape[1:]
@@ -285,6 +472,9 @@ def _install_rows(cache: cache_lib.KVCache, k, v, positions, start) -> cache_lib
     v=jax.lax.dynamic_update_slice(cache.v, rows(v), (0, 0, start, 0, 0)),
     positions=jax.lax.dynamic_update_slice(
       cache.positions, jnp.broadcast_to(positions[None], (batch, n)), (0, start)
+    ),
+    segments=jax.lax.dynamic_update_slice(
+      cache.segments, jnp.broadcast_to(segment, (batch, n)), (0, start)
     ),
     length=(start + n).astype(jnp.int32),
   )

@@ -2,12 +2,16 @@ r"""Writes the portability fixture: a real-model block and the logits it gives.
 
     .venv/bin/python scripts/make_portable_block_fixture.py            # add this CPU kind
     .venv/bin/python scripts/make_portable_block_fixture.py --rewrite_block
+    .venv/bin/python scripts/make_portable_block_fixture.py --rewrite_manifest
 
 The block: the first 16 tokens of a fixed sentence (gemma-3-270m, float32,
 prefilled in chunks of 8), deposited in tests/fixtures/portable_store/;
 tests/fixtures/portable_block.json records its key and the SHA-256 of its
 stored files. With --rewrite_block the block is computed again on this
-machine and every logits recording is dropped.
+machine and every logits recording is dropped. With --rewrite_manifest only
+the block's manifest (and so its key) is written again, in the current
+block layout, from the committed arrays: their files stay byte for byte, and
+so do the logits recordings. It needs no model.
 
 The logits: the float32 logits of the next 4 tokens processed after grafting
 the committed block. XLA's CPU code picks its kernels from the processor, so
@@ -40,6 +44,12 @@ _REWRITE_BLOCK = flags.DEFINE_bool(
   'Compute and deposit the block again on this machine (drops every'
   ' logits recording); by default the committed block is kept.',
 )
+_REWRITE_MANIFEST = flags.DEFINE_bool(
+  'rewrite_manifest',
+  False,
+  "Write only the committed block's manifest again, in the current layout, from its"
+  ' committed arrays (their files and the logits recordings are kept).',
+)
 
 TEXT = (
   'The quick brown fox jumps over the lazy dog, and then the dog sleeps again while the fox runs.'
@@ -55,8 +65,7 @@ def grafted_logits(model, block, ids):
   cache = blocks.graft(
     model.init_cache(capacity=CAPACITY),
     block,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
   logits, _ = model.prefill(
     ids[PREFIX : PREFIX + CONTINUATION],
@@ -77,8 +86,7 @@ def deposit_block(model, ids) -> dict:
     cache,
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
   shutil.rmtree(STORE_ROOT, ignore_errors=True)
   key = store_lib.BlockStore(STORE_ROOT).put(block)
@@ -98,8 +106,72 @@ def deposit_block(model, ids) -> dict:
   }
 
 
+def rewrite_manifest() -> dict:
+  """The committed block under its current-layout key; every array file kept.
+
+  Reads the arrays with tensorstore, stores them again with the metadata the
+  block was computed under (batch 1, segment 0, the record's capacity), and
+  refuses unless every file but manifest.json is byte-identical.
+  """
+  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+
+  record = json.loads(RECORD_PATH.read_text())
+  old_dir = STORE_ROOT / record['key']
+  old_meta = json.loads((old_dir / store_lib.MANIFEST).read_text())['meta']
+  arrays = {
+    name: ts.open(
+      {'driver': 'zarr3', 'kvstore': f'file://{old_dir / name}/', 'fill_missing_data_reads': False}
+    )
+    .result()
+    .read()
+    .result()
+    for name in store_lib.ARRAY_NAMES
+  }
+  meta = blocks.BlockMeta(
+    **{
+      **old_meta,
+      'token_ids': tuple(old_meta['token_ids']),
+      'capacity': record['capacity'],
+      'batch_size': 1,
+      'segment': 0,
+      'layout_version': blocks.LAYOUT_VERSION,
+    }
+  )
+  staging = STORE_ROOT.parent / 'portable_store.rewrite'
+  shutil.rmtree(staging, ignore_errors=True)
+  key = store_lib.BlockStore(staging).put(blocks.KVBlock(meta=meta, **arrays))
+  new_dir = staging / key
+  old_files = sorted(p.relative_to(old_dir) for p in old_dir.rglob('*') if p.is_file())
+  new_files = sorted(p.relative_to(new_dir) for p in new_dir.rglob('*') if p.is_file())
+  if old_files != new_files:
+    raise ValueError(f'the rewritten block has other files: {old_files} != {new_files}')
+  changed = [
+    str(f)
+    for f in old_files
+    if str(f) != store_lib.MANIFEST and (old_dir / f).read_bytes() != (new_dir / f).read_bytes()
+  ]
+  if changed:
+    raise ValueError(
+      f'rewriting the manifest would change array files {changed}; kept as they were'
+    )
+  shutil.rmtree(old_dir)
+  shutil.move(new_dir, STORE_ROOT / key)
+  shutil.rmtree(staging)
+  record['key'] = key
+  record['block_tree_sha256'] = store_lib.digest_tree(STORE_ROOT / key)
+  record['manifest_command'] = 'python scripts/make_portable_block_fixture.py --rewrite_manifest'
+  return record
+
+
 def main(argv):
   del argv
+  if _REWRITE_MANIFEST.value:
+    if _REWRITE_BLOCK.value:
+      raise app.UsageError('--rewrite_manifest and --rewrite_block exclude each other')
+    record = rewrite_manifest()
+    RECORD_PATH.write_text(json.dumps(record, indent=1) + '\n')
+    print(json.dumps({'key': record['key'], 'block_tree_sha256': record['block_tree_sha256']}))
+    return
   model = gemma_model.load('gemma3-270m')
   ids = model.tokenizer.encode(TEXT)
   if _REWRITE_BLOCK.value:

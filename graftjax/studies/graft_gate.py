@@ -127,8 +127,7 @@ def deposit(model, sample: corpus.TextSample, schedule: Schedule, store) -> str:
     cache,
     blocks.Span(0, len(sample.prefix_ids)),
     token_ids=sample.prefix_ids,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
   return store.put(block)
 
@@ -150,8 +149,7 @@ def grafted(
   cache = blocks.graft(
     model.init_cache(capacity=schedule.capacity),
     block,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
   return continue_and_roll_out(model, cache, sample, schedule, rollout=rollout)
 

@@ -55,8 +55,7 @@ def prefix_block(
     cache,
     blocks.Span(0, len(sample.prefix_ids)),
     token_ids=sample.prefix_ids,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
 
 
@@ -73,8 +72,8 @@ def grafted_continuation(
   cache = blocks.graft(
     model.init_cache(batch_size=batch_size, capacity=capacity),
     block,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
+    allow_other_shape=True,  # the batch size is what this study varies
   )
   logits, _ = model.prefill(
     sample.continuation_ids,

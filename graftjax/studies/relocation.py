@@ -65,8 +65,7 @@ def _capture(model, cache, ids, start: int) -> blocks.KVBlock:
     cache,
     blocks.Span(start, start + len(ids)),
     token_ids=ids,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
 
 
@@ -74,8 +73,7 @@ def _graft(model, cache, block) -> cache_lib.KVCache:
   return blocks.graft(
     cache,
     block,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
     allow_shifted=True,
   )
 

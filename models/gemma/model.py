@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax.models import cache as cache_lib
+from graftjax.models import target as target_lib
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
@@ -65,6 +66,18 @@ class Gemma:
   @property
   def position_scheme(self) -> str:
     return self.config.position_scheme.value
+
+  @property
+  def graft_target(self) -> target_lib.GraftTarget:
+    """What `capture`/`graft`/`restore` check a block against (see models/target.py)."""
+    kernels = tuple((op, self.config.impl_of(op)) for op in config_lib.OPS)
+    return target_lib.GraftTarget(
+      fingerprint=self.fingerprint,
+      position_scheme=self.position_scheme,
+      dtype=jnp.dtype(self.dtype).name,
+      kernels=kernels,
+      chunk_invariant=all(impl == 'pallas' for _, impl in kernels),
+    )
 
   @functools.cached_property
   def tables(self):

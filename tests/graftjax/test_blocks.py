@@ -1,11 +1,18 @@
-"""capture / graft: exact round trip, and refusals that change nothing."""
+"""capture / graft: exact round trip, and refusals that change nothing.
 
+Tests marked "fails on the code before GraftTarget" exercise a refusal that
+code accepted silently (it grafted, with a wrong result).
+"""
+
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from graftjax.models.gemma import model as gemma_model
 
 from graftjax import blocks
-from graftjax.models.gemma import model as gemma_model
 
 PREFIX = np.random.default_rng(2).integers(3, 256, 12).astype(np.int32)
 CONT = np.random.default_rng(3).integers(3, 256, 5).astype(np.int32)
@@ -25,8 +32,7 @@ def captured(model, cache=None):
     cache,
     blocks.Span(0, PREFIX.size),
     token_ids=PREFIX,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
 
 
@@ -34,15 +40,14 @@ def graft_into_new(model, block, capacity=CAPACITY):
   return blocks.graft(
     model.init_cache(capacity=capacity),
     block,
-    model_fingerprint=model.fingerprint,
-    position_scheme=model.position_scheme,
+    target=model.graft_target,
   )
 
 
 def test_graft_reproduces_the_captured_cache_bit_for_bit(tiny_model):
   cache = prefilled(tiny_model)
   restored = graft_into_new(tiny_model, captured(tiny_model, cache))
-  for name in ('k', 'v', 'positions', 'length'):
+  for name in ('k', 'v', 'positions', 'segments', 'length'):
     assert (
       np.asarray(getattr(restored, name)).tobytes() == np.asarray(getattr(cache, name)).tobytes()
     ), name
@@ -115,8 +120,7 @@ def test_span_that_does_not_fit_or_overlaps_is_refused(tiny_model):
     blocks.graft(
       occupied,
       block,
-      model_fingerprint=tiny_model.fingerprint,
-      position_scheme=tiny_model.position_scheme,
+      target=tiny_model.graft_target,
     )
   np.testing.assert_array_equal(occupied.k, before)  # nothing changed
 
@@ -124,16 +128,13 @@ def test_span_that_does_not_fit_or_overlaps_is_refused(tiny_model):
 def test_graft_that_would_do_nothing_is_an_error(tiny_model):
   cache = prefilled(tiny_model)
   with pytest.raises(ValueError, match='empty span'):
-    blocks.capture(
-      cache, blocks.Span(3, 3), token_ids=(), model_fingerprint='x', position_scheme='rope'
-    )
+    blocks.capture(cache, blocks.Span(3, 3), token_ids=(), target=tiny_model.graft_target)
   with pytest.raises(blocks.GraftError, match='reaches past'):
     blocks.capture(
       cache,
       blocks.Span(0, CAPACITY),
       token_ids=range(CAPACITY),
-      model_fingerprint='x',
-      position_scheme='rope',
+      target=tiny_model.graft_target,
     )
 
 
@@ -142,8 +143,7 @@ def test_graft_leaves_its_input_cache_unchanged(tiny_model):
   blocks.graft(
     empty,
     captured(tiny_model),
-    model_fingerprint=tiny_model.fingerprint,
-    position_scheme=tiny_model.position_scheme,
+    target=tiny_model.graft_target,
   )
   assert int(empty.length) == 0 and not np.any(np.asarray(empty.k))
 
@@ -162,10 +162,224 @@ def test_donating_graft_writes_the_same_cache_in_place(tiny_model):
   donated = blocks.graft(
     fresh,
     block,
-    model_fingerprint=tiny_model.fingerprint,
-    position_scheme=tiny_model.position_scheme,
+    target=tiny_model.graft_target,
     donate=True,
   )
   for name in ('k', 'v', 'positions', 'segments', 'length'):
     assert np.asarray(getattr(donated, name)).tobytes() == np.asarray(getattr(kept, name)).tobytes()
   assert fresh.k.is_deleted()  # its buffer now holds the result
+
+
+def graft_target_of(model, **changes):
+  return dataclasses.replace(model.graft_target, **changes)
+
+
+def test_the_model_hands_out_its_graft_target():
+  m = gemma_model.tiny()
+  target = m.graft_target
+  assert (target.fingerprint, target.position_scheme, target.dtype) == (
+    m.fingerprint,
+    'rope',
+    'float32',
+  )
+  assert dict(target.kernels) == {op: 'xla' for op in ('attention', 'matmul', 'norm', 'rotary')}
+  assert not target.chunk_invariant
+  assert gemma_model.tiny(impl='pallas').graft_target.chunk_invariant
+  assert not m.with_impl('pallas', matmul='xla').graft_target.chunk_invariant
+  assert gemma_model.tiny(dtype=jnp.bfloat16).graft_target.dtype == 'bfloat16'
+
+
+def test_block_is_a_pytree_with_static_metadata(tiny_model):
+  block = captured(tiny_model)
+  leaves, treedef = jax.tree.flatten(block)
+  assert len(leaves) == 3  # k, v, positions; meta is static
+  zeroed = jax.tree.map(jnp.zeros_like, block)
+  assert isinstance(zeroed, blocks.KVBlock) and zeroed.meta == block.meta
+  assert not np.any(np.asarray(zeroed.k))
+  shapes = jax.tree.map(lambda a: a.shape, block)  # leaves that are not arrays: no checks
+  assert shapes.k == block.k.shape
+  doubled = jax.jit(lambda b: b.replace(v=b.v * 2))(block)
+  np.testing.assert_array_equal(doubled.v, np.asarray(block.v) * 2)
+  assert doubled.meta == block.meta
+  assert jax.tree.structure(doubled) == treedef
+  with pytest.raises(ValueError, match='differ in shape'):
+    block.replace(v=block.v[:, :-1])
+
+
+def test_v_of_another_dtype_is_refused(tiny_model):
+  """Fails on the code before GraftTarget: it checked k's dtype only and cast v silently."""
+  block = captured(tiny_model)
+  bad = block.replace(v=jnp.asarray(block.v, jnp.bfloat16))
+  with pytest.raises(blocks.GraftError, match='block v is bfloat16'):
+    graft_into_new(tiny_model, bad)
+
+
+def test_v_of_another_shape_is_refused(tiny_model):
+  """Fails on the code before GraftTarget: a v one slot short grafted, its last slot zeros.
+
+  KVBlock refuses such a v on construction; graft checks again for a block
+  built around that check.
+  """
+  block = captured(tiny_model)
+  bad = block.replace()
+  object.__setattr__(bad, 'v', block.v[:, :-1])
+  with pytest.raises(blocks.GraftError, match=r'block v is \(6, 11, 1, 16\)'):
+    graft_into_new(tiny_model, bad)
+
+
+def test_positions_moved_without_shift_are_refused(tiny_model):
+  """Fails on the code before GraftTarget: it grafted (max |Δlogit| 4.05 on this tiny model)."""
+  block = captured(tiny_model)
+  moved = blocks.relocate(block, 5, model=tiny_model)
+  forged = moved.replace(meta=block.meta)  # positions and keys moved, metadata says shift 0
+  with pytest.raises(blocks.GraftError, match='start at 5, but its metadata says 0'):
+    graft_into_new(tiny_model, forged)
+  # The same move, declared, is grafted when asked for.
+  blocks.graft(
+    tiny_model.init_cache(capacity=CAPACITY),
+    moved,
+    target=tiny_model.graft_target,
+    allow_shifted=True,
+  )
+
+
+@pytest.mark.parametrize(
+  'edit, message',
+  [
+    (lambda p: p.at[4].set(-1), 'empty slots'),
+    (lambda p: p.at[3].set(4).at[4].set(3), 'not consecutive'),
+    (lambda p: p.at[-1].set(40), 'not consecutive'),
+  ],
+)
+def test_positions_that_disagree_with_the_metadata_are_refused(tiny_model, edit, message):
+  """Fails on the code before GraftTarget: it grafted any positions the block carried."""
+  block = captured(tiny_model)
+  bad = block.replace(positions=edit(jnp.asarray(block.positions)))
+  with pytest.raises(blocks.GraftError, match=message):
+    graft_into_new(tiny_model, bad)
+
+
+def test_capture_refuses_positions_that_are_not_consecutive(tiny_model):
+  cache = tiny_model.init_cache(capacity=CAPACITY)
+  _, cache = tiny_model.forward(PREFIX[None, :3], np.arange(3)[None], cache)
+  _, cache = tiny_model.forward(PREFIX[None, 3:5], np.array([[10, 11]]), cache)
+  with pytest.raises(blocks.GraftError, match='not consecutive'):
+    blocks.capture(cache, blocks.Span(0, 5), token_ids=PREFIX[:5], target=tiny_model.graft_target)
+  blocks.capture(cache, blocks.Span(3, 5), token_ids=PREFIX[3:5], target=tiny_model.graft_target)
+
+
+def test_capture_records_cache_shape_and_segment(tiny_model):
+  _, cache = tiny_model.prefill(
+    PREFIX,
+    cache=tiny_model.init_cache(batch_size=2, capacity=CAPACITY),
+    chunk_size=4,
+    logits='none',
+    segment=3,
+  )
+  meta = captured(tiny_model, cache).meta
+  assert (meta.capacity, meta.batch_size, meta.segment) == (CAPACITY, 2, 3)
+
+
+def test_capture_refuses_a_span_that_mixes_segments(tiny_model):
+  """Fails on the code before GraftTarget: it captured the span, segments dropped."""
+  _, cache = tiny_model.prefill(
+    PREFIX[:4], cache=tiny_model.init_cache(capacity=CAPACITY), chunk_size=4, logits='none'
+  )
+  _, cache = tiny_model.prefill(
+    PREFIX[4:8], cache=cache, chunk_size=4, start_position=4, logits='none', segment=1
+  )
+  with pytest.raises(blocks.GraftError, match=r'mixes attention segments \[0, 1\]'):
+    blocks.capture(cache, blocks.Span(0, 8), token_ids=PREFIX[:8], target=tiny_model.graft_target)
+
+
+def test_block_of_segment_1_is_restored_in_segment_1(tiny_model):
+  """Fails on the code before GraftTarget: the block came back in segment 0.
+
+  A continuation in segment 1 then saw none of it (max |Δlogit| 3.15 on this tiny model).
+  """
+  _, cache = tiny_model.prefill(
+    PREFIX, cache=tiny_model.init_cache(capacity=CAPACITY), chunk_size=4, logits='none', segment=1
+  )
+  block = captured(tiny_model, cache)
+  assert block.meta.segment == 1
+  grafted_cache = graft_into_new(tiny_model, block)
+  np.testing.assert_array_equal(grafted_cache.segments, cache.segments)
+  continue_in_1 = lambda c: tiny_model.prefill(
+    CONT, cache=c, chunk_size=4, start_position=PREFIX.size, logits='all', segment=1
+  )[0]
+  fresh = continue_in_1(cache)
+  grafted = continue_in_1(grafted_cache)
+  assert np.asarray(fresh).tobytes() == np.asarray(grafted).tobytes()
+
+
+@pytest.mark.parametrize('batch_size, capacity', [(1, 2 * CAPACITY), (2, CAPACITY)])
+def test_cache_of_another_shape_needs_consent_under_xla_kernels(tiny_model, batch_size, capacity):
+  """Fails on the code before GraftTarget: it grafted, not byte-exact (7.8e-5 on the real model)."""
+  block = captured(tiny_model)
+  other = lambda: tiny_model.init_cache(batch_size=batch_size, capacity=capacity)
+  with pytest.raises(blocks.GraftError) as refused:
+    blocks.graft(other(), block, target=tiny_model.graft_target)
+  message = str(refused.value)
+  assert f'batch 1 x capacity {CAPACITY}' in message
+  assert f'batch {batch_size} x capacity {capacity}' in message
+  assert 'not chunk-invariant' in message and '7.8e-5' in message
+  assert 'allow_other_shape=True' in message
+  consented = blocks.graft(other(), block, target=tiny_model.graft_target, allow_other_shape=True)
+  invariant = blocks.graft(other(), block, target=graft_target_of(tiny_model, chunk_invariant=True))
+  for cache in (consented, invariant):
+    assert cache.batch_size == batch_size and int(cache.length) == PREFIX.size
+
+
+def test_cache_of_another_dtype_or_model_dtype_is_refused(tiny_model):
+  block = captured(tiny_model)
+  with pytest.raises(blocks.GraftError, match='model dtype bfloat16'):
+    blocks.graft(
+      tiny_model.init_cache(capacity=CAPACITY),
+      block,
+      target=graft_target_of(tiny_model, dtype='bfloat16'),
+    )
+
+
+def _json_meta(tiny_model):
+  return captured(tiny_model).meta.to_json()
+
+
+@pytest.mark.parametrize(
+  'edit, field',
+  [
+    (lambda d: d.update(start=True), 'start'),
+    (lambda d: d.update(start='0'), 'start'),
+    (lambda d: d.update(shift=0.0), 'shift'),
+    (lambda d: d.update(capacity=None), 'capacity'),
+    (lambda d: d.update(batch_size=0), 'batch_size'),
+    (lambda d: d.update(segment=-1), 'segment'),
+    (lambda d: d.update(first_position=2**31), 'first_position'),
+    (lambda d: d.update(model_fingerprint=7), 'model_fingerprint'),
+    (lambda d: d.update(dtype=['float32']), 'dtype'),
+    (lambda d: d.update(position_scheme=None), 'position_scheme'),
+    (lambda d: d['token_ids'].__setitem__(0, str(d['token_ids'][0])), 'token_ids'),
+    (lambda d: d['token_ids'].__setitem__(0, True), 'token_ids'),
+    (lambda d: d['token_ids'].__setitem__(0, 2**32 + 5), 'token_ids'),
+    (lambda d: d['token_ids'].__setitem__(0, -1), 'token_ids'),
+    (lambda d: d['token_ids'].__setitem__(0, 5.0), 'token_ids'),
+    (lambda d: d.update(token_ids='abc'), 'token_ids'),
+    (lambda d: d.pop('capacity'), 'capacity'),
+    (lambda d: d.update(evil=1), 'evil'),
+    (lambda d: d.update(start=CAPACITY), 'capacity'),  # slots past the capacity
+  ],
+)
+def test_metadata_from_json_checks_every_field(tiny_model, edit, field):
+  """Fails on the code before GraftTarget: it read '5' or 5.0 as 5, True as 1, and so on."""
+  data = _json_meta(tiny_model)
+  edit(data)
+  with pytest.raises(blocks.BlockMetaError, match=f"field '{field}'") as refused:
+    blocks.BlockMeta.from_json(data)
+  assert refused.value.field == field and isinstance(refused.value, ValueError)
+
+
+def test_metadata_of_another_layout_is_named_so(tiny_model):
+  data = {'layout_version': 1, 'start': 0}
+  with pytest.raises(blocks.UnsupportedLayoutError, match='layout version 1, this code reads 2'):
+    blocks.BlockMeta.from_json(data)
+  with pytest.raises(blocks.BlockMetaError, match="field 'meta'"):
+    blocks.BlockMeta.from_json([_json_meta(tiny_model)])

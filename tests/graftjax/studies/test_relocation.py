@@ -75,8 +75,7 @@ def test_shifted_block_needs_explicit_consent():
     cache,
     blocks.Span(0, len(BLOCK)),
     token_ids=BLOCK,
-    model_fingerprint=m.fingerprint,
-    position_scheme=m.position_scheme,
+    target=m.graft_target,
   )
   moved = blocks.relocate(block, 100, model=m)
   assert moved.meta.shift == 100 and int(moved.positions[0]) == 100
@@ -84,8 +83,7 @@ def test_shifted_block_needs_explicit_consent():
     blocks.graft(
       m.init_cache(capacity=16),
       moved,
-      model_fingerprint=m.fingerprint,
-      position_scheme=m.position_scheme,
+      target=m.graft_target,
     )
 
 
