@@ -24,8 +24,6 @@ determinism.pin()  # before jax starts
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
 import hashlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import shlex
-import sys
 import time
 from typing import Sequence
 
@@ -35,9 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import ledger
-from graftjax.studies import timing
 from graftjax.kernels import attention as attention_lib
+from graftjax.studies import cli
+from graftjax.studies import results
+from graftjax.studies import timing
 
 HBM_BYTES_PER_S = 4.3e12  # H200
 HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256  # gemma-3-270m
@@ -113,6 +112,7 @@ def sweep(
   time_budget_s: float,
   interpret: bool,
   log=print,
+  command: str | None = None,
 ) -> dict:
   """Times every candidate on every case; returns the JSON-ready result."""
   started = time.perf_counter()
@@ -181,7 +181,7 @@ def sweep(
           f' {seconds / xla_s:6.2f}x xla) diff {row["max_abs_diff_vs_reference"]:.2e}'
         )
   return dict(
-    config=determinism.record(),
+    **results.header('bench_attention_tiles', command=command),
     interpret=interpret,
     hbm_bytes_per_s=HBM_BYTES_PER_S,
     settings=dict(
@@ -219,14 +219,13 @@ def main(argv: Sequence[str]) -> None:
     interpret=interpret,
   )
   result['quick'] = _QUICK.value
-  result['command'] = shlex.join(['python'] + sys.argv)
   out = pathlib.Path(
     _OUT.value or f'experiments/results/bench_attention_tiles_{jax.default_backend()}.json'
   )
-  ledger.write_result(out, result)
   failed = [r for r in result['rows'] if 'error' in r]
-  print(f'wrote {out}: {len(result["rows"])} rows, {len(failed)} failed, {result["wall_s"]:.1f} s')
+  print(f'{len(result["rows"])} rows, {len(failed)} failed, {result["wall_s"]:.1f} s')
+  results.write(out, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

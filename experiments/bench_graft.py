@@ -25,9 +25,7 @@ determinism.pin()
 import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import os
 import pathlib
-import shlex
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -39,11 +37,13 @@ import numpy as np
 import tqdm
 
 from graftjax import blocks
-from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
+from graftjax.studies import cli
+from graftjax.studies import corpus
+from graftjax.studies import results
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _PREFIX_TOKENS = flags.DEFINE_list(
@@ -109,7 +109,7 @@ def host_to_device_bandwidth(nbytes: int) -> float | None:
 
 
 def bench_one(
-  model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute: bool
+  model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute_max: int
 ) -> dict:
   n = len(ids) - 1
   prefix, next_token = ids[:n], ids[n]
@@ -177,7 +177,7 @@ def bench_one(
   row['host_to_device_bandwidth_Bps'] = h2d
   row['floor_s'] = block_bytes / row['read_bandwidth_Bps'] + (block_bytes / h2d if h2d else 0.0)
   row['restore_over_floor'] = row['restore_s'] / row['floor_s']
-  if recompute:
+  if n <= recompute_max:
     recompute_s, recompute_times, _ = timed(recompute_fn, repeats)
     row.update(
       recompute_first_token_s=recompute_s,
@@ -186,7 +186,7 @@ def bench_one(
     )
   else:
     row['recompute_first_token_s'] = None
-    row['recompute_not_run'] = f'prefix longer than --recompute_max={_RECOMPUTE_MAX.value}'
+    row['recompute_not_run'] = f'prefix longer than --recompute_max={recompute_max}'
   store.delete(key)
   return row
 
@@ -207,11 +207,19 @@ def llamacpp_peer(python: str, prefixes: list[list[int]], next_token: int) -> di
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  lengths = [int(x) for x in _PREFIX_TOKENS.value]
-  model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value))
+def run(
+  *,
+  model_name: str,
+  dtype: str,
+  lengths: list[int],
+  chunk_size: int,
+  repeats: int,
+  recompute_max: int,
+  llamacpp_python: str | None,
+  command: str | None = None,
+) -> dict:
+  """Graft vs recompute for every prefix length (and llama.cpp's restore); the result."""
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   ids = long_text_ids(tokenizer, max(lengths))
   rows = []
@@ -223,26 +231,24 @@ def main(argv):
           model,
           store,
           ids[: n + 1],
-          chunk_size=_CHUNK_SIZE.value,
-          repeats=_REPEATS.value,
-          recompute=n <= _RECOMPUTE_MAX.value,
+          chunk_size=chunk_size,
+          repeats=repeats,
+          recompute_max=recompute_max,
         )
       )
+  inputs = {
+    'model_fingerprint': model.fingerprint,
+    'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
+  }
   result = {
-    'experiment': 'bench_graft',
-    'command': shlex.join(['python'] + sys.argv),
-    'model': _MODEL.value,
-    'dtype': _DTYPE.value,
-    'chunk_size': _CHUNK_SIZE.value,
-    'determinism': determinism.record(),
-    'inputs': {
-      'model_fingerprint': model.fingerprint,
-      'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
-    },
+    **results.header('bench_graft', inputs=inputs, command=command),
+    'model': model_name,
+    'dtype': dtype,
+    'chunk_size': chunk_size,
     'rows': rows,
   }
-  if _LLAMACPP_PYTHON.value:
-    peer = llamacpp_peer(_LLAMACPP_PYTHON.value, [ids[:n] for n in lengths], ids[max(lengths)])
+  if llamacpp_python:
+    peer = llamacpp_peer(llamacpp_python, [ids[:n] for n in lengths], ids[max(lengths)])
     result['llamacpp'] = peer
     for row, p in zip(rows, peer['results']):
       row['llamacpp_load_file_s'] = p['load_file_s']
@@ -254,8 +260,22 @@ def main(argv):
       row['graft_over_llamacpp_restore_first_token'] = (
         row['graft_first_token_s'] / p['restore_and_first_token_s']
       )
-  digest = ledger.write_result(_OUT.value, result)
-  for row in rows:
+  return result
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  result = run(
+    model_name=_MODEL.value,
+    dtype=_DTYPE.value,
+    lengths=[int(x) for x in _PREFIX_TOKENS.value],
+    chunk_size=_CHUNK_SIZE.value,
+    repeats=_REPEATS.value,
+    recompute_max=_RECOMPUTE_MAX.value,
+    llamacpp_python=_LLAMACPP_PYTHON.value,
+  )
+  for row in result['rows']:
     print(
       f'N={row["prefix_tokens"]:>6}  graft {row["graft_first_token_s"]:.3f}s'
       f' (restore {row["restore_s"]:.3f}s, {row["restore_over_floor"]:.1f}x'
@@ -263,8 +283,8 @@ def main(argv):
       f'  recompute {row["recompute_first_token_s"] or float("nan"):.3f}s'
       f'  llama.cpp restore {row.get("llamacpp_restore_first_token_s", float("nan")):.3f}s'
     )
-  print(f'wrote {_OUT.value} (sha256 {digest})')
+  results.write(_OUT.value, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

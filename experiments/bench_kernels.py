@@ -33,9 +33,7 @@ from graftjax import determinism
 determinism.pin()  # before jax starts
 
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import shlex
 import statistics
-import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -45,12 +43,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax import ledger
-from graftjax.studies import timing
 from graftjax.kernels import attention as attention_lib
 from graftjax.kernels import matmul as matmul_lib
 from graftjax.kernels import rmsnorm as rmsnorm_lib
 from graftjax.kernels import rotary as rotary_lib
+from graftjax.studies import cli
+from graftjax.studies import results
+from graftjax.studies import timing
 
 HBM_BYTES_PER_S = 4.3e12  # H200
 BF16_DENSE_FLOPS = 7.9e14  # H200, dense bfloat16
@@ -68,7 +67,9 @@ _LENGTHS = flags.DEFINE_list(
 _AUX_LENGTHS = flags.DEFINE_list(
   'aux_lengths', ['1', '4096', '32768'], 'Token counts for rotary, rms_norm and matmul.'
 )
-_DTYPES = flags.DEFINE_list('dtypes', ['float32', 'bfloat16'], 'Dtypes.')
+_DTYPES = flags.DEFINE_multi_enum(
+  'dtype', ['float32', 'bfloat16'], ['float32', 'bfloat16'], 'Dtypes (repeat).'
+)
 _KERNELS = flags.DEFINE_list('kernels', list(KERNELS), 'Kernels to run.')
 _WINDOW = flags.DEFINE_integer(
   'window', 512, 'Sliding window of the windowed prefill case (0: none).'
@@ -235,6 +236,7 @@ def run_benchmarks(
   time_budget_s: float = 170.0,
   interpret: bool | None = None,
   log: Callable[[str], None] = print,
+  command: str | None = None,
 ) -> dict[str, Any]:
   """Times every case; returns the JSON-ready result."""
   unknown = set(kernels) - set(KERNELS)
@@ -305,7 +307,7 @@ def run_benchmarks(
         row['max_abs_diff_pallas_vs_xla'] = diff
     del args, outs
   return dict(
-    config=determinism.record(),
+    **results.header('bench_kernels', command=command),
     interpret=interpret,
     peaks=dict(hbm_bytes_per_s=HBM_BYTES_PER_S, bf16_dense_flops=BF16_DENSE_FLOPS),
     settings=dict(
@@ -348,16 +350,13 @@ def main(argv: Sequence[str]) -> None:
     time_budget_s=_TIME_BUDGET_S.value,
   )
   result['quick'] = _QUICK.value
-  result['command'] = shlex.join(['python'] + sys.argv)
   out = pathlib.Path(
     _OUT.value or f'experiments/results/bench_kernels_{jax.default_backend()}.json'
   )
-  ledger.write_result(out, result)
   failed = [c for c in result['cases'] if 'error' in c]
-  print(
-    f'wrote {out}: {len(result["cases"])} cases, {len(failed)} failed, {result["wall_s"]:.1f} s'
-  )
+  print(f'{len(result["cases"])} cases, {len(failed)} failed, {result["wall_s"]:.1f} s')
+  results.write(out, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -12,7 +12,7 @@ make the model than XLA's (xla tokens/s over pallas tokens/s, minus 1).
 kernel (`xla+attention=pallas`, ...), and `per_op_cost` the same ratio for
 each: where the end-to-end cost of invariance comes from.
 
-`--weights=random` times the --config architecture (gemma-3-270m by
+`--weights=random` times the --model architecture (gemma-3-270m by
 default) with seeded random weights and token ids: the speed does not depend
 on the values, and no GGUF is needed (e.g. on a machine the model is not
 staged on).
@@ -33,9 +33,7 @@ import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import math
 import os
 import pathlib
-import shlex
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -45,7 +43,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
@@ -53,6 +50,9 @@ from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import sampler
 from graftjax.models.gemma import transformer
+from graftjax.studies import cli
+from graftjax.studies import corpus
+from graftjax.studies import results
 
 _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 512, 'Prefill length.')
 _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 32, 'Greedy decode steps.')
@@ -68,8 +68,11 @@ _WEIGHTS = flags.DEFINE_enum(
   ['real', 'random'],
   'The real GGUF weights, or seeded random ones of the same shapes.',
 )
-_CONFIG = flags.DEFINE_enum(
-  'config', 'gemma3-270m', sorted(config_lib.NAMED_CONFIGS), 'Architecture of --weights=random.'
+_MODEL = flags.DEFINE_enum(
+  'model',
+  'gemma3-270m',
+  sorted(config_lib.NAMED_CONFIGS),
+  'Architecture (--weights=real: gemma3-270m only).',
 )
 _REPEATS = flags.DEFINE_integer('repeats', 1, 'Timed runs per row; the fastest is kept.')
 _LLAMACPP_PYTHON = flags.DEFINE_string(
@@ -127,10 +130,10 @@ def random_prompt(config: config_lib.GemmaConfig, n: int) -> list[int]:
   return [config.bos_id] + ids.tolist()
 
 
-def kernel_sets() -> dict[str, tuple[str, dict[str, str]]]:
-  """Row name -> `with_impl` arguments, for the kernel sets the flags ask for."""
-  sets = {impl: (impl, {}) for impl in _IMPLS.value}
-  if _PER_OP.value:
+def kernel_sets(impls: list[str], per_op: bool) -> dict[str, tuple[str, dict[str, str]]]:
+  """Row name -> `with_impl` arguments: each of `impls`, then (per_op) XLA with one op on Pallas."""
+  sets = {impl: (impl, {}) for impl in impls}
+  if per_op:
     sets.update({f'xla+{op}=pallas': ('xla', {op: 'pallas'}) for op in config_lib.OPS})
   return sets
 
@@ -150,57 +153,76 @@ def long_prompt(tokenizer, n: int) -> list[int]:
   raise ValueError(f'the standard library holds fewer than {n} tokens')
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if _PER_OP.value and 'xla' not in _IMPLS.value:
-    raise app.UsageError('--per_op compares with the XLA model: add --impl=xla')
-  if _LLAMACPP_PYTHON.value and _WEIGHTS.value == 'random':
-    raise app.UsageError(
-      'llama.cpp runs the real GGUF: drop --llamacpp_python or use --weights=real'
+def run(
+  *,
+  dtypes: list[str],
+  impls: list[str],
+  per_op: bool = False,
+  weights: str = 'real',
+  model_name: str = 'gemma3-270m',
+  prompt_tokens: int,
+  decode_tokens: int,
+  chunk_size: int,
+  repeats: int = 1,
+  llamacpp_python: str | None = None,
+  command: str | None = None,
+) -> dict:
+  """Prefill and decode speed of every dtype under every kernel set; the result.
+
+  Raises:
+    ValueError: for per_op without 'xla' in impls, llama.cpp with random weights, or
+      real weights of another model than gemma3-270m.
+  """
+  if weights == 'real' and model_name != 'gemma3-270m':
+    raise ValueError(
+      f'real weights exist for gemma3-270m only: use --weights=random for {model_name}'
     )
+  if per_op and 'xla' not in impls:
+    raise ValueError('--per_op compares with the XLA model: add --impl=xla')
+  if llamacpp_python and weights == 'random':
+    raise ValueError('llama.cpp runs the real GGUF: drop --llamacpp_python or use --weights=real')
   rows = {}
   invariance_cost = {}
   per_op_cost = {}
   prompt = None
-  for dtype in _DTYPES.value:
-    if _WEIGHTS.value == 'random':
-      base = random_model(_CONFIG.value, jnp.dtype(dtype))
-      prompt = random_prompt(base.config, _PROMPT_TOKENS.value)
+  for dtype in dtypes:
+    if weights == 'random':
+      base = random_model(model_name, jnp.dtype(dtype))
+      prompt = random_prompt(base.config, prompt_tokens)
     else:
       base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
       if prompt is None:
-        prompt = long_prompt(base.tokenizer, _PROMPT_TOKENS.value)
-    for name, (impl, per_op) in kernel_sets().items():
+        prompt = long_prompt(base.tokenizer, prompt_tokens)
+    for name, (impl, ops_impl) in kernel_sets(impls, per_op).items():
       row = f'graftjax_{dtype}_{name}'
       rows[row] = measure(
-        base.with_impl(impl, **per_op),
+        base.with_impl(impl, **ops_impl),
         prompt,
-        chunk_size=_CHUNK_SIZE.value,
-        decode_tokens=_DECODE_TOKENS.value,
-        repeats=_REPEATS.value,
+        chunk_size=chunk_size,
+        decode_tokens=decode_tokens,
+        repeats=repeats,
       )
       print(dtype, name, rows[row], flush=True)
     xla = rows.get(f'graftjax_{dtype}_xla')
-    if xla and 'pallas' in _IMPLS.value:
+    if xla and 'pallas' in impls:
       invariance_cost[dtype] = slowdown(xla, rows[f'graftjax_{dtype}_pallas'])
-    if _PER_OP.value:
+    if per_op:
       per_op_cost[dtype] = {
         op: slowdown(xla, rows[f'graftjax_{dtype}_xla+{op}=pallas']) for op in config_lib.OPS
       }
-  if _LLAMACPP_PYTHON.value:
+  if llamacpp_python:
     with tempfile.TemporaryDirectory() as tmp:
       path = pathlib.Path(tmp) / 'tokens.json'
       path.write_text(json.dumps(prompt))
       script = pathlib.Path(__file__).parent / 'peers' / 'llamacpp_speed.py'
       proc = subprocess.run(
         [
-          _LLAMACPP_PYTHON.value,
+          llamacpp_python,
           str(script),
           str(gguf_lib.locate_gguf()),
           str(path),
           str(os.cpu_count()),
-          str(_DECODE_TOKENS.value),
+          str(decode_tokens),
         ],
         capture_output=True,
         text=True,
@@ -208,31 +230,49 @@ def main(argv):
       )
     rows['llamacpp'] = json.loads(proc.stdout.strip().splitlines()[-1])
     print('llama.cpp', rows['llamacpp'])
-  result = {
-    'experiment': 'bench_model',
-    'command': shlex.join(['python'] + sys.argv),
-    'determinism': determinism.record(),
+  inputs = {
+    'sha256_prompt_ids': ledger.sha256_tokens(prompt),
+    **(
+      {'gguf_sha256': gguf_lib.expected_sha256()}
+      if weights == 'real'
+      else {'config': model_name, 'random_weights_seed': 0}
+    ),
+  }
+  return {
+    **results.header('bench_model', inputs=inputs, command=command),
     'cpu_count': os.cpu_count(),
     'prompt_tokens': len(prompt),
-    'decode_tokens': _DECODE_TOKENS.value,
-    'chunk_size': _CHUNK_SIZE.value,
-    'weights': _WEIGHTS.value,
-    'repeats': _REPEATS.value,
-    'inputs': {
-      'sha256_prompt_ids': ledger.sha256_tokens(prompt),
-      **(
-        {'gguf_sha256': gguf_lib.expected_sha256()}
-        if _WEIGHTS.value == 'real'
-        else {'config': _CONFIG.value, 'random_weights_seed': 0}
-      ),
-    },
-    'impls': _IMPLS.value,
+    'decode_tokens': decode_tokens,
+    'chunk_size': chunk_size,
+    'weights': weights,
+    'repeats': repeats,
+    'impls': list(impls),
     'rows': rows,
     'invariance_cost': invariance_cost,
-    **({'per_op_cost': per_op_cost} if _PER_OP.value else {}),
+    **({'per_op_cost': per_op_cost} if per_op else {}),
   }
-  print(f'wrote {_OUT.value} (sha256 {ledger.write_result(_OUT.value, result)})')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    result = run(
+      dtypes=_DTYPES.value,
+      impls=_IMPLS.value,
+      per_op=_PER_OP.value,
+      weights=_WEIGHTS.value,
+      model_name=_MODEL.value,
+      prompt_tokens=_PROMPT_TOKENS.value,
+      decode_tokens=_DECODE_TOKENS.value,
+      chunk_size=_CHUNK_SIZE.value,
+      repeats=_REPEATS.value,
+      llamacpp_python=_LLAMACPP_PYTHON.value,
+    )
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  results.write(_OUT.value, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

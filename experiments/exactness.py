@@ -19,8 +19,6 @@ from graftjax import determinism
 determinism.pin()  # before jax starts
 
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import shlex
-import sys
 import tempfile
 
 from absl import app
@@ -28,9 +26,10 @@ from absl import flags
 import jax.numpy as jnp
 import tqdm
 
+from graftjax.studies import cli
 from graftjax.studies import corpus
 from graftjax.studies import graft_gate
-from graftjax import ledger
+from graftjax.studies import results
 from graftjax import store as store_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
@@ -135,8 +134,7 @@ def run(
   if model_name != 'tiny':
     inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
-    'experiment': 'exactness',
-    'command': command,
+    **results.header('exactness', inputs=inputs, command=command),
     'model': model_name,
     'dtype': dtype,
     'position_scheme': model.position_scheme,
@@ -147,8 +145,6 @@ def run(
       'prefix_tokens': prefix_tokens,
       'continuation_tokens': continuation_tokens,
     },
-    'determinism': determinism.record(),
-    'inputs': inputs,
     **result,
   }
 
@@ -156,7 +152,7 @@ def run(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  command = shlex.join(['python'] + sys.argv)
+  command = results.command_line()
   runs = [
     run(
       model_name=_MODEL.value,
@@ -172,14 +168,14 @@ def main(argv):
     )
     for dtype in _DTYPES.value
   ]
-  digest = ledger.write_result(
-    _OUT.value, {'experiment': 'exactness', 'command': command, 'runs': runs}
-  )
   table = '\n\n'.join(format_table(r) for r in runs)
-  pathlib.Path(_OUT.value).with_suffix('.txt').write_text(table + '\n')
+  table_path = pathlib.Path(_OUT.value).with_suffix('.txt')
+  table_path.write_text(table + '\n')
   print(table)
-  print(f'wrote {_OUT.value} (sha256 {digest})')
+  results.write(
+    _OUT.value, {**results.header('exactness', command=command), 'runs': runs}, outputs=[table_path]
+  )
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -20,9 +20,7 @@ from graftjax import determinism
 
 determinism.pin()
 
-import shlex  # pylint: disable=g-import-not-at-top,wrong-import-position
-import sys
-import tempfile
+import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -30,12 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from graftjax import ledger
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import ops
+from graftjax.studies import cli
 from graftjax.studies import corpus
 from graftjax.studies import impl_flags
 from graftjax.studies import invariance
-from graftjax import ledger
-from graftjax.models.gemma import model as gemma_model
-from graftjax.models.gemma import ops
+from graftjax.studies import results
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _IMPLS = impl_flags.define(default='pallas')
@@ -51,59 +52,73 @@ _MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --ou
 _OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
 
 
-def run(command: str) -> dict:
-  model = _IMPLS.apply(gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value)))
+def run(
+  *,
+  model_name: str,
+  impl: str,
+  per_op: dict[str, str],
+  dtype: str,
+  samples: int,
+  prefix_tokens: int,
+  continuation_tokens: int,
+  chunk_sizes: tuple[int, ...],
+  batch_sizes: tuple[int, ...],
+  shard: int = 0,
+  num_shards: int = 1,
+  command: str,
+) -> dict:
+  """Loads the model with the given kernels, runs shard `shard` of `num_shards`; the result."""
+  if not 0 <= shard < num_shards:
+    raise ValueError(f'shard {shard} must be in [0, num_shards={num_shards})')
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype)).with_impl(impl, **per_op)
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  samples = corpus.text_samples(
+  texts = corpus.text_samples(
     tokenizer,
-    count=_SAMPLES.value,
-    prefix_tokens=_PREFIX_TOKENS.value,
-    continuation_tokens=_CONTINUATION_TOKENS.value,
+    count=samples,
+    prefix_tokens=prefix_tokens,
+    continuation_tokens=continuation_tokens,
   )
-  if not 0 <= _SHARD.value < _NUM_SHARDS.value:
-    raise app.UsageError(f'--shard={_SHARD.value} must be in [0, --num_shards={_NUM_SHARDS.value})')
-  indices = invariance.shard_range(len(samples), _SHARD.value, _NUM_SHARDS.value)
-  need = _PREFIX_TOKENS.value + _CONTINUATION_TOKENS.value
+  indices = invariance.shard_range(len(texts), shard, num_shards)
+  need = prefix_tokens + continuation_tokens
   capacity = -(-need // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
   with tempfile.TemporaryDirectory() as tmp:
     result = invariance.run_invariance(
       model=model,
-      samples=[samples[i] for i in indices],
-      chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
-      batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value),
+      samples=[texts[i] for i in indices],
+      chunk_sizes=tuple(chunk_sizes),
+      batch_sizes=tuple(batch_sizes),
       capacity=capacity,
       store_root=tmp,
       progress=lambda it: tqdm.tqdm(it, desc='samples'),
     )
   for index, record in zip(indices, result['samples']):
-    sample = samples[index]
+    sample = texts[index]
     record.update(
       index=index,
       sha256_prefix_ids=ledger.sha256_tokens(sample.prefix_ids),
       sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids),
     )
   return {
-    'experiment': 'invariance',
-    'command': command,
-    'model': _MODEL.value,
-    'impl': _IMPLS.impl.value,
-    'impls': _IMPLS.as_json(),
-    'dtype': _DTYPE.value,
+    **results.header(
+      'invariance', inputs={'model_fingerprint': model.fingerprint}, command=command
+    ),
+    'model': model_name,
+    'impl': impl,
+    'impls': {op: per_op.get(op, impl) for op in config_lib.OPS},
+    'dtype': dtype,
     'capacity': capacity,
     'settings': {
-      'samples': _SAMPLES.value,
-      'prefix_tokens': _PREFIX_TOKENS.value,
-      'continuation_tokens': _CONTINUATION_TOKENS.value,
-      'chunk_sizes': [int(c) for c in _CHUNK_SIZES.value],
-      'batch_sizes': [int(b) for b in _BATCH_SIZES.value],
+      'samples': samples,
+      'prefix_tokens': prefix_tokens,
+      'continuation_tokens': continuation_tokens,
+      'chunk_sizes': list(chunk_sizes),
+      'batch_sizes': list(batch_sizes),
     },
     'shard': {
-      'index': _SHARD.value,
-      'count': _NUM_SHARDS.value,
+      'index': shard,
+      'count': num_shards,
       'samples': [indices.start, indices.stop],
     },
-    'determinism': determinism.record(),
-    'inputs': {'model_fingerprint': model.fingerprint},
     **result,
   }
 
@@ -111,12 +126,27 @@ def run(command: str) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  command = shlex.join(['python'] + sys.argv)
+  command = results.command_line()
   if _MERGE.value:
     result = invariance.merge_shards([ledger.verify_result(p) for p in _MERGE.value], command)
+  elif not 0 <= _SHARD.value < _NUM_SHARDS.value:
+    raise app.UsageError(f'--shard={_SHARD.value} must be in [0, --num_shards={_NUM_SHARDS.value})')
   else:
-    result = run(command)
-  digest = ledger.write_result(_OUT.value, result)
+    impl, per_op = _IMPLS.value
+    result = run(
+      model_name=_MODEL.value,
+      impl=impl,
+      per_op=per_op,
+      dtype=_DTYPE.value,
+      samples=_SAMPLES.value,
+      prefix_tokens=_PREFIX_TOKENS.value,
+      continuation_tokens=_CONTINUATION_TOKENS.value,
+      chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
+      batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value),
+      shard=_SHARD.value,
+      num_shards=_NUM_SHARDS.value,
+      command=command,
+    )
   print(
     f'{result["model"]} impl={result["impl"]} {result["dtype"]}'
     f' on {result["determinism"]["device_kind"]}'
@@ -132,8 +162,8 @@ def main(argv):
     print(f'incomplete: {result["samples_run"]} of {result["settings"]["samples"]} planned samples')
   seconds = [s['seconds'] for s in result['samples']]
   print(f'{np.mean(seconds):.1f} s per sample')
-  print(f'wrote {_OUT.value} (sha256 {digest})')
+  results.write(_OUT.value, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -22,9 +22,7 @@ from graftjax import determinism
 determinism.pin()  # before jax starts
 
 import os  # pylint: disable=g-import-not-at-top,wrong-import-position
-import shlex
 import socket
-import sys
 from typing import Any, Callable
 
 from absl import app
@@ -33,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax.studies import corpus
 from graftjax import ledger
 from graftjax.kernels import attention as attention_lib
 from graftjax.kernels import matmul as matmul_lib
@@ -41,6 +38,9 @@ from graftjax.kernels import rmsnorm as rmsnorm_lib
 from graftjax.kernels import rotary as rotary_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions as positions_lib
+from graftjax.studies import cli
+from graftjax.studies import corpus
+from graftjax.studies import results
 
 _MODEL = flags.DEFINE_enum(
   'model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.'
@@ -87,20 +87,29 @@ def _cases_of_dtype(dtype, quick: bool) -> dict[str, Callable[[], jax.Array]]:
   }
 
 
-def run(command: str) -> dict[str, Any]:
+def run(
+  *,
+  model_name: str,
+  samples: int,
+  prefix_tokens: int,
+  label: str,
+  quick: bool,
+  command: str | None = None,
+) -> dict[str, Any]:
+  """Digests of every kernel case and of `model_name`'s logits under impl=pallas."""
   digests, errors = {}, {}
-  for name, fn in kernel_cases(_QUICK.value).items():
+  for name, fn in kernel_cases(quick).items():
     try:
       digests[name] = ledger.sha256_array(np.asarray(fn()))
     except Exception as e:  # pylint: disable=broad-except
       errors[name] = f'{type(e).__name__}: {str(e)[:500]}'  # reported, never digested
-  model = gemma_model.load_named(_MODEL.value, impl='pallas')
+  model = gemma_model.load_named(model_name, impl='pallas')
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  samples = corpus.text_samples(
-    tokenizer, count=_SAMPLES.value, prefix_tokens=_PREFIX_TOKENS.value, continuation_tokens=1
+  texts = corpus.text_samples(
+    tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=1
   )
-  capacity = -(-_PREFIX_TOKENS.value // 64) * 64
-  for i, sample in enumerate(samples):
+  capacity = -(-prefix_tokens // 64) * 64
+  for i, sample in enumerate(texts):
     logits, _ = model.prefill(
       sample.prefix_ids,
       cache=model.init_cache(capacity=capacity),
@@ -108,18 +117,16 @@ def run(command: str) -> dict[str, Any]:
       logits='all',
     )
     digests[f'model_logits_sample_{i}'] = ledger.sha256_array(np.asarray(logits))
+  inputs = {
+    'model_fingerprint': model.fingerprint,
+    'samples': [ledger.sha256_tokens(s.prefix_ids) for s in texts],
+  }
   return {
-    'experiment': 'kernel_determinism',
-    'command': command,
-    'label': _LABEL.value,
+    **results.header('kernel_determinism', inputs=inputs, command=command),
+    'label': label,
     'process': {'pid': os.getpid(), 'host': socket.gethostname()},
-    'model': _MODEL.value,
-    'quick': _QUICK.value,
-    'inputs': {
-      'model_fingerprint': model.fingerprint,
-      'samples': [ledger.sha256_tokens(s.prefix_ids) for s in samples],
-    },
-    'determinism': determinism.record(),
+    'model': model_name,
+    'quick': quick,
     'digests': digests,
     'errors': errors,
   }
@@ -167,9 +174,16 @@ def merge(paths: list[str], command: str) -> dict[str, Any]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  command = shlex.join(['python'] + sys.argv)
-  result = merge(_MERGE.value, command) if _MERGE.value else run(command)
-  digest = ledger.write_result(_OUT.value, result)
+  if _MERGE.value:
+    result = merge(_MERGE.value, results.command_line())
+  else:
+    result = run(
+      model_name=_MODEL.value,
+      samples=_SAMPLES.value,
+      prefix_tokens=_PREFIX_TOKENS.value,
+      label=_LABEL.value,
+      quick=_QUICK.value,
+    )
   if _MERGE.value:
     print(
       f'{len(result["runs"])} runs, {result["outputs"]} outputs:'
@@ -179,8 +193,8 @@ def main(argv):
     print(f'{len(result["digests"])} outputs digested on {result["determinism"]["device_kind"]}')
   if result['errors']:
     print(f'errors: {result["errors"]}')
-  print(f'wrote {_OUT.value} (sha256 {digest})')
+  results.write(_OUT.value, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -4,7 +4,7 @@ r"""Markdown summary of committed relocation and training results (numbers only 
         --relocation=experiments/results/relocation_270m_rope.json \
         --relocation=experiments/results/relocation_small_alibi.json \
         --training=experiments/results/small_alibi_model.json \
-        > experiments/results/position_findings_tables.md
+        --out=experiments/results/position_findings_tables.md
 
 Every file is checked against its own `result_sha256` (`ledger.verify_result`)
 before a number is read, and each section cites that digest. Relocation
@@ -16,15 +16,18 @@ training record inside a relocation result): held-out loss.
 """
 
 from collections.abc import Sequence
+import pathlib
 import sys
 
 from absl import app
 from absl import flags
 
 from graftjax import ledger
+from graftjax.studies import cli
 
 _RELOCATION = flags.DEFINE_multi_string('relocation', [], 'Relocation result JSON (repeat).')
 _TRAINING = flags.DEFINE_multi_string('training', [], 'Trained model.json (repeat).')
+_OUT = flags.DEFINE_string('out', None, 'Markdown file to write (default: standard output).')
 
 _ARMS = (
   ('relocated', 'Relocated graft (computed at 0, moved to M) vs fresh(M)'),
@@ -139,10 +142,13 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if not _RELOCATION.value and not _TRAINING.value:
     raise app.UsageError('give at least one --relocation or --training file')
-  sys.stdout.write(
-    findings(relocation_paths=_RELOCATION.value, training_paths=_TRAINING.value) + '\n'
-  )
+  text = findings(relocation_paths=_RELOCATION.value, training_paths=_TRAINING.value) + '\n'
+  if _OUT.value:
+    pathlib.Path(_OUT.value).write_text(text)
+    print(f'wrote {_OUT.value}')
+  else:
+    sys.stdout.write(text)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -30,8 +30,6 @@ determinism.pin()  # before jax starts
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
 import json
 import pathlib
-import shlex
-import sys
 import time
 from typing import Any, Sequence
 
@@ -43,6 +41,8 @@ import numpy as np
 from graftjax.models import cache as cache_lib
 from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
+from graftjax.studies import cli
+from graftjax.studies import results
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 HF_FIXTURE = REPO_ROOT / 'tests' / 'fixtures' / 'hf_reference.json'
@@ -283,7 +283,7 @@ def compare(
   return {'overall': summarize(hf_rows, llama_rows), 'prompts': per_prompt}
 
 
-def run(*, prompt_names: Sequence[str] | None, chunk_size: int, command: str) -> dict:
+def run(*, prompt_names: Sequence[str] | None, chunk_size: int, command: str | None = None) -> dict:
   """Loads the model and fixtures, compares; returns the result dict."""
   model = gemma_model.load('gemma3-270m', dtype=jnp.float32)
   hf_fixture, llamacpp_fixture = load_fixture(HF_FIXTURE), load_fixture(LLAMACPP_FIXTURE)
@@ -303,24 +303,22 @@ def run(*, prompt_names: Sequence[str] | None, chunk_size: int, command: str) ->
       flush=True,
     ),
   )
+  inputs = {
+    'hf_fixture': str(HF_FIXTURE.relative_to(REPO_ROOT)),
+    'hf_fixture_sha256': ledger.sha256_file(HF_FIXTURE),
+    'llamacpp_fixture': str(LLAMACPP_FIXTURE.relative_to(REPO_ROOT)),
+    'llamacpp_fixture_sha256': ledger.sha256_file(LLAMACPP_FIXTURE),
+    'gguf_sha256': hf_fixture['gguf']['sha256'],
+    'hf_versions': hf_fixture['versions'],
+    'llamacpp_versions': llamacpp_fixture['versions'],
+  }
   return {
-    'experiment': 'reference_agreement',
-    'command': command,
+    **results.header('reference_agreement', inputs=inputs, command=command),
     'model': 'gemma3-270m',
     'dtype': 'float32',
     'model_fingerprint': model.fingerprint,
     'params_sha256': model.params_digest,
-    'inputs': {
-      'hf_fixture': str(HF_FIXTURE.relative_to(REPO_ROOT)),
-      'hf_fixture_sha256': ledger.sha256_file(HF_FIXTURE),
-      'llamacpp_fixture': str(LLAMACPP_FIXTURE.relative_to(REPO_ROOT)),
-      'llamacpp_fixture_sha256': ledger.sha256_file(LLAMACPP_FIXTURE),
-      'gguf_sha256': hf_fixture['gguf']['sha256'],
-      'hf_versions': hf_fixture['versions'],
-      'llamacpp_versions': llamacpp_fixture['versions'],
-    },
     'schedule': {'chunk_size': chunk_size, 'capacity': CAPACITY},
-    'determinism': determinism.record(),
     'seconds': round(time.time() - started, 1),
     **figures,
   }
@@ -332,12 +330,10 @@ def main(argv):
   result = run(
     prompt_names=_PROMPTS.value,
     chunk_size=_CHUNK_SIZE.value,
-    command=shlex.join(['python'] + sys.argv),
   )
-  digest = ledger.write_result(_OUT.value, result)
   print(json.dumps(result['overall'], indent=1))
-  print(f'wrote {_OUT.value} (sha256 {digest})')
+  results.write(_OUT.value, result)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -26,21 +26,20 @@ from collections.abc import Callable  # pylint: disable=g-import-not-at-top,wron
 import functools
 import os
 import pathlib
-import shlex
-import sys
 
 from absl import app
 from absl import flags
 import jax.numpy as jnp
 import tqdm
 
-from graftjax.studies import corpus
-from graftjax import ledger
-from graftjax.studies import plots
-from graftjax.studies import position_sweep
-from graftjax.studies import training
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
+from graftjax.studies import cli
+from graftjax.studies import corpus
+from graftjax.studies import plots
+from graftjax.studies import position_sweep
+from graftjax.studies import results
+from graftjax.studies import training
 
 _MODEL = flags.DEFINE_string(
   'model', 'gemma3-270m', "'gemma3-270m', 'tiny', or a train_small.py checkpoint folder."
@@ -125,7 +124,7 @@ def run(
   continuation_tokens: int,
   chunk_size: int,
   composition_offsets: list[tuple[int, int]],
-  command: str,
+  command: str | None = None,
 ) -> dict:
   """Builds the samples and the model factory, runs the sweep; returns the result dict."""
   load, info = model_source(model)
@@ -150,14 +149,11 @@ def run(
     composition_offsets=composition_offsets,
     progress=lambda it: tqdm.tqdm(it, desc='relocation', unit='item'),
   )
-  record = determinism.record()
+  head = results.header('relocation', inputs=info, command=command)
   return {
-    'experiment': 'relocation',
-    'command': command,
+    **head,
     'model': os.path.basename(os.path.normpath(model)),
-    'device': record['device_kind'],
-    'determinism': record,
-    'inputs': info,
+    'device': head['determinism']['device_kind'],
     **result,
   }
 
@@ -197,14 +193,12 @@ def main(argv):
     continuation_tokens=_CONTINUATION_TOKENS.value,
     chunk_size=_CHUNK_SIZE.value,
     composition_offsets=parse_pairs(_COMPOSITION_OFFSETS.value),
-    command=shlex.join(['python'] + sys.argv),
   )
-  digest = ledger.write_result(_OUT.value, result)
   png = pathlib.Path(_OUT.value).with_suffix('.png')
   plots.plot_sensitivity(result, png)
   print(format_table(result))
-  print(f'wrote {_OUT.value} (sha256 {digest}) and {png}')
+  results.write(_OUT.value, result, outputs=[png])
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

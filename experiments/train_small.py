@@ -1,7 +1,7 @@
 r"""Trains a small byte-level Gemma 3 under one position scheme; saves it with orbax.
 
-    python experiments/train_small.py --scheme=alibi --config=small --steps=2000 \
-        --out_dir=experiments/checkpoints/small_alibi
+    python experiments/train_small.py --scheme=alibi --model=small --steps=2000 \
+        --out=experiments/checkpoints/small_alibi
 
 Data: UTF-8 bytes of the Python standard library's .py files, split into
 train and held-out sets by file. The checkpoint folder gets `params/`
@@ -14,13 +14,12 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import shlex  # pylint: disable=g-import-not-at-top,wrong-import-position
-import sys
-
-from absl import app
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 import tqdm
 
+from graftjax.studies import cli
+from graftjax.studies import results
 from graftjax.studies import training
 
 _SCHEME = flags.DEFINE_enum(
@@ -29,7 +28,7 @@ _SCHEME = flags.DEFINE_enum(
   ['rope', 'rope_f64', 'rope_relative', 'alibi', 'nope'],
   'Position scheme the model is trained with.',
 )
-_CONFIG = flags.DEFINE_enum('config', 'small', sorted(training.SIZES), 'Named model size.')
+_MODEL = flags.DEFINE_enum('model', 'small', sorted(training.SIZES), 'Named model size.')
 _STEPS = flags.DEFINE_integer('steps', 2000, 'Optimiser steps.')
 _BATCH = flags.DEFINE_integer('batch', 64, 'Windows per step.')
 _SEQ_LEN = flags.DEFINE_integer('seq_len', 256, 'Bytes per window (the cache capacity).')
@@ -40,7 +39,7 @@ _EVAL_BATCHES = flags.DEFINE_integer('eval_batches', 4, 'Held-out batches per ev
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the initial params and the batch order.')
 _HELD_OUT_EVERY = flags.DEFINE_integer('held_out_every', 20, 'Hold out one file in this many.')
 _MAX_FILES = flags.DEFINE_integer('max_files', None, 'Use only the first files (smoke runs).')
-_OUT_DIR = flags.DEFINE_string('out_dir', None, 'Checkpoint folder to create.', required=True)
+_OUT = flags.DEFINE_string('out', None, 'Checkpoint folder to create.', required=True)
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing checkpoint folder.')
 
 
@@ -53,7 +52,7 @@ def run(
   max_files: int | None,
   out_dir: str,
   overwrite: bool,
-  command: str,
+  command: str | None = None,
 ) -> dict:
   """Trains, saves; returns the saved checkpoint's model.json."""
   config = training.small_config(size, scheme=scheme)
@@ -71,7 +70,7 @@ def run(
     settings=settings,
     data=data,
     overwrite=overwrite,
-    extra={'command': command, 'size': size, 'determinism': determinism.record()},
+    extra={**results.header('train_small', command=command), 'size': size},
   )
   return training.load_record(out_dir)
 
@@ -91,13 +90,12 @@ def main(argv):
   )
   record = run(
     scheme=_SCHEME.value,
-    size=_CONFIG.value,
+    size=_MODEL.value,
     settings=settings,
     held_out_every=_HELD_OUT_EVERY.value,
     max_files=_MAX_FILES.value,
-    out_dir=_OUT_DIR.value,
+    out_dir=_OUT.value,
     overwrite=_OVERWRITE.value,
-    command=shlex.join(['python'] + sys.argv),
   )
   print(
     f'{record["config"]["position_scheme"]} {record["size"]}: '
@@ -105,8 +103,8 @@ def main(argv):
     f' nats/byte ({record["held_out_bits_per_byte"]:.3f} bits/byte)'
     f' over {record["held_out_tokens"]:,} bytes'
   )
-  print(f'wrote {_OUT_DIR.value} (model.json sha256 {record["result_sha256"]})')
+  print(f'wrote {_OUT.value} (model.json sha256 {record["result_sha256"]})')
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -8,8 +8,8 @@ set +e
 R=/root/results/small
 mkdir -p "$R"
 for s in rope alibi nope; do
-  python3 experiments/train_small.py --scheme=$s --config=small --steps=2000 \
-      --out_dir=/root/ckpt/small_$s --overwrite > "$R/train_$s.log" 2>&1
+  python3 experiments/train_small.py --scheme=$s --model=small --steps=2000 \
+      --out=/root/ckpt/small_$s --overwrite > "$R/train_$s.log" 2>&1
   cp /root/ckpt/small_$s/model.json "$R/trained_small_${s}_model.json"
 done
 for s in rope alibi nope; do

@@ -21,7 +21,7 @@ def test_quick_run_writes_json(tmp_path):
       str(REPO / 'experiments' / 'bench_kernels.py'),
       '--quick',
       '--kernels=rms_norm',
-      '--dtypes=float32',
+      '--dtype=float32',
       f'--out={out}',
     ],
     check=True,
@@ -31,8 +31,8 @@ def test_quick_run_writes_json(tmp_path):
   )
   result = json.loads(out.read_text())
   assert result['quick'] is True
-  assert result['config']['jax_version']
-  assert result['config']['device_kind']
+  assert result['determinism']['jax_version']
+  assert result['determinism']['device_kind']
   cases = result['cases']
   assert {c['impl'] for c in cases} == {'pallas', 'xla'}
   for case in cases:

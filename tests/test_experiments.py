@@ -1,0 +1,154 @@
+"""The experiment scripts' shape, their shared result header, and quiet logging.
+
+Every `experiments/*.py` is a thin absl main: the run command in its
+docstring, flags at module level with the shared names (`--model`, `--dtype`,
+`--impl`, `--out`), a `main(argv)` that rejects stray arguments, and
+`cli.run(main)`, which keeps library logs (orbax, jax) at WARNING unless
+`--verbosity` asks for more.
+"""
+
+import ast
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from graftjax import ledger
+from graftjax.studies import results
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / 'experiments').glob('*.py'))
+# Names other scripts once used for what the shared flags name.
+RETIRED_FLAGS = {'dtypes', 'output', 'out_dir', 'output_dir', 'result', 'out_path', 'config'}
+DEFINE = re.compile(r'^DEFINE_')
+
+
+def _tree(path: pathlib.Path) -> ast.Module:
+  return ast.parse(path.read_text())
+
+
+def _flag_names(tree: ast.Module) -> list[str]:
+  names = []
+  for node in ast.walk(tree):
+    if (
+      isinstance(node, ast.Call)
+      and isinstance(node.func, ast.Attribute)
+      and DEFINE.match(node.func.attr)
+      and node.args
+      and isinstance(node.args[0], ast.Constant)
+    ):
+      names.append(node.args[0].value)
+  return names
+
+
+@pytest.mark.parametrize('path', SCRIPTS, ids=lambda p: p.name)
+def test_script_is_a_thin_absl_main(path):
+  tree = _tree(path)
+  doc = ast.get_docstring(tree) or ''
+  assert f'python experiments/{path.name}' in doc, 'the run command belongs in the docstring'
+  mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == 'main']
+  assert len(mains) == 1 and [a.arg for a in mains[0].args.args] == ['argv']
+  first = mains[0].body[0]
+  assert isinstance(first, ast.If) and 'len(argv) > 1' in ast.unparse(first.test)
+  assert 'UsageError' in ast.unparse(first.body[0]), 'main must reject stray arguments'
+  guard = tree.body[-1]
+  assert isinstance(guard, ast.If) and ast.unparse(guard.body[0]) == 'cli.run(main)'
+  # Flags are declared at module level only.
+  for node in tree.body:
+    if isinstance(node, ast.FunctionDef):
+      assert not _flag_names(node), f'{node.name} defines flags'
+
+
+@pytest.mark.parametrize('path', SCRIPTS, ids=lambda p: p.name)
+def test_script_uses_the_shared_flag_names_and_result_writer(path):
+  source = path.read_text()
+  names = _flag_names(_tree(path))
+  assert not RETIRED_FLAGS & set(names), f'use --model/--dtype/--impl/--out, not {names}'
+  assert 'ledger.write_result' not in source, 'write results with graftjax.studies.results.write'
+  assert "shlex.join(['python']" not in source, 'the command line comes from results.header'
+
+
+def test_header_and_write_record_what_a_result_needs(tmp_path):
+  table = tmp_path / 'table.txt'
+  table.write_text('a table\n')
+  head = results.header('demo', inputs={'x_sha256': '0' * 64}, command='python demo.py')
+  assert list(head) == ['experiment', 'command', 'determinism', 'inputs']
+  assert head['command'] == 'python demo.py'
+  for key in ('xla_flags', 'jax_version', 'jaxlib_version', 'cpu_kind', 'device_kind'):
+    assert key in head['determinism']
+  lines = []
+  digest = results.write(
+    tmp_path / 'r.json', {**head, 'figure': 1}, outputs=[table], log=lines.append
+  )
+  verified = ledger.verify_result(tmp_path / 'r.json')
+  assert verified['result_sha256'] == digest
+  assert verified['outputs'] == {str(table): ledger.sha256_bytes(b'a table\n')}
+  assert lines == [f'wrote {tmp_path / "r.json"} (sha256 {digest})']
+  assert results.command_line(['x.py', '--out=a b']) == "python x.py '--out=a b'"
+
+
+# A main that goes through the params cache's orbax calls (save, then the
+# restore path of `checkpoint.load_params`) under `cli.run`.
+_LOAD_PARAMS_MAIN = textwrap.dedent(
+  """
+  import json, sys
+  import numpy as np
+  from graftjax.studies import cli
+
+  def main(argv):
+    import orbax.checkpoint as ocp
+    from graftjax.models.gemma import checkpoint
+    params = {'embedding': np.ones((4, 2), np.float32), 'final_norm': np.ones(2, np.float32),
+              'layers': ({'q': np.zeros((2, 2), np.float32)},)}
+    entry = checkpoint.cache_root() / 'params' / f'fake-v{checkpoint.CONVERSION_VERSION}'
+    ocp.PyTreeCheckpointer().save(entry / 'params', params)
+    (entry / 'params_digest.json').write_text(
+        json.dumps({'params_sha256': checkpoint.params_digest(params)}))
+    checkpoint.load_params('unused.gguf', 'fake')
+    print('loaded')
+
+  cli.run(main)
+  """
+)
+
+
+def _run_load_params(tmp_path, *flags):
+  script = tmp_path / 'load_params_main.py'
+  script.write_text(_LOAD_PARAMS_MAIN)
+  cache = tmp_path / f'cache{len(flags)}'
+  env = dict(os.environ, GRAFTJAX_CACHE=str(cache), JAX_PLATFORMS='cpu')
+  proc = subprocess.run(
+    [sys.executable, str(script), *flags],
+    capture_output=True,
+    text=True,
+    env=env,
+    cwd=REPO,
+    timeout=300,
+    check=False,
+  )
+  assert proc.returncode == 0 and 'loaded' in proc.stdout, proc.stderr[-3000:]
+  return [line for line in proc.stderr.splitlines() if re.match(r'I\d{4} ', line)]
+
+
+def test_params_cache_load_logs_nothing_at_default_verbosity(tmp_path):
+  assert _run_load_params(tmp_path) == []
+
+
+def test_verbosity_flag_still_shows_library_info(tmp_path):
+  info = _run_load_params(tmp_path, '--verbosity=0')
+  assert any('checkpoint' in line for line in info), info
+
+
+def test_a_script_rejects_stray_arguments():
+  proc = subprocess.run(
+    [sys.executable, str(REPO / 'experiments' / 'position_findings.py'), 'stray'],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
+  assert proc.returncode != 0 and "unexpected arguments: ['stray']" in proc.stderr
