@@ -28,6 +28,7 @@ import numpy as np
 from graftjax import blocks
 from graftjax import exactness
 from graftjax import ledger
+from graftjax import restore as restore_lib
 from graftjax.models.gemma import sampler
 from graftjax.studies import corpus
 
@@ -143,13 +144,12 @@ def grafted(
 ) -> ArmOutput:
   """A new context grafts the stored prefix block, then continues."""
   schedule.check(sample)
-  block = store.get(key)
-  if block.meta.token_ids != tuple(sample.prefix_ids):
-    raise blocks.GraftError(f'block {key[:12]}… holds other tokens than the sample prefix')
-  cache = blocks.graft(
+  cache = restore_lib.restore(
+    store,
+    key,
     model.init_cache(capacity=schedule.capacity),
-    block,
     target=model.graft_target,
+    token_ids=sample.prefix_ids,
   )
   return continue_and_roll_out(model, cache, sample, schedule, rollout=rollout)
 
