@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import sqlite3
 from typing import Any
 
@@ -26,6 +27,8 @@ from graftjax import store as store_lib
 TEMPLATE = 'Question: {question}\nSolution: {solution}\nFinal answer: {answer}\n\n'
 RECALL_QUERY = 'Question: {question}\nFinal answer:'
 SOLVE_QUERY = 'Question: {question}\nSolution:'
+# Where a solution's own closing answer line starts (ours, or GSM8K's '####').
+_ANSWER_LINE = re.compile(r'\n\s*(?:Final answer:|####)')
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deposits (
@@ -110,6 +113,7 @@ class Library:
     solution: str,
     source: str,
     tokens_spent: int,
+    record: dict[str, Any] | None = None,
   ) -> Entry:
     """Verifies `solution` for `item`, then deposits it as a block (once).
 
@@ -117,13 +121,19 @@ class Library:
       model: the frozen `Gemma` the block is computed with.
       item: the task item (`task`, `id`, `question`, `answer`).
       verifier: `verifier(text, gold) -> verdict` with `.correct`, `.extracted`, `.to_json()`.
-      solution: the worked solution text; its final answer must verify.
+      solution: the worked solution as produced (the model's text, or the
+        dataset's); it must verify. Its own closing answer line ('Final
+        answer: ...' or '#### ...') gives way to the template's.
       source: 'self' (the model solved it) or 'reference' (the dataset's own).
       tokens_spent: decode tokens the solve step spent on this item.
+      record: the verdict recorded when the solution was checked before
+        (`verdict.to_json()`); the deposit is refused unless it re-verifies
+        to the same record.
     Returns:
       The catalog entry (the existing one if the item was deposited before).
     Raises:
-      DepositError: the solution does not verify, or the source is unknown.
+      DepositError: the solution does not verify (or not to `record`), or
+        the source is unknown.
     """
     if source not in ('self', 'reference'):
       raise DepositError(f"source must be 'self' or 'reference', got {source!r}")
@@ -136,7 +146,13 @@ class Library:
         f'{item.task}/{item.id}: the solution does not verify (extracted'
         f' {verdict.extracted!r}, gold {item.answer!r}); nothing deposited'
       )
-    text = TEMPLATE.format(question=item.question, solution=solution.strip(), answer=item.answer)
+    if record is not None and record != verdict.to_json():
+      raise DepositError(
+        f'{item.task}/{item.id}: the recorded verdict {record} does not re-verify'
+        f' ({verdict.to_json()}); nothing deposited'
+      )
+    body = _ANSWER_LINE.split(solution.strip(), maxsplit=1)[0].strip()
+    text = TEMPLATE.format(question=item.question, solution=body, answer=verdict.extracted)
     ids = model.tokenizer.encode(text)
     if len(ids) > self.shape.capacity:
       raise DepositError(f'{len(ids)} tokens do not fit the library capacity {self.shape.capacity}')
@@ -152,7 +168,7 @@ class Library:
       item_id=item.id,
       question=item.question,
       text=text,
-      answer=str(item.answer),
+      answer=str(verdict.extracted),
       source=source,
       verdict=verdict.to_json(),
       tokens_spent=int(tokens_spent),

@@ -133,3 +133,31 @@ def test_the_answer_budget_must_fit_the_library_shape(text_model, tmp_path):
     answer_lib.answer(
       text_model, library, None, ITEM.question, mode='recall', max_new_tokens=SHAPE.capacity
     )
+
+
+def test_a_verdict_record_that_does_not_re_verify_is_refused(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  with pytest.raises(library_lib.DepositError, match='re-verify'):
+    library.deposit(
+      text_model,
+      item=ITEM,
+      verifier=last_word,
+      solution='2 + 3 = 5',
+      source='self',
+      tokens_spent=3,
+      record={'correct': True, 'extracted': '6'},
+    )
+  assert library.entries() == []
+
+
+def test_the_template_carries_the_verified_answer_once(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=SHAPE)
+  entry = library.deposit(
+    text_model,
+    item=ITEM,
+    verifier=last_word,
+    solution='2 + 3 = 5\nFinal answer: 5',
+    source='self',
+    tokens_spent=3,
+  )
+  assert entry.text == 'Question: What is two plus three?\nSolution: 2 + 3 = 5\nFinal answer: 5\n\n'

@@ -1,0 +1,364 @@
+"""The flywheel experiments: solve, verify, deposit, route, graft, answer.
+
+`run` takes the base model's attempts at a set of items (batched, few-shot),
+deposits a verified solution of every item it can (the model's own where it
+solved the item, else the dataset's reference solution when that verifies),
+then asks two kinds of question through the library:
+
+  recurrence  the same items the base model did not solve, routed by exact
+              question text to their block, answered in recall mode;
+  transfer    held-out items (never deposited), routed to the nearest
+              deposited question, answered in solve mode with that block as
+              the worked example, against the base model on the same items.
+
+Every attempt keeps its raw text, token ids and verdict, so
+`graftjax.flywheel.rescore` re-checks the result without a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import dataclasses
+import re
+import time
+from typing import Any
+
+import numpy as np
+
+from graftjax import ledger
+from graftjax import store as store_lib
+from graftjax.flywheel import answer as answer_lib
+from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import route as route_lib
+from graftjax.flywheel import solve
+from graftjax.flywheel import stats
+from graftjax.models.gemma import sampler
+
+_CALCULATOR = re.compile(r'<<[^>]*>>')
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+  """What each phase may spend.
+
+  Attributes:
+    samples: base attempts per item (the first greedy, the rest sampled).
+    temperature: temperature of the sampled attempts.
+    max_new_tokens: decode budget of a base attempt and of a transfer answer.
+    recall_tokens: decode budget of a recurrence answer.
+    rows: rows per batch of the base model's attempts.
+    seed: PRNG seed of the sampled attempts.
+  """
+
+  samples: int = 1
+  temperature: float = 0.7
+  max_new_tokens: int = 256
+  recall_tokens: int = 16
+  rows: int = 8
+  seed: int = 0
+
+
+def few_shot_prefix(model, examples: Sequence[Any]) -> list[int]:
+  """BOS and the worked examples in the library's own template."""
+  text = ''.join(
+    library_lib.TEMPLATE.format(question=e.question, solution=e.solution.strip(), answer=e.answer)
+    for e in examples
+  )
+  return model.tokenizer.encode(text)
+
+
+def base_attempts(
+  model,
+  items: Sequence[Any],
+  verify: Callable,
+  *,
+  prefix_ids: Sequence[int],
+  budget: Budget,
+  phase: str,
+  progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+  """The base model's attempts (few-shot prefix, solve-mode query), verified."""
+  prompts = [
+    answer_lib.query_ids(model, item.question, mode='solve', after_block=True) for item in items
+  ]
+  stops = answer_lib.stop_ids(model, 'solve')
+  records = []
+  for sample in range(budget.samples):
+    sampling = sampler.SamplingConfig(temperature=budget.temperature if sample else 0.0)
+    start = time.perf_counter()
+    outputs = solve.generate(
+      model,
+      prompts,
+      max_new_tokens=budget.max_new_tokens,
+      stop_ids=stops,
+      sampling=sampling,
+      seed=budget.seed + sample,
+      prefix_ids=prefix_ids,
+      rows=budget.rows,
+      progress=progress,
+    )
+    seconds = (time.perf_counter() - start) / max(len(items), 1)
+    for item, ids in zip(items, outputs):
+      text = model.tokenizer.decode(ids, skip_special=True)
+      records.append(_record(phase, item, sample, ids, text, verify(text, item.answer), seconds))
+  return records
+
+
+def run(
+  model,
+  *,
+  task: str,
+  items: Sequence[Any],
+  held_out: Sequence[Any],
+  examples: Sequence[Any],
+  verify: Callable,
+  library: library_lib.Library,
+  budget: Budget,
+  routers: Sequence[route_lib.Router],
+  progress: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> dict[str, Any]:
+  """The whole loop on `items` (deposited) and `held_out` (never deposited).
+
+  Args:
+    model: the frozen `Gemma`.
+    task: the task's name (recorded).
+    items: items the base model attempts and the library deposits.
+    held_out: items disjoint from `items` and `examples`, for transfer.
+    examples: worked examples of the few-shot prefix (not scored).
+    verify: `verify(text, gold) -> verdict` (`.correct`, `.to_json()`).
+    library: where blocks and the catalog go (resumable).
+    budget: what each phase may spend.
+    routers: routers for transfer; the first is used to answer, every one
+      is evaluated.
+    progress: `progress(phase, total)` returns a callback taking a count.
+  Returns:
+    JSON-ready dict: attempts, deposits, routing and a summary per phase.
+  """
+  bar = progress or (lambda phase, total: None)
+  prefix = few_shot_prefix(model, examples)
+  base = base_attempts(
+    model,
+    items,
+    verify,
+    prefix_ids=prefix,
+    budget=budget,
+    phase='base',
+    progress=bar('base attempts', len(items) * budget.samples),
+  )
+  deposits = _deposit_all(model, items, base, verify, library, bar('deposits', len(items)))
+  by_item = {e.item_id: e for e in library.entries() if e.task == task}
+  unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
+  exact = route_lib.ExactRouter()
+  exact.add_many((e.key, e.question) for e in by_item.values())
+  recurrence = _recurrence(model, library, unsolved, exact, verify, budget, bar)
+  transfer = _transfer(model, library, held_out, routers, verify, prefix, budget, bar)
+  return {
+    'task': task,
+    'budget': dataclasses.asdict(budget),
+    'few_shot': {
+      'item_ids': [e.id for e in examples],
+      'prefix_tokens': len(prefix),
+      'prefix_sha256': ledger.sha256_tokens(prefix),
+    },
+    'deposits': deposits,
+    'attempts': base + recurrence['attempts'] + transfer['attempts'],
+    'routing': transfer['routing'],
+    'grafted_vs_prompted': recurrence['grafted_vs_prompted'],
+    'summary': summarize(base, recurrence['attempts'], transfer['attempts'], unsolved),
+  }
+
+
+def summarize(base, recurrence, transfer, unsolved) -> dict[str, Any]:
+  """Accuracy (Wilson 95%) and decode tokens per phase; recomputable from the attempts."""
+  ids = {it.id for it in unsolved}
+  spent = sum(r['decode_tokens'] for r in base if r['item_id'] in ids)
+  out = {'recurrence_base_decode_tokens': spent, 'recurrence_items': len(ids)}
+  for phase, records in (
+    ('base', [r for r in base if r['sample'] == 0]),
+    ('recurrence', recurrence),
+    ('transfer_base', [r for r in transfer if r['phase'] == 'transfer_base']),
+    ('transfer_flywheel', [r for r in transfer if r['phase'] == 'transfer_flywheel']),
+  ):
+    out[phase] = phase_summary(records)
+  return out
+
+
+def phase_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+  if not records:
+    return {'items': 0}
+  correct = sum(bool(r['verdict']['correct']) for r in records)
+  tokens = [r['decode_tokens'] for r in records]
+  return {
+    'items': len(records),
+    'accuracy': stats.rate(correct, len(records)).to_json(),
+    'decode_tokens': int(sum(tokens)),
+    'decode_tokens_per_answer': float(np.mean(tokens)),
+    'seconds_per_answer': float(np.mean([r['seconds'] for r in records])),
+  }
+
+
+def _record(phase, item, sample, ids, text, verdict, seconds, **extra) -> dict[str, Any]:
+  ids = [int(t) for t in ids]
+  return {
+    'phase': phase,
+    'item_id': item.id,
+    'sample': sample,
+    'question': item.question,
+    'gold': str(item.answer),
+    'text': text,
+    'token_ids': ids,
+    'token_ids_sha256': ledger.sha256_tokens(ids),
+    'decode_tokens': len(ids),
+    'verdict': verdict.to_json(),
+    'seconds': float(seconds),
+    **extra,
+  }
+
+
+def _solved(base, item_id) -> bool:
+  return any(r['verdict']['correct'] for r in base if r['item_id'] == item_id)
+
+
+def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, Any]]:
+  """Deposits the model's own verified solution, else the dataset's; records refusals."""
+  out = []
+  for item in items:
+    own = [r for r in base if r['item_id'] == item.id and r['verdict']['correct']]
+    tokens = sum(r['decode_tokens'] for r in base if r['item_id'] == item.id)
+    if own:
+      solution, source, record = own[0]['text'], 'self', own[0]['verdict']
+    else:  # GSM8K's calculator annotations (<<2*3=6>>) are not part of the text
+      solution, source, record = _CALCULATOR.sub('', item.solution or ''), 'reference', None
+    try:
+      entry = library.deposit(
+        model,
+        item=item,
+        verifier=verify,
+        solution=solution,
+        source=source,
+        tokens_spent=tokens,
+        record=record,
+      )
+      out.append(
+        {
+          'item_id': item.id,
+          'key': entry.key,
+          'source': entry.source,
+          'block_tokens': entry.block_tokens,
+        }
+      )
+    except library_lib.DepositError as e:
+      out.append({'item_id': item.id, 'key': None, 'source': source, 'refused': str(e)})
+    if tick:
+      tick(1)
+  return out
+
+
+def _recurrence(model, library, unsolved, exact, verify, budget, bar) -> dict[str, Any]:
+  """Each unsolved item asked again: exact route, graft, recall; plus the same text prompted."""
+  tick = bar('recurrence', len(unsolved))
+  entries = {e.key: e for e in library.entries()}
+  attempts, equal = [], []
+  for item in unsolved:
+    hits = exact.route(item.question)
+    entry = entries[hits[0].key] if hits else None
+    grafted, who = _answer(model, library, entry, item, 'recall', budget.recall_tokens)
+    attempts.append(_answer_record('recurrence', item, (grafted, who), verify, entry, hits))
+    if who == 'flywheel':
+      prompted = answer_lib.answer_prompted(
+        model, library, entry, item.question, mode='recall', max_new_tokens=budget.recall_tokens
+      )
+      equal.append(
+        {
+          'item_id': item.id,
+          'logits_byte_equal': grafted.first_logits.tobytes() == prompted.first_logits.tobytes(),
+          'tokens_equal': grafted.token_ids == prompted.token_ids,
+          'graft_seconds': grafted.seconds,
+          'prompted_seconds': prompted.seconds,
+          'context_tokens': entry.block_tokens,
+        }
+      )
+    if tick:
+      tick(1)
+  summary = {
+    'items': len(equal),
+    'logits_byte_equal': sum(e['logits_byte_equal'] for e in equal),
+    'tokens_equal': sum(e['tokens_equal'] for e in equal),
+    'graft_seconds_median': float(np.median([e['graft_seconds'] for e in equal]))
+    if equal
+    else None,
+    'prompted_seconds_median': float(np.median([e['prompted_seconds'] for e in equal]))
+    if equal
+    else None,
+  }
+  return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
+
+
+def _transfer(model, library, held_out, routers, verify, prefix, budget, bar) -> dict[str, Any]:
+  """Held-out items: the base model (few-shot) against the routed block (solve mode)."""
+  entries = {e.key: e for e in library.entries()}
+  for router in routers:
+    router.add_many((e.key, e.question) for e in entries.values())
+  attempts = base_attempts(
+    model,
+    held_out,
+    verify,
+    prefix_ids=prefix,
+    budget=dataclasses.replace(budget, samples=1),
+    phase='transfer_base',
+    progress=bar('transfer: base', len(held_out)),
+  )
+  tick = bar('transfer: flywheel', len(held_out))
+  for item in held_out:
+    hits = routers[0].route(item.question)
+    entry = entries[hits[0].key] if hits else None
+    out = _answer(model, library, entry, item, 'solve', budget.max_new_tokens)
+    attempts.append(_answer_record('transfer_flywheel', item, out, verify, entry, hits))
+    if tick:
+      tick(1)
+  routing = {type(r).__name__: _routing(r, held_out, entries) for r in routers}
+  return {'attempts': attempts, 'routing': routing}
+
+
+def _routing(router, held_out, entries) -> dict[str, Any]:
+  """Top-1 routing to the deposited item of the same template (when the item names one)."""
+  by_template = {}
+  for e in entries.values():
+    by_template.setdefault(e.item_id, e.key)
+  labelled = [(it.question, by_template.get(getattr(it, 'source_id', None))) for it in held_out]
+  return route_lib.evaluate(router, labelled, router.threshold).to_json()
+
+
+def _answer(model, library, entry, item, mode, max_new_tokens):
+  """(answer, who answered): a block that fails verification is reported and skipped."""
+  if entry is None:
+    who = 'base (routed to nothing)'
+  else:
+    try:
+      out = answer_lib.answer(
+        model, library, entry, item.question, mode=mode, max_new_tokens=max_new_tokens
+      )
+      return out, 'flywheel'
+    except store_lib.StoreError as e:
+      who = f'base (block {entry.key[:12]} skipped: {type(e).__name__})'
+  out = answer_lib.answer(
+    model, library, None, item.question, mode=mode, max_new_tokens=max_new_tokens
+  )
+  return out, who
+
+
+def _answer_record(phase, item, answered, verify, entry, hits) -> dict[str, Any]:
+  out, who = answered
+  return _record(
+    phase,
+    item,
+    0,
+    out.token_ids,
+    out.text,
+    verify(out.text, item.answer),
+    out.seconds,
+    block_key=entry.key if who == 'flywheel' else None,
+    route_score=hits[0].score if hits else None,
+    context_tokens=out.context_tokens,
+    answered_by=who,
+  )
