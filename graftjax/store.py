@@ -1,4 +1,4 @@
-"""Block store: KV blocks on disk, content-addressed, verified, atomic.
+"""Block store: KV blocks on a tensorstore kvstore, content-addressed, verified, atomic.
 
 `BlockStore(root)` keeps each `KVBlock` under its content key (`key_for`).
 `put` deposits a block so that it appears whole or not at all; `get` and
@@ -110,6 +110,10 @@ class ReadOnlyStoreError(StoreIOError):
   """A write to a store opened read-only, or on storage that refuses writes."""
 
 
+class UnknownDriverError(StoreError):
+  """The store names a tensorstore kvstore driver that does not exist here."""
+
+
 class _Malformed(ValueError):
   """A manifest (or a block's metadata) is not what the format allows."""
 
@@ -178,28 +182,21 @@ def digest_tree(path: str | os.PathLike[str]) -> str:
 
 
 class BlockStore:
-  """KV blocks on disk under `root`, one directory per content key.
+  """KV blocks under `root`, one key prefix (a directory on `file`) per block.
 
-  Opening a store writes nothing. With `read_only=True`, or on storage that
-  refuses writes, `list`, `get` and `verify` work and `put`, `delete` and
-  `gc` raise `ReadOnlyStoreError`.
+  `root` is a local directory (the `file` kvstore), a tensorstore kvstore
+  URL or JSON spec (`'memory://'`, `{'driver': 'gcs', 'bucket': ...}`), or
+  an open `tensorstore.KvStore`. Opening a store writes nothing. With
+  `read_only=True`, or on storage that refuses writes, `list`, `get` and
+  `verify` work and `put`, `delete` and `gc` raise `ReadOnlyStoreError`.
   """
 
-  def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False):
-    self.root = os.path.abspath(os.fspath(root))
+  def __init__(self, root: Any, *, read_only: bool = False):
     self.read_only = read_only
-    self._staging_dir = os.path.join(self.root, _STAGING)
-    if not read_only and not os.path.lexists(self.root):
-      with _io_errors(self.root, 'cannot create the store'):
-        os.makedirs(self.root, exist_ok=True)
-    try:
-      mode = os.stat(self.root).st_mode
-    except FileNotFoundError:
-      raise StoreIOError(self.root, 'no such store (read-only stores are not created)') from None
-    except OSError as e:
-      raise StoreIOError(self.root, f'cannot open the store: {e.strerror}') from e
-    if not stat.S_ISDIR(mode):
-      raise StoreIOError(self.root, 'the store root is not a directory')
+    self._kv, self._local = _open_kvstore(root, read_only)
+    self.root = self._local if self._local is not None else self._kv.url
+    if self._local is not None:
+      self._staging_dir = os.path.join(self._local, _STAGING)
 
   def put(self, block: blocks.KVBlock) -> str:
     """Stores `block` and returns its key; a no-op if already stored.
@@ -214,31 +211,19 @@ class BlockStore:
         refuses the deposit; nothing of it is visible then.
     """
     self._check_writable()
-    arrays, manifest = _storable(block, self.root)
+    files, manifest = _storable(block, self.root)
     key = manifest['key']
-    final = os.path.join(self.root, key)
+    deposit = self._deposit_local if self._local is not None else self._deposit_kvstore
     for _ in range(3):  # a block deleted under us is deposited again
-      if os.path.lexists(final):
+      if self._exists(key):
         try:
           self._check_stored(key, manifest)
           return key
         except MissingBlockError:
           continue
-      with self._staging_lock():
-        staged = os.path.join(self._staging_dir, f'{key}.{uuid.uuid4().hex}')
-        try:
-          with _io_errors(staged, 'cannot deposit the block'):
-            _write_block(staged, arrays, manifest)
-          _read_block(staged, key)
-          with _io_errors(final, 'cannot publish the block'):
-            published = _rename_unless_taken(staged, final)
-            if published:
-              _fsync(self.root)
-        finally:
-          shutil.rmtree(staged, ignore_errors=True)
-      if published:
+      if deposit(key, files):
         return key
-    raise StoreIOError(final, 'deleted by another writer each time it was deposited')
+    raise StoreIOError(self._where(key), 'deleted by another writer each time it was deposited')
 
   def get(self, key: str) -> blocks.KVBlock:
     """The block stored under `key`, after verifying every digest.
@@ -249,8 +234,7 @@ class BlockStore:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
       UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
-    _, block = _read_block(self._block_path(key), key)
-    return block
+    return self._read(self._checked_key(key))[1]
 
   def verify(self, key: str) -> None:
     """Raises unless the block under `key` matches its manifest exactly.
@@ -259,13 +243,22 @@ class BlockStore:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
       UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
-    _read_block(self._block_path(key), key)
+    self._read(self._checked_key(key))
 
   def list(self) -> list[str]:
     """Sorted keys of the complete blocks (not verified; see `verify`)."""
+    if self._local is not None:
+      with _io_errors(self.root, 'cannot list the store'):
+        names = os.listdir(self._local)
+      return sorted(n for n in names if _SHA256_HEX.fullmatch(n) and self._is_complete(n))
     with _io_errors(self.root, 'cannot list the store'):
-      names = os.listdir(self.root)
-    return sorted(name for name in names if _SHA256_HEX.fullmatch(name) and self._is_complete(name))
+      names = _result(self._kv.list())
+    suffix = f'/{MANIFEST}'.encode()
+    return sorted(
+      n[:64].decode()
+      for n in names
+      if n.endswith(suffix) and _SHA256_HEX.fullmatch(n[: -len(suffix)].decode('latin-1'))
+    )
 
   def delete(self, key: str) -> None:
     """Removes the block under `key`; it vanishes from view at once.
@@ -274,31 +267,47 @@ class BlockStore:
       InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
       StoreIOError.
     """
-    path = self._block_path(key)
+    self._checked_key(key)
     self._check_writable()
+    where = self._where(key)
+    if self._local is None:  # the manifest first: the block is gone from view
+      with _io_errors(where, 'cannot delete the block'):
+        if _result(self._kv.read(f'{key}/{MANIFEST}')).state != 'value':
+          raise MissingBlockError(where, 'no such block')
+        _result(self._kv.write(f'{key}/{MANIFEST}', None))
+        _result(self._kv.delete_range(ts.KvStore.KeyRange(f'{key}/', f'{key}0')))
+      return
     with self._staging_lock():
-      if os.path.islink(path):
-        raise UnsafePathError(path, 'the block is a symlink; refusing it')
+      if os.path.islink(where):
+        raise UnsafePathError(where, 'the block is a symlink; refusing it')
       trash = os.path.join(self._staging_dir, f'{key}.{uuid.uuid4().hex}.del')
-      with _io_errors(path, 'cannot delete the block'):
+      with _io_errors(where, 'cannot delete the block'):
         try:
-          os.rename(path, trash)
+          os.rename(where, trash)
         except FileNotFoundError:
-          raise MissingBlockError(path, 'no such block') from None
+          raise MissingBlockError(where, 'no such block') from None
         _fsync(self.root)
         shutil.rmtree(trash)
 
   def gc(self) -> int:
     """Removes what crashed deposits left in `.tmp/`; returns how many.
 
-    Waits for deposits and deletions in progress to finish first.
+    Waits for deposits and deletions in progress to finish first. On a
+    kvstore other than `file` there is no `.tmp/` (see docs/store_format.md)
+    and this returns 0.
     """
     self._check_writable()
+    if self._local is None:
+      return 0
     with self._lock(fcntl.LOCK_EX):
       return self._clear_staging()
 
   def __contains__(self, key: str) -> bool:
-    return self._is_complete(self._checked_key(key))
+    key = self._checked_key(key)
+    if self._local is not None:
+      return self._is_complete(key)
+    with _io_errors(self._where(key), 'cannot read the block'):
+      return _result(self._kv.read(f'{key}/{MANIFEST}')).state == 'value'
 
   def _checked_key(self, key: str) -> str:
     if not isinstance(key, str) or not _SHA256_HEX.fullmatch(key):
@@ -307,11 +316,17 @@ class BlockStore:
       )
     return key
 
-  def _block_path(self, key: str) -> str:
-    return os.path.join(self.root, self._checked_key(key))
+  def _where(self, key: str) -> str:
+    """The block's path (file) or URL, for messages."""
+    return os.path.join(self.root, key) if self._local is not None else f'{self.root}{key}'
+
+  def _exists(self, key: str) -> bool:
+    if self._local is not None:
+      return os.path.lexists(os.path.join(self._local, key))
+    return key in self
 
   def _is_complete(self, key: str) -> bool:
-    path = os.path.join(self.root, key)
+    path = os.path.join(self._local, key)
     manifest = os.path.join(path, MANIFEST)
     return (
       not os.path.islink(path)
@@ -320,19 +335,74 @@ class BlockStore:
       and os.path.isfile(manifest)
     )
 
+  def _read(self, key: str, staged: str | None = None):
+    """(manifest, block) of `key`, read and verified; `staged`: under .tmp/."""
+    if staged is None:
+      where, kv, local = self._where(key), self._kv / f'{key}/', self._local
+      local = None if local is None else os.path.join(local, key)
+    else:
+      where = local = staged
+      kv = self._kv / f'{_STAGING}/{os.path.basename(staged)}/'
+    return _read_block(kv, where, key, local)
+
   def _check_writable(self) -> None:
     if self.read_only:
       raise ReadOnlyStoreError(self.root, 'the store was opened read-only')
 
   def _check_stored(self, key: str, manifest: dict[str, Any]) -> None:
-    stored, _ = _read_block(os.path.join(self.root, key), key)
+    stored, _ = self._read(key)
     differences = _differences(stored, manifest)
     if differences:
       raise ConflictingBlockError(
-        os.path.join(self.root, key),
+        self._where(key),
         f'the block is already stored with another payload (stored != new):'
         f' {"; ".join(differences)}',
       )
+
+  def _deposit_local(self, key: str, files: dict[str, bytes | memoryview]) -> bool:
+    """Writes the block under .tmp/, verifies it, renames it into place.
+
+    Returns False if another writer's block took the key first.
+    """
+    final = os.path.join(self._local, key)
+    with self._staging_lock():
+      name = f'{key}.{uuid.uuid4().hex}'
+      staged = os.path.join(self._staging_dir, name)
+      try:
+        with _io_errors(staged, 'cannot deposit the block'):
+          os.mkdir(staged)
+          _write_files(self._kv / f'{_STAGING}/{name}/', files)
+          _fsync_directories(staged)
+        self._read(key, staged)
+        with _io_errors(final, 'cannot publish the block'):
+          published = _rename_unless_taken(staged, final)
+          if published:
+            _fsync(self.root)
+      finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return published
+
+  def _deposit_kvstore(self, key: str, files: dict[str, bytes | memoryview]) -> bool:
+    """Writes the payload under `key/`, then the manifest if still absent.
+
+    The manifest write is conditional on the manifest not existing (a
+    generation condition), so of racing writers exactly one publishes.
+    Returns False if another writer's manifest came first.
+    """
+    where = self._where(key)
+    kv = self._kv / f'{key}/'
+    with _io_errors(where, 'cannot deposit the block'):
+      absent = _result(kv.read(MANIFEST))
+      if absent.state != 'missing':
+        return False
+      # A failed deposit leaves payload without a manifest: never listed or
+      # read, and overwritten by the next deposit of the key.
+      _write_files(kv, {n: data for n, data in files.items() if n != MANIFEST})
+      stamp = _result(kv.write(MANIFEST, files[MANIFEST], if_equal=absent.stamp.generation))
+    if not stamp.generation:  # the condition failed: another manifest is there
+      return False
+    self._read(key)
+    return True
 
   @contextlib.contextmanager
   def _staging_lock(self) -> Iterator[None]:
@@ -457,8 +527,8 @@ def _flat_bytes(array: np.ndarray) -> np.ndarray:
   return array.reshape(-1).view(np.uint8)
 
 
-def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-  """The block's arrays (little-endian, C order) and its manifest, checked.
+def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, bytes], dict[str, Any]]:
+  """The block's files (relative path -> bytes) and its manifest, checked.
 
   Raises:
     InvalidBlockError: naming the first thing that cannot be stored exactly.
@@ -477,11 +547,30 @@ def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, np.ndarray], 
       'positions': _int32_positions(block.positions),
     }
     key = key_for(meta)
-    manifest = _manifest(key, meta_json, arrays, _digests(arrays))
+    chunks = {name: _chunks(name, a.dtype.name, a.shape) for name, a in arrays.items()}
+    payload = _map_threads(
+      lambda c: _flat_bytes(arrays[c.name])[c.start : c.stop].tobytes(),
+      [c for name in ARRAY_NAMES for c in chunks[name]],
+    )
+    digests = _map_threads(lambda data: hashlib.sha256(data).hexdigest(), payload)
+    manifest = _manifest(key, meta_json, arrays, _by_array(chunks, digests))
     _check_manifest(manifest)
   except (_Malformed, blocks.GraftError) as e:
     raise InvalidBlockError(root, f'cannot store the block: {e}') from e
-  return arrays, manifest
+  files = {c.path: data for c, data in zip((c for n in ARRAY_NAMES for c in chunks[n]), payload)}
+  for name, array in arrays.items():
+    files[f'{name}/zarr.json'] = _zarr_json(name, array.dtype.name, array.shape)
+  text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
+  files[MANIFEST] = text.encode('ascii')
+  return files, manifest
+
+
+def _by_array(chunks: dict[str, list[_Chunk]], values: Sequence[_T]) -> dict[str, list[_T]]:
+  """`values`, one per chunk in ARRAY_NAMES order, grouped by array."""
+  out, rest = {}, iter(values)
+  for name in ARRAY_NAMES:
+    out[name] = [next(rest) for _ in chunks[name]]
+  return out
 
 
 def _little_endian(array: Any, name: str) -> np.ndarray:
@@ -510,23 +599,6 @@ def _int32_positions(positions: Any) -> np.ndarray:
       bad = int(np.argmax((positions < _INT32[0]) | (positions > _INT32[1])))
       raise _Malformed(f'position {bad} is {positions[bad]!r}, outside int32')
   return np.ascontiguousarray(positions, np.dtype('<i4'))
-
-
-def _digests(arrays: dict[str, np.ndarray]) -> dict[str, list[str]]:
-  """SHA-256 hex of each chunk of each array, hashed in parallel."""
-  chunks = [
-    chunk
-    for name, array in arrays.items()
-    for chunk in _chunks(name, array.dtype.name, array.shape)
-  ]
-  found = _map_threads(
-    lambda c: hashlib.sha256(_flat_bytes(arrays[c.name])[c.start : c.stop]).hexdigest(),
-    chunks,
-  )
-  digests = {name: [] for name in arrays}
-  for chunk, digest in zip(chunks, found):
-    digests[chunk.name].append(digest)
-  return digests
 
 
 def _manifest(
@@ -754,77 +826,124 @@ def _zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any
     },
     'chunk_key_encoding': {'name': 'default'},
     'codecs': [{'name': 'bytes', 'configuration': {'endian': 'little'}}],
-    'fill_value': 0,
+    'fill_value': 0 if dtype == 'int32' else 0.0,  # as tensorstore writes it
   }
 
 
-def _write_block(path: str, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:
-  """Writes arrays, then manifest.json, into a new directory; fsyncs all."""
-  os.mkdir(path)
-  for name, array in arrays.items():
-    _write_array(os.path.join(path, name), array)
-  text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True)
-  with open(os.path.join(path, MANIFEST), 'x', encoding='ascii') as f:
-    f.write(text + '\n')
-  _fsync_tree(path)
+def _zarr_json(name: str, dtype: str, shape: Sequence[int]) -> bytes:
+  """zarr.json of array `name`, byte for byte as tensorstore writes it."""
+  metadata = _zarr_metadata(name, dtype, shape)
+  return json.dumps(metadata, sort_keys=True, separators=(',', ':')).encode('ascii')
 
 
-def _write_array(path: str, array: np.ndarray) -> None:
-  """Writes `array` as zarr v3 with `_zarr_metadata`'s chunks and codecs."""
-  metadata = _zarr_metadata(os.path.basename(path), array.dtype.name, array.shape)
-  spec = {
-    'driver': 'zarr3',
-    'kvstore': {'driver': 'file', 'path': path},
-    'metadata': metadata,
-    # Otherwise an all-zero chunk is not written at all (it equals the
-    # fill value) and the block would depend on that silently.
-    'store_data_equal_to_fill_value': True,
-  }
+def _open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
+  """The store's kvstore (its path ending in '/'), and its directory on `file`."""
+  if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
+    spec = {'driver': 'file', 'path': os.fspath(root)}
+  elif isinstance(root, ts.KvStore):
+    spec = root.spec(retain_context=True)
+  else:
+    spec = root
   try:
-    ts.open(spec, create=True).result().write(array).result()
-  except ValueError as e:  # tensorstore reports I/O failures as ValueError
-    raise OSError(errno.EIO, str(e), path) from e
+    kv = root.copy() if isinstance(root, ts.KvStore) else ts.KvStore.open(spec).result()
+  except ValueError as e:
+    if 'not a registered KvStore driver' in str(e) or 'unsupported URL scheme' in str(e):
+      driver = spec.get('driver') if isinstance(spec, dict) else str(spec).split('://')[0]
+      raise UnknownDriverError(
+        _short(spec), f'unknown tensorstore kvstore driver {driver!r} ({e})'
+      ) from e
+    raise StoreIOError(_short(spec), f'cannot open the kvstore: {e}') from e
+  except TypeError as e:
+    raise StoreIOError(_short(spec), f'not a kvstore spec, URL or path: {e}') from e
+  if kv.spec().to_json().get('driver') != 'file':
+    if kv.path and not kv.path.endswith('/'):
+      kv.path += '/'
+    return kv, None
+  local = os.path.abspath(kv.path or '.')
+  if not read_only and not os.path.lexists(local):
+    with _io_errors(local, 'cannot create the store'):
+      os.makedirs(local, exist_ok=True)
+  try:
+    mode = os.stat(local).st_mode
+  except FileNotFoundError:
+    raise StoreIOError(local, 'no such store (read-only stores are not created)') from None
+  except OSError as e:
+    raise StoreIOError(local, f'cannot open the store: {e.strerror}') from e
+  if not stat.S_ISDIR(mode):
+    raise StoreIOError(local, 'the store root is not a directory')
+  kv.path = local + '/'
+  return kv, local
 
 
-def _read_block(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBlock]:
-  """Reads and verifies the block at `path`; returns (manifest, block).
+def _result(future: Any) -> Any:
+  """`future.result()`, tensorstore's errors (ValueError) raised as OSError."""
+  try:
+    return future.result()
+  except ValueError as e:
+    text = str(e)
+    code = next((c for marker, c in _TS_ERRNO if marker in text), errno.EIO)
+    raise OSError(code, text) from e
+
+
+# tensorstore's absl status codes and messages, by the errno they mean here.
+_TS_ERRNO = (
+  ('No space left', errno.ENOSPC),
+  ('RESOURCE_EXHAUSTED', errno.ENOSPC),
+  ('Read-only file system', errno.EROFS),
+  ('PERMISSION_DENIED', errno.EACCES),
+  ('NOT_FOUND', errno.ENOENT),
+)
+
+
+def _write_files(kv: ts.KvStore, files: dict[str, bytes]) -> None:
+  """Writes every value at once (tensorstore overlaps them); waits for all."""
+  futures = [kv.write(name, data) for name, data in files.items()]
+  for future in futures:
+    _result(future)
+
+
+def _read_block(
+  kv: ts.KvStore, where: str, key: str, local: str | None
+) -> tuple[dict[str, Any], blocks.KVBlock]:
+  """Reads and verifies the block under `kv`; returns (manifest, block).
 
   A block deleted (or replaced) while it is read is read again from the
   start, and reported missing if it is gone.
+
+  Args:
+    kv: the block's kvstore (its path: the block's prefix).
+    where: its path or URL, for messages.
+    key: its key.
+    local: its directory on the `file` kvstore (checked for symlinks and
+      stray entries), or None.
   """
   for _ in range(3):
     try:
-      return _read_block_once(path, key)
+      return _read_block_once(kv, where, key, local)
     except _Vanished:
-      if not os.path.lexists(os.path.join(path, MANIFEST)):
-        raise MissingBlockError(path, 'no such block (deleted while being read)') from None
-  raise CorruptBlockError(path, 'files kept vanishing while the block was read')
+      with _io_errors(where, 'cannot read the block'):
+        if _result(kv.read(MANIFEST)).state != 'value':
+          raise MissingBlockError(where, 'no such block (deleted while being read)') from None
+  raise CorruptBlockError(where, 'files kept vanishing while the block was read')
 
 
-def _read_block_once(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBlock]:
-  """Reads and verifies the block at `path` once.
+def _read_block_once(
+  kv: ts.KvStore, where: str, key: str, local: str | None
+) -> tuple[dict[str, Any], blocks.KVBlock]:
+  """Reads and verifies a block once (arguments as `_read_block`).
 
-  Checks, in order: the directory holds exactly the expected regular files;
-  manifest.json is well formed and describes `key`; each zarr.json describes
-  the layout the manifest implies; each chunk file has the expected size and
-  its recorded digest (hashed once, as read); and the manifest is exactly
-  what those chunk digests and the arrays' dtypes and shapes produce.
+  Checks, in order: the block holds exactly the expected files (regular
+  files, on `file`); manifest.json passes `_check_manifest` and describes
+  `key`; each zarr.json describes the layout the manifest implies; each
+  chunk has the expected size and its recorded digest (hashed once, as
+  read); and the manifest is exactly what those chunk digests and the
+  arrays' dtypes and shapes produce.
   """
   try:
-    mode = os.lstat(path).st_mode
-  except FileNotFoundError:
-    raise MissingBlockError(path, 'no such block') from None
-  except OSError as e:
-    raise StoreIOError(path, f'cannot read the block: {e.strerror}') from e
-  if stat.S_ISLNK(mode):
-    raise UnsafePathError(path, 'the block is a symlink; refusing it')
-  if not stat.S_ISDIR(mode):
-    raise CorruptBlockError(path, 'the block is not a directory')
-  try:
-    files = _regular_files(path)
+    files = _listing(kv, where, local)
     if MANIFEST not in files:
-      raise CorruptBlockError(path, f'missing file {MANIFEST}')
-    manifest, meta = _parse_manifest(_read_bytes(os.path.join(path, MANIFEST)), path, key)
+      raise CorruptBlockError(where, f'missing file {MANIFEST}')
+    manifest, meta = _parse_manifest(_read_value(kv, MANIFEST), where, key)
     entries = manifest['arrays']
     chunks = {
       name: _chunks(name, entry['dtype'], entry['shape']) for name, entry in entries.items()
@@ -835,51 +954,110 @@ def _read_block_once(path: str, key: str) -> tuple[dict[str, Any], blocks.KVBloc
       expected_files.update(chunk.path for chunk in chunks[name])
     missing = sorted(expected_files - files)
     if missing:
-      raise CorruptBlockError(path, f'missing file {", ".join(missing)}')
+      raise CorruptBlockError(where, f'missing file {", ".join(missing)}')
     unexpected = sorted(files - expected_files)
     if unexpected:
-      raise CorruptBlockError(path, f'unexpected file {", ".join(unexpected)}')
+      raise CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
     for name in ARRAY_NAMES:
-      _check_zarr_metadata(path, name, entries[name])
+      _check_zarr_metadata(_read_value(kv, f'{name}/zarr.json'), where, name, entries[name])
     recorded = [
-      (chunk, digest)
+      (chunk, digest, kv.read(chunk.path))  # all reads in flight at once
       for name in ARRAY_NAMES
       for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
     ]
-    for chunk, digest in recorded:
-      size = os.lstat(os.path.join(path, chunk.path)).st_size
-      if size != chunk.stop - chunk.start:
-        raise CorruptBlockError(
-          path,
-          f'{chunk}: holds {size} bytes, expected {chunk.stop - chunk.start} (sha256 expected'
-          f' {digest})',
-        )
-    arrays = {
-      name: np.empty(entry['shape'], _DTYPES[entry['dtype']]) for name, entry in entries.items()
-    }
+    try:
+      arrays = {
+        name: np.empty(entry['shape'], _DTYPES[entry['dtype']]) for name, entry in entries.items()
+      }
+    except (ValueError, MemoryError) as e:
+      raise CorruptBlockError(where, f'arrays of {MANIFEST} too large to read: {e}') from e
     found = _map_threads(
-      lambda task: _read_chunk(path, *task, _flat_bytes(arrays[task[0].name])),
-      recorded,
+      lambda task: _take_chunk(where, *task, _flat_bytes(arrays[task[0].name])), recorded
     )
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
-    raise StoreIOError(path, f'cannot read the block: {e.strerror or e}') from e
+    raise StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
   digests = {name: [] for name in ARRAY_NAMES}
-  for (chunk, _), digest in zip(recorded, found):
+  for (chunk, _, _), digest in zip(recorded, found):
     digests[chunk.name].append(digest)
   rebuilt = _manifest(key, _meta_json(meta), arrays, digests)
   differences = _differences(manifest, rebuilt)
   if differences:
     raise CorruptBlockError(
-      path,
+      where,
       f'manifest.json disagrees with its payload (manifest != payload): {"; ".join(differences)}',
     )
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
   except ValueError as e:
-    raise CorruptBlockError(path, f'not a valid block: {e}') from e
+    raise CorruptBlockError(where, f'not a valid block: {e}') from e
   return manifest, block
+
+
+def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
+  """The block's files, '/'-separated and relative; MissingBlockError if none."""
+  if local is None:
+    files = {name.decode('utf-8', 'replace') for name in _result(kv.list())}
+    if not files:
+      raise MissingBlockError(where, 'no such block')
+    return files
+  try:
+    mode = os.lstat(local).st_mode
+  except FileNotFoundError:
+    raise MissingBlockError(where, 'no such block') from None
+  if stat.S_ISLNK(mode):
+    raise UnsafePathError(where, 'the block is a symlink; refusing it')
+  if not stat.S_ISDIR(mode):
+    raise CorruptBlockError(where, 'the block is not a directory')
+  return _regular_files(local)
+
+
+def _read_value(kv: ts.KvStore, name: str) -> bytes:
+  return _value(kv.read(name), name)
+
+
+def _take_chunk(
+  where: str, chunk: _Chunk, expected: str, read: Any, array_bytes: np.ndarray
+) -> str:
+  """Copies a chunk just read into its slice of `array_bytes`, checking its digest.
+
+  Each piece is hashed as it is copied, while still in cache: the bytes
+  returned are the bytes hashed.
+
+  Args:
+    where: the block's path or URL, for messages.
+    chunk: which chunk, and where its bytes go.
+    expected: the chunk's recorded SHA-256 hex.
+    read: the chunk's pending kvstore read.
+    array_bytes: [nbytes] uint8 bytes of the chunk's whole array.
+
+  Returns:
+    The chunk's SHA-256 hex, which is `expected`.
+  """
+  data = np.frombuffer(_value(read, chunk.path), np.uint8)
+  out = array_bytes[chunk.start : chunk.stop]
+  if data.size != out.size:
+    raise CorruptBlockError(
+      where, f'{chunk}: holds {data.size} bytes, expected {out.size} (sha256 expected {expected})'
+    )
+  digest = hashlib.sha256()
+  for offset in range(0, out.size, _PIECE):
+    piece = data[offset : offset + _PIECE]
+    digest.update(piece)
+    out[offset : offset + piece.size] = piece
+  found = digest.hexdigest()
+  if found != expected:
+    raise CorruptBlockError(where, f'{chunk}: sha256 expected {expected}, found {found}')
+  return found
+
+
+def _value(read: Any, name: str) -> bytes:
+  """The value a kvstore read found; FileNotFoundError if it found none."""
+  result = _result(read)
+  if result.state != 'value':
+    raise FileNotFoundError(errno.ENOENT, 'vanished', name)
+  return result.value
 
 
 def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
@@ -902,15 +1080,15 @@ def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], b
   return manifest, meta
 
 
-def _check_zarr_metadata(path: str, name: str, entry: dict[str, Any]) -> None:
-  """Raises unless `name`/zarr.json describes the array `entry` describes."""
+def _check_zarr_metadata(data: bytes, where: str, name: str, entry: dict[str, Any]) -> None:
+  """Raises unless `data`, `name`/zarr.json, describes the array `entry` describes."""
   relative_path = f'{name}/zarr.json'
   try:
-    found = _load_json(_read_bytes(os.path.join(path, relative_path)))
+    found = _load_json(data)
     if not isinstance(found, dict):
       raise _Malformed(f'not a JSON object: {_short(found)}')
   except _Malformed as e:
-    raise CorruptBlockError(path, f'malformed {relative_path}: {e}') from e
+    raise CorruptBlockError(where, f'malformed {relative_path}: {e}') from e
   # What decides where tensorstore finds the bytes and how it decodes them;
   # other fields (attributes, dimension_names) are free.
   expected = {
@@ -920,42 +1098,10 @@ def _check_zarr_metadata(path: str, name: str, entry: dict[str, Any]) -> None:
   differences = _differences({field: found.get(field) for field in expected}, expected)
   if differences:
     raise CorruptBlockError(
-      path,
+      where,
       f'{relative_path} disagrees with {MANIFEST} (zarr.json != manifest):'
       f' {"; ".join(differences)}',
     )
-
-
-def _read_chunk(path: str, chunk: _Chunk, expected: str, array_bytes: np.ndarray) -> str:
-  """Reads a chunk file into its slice of `array_bytes`, checking its digest.
-
-  The file's size has been checked. Each piece is hashed right after it is
-  read, while still in cache.
-
-  Args:
-    path: the block's directory.
-    chunk: which chunk file, and where its bytes go.
-    expected: the chunk's recorded SHA-256 hex.
-    array_bytes: [nbytes] uint8 bytes of the chunk's whole array.
-
-  Returns:
-    The chunk's SHA-256 hex, which is `expected`.
-  """
-  out = array_bytes[chunk.start : chunk.stop]
-  fd = os.open(os.path.join(path, chunk.path), os.O_RDONLY | os.O_NOFOLLOW)
-  with open(fd, 'rb', buffering=0) as f:
-    digest = hashlib.sha256()
-    done = 0
-    while done < out.size:
-      count = f.readinto(out[done : done + _PIECE])
-      if not count:
-        raise CorruptBlockError(path, f'{chunk}: ended after {done} of {out.size} bytes')
-      digest.update(out[done : done + count])
-      done += count
-  found = digest.hexdigest()
-  if found != expected:
-    raise CorruptBlockError(path, f'{chunk}: sha256 expected {expected}, found {found}')
-  return found
 
 
 def _differences(a: Any, b: Any, where: str = '') -> list[str]:
@@ -964,7 +1110,7 @@ def _differences(a: Any, b: Any, where: str = '') -> list[str]:
   Dicts are compared key by key and lists of one length item by item, so a
   path such as 'arrays.k.chunk_sha256.3' names the differing chunk.
   """
-  if a == b and type(a) is type(b):
+  if a == b:
     return []
   if isinstance(a, dict) and isinstance(b, dict):
     return [
@@ -1024,8 +1170,7 @@ def _fsync(path: str) -> None:
     os.close(fd)
 
 
-def _fsync_tree(path: str) -> None:
-  for directory, _, filenames in os.walk(path, topdown=False):
-    for name in filenames:
-      _fsync(os.path.join(directory, name))
+def _fsync_directories(path: str) -> None:
+  """fsyncs every directory under `path` (the file kvstore fsyncs files)."""
+  for directory, _, _ in os.walk(path, topdown=False):
     _fsync(directory)

@@ -28,6 +28,7 @@ _CHUNK_BYTES = 3 * 1 * 4 * 4  # one float32 layer [1, n, K, H]
 WORKER_SEEDS = {
   0: list(range(6)) + [100, 101, 102],
   1: list(range(6)) + [200, 201, 202],
+  2: list(range(3, 9)) + [300, 301],
 }
 
 
@@ -320,22 +321,21 @@ def test_truncated_array_file_is_named_with_sizes(store):
       read(key)
 
 
-def test_chunk_that_shrinks_after_its_size_check_is_caught(store, monkeypatch):
+def test_chunk_size_is_checked_on_the_bytes_read(store, monkeypatch):
+  """No stat before the read: a chunk that shrinks after listing is caught as read."""
   key = store.put(make_block(0))
-  map_threads = store_lib._map_threads
+  listing = store_lib._listing
 
-  def truncate_then_read(fn, items):
+  def list_then_truncate(*args):
+    files = listing(*args)
     os.truncate(os.path.join(store.root, key, 'v', 'c', '2', '0', '0', '0'), 5)
-    return map_threads(fn, items)
+    return files
 
-  monkeypatch.setattr(store_lib, '_map_threads', truncate_then_read)
+  monkeypatch.setattr(store_lib, '_listing', list_then_truncate)
 
   with pytest.raises(
     store_lib.CorruptBlockError,
-    match=(
-      r"array 'v' layer 2 \(v/c/2/0/0/0\): ended after 5 of"
-      f' {_CHUNK_BYTES} bytes'
-    ),
+    match=rf"array 'v' layer 2 \(v/c/2/0/0/0\): holds 5 bytes, expected {_CHUNK_BYTES}",
   ):
     store.get(key)
 
@@ -660,13 +660,13 @@ def test_next_put_removes_what_a_crashed_deposit_left(store):
 
 
 def test_failed_deposit_leaves_nothing_visible(store, monkeypatch):
-  write_array = store_lib._write_array
+  write_files = store_lib._write_files
 
-  def write_one_then_fail(path, array):
-    write_array(path, array)
+  def write_one_then_fail(kv, files):
+    write_files(kv, dict(list(files.items())[:1]))
     raise OSError('disk full')
 
-  monkeypatch.setattr(store_lib, '_write_array', write_one_then_fail)
+  monkeypatch.setattr(store_lib, '_write_files', write_one_then_fail)
 
   with pytest.raises(store_lib.StoreIOError, match='cannot deposit the block: disk full'):
     store.put(make_block(0))
@@ -718,7 +718,7 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def test_two_processes_depositing_at_once_lose_nothing(store, tmp_path):
+def test_three_processes_depositing_at_once_lose_nothing(store, tmp_path):
   go = str(tmp_path / 'go')
   workers = [
     subprocess.Popen(
@@ -739,7 +739,7 @@ def test_two_processes_depositing_at_once_lose_nothing(store, tmp_path):
     _, stderr = worker.communicate(timeout=120)
     assert worker.returncode == 0, stderr
 
-  seeds = sorted(set(WORKER_SEEDS[0]) | set(WORKER_SEEDS[1]))
+  seeds = sorted(set().union(*WORKER_SEEDS.values()))
   want = {store_lib.key_for(make_block(s).meta): make_block(s) for s in seeds}
   assert store.list() == sorted(want)
   for key, block in want.items():

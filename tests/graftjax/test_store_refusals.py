@@ -232,13 +232,13 @@ def test_full_disk_is_a_store_error_and_leaves_nothing(store, monkeypatch, where
 
     monkeypatch.setattr(os, 'fsync', fsync)
   else:
-    write_array = store_lib._write_array
+    write_files = store_lib._write_files
 
-    def write_then_fill(path, array):
-      write_array(path, array)
-      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    def write_then_fill(kv, files):
+      write_files(kv, dict(list(files.items())[:3]))
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store_lib, '_write_array', write_then_fill)
+    monkeypatch.setattr(store_lib, '_write_files', write_then_fill)
 
   with pytest.raises(store_lib.StoreIOError, match='No space left on device') as error:
     store.put(make_block(0))
@@ -250,16 +250,17 @@ def test_full_disk_is_a_store_error_and_leaves_nothing(store, monkeypatch, where
 
 
 def test_get_of_a_block_deleted_while_it_is_read_is_missing(store, monkeypatch):
-  """Before: FileNotFoundError from opening the chunk files."""
+  """Deleted after its files were listed. Before: FileNotFoundError."""
   key = store.put(make_block(0))
-  map_threads = store_lib._map_threads
+  listing = store_lib._listing
 
-  def delete_then_read(fn, items):
+  def list_then_delete(*args):
+    files = listing(*args)
     if key in store:
       store.delete(key)
-    return map_threads(fn, items)
+    return files
 
-  monkeypatch.setattr(store_lib, '_map_threads', delete_then_read)
+  monkeypatch.setattr(store_lib, '_listing', list_then_delete)
 
   for read in (store.get, store.verify):
     with pytest.raises(store_lib.MissingBlockError, match=f'{key}: no such block'):
