@@ -1,0 +1,243 @@
+"""Composition: stored blocks side by side in one cache, each in its own attention segment.
+
+Exact because a block computed alone moves only by whole Pallas splits (tiles and their fold order
+are anchored at absolute slots), under rope_relative (keys carry no position): docs/composition.md.
+
+`compose(model, store, keys, capacity=..., page=...)` reads each block (SHA-256 verified), places
+block i at the start of a free page in segment i + 1 (it sees only itself), its positions right
+after the previous block's, and grafts them; a query appended in segment 0 sees them all.
+`fresh_layout` is the reference: the same texts prefilled at the same slots, positions and
+segments. The two caches are byte-equal, and so are the query's logits (tests/graftjax/flywheel).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+
+from graftjax import blocks
+from graftjax import store as store_lib
+from graftjax.kernels import attention as attention_kernel
+from graftjax.models import cache as cache_lib
+
+SCHEME = 'rope_relative'
+
+
+class ComposeError(blocks.GraftError):
+  """Blocks cannot be composed as asked; no cache was built."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """Where one block sits in the composed cache.
+
+  Attributes:
+    slot: its first slot (a page boundary).
+    position: its first token's position.
+    segment: its attention segment (>= 1: it sees only itself).
+    length: its tokens.
+    key: its store key (None for a layout planned from lengths alone).
+  """
+
+  slot: int
+  position: int
+  segment: int
+  length: int
+  key: str | None = None
+
+  @property
+  def stop(self) -> int:
+    return self.slot + self.length
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """The composed context: a cache of `capacity` slots in pages of `page`, and its blocks."""
+
+  capacity: int
+  page: int
+  placements: tuple[Placement, ...]
+
+  @property
+  def length(self) -> int:
+    """Slots written: the query's first slot."""
+    return self.placements[-1].stop
+
+  @property
+  def next_position(self) -> int:
+    """The query's first position (right after the last block's tokens)."""
+    last = self.placements[-1]
+    return last.position + last.length
+
+
+def split_slots(model) -> int:
+  """Slots per split of the model's Pallas attention (float32 256, bfloat16 512).
+
+  A move by a multiple of it keeps every row's tiles and the order they are folded in.
+  """
+  group = model.config.num_heads // model.config.num_kv_heads
+  return attention_kernel.default_block_sizes(model.dtype, group).block_s
+
+
+def plan(
+  lengths: Sequence[int],
+  *,
+  capacity: int,
+  page: int,
+  slots: Sequence[int] | None = None,
+  keys: Sequence[str] | None = None,
+) -> Layout:
+  """Places blocks of `lengths` tokens: block i at `slots[i]` (default: the next free page).
+
+  Positions run on from block to block (block i starts where block i - 1's tokens end), so the
+  query sees the texts as if written one after another, without gaps.
+
+  Raises:
+    ComposeError: no blocks, an empty block, a capacity that is not whole pages, a slot off a
+      page boundary, slots that overlap or do not ascend, or blocks that do not fit.
+  """
+  lengths = [int(n) for n in lengths]
+  if not lengths:
+    raise ComposeError('nothing to compose: no blocks')
+  if min(lengths) <= 0:
+    raise ComposeError(f'empty block in {lengths}')
+  if page <= 0 or capacity <= 0 or capacity % page:
+    raise ComposeError(f'capacity {capacity} is not a whole number of pages of {page} slots')
+  if slots is None:
+    slots, free = [], 0
+    for n in lengths:
+      slots.append(free)
+      free += -(-n // page) * page
+  slots = [int(s) for s in slots]
+  if len(slots) != len(lengths) or (keys is not None and len(keys) != len(lengths)):
+    raise ComposeError(f'{len(slots)} slots for {len(lengths)} blocks')
+  placements, free, position = [], 0, 0
+  for i, (slot, n) in enumerate(zip(slots, lengths)):
+    if slot % page:
+      raise ComposeError(f'block {i} at slot {slot}: not on a page boundary (page {page})')
+    if slot < free:
+      raise ComposeError(
+        f'block {i} at slot {slot} overlaps the pages of block {i - 1} (free from slot {free});'
+        ' slots must ascend, one block per page run'
+      )
+    if slot + n > capacity:
+      raise ComposeError(
+        f'block {i} ({n} tokens at slot {slot}) does not fit a cache of {capacity} slots'
+      )
+    key = None if keys is None else keys[i]
+    placements.append(Placement(slot=slot, position=position, segment=i + 1, length=n, key=key))
+    free = slot + -(-n // page) * page
+    position += n
+  return Layout(capacity=capacity, page=page, placements=tuple(placements))
+
+
+def compose(
+  model,
+  store: store_lib.BlockStore,
+  keys: Sequence[str],
+  *,
+  capacity: int,
+  page: int | None = None,
+  slots: Sequence[int] | None = None,
+) -> tuple[cache_lib.KVCache, Layout]:
+  """A cache holding the blocks stored under `keys`, side by side (see `plan`).
+
+  Each block must have been captured at slot 0 (computed alone, as the flywheel library and pages
+  deposit them). Every block is read, verified and checked before the cache is built.
+
+  Args:
+    model: a `Gemma` under `rope_relative` on the Pallas kernels.
+    store: where the blocks are.
+    keys: their store keys; block i goes to segment i + 1.
+    capacity: slots of the composed cache.
+    page: slots per page, a multiple of `split_slots(model)` (the default).
+    slots: first slot of each block (page boundaries, ascending); default: next free page.
+
+  Returns:
+    (cache, layout): the cache's `length` is the last block's stop slot; append the query
+    at `layout.next_position` in segment 0.
+
+  Raises:
+    ComposeError: the model's kernels or scheme cannot compose exactly, the page is not a whole
+      number of splits, a block was not captured at slot 0, or `plan` refuses the layout.
+    blocks.GraftError: a block of another model, scheme or dtype (`blocks.check_compatible`).
+    store.StoreError: a block is missing or does not verify.
+  """
+  target = model.graft_target
+  if not target.chunk_invariant:
+    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+    raise ComposeError(
+      f'composition moves blocks to other slots, which is exact only on the chunk-invariant'
+      f' Pallas kernels (this model: {kernels}). Under XLA a block moved by 300 slots changed'
+      ' 15 of 18 layers of gemma-3-270m (float32, CPU): its attention dots sum over the slots'
+      " in blocks of the kernel's choosing. Use model.with_impl('pallas')."
+    )
+  if model.position_scheme != SCHEME:
+    raise ComposeError(
+      f'composition needs {SCHEME!r}, whose keys carry no absolute position; this model is'
+      f' {model.position_scheme!r} (re-rotated rope keys are not byte-exact)'
+    )
+  split = split_slots(model)
+  page = split if page is None else page
+  if page <= 0 or page % split:
+    raise ComposeError(
+      f'page {page} is not a multiple of the attention split ({split} slots for'
+      f' {jnp.dtype(model.dtype).name}): a block moved by it would fold its tiles differently'
+    )
+  stored = [store.get(key) for key in keys]
+  for key, block in zip(keys, stored):
+    if block.meta.start != 0:
+      raise ComposeError(
+        f'block {key[:12]}… was captured at slot {block.meta.start}, after other slots it may'
+        ' have attended to; only blocks captured at slot 0 were computed alone'
+      )
+  layout = plan(
+    [len(b) for b in stored], capacity=capacity, page=page, slots=slots, keys=list(keys)
+  )
+  cache = model.init_cache(capacity=capacity)
+  placed = [_placed(model, b, p) for b, p in zip(stored, layout.placements)]
+  for block in placed:
+    blocks.check_compatible(cache, block, target=target)
+  return _install(model, cache, placed), layout
+
+
+def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBlock:
+  """`block` moved to `placement`'s position (`relocate`), slot and segment.
+
+  Exact only for a block computed alone, moved by whole splits on the Pallas kernels under
+  `rope_relative` (what `compose` checks first); the slot and segment are rewritten here only,
+  in a block that never leaves this module.
+  """
+  moved = blocks.relocate(block, placement.position, model=model)
+  meta = dataclasses.replace(moved.meta, start=placement.slot, segment=placement.segment)
+  return blocks.KVBlock(k=moved.k, v=moved.v, positions=moved.positions, meta=meta)
+
+
+def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:
+  for block in placed:
+    cache = blocks.graft(cache, block, target=model.graft_target, allow_shifted=True, donate=True)
+  return cache
+
+
+def fresh_layout(
+  model, token_ids: Sequence[Sequence[int]], layout: Layout, *, chunk_size: int
+) -> cache_lib.KVCache:
+  """The reference: each block's tokens prefilled at its slots, positions and segment."""
+  if len(token_ids) != len(layout.placements):
+    raise ComposeError(f'{len(token_ids)} texts for {len(layout.placements)} placements')
+  cache = model.init_cache(capacity=layout.capacity)
+  for ids, p in zip(token_ids, layout.placements):
+    if len(ids) != p.length:
+      raise ComposeError(f'{len(ids)} tokens for a placement of {p.length}')
+    cache = cache_lib.reserve(cache, p.slot - int(cache.length))
+    _, cache = model.prefill(
+      ids,
+      cache=cache,
+      chunk_size=chunk_size,
+      start_position=p.position,
+      logits='none',
+      segment=p.segment,
+    )
+  return cache
