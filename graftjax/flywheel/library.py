@@ -119,8 +119,8 @@ class Library:
 
     Args:
       model: the frozen `Gemma` the block is computed with.
-      item: the task item (`task`, `id`, `question`, `answer`).
-      verifier: `verifier(text, gold) -> verdict` with `.correct`, `.extracted`, `.to_json()`.
+      item: a `tasks.Item` (`task`, `id`, `question`, `gold`).
+      verifier: `verifier(text, gold) -> verifiers.Verdict` (the task's verifier).
       solution: the worked solution as produced (the model's text, or the
         dataset's); it must verify. Its own closing answer line ('Final
         answer: ...' or '#### ...') gives way to the template's.
@@ -140,11 +140,11 @@ class Library:
     existing = self.find(item.task, item.id)
     if existing is not None:
       return existing
-    verdict = verifier(solution, item.answer)
-    if not verdict.correct:
+    verdict = verifier(solution, item.gold)
+    if not verdict.verdict:
       raise DepositError(
         f'{item.task}/{item.id}: the solution does not verify (extracted'
-        f' {verdict.extracted!r}, gold {item.answer!r}); nothing deposited'
+        f' {verdict.extracted!r}, gold {item.gold!r}); nothing deposited'
       )
     if record is not None and record != verdict.to_json():
       raise DepositError(

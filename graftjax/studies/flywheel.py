@@ -100,7 +100,7 @@ def base_attempts(
     seconds = (time.perf_counter() - start) / max(len(items), 1)
     for item, ids in zip(items, outputs):
       text = model.tokenizer.decode(ids, skip_special=True)
-      records.append(_record(phase, item, sample, ids, text, verify(text, item.answer), seconds))
+      records.append(_record(phase, item, sample, ids, text, verify(text, item.gold), seconds))
   return records
 
 
@@ -125,7 +125,7 @@ def run(
     items: items the base model attempts and the library deposits.
     held_out: items disjoint from `items` and `examples`, for transfer.
     examples: worked examples of the few-shot prefix (not scored).
-    verify: `verify(text, gold) -> verdict` (`.correct`, `.to_json()`).
+    verify: the task's verifier, `verify(text, gold) -> verifiers.Verdict`.
     library: where blocks and the catalog go (resumable).
     budget: what each phase may spend.
     routers: routers for transfer; the first is used to answer, every one
@@ -186,7 +186,7 @@ def summarize(base, recurrence, transfer, unsolved) -> dict[str, Any]:
 def phase_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
   if not records:
     return {'items': 0}
-  correct = sum(bool(r['verdict']['correct']) for r in records)
+  correct = sum(bool(r['verdict']['verdict']) for r in records)
   tokens = [r['decode_tokens'] for r in records]
   return {
     'items': len(records),
@@ -216,14 +216,14 @@ def _record(phase, item, sample, ids, text, verdict, seconds, **extra) -> dict[s
 
 
 def _solved(base, item_id) -> bool:
-  return any(r['verdict']['correct'] for r in base if r['item_id'] == item_id)
+  return any(r['verdict']['verdict'] for r in base if r['item_id'] == item_id)
 
 
 def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, Any]]:
   """Deposits the model's own verified solution, else the dataset's; records refusals."""
   out = []
   for item in items:
-    own = [r for r in base if r['item_id'] == item.id and r['verdict']['correct']]
+    own = [r for r in base if r['item_id'] == item.id and r['verdict']['verdict']]
     tokens = sum(r['decode_tokens'] for r in base if r['item_id'] == item.id)
     if own:
       solution, source, record = own[0]['text'], 'self', own[0]['verdict']
@@ -321,11 +321,11 @@ def _transfer(model, library, held_out, routers, verify, prefix, budget, bar) ->
 
 
 def _routing(router, held_out, entries) -> dict[str, Any]:
-  """Top-1 routing to the deposited item of the same template (when the item names one)."""
+  """Top-1 routing to the deposited item the held-out item's template was made from."""
   by_template = {}
   for e in entries.values():
     by_template.setdefault(e.item_id, e.key)
-  labelled = [(it.question, by_template.get(getattr(it, 'source_id', None))) for it in held_out]
+  labelled = [(it.question, by_template.get(it.template)) for it in held_out]
   return route_lib.evaluate(router, labelled, router.threshold).to_json()
 
 
@@ -355,7 +355,7 @@ def _answer_record(phase, item, answered, verify, entry, hits) -> dict[str, Any]
     0,
     out.token_ids,
     out.text,
-    verify(out.text, item.answer),
+    verify(out.text, item.gold),
     out.seconds,
     block_key=entry.key if who == 'flywheel' else None,
     route_score=hits[0].score if hits else None,

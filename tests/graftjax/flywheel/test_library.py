@@ -1,39 +1,26 @@
 """Deposit (verified, idempotent, resumable) and graft -> answer (== the same text prompted)."""
 
-import dataclasses
-
 import pytest
 
 from graftjax import store as store_lib
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import tasks
+from graftjax.flywheel import verifiers
 
 SHAPE = library_lib.Shape(capacity=256, chunk_size=16)
 
 
-@dataclasses.dataclass(frozen=True)
-class Item:
-  task: str
-  id: str
-  question: str
-  answer: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-  correct: bool
-  extracted: str
-
-  def to_json(self):
-    return {'correct': self.correct, 'extracted': self.extracted}
-
-
-def last_word(text: str, gold: str) -> Verdict:
+def last_word(text, gold):
   words = text.replace('.', ' ').split()
-  return Verdict(bool(words) and words[-1] == gold, words[-1] if words else '')
+  return verifiers.Verdict(
+    bool(words) and words[-1] in gold, words[-1] if words else None, tuple(gold), 'last_word', 1
+  )
 
 
-ITEM = Item('toy', 'q1', 'What is two plus three?', '5')
+ITEM = tasks.Item(
+  task='toy', id='q1', question='What is two plus three?', answer='5', source='test', split='test'
+)
 
 
 def test_a_solution_that_does_not_verify_is_not_deposited(text_model, tmp_path):
@@ -67,7 +54,8 @@ def test_deposits_are_idempotent_and_survive_a_restart(text_model, tmp_path):
   library.close()
   reopened = library_lib.Library(tmp_path, shape=SHAPE)
   assert reopened.entries() == [first]
-  assert first.verdict == {'correct': True, 'extracted': '5'} and first.source == 'reference'
+  assert first.verdict['verdict'] and first.verdict['extracted'] == '5'
+  assert first.source == 'reference'
 
 
 def test_unknown_source_is_refused(text_model, tmp_path):
@@ -145,7 +133,7 @@ def test_a_verdict_record_that_does_not_re_verify_is_refused(text_model, tmp_pat
       solution='2 + 3 = 5',
       source='self',
       tokens_spent=3,
-      record={'correct': True, 'extracted': '6'},
+      record={**last_word('6', ('5',)).to_json(), 'verdict': True},
     )
   assert library.entries() == []
 

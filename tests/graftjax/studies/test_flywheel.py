@@ -1,45 +1,35 @@
 """The flywheel loop end to end on the tiny model: every phase recorded, graft == prompt."""
 
-import dataclasses
-
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import route as route_lib
+from graftjax.flywheel import tasks
+from graftjax.flywheel import verifiers
 from graftjax.studies import flywheel
-
-
-@dataclasses.dataclass(frozen=True)
-class Item:
-  task: str
-  id: str
-  question: str
-  answer: str
-  solution: str
-  source_id: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-  correct: bool
-  extracted: str
-
-  def to_json(self):
-    return {'correct': self.correct, 'extracted': self.extracted}
 
 
 def last_word(text, gold):
   words = text.replace('.', ' ').split()
-  return Verdict(bool(words) and words[-1] == gold, words[-1] if words else '')
+  return verifiers.Verdict(
+    bool(words) and words[-1] in gold, words[-1] if words else None, tuple(gold), 'last_word', 1
+  )
 
 
-def _item(i, a, b, source_id=None, prefix='q'):
-  return Item(
-    'toy', f'{prefix}{i}', f'What is {a} plus {b}?', str(a + b), f'{a} + {b} = {a + b}', source_id
+def _item(i, a, b, template=None, prefix='q'):
+  return tasks.Item(
+    task='toy',
+    id=f'{prefix}{i}',
+    question=f'What is {a} plus {b}?',
+    answer=str(a + b),
+    solution=f'{a} + {b} = {a + b}',
+    source='test',
+    split='test',
+    template=template,
   )
 
 
 def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   items = [_item(i, i, 2) for i in range(3)]
-  held_out = [_item(i, i, 3, source_id=f'q{i}', prefix='h') for i in range(2)]
+  held_out = [_item(i, i, 3, template=f'q{i}', prefix='h') for i in range(2)]
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
   budget = flywheel.Budget(samples=2, max_new_tokens=6, recall_tokens=4, rows=2)
   out = flywheel.run(
