@@ -38,6 +38,9 @@ FORMAT = 'graftjax.blockstore/2'
 KEY_SCHEME = 'graftjax.block-key/3'
 MANIFEST = 'manifest.json'
 ARRAY_NAMES = ('k', 'v', 'positions')
+# A page's arrays (see `put`'s page_layout): k, v hold the layers kept whole,
+# k_tail, v_tail the last rows of the trimmed layers.
+PAGE_ARRAY_NAMES = ('k', 'v', 'k_tail', 'v_tail', 'positions')
 KV_DTYPES = ('float32', 'bfloat16')
 
 _DTYPES = {
@@ -45,7 +48,7 @@ _DTYPES = {
   'bfloat16': np.dtype(ml_dtypes.bfloat16),
   'int32': np.dtype(np.int32),
 }
-_LAYERED = ('k', 'v')  # chunked one layer per chunk; the rest in one chunk
+_LAYERED = ('k', 'v', 'k_tail', 'v_tail')  # chunked one layer per chunk; the rest in one chunk
 _SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests
 _INT32 = (-(2**31), 2**31 - 1)
 _STAGING = '.tmp'
@@ -122,16 +125,18 @@ class _Vanished(Exception):
   """A file of a block disappeared between listing and reading it."""
 
 
-def key_for(meta: blocks.BlockMeta) -> str:
+def key_for(meta: blocks.BlockMeta, page_layout: Sequence[Sequence[int]] | None = None) -> str:
   """The content key of a block: SHA-256 hex of its canonical identity.
 
   The identity is every field of `BlockMeta` (token ids as a list), plus
-  `key_scheme` and `stop`, serialised as JSON with sorted keys, no
+  `key_scheme` and `stop`, and for a page its `page_layout` (one
+  [first_row, stop_row] per layer), serialised as JSON with sorted keys, no
   whitespace and ASCII only, so the key is the same in every process and
-  on every machine.
+  on every machine. A block's key does not depend on pages (it has none).
 
   Args:
     meta: the block's metadata.
+    page_layout: for a page, the rows kept of each layer (see `put`).
 
   Returns:
     64 lowercase hex digits.
@@ -141,6 +146,8 @@ def key_for(meta: blocks.BlockMeta) -> str:
     'key_scheme': KEY_SCHEME,
     'stop': meta.start + len(meta.token_ids),
   }
+  if page_layout is not None:
+    identity['page_layout'] = [[int(a), int(b)] for a, b in page_layout]
   canonical = json.dumps(identity, sort_keys=True, separators=(',', ':'), ensure_ascii=True)
   return hashlib.sha256(canonical.encode('ascii')).hexdigest()
 
@@ -198,8 +205,17 @@ class BlockStore:
     if self._local is not None:
       self._staging_dir = os.path.join(self._local, _STAGING)
 
-  def put(self, block: blocks.KVBlock) -> str:
+  def put(
+    self, block: blocks.KVBlock, *, page_layout: Sequence[Sequence[int]] | None = None
+  ) -> str:
     """Stores `block` and returns its key; a no-op if already stored.
+
+    With `page_layout` (one `(first_row, stop_row)` per layer, rows of the
+    block's n) only those rows are stored, as a page under its own key
+    (`key_for(meta, page_layout)`): each layer keeps either all rows
+    `(0, n)` or the same last r rows `(n - r, n)`, 0 <= r < n, at least one
+    layer of each kind. `get` gives the other rows back as zeros. The plain
+    block format (no `page_layout`) is unchanged.
 
     Raises:
       InvalidBlockError: if the block cannot be stored exactly (dtype, empty
@@ -211,7 +227,7 @@ class BlockStore:
         refuses the deposit; nothing of it is visible then.
     """
     self._check_writable()
-    files, manifest = _storable(block, self.root)
+    files, manifest = _storable(block, self.root, page_layout)
     key = manifest['key']
     deposit = self._deposit_local if self._local is not None else self._deposit_kvstore
     for _ in range(3):  # a block deleted under us is deposited again
@@ -230,11 +246,20 @@ class BlockStore:
 
     Returns:
       A KVBlock of numpy arrays: k, v [L, n, K, H] and positions [n] int32.
+      For a page, the rows it does not keep are zeros (see `get_page`).
     Raises:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
       UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
     return self._read(self._checked_key(key))[1]
+
+  def get_page(self, key: str) -> tuple[blocks.KVBlock, tuple[tuple[int, int], ...] | None]:
+    """(block, page_layout) under `key`: as `get`, with the rows each layer keeps.
+
+    page_layout is None for a plain block (every row of every layer).
+    """
+    manifest, block = self._read(self._checked_key(key))
+    return block, _layout_of(manifest)
 
   def verify(self, key: str) -> None:
     """Raises unless the block under `key` matches its manifest exactly.
@@ -527,8 +552,10 @@ def _flat_bytes(array: np.ndarray) -> np.ndarray:
   return array.reshape(-1).view(np.uint8)
 
 
-def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, bytes], dict[str, Any]]:
-  """The block's files (relative path -> bytes) and its manifest, checked.
+def _storable(
+  block: blocks.KVBlock, root: str, page_layout: Sequence[Sequence[int]] | None = None
+) -> tuple[dict[str, bytes], dict[str, Any]]:
+  """The block's (or page's) files (relative path -> bytes) and its manifest, checked.
 
   Raises:
     InvalidBlockError: naming the first thing that cannot be stored exactly.
@@ -546,18 +573,23 @@ def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, bytes], dict[
       'v': _little_endian(block.v, 'v'),
       'positions': _int32_positions(block.positions),
     }
-    key = key_for(meta)
+    layout = None
+    if page_layout is not None:
+      layout = _checked_layout(page_layout, arrays['k'].shape[0], len(meta.token_ids))
+      arrays = _page_arrays(arrays, layout)
+    key = key_for(meta, layout)
+    names = [name for name in PAGE_ARRAY_NAMES if name in arrays]
     chunks = {name: _chunks(name, a.dtype.name, a.shape) for name, a in arrays.items()}
     payload = _map_threads(
       lambda c: _flat_bytes(arrays[c.name])[c.start : c.stop].tobytes(),
-      [c for name in ARRAY_NAMES for c in chunks[name]],
+      [c for name in names for c in chunks[name]],
     )
     digests = _map_threads(lambda data: hashlib.sha256(data).hexdigest(), payload)
-    manifest = _manifest(key, meta_json, arrays, _by_array(chunks, digests))
+    manifest = _manifest(key, meta_json, arrays, _by_array(chunks, digests), layout)
     _check_manifest(manifest)
   except (_Malformed, blocks.GraftError) as e:
     raise InvalidBlockError(root, f'cannot store the block: {e}') from e
-  files = {c.path: data for c, data in zip((c for n in ARRAY_NAMES for c in chunks[n]), payload)}
+  files = {c.path: data for c, data in zip((c for n in names for c in chunks[n]), payload)}
   for name, array in arrays.items():
     files[f'{name}/zarr.json'] = _zarr_json(name, array.dtype.name, array.shape)
   text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
@@ -566,11 +598,75 @@ def _storable(block: blocks.KVBlock, root: str) -> tuple[dict[str, bytes], dict[
 
 
 def _by_array(chunks: dict[str, list[_Chunk]], values: Sequence[_T]) -> dict[str, list[_T]]:
-  """`values`, one per chunk in ARRAY_NAMES order, grouped by array."""
+  """`values`, one per chunk in PAGE_ARRAY_NAMES order, grouped by array."""
   out, rest = {}, iter(values)
-  for name in ARRAY_NAMES:
-    out[name] = [next(rest) for _ in chunks[name]]
+  for name in PAGE_ARRAY_NAMES:
+    if name in chunks:
+      out[name] = [next(rest) for _ in chunks[name]]
   return out
+
+
+def _checked_layout(layout: Any, num_layers: int, n: int) -> tuple[tuple[int, int], ...]:
+  """A page layout as a tuple of (first_row, stop_row) per layer; raises _Malformed.
+
+  Each layer keeps all n rows (0, n) or the last r rows (n - r, n), one r
+  for every trimmed layer, 0 <= r < n; at least one layer of each kind.
+  """
+  if not isinstance(layout, (list, tuple)) or len(layout) != num_layers:
+    raise _Malformed(f'page_layout is {_short(layout)}: expected one [first, stop] per layer')
+  rows = []
+  for i, pair in enumerate(layout):
+    if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(_is_int32(x) for x in pair)):
+      raise _Malformed(f'page_layout.{i} is {_short(pair)}: expected [first_row, stop_row]')
+    rows.append((int(pair[0]), int(pair[1])))
+  trimmed = {first for first, stop in rows if (first, stop) != (0, n)}
+  if any(stop != n for _, stop in rows) or len(trimmed) != 1 or not 0 < min(trimmed) <= n:
+    raise _Malformed(
+      f'page_layout {_short(rows)}: each layer keeps rows [0, {n}] or the same last r rows'
+      f' [{n} - r, {n}], 0 <= r < {n}, with at least one layer of each kind'
+    )
+  if all(first for first, _ in rows):
+    raise _Malformed(f'page_layout {_short(rows)} keeps no layer whole')
+  return tuple(rows)
+
+
+def _is_int32(value: Any) -> bool:
+  return type(value) is int and _INT32[0] <= value <= _INT32[1]
+
+
+def _page_arrays(arrays: dict[str, np.ndarray], layout) -> dict[str, np.ndarray]:
+  """A block's arrays cut to a page's: whole layers in k, v; last rows in k_tail, v_tail."""
+  n = arrays['positions'].shape[0]
+  whole = [i for i, (first, _) in enumerate(layout) if first == 0]
+  tail = [i for i, (first, _) in enumerate(layout) if first != 0]
+  first = layout[tail[0]][0]
+  out = {'k': arrays['k'][whole], 'v': arrays['v'][whole]}
+  if first < n:
+    out['k_tail'] = np.ascontiguousarray(arrays['k'][tail, first:])
+    out['v_tail'] = np.ascontiguousarray(arrays['v'][tail, first:])
+  out['positions'] = arrays['positions']
+  return out
+
+
+def _unpage_arrays(arrays: dict[str, np.ndarray], layout) -> dict[str, np.ndarray]:
+  """A page's arrays as a block's: [L, n, K, H], zeros in the rows not kept."""
+  whole = [i for i, (first, _) in enumerate(layout) if first == 0]
+  tail = [i for i, (first, _) in enumerate(layout) if first != 0]
+  first = layout[tail[0]][0]
+  out = {'positions': arrays['positions']}
+  for name in ('k', 'v'):
+    part = arrays[name]
+    full = np.zeros((len(layout), *part.shape[1:]), part.dtype)
+    full[whole] = part
+    if f'{name}_tail' in arrays:
+      full[tail, first:] = arrays[f'{name}_tail']
+    out[name] = full
+  return out
+
+
+def _layout_of(manifest: dict[str, Any]) -> tuple[tuple[int, int], ...] | None:
+  layout = manifest.get('page_layout')
+  return None if layout is None else tuple(tuple(pair) for pair in layout['rows'])
 
 
 def _little_endian(array: Any, name: str) -> np.ndarray:
@@ -606,9 +702,10 @@ def _manifest(
   meta_json: dict[str, Any],
   arrays: dict[str, np.ndarray],
   digests: dict[str, list[str]],
+  page_layout: Sequence[Sequence[int]] | None = None,
 ) -> dict[str, Any]:
-  """The manifest of a block, from its arrays' chunk digests (no hashing)."""
-  return {
+  """The manifest of a block (or page), from its arrays' chunk digests (no hashing)."""
+  manifest = {
     'format': FORMAT,
     'key': key,
     'layout_version': meta_json['layout_version'],
@@ -624,6 +721,9 @@ def _manifest(
       for name, array in arrays.items()
     },
   }
+  if page_layout is not None:
+    manifest['page_layout'] = {'rows': [list(pair) for pair in page_layout]}
+  return manifest
 
 
 def _meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
@@ -653,7 +753,8 @@ def _check_manifest(manifest: Any) -> blocks.BlockMeta:
     _Malformed: naming the first field that is missing, extra, of the
       wrong type or out of range.
   """
-  _check_object(manifest, _MANIFEST_FIELDS, 'manifest')
+  paged = type(manifest) is dict and 'page_layout' in manifest
+  _check_object(manifest, _MANIFEST_FIELDS | ({'page_layout'} if paged else set()), 'manifest')
   if manifest['format'] != FORMAT:
     raise _OtherFormat(manifest['format'])
   if not (type(manifest['key']) is str and _SHA256_HEX.fullmatch(manifest['key'])):
@@ -669,9 +770,24 @@ def _check_manifest(manifest: Any) -> blocks.BlockMeta:
       f' {meta.layout_version!r}'
     )
   entries = manifest['arrays']
-  _check_object(entries, set(ARRAY_NAMES), 'arrays')
   n = len(meta.token_ids)
-  for name in ARRAY_NAMES:
+  names = list(ARRAY_NAMES)
+  if paged:
+    _check_object(manifest['page_layout'], {'rows'}, 'page_layout')
+    rows = manifest['page_layout']['rows']
+    if type(rows) is not list or not all(type(pair) is list for pair in rows):
+      raise _Malformed(f'page_layout.rows is {_short(rows)}: expected a list of [first, stop]')
+    num_layers = len(rows)
+    layout = _checked_layout(rows, num_layers, n)
+    whole = sum(1 for first, _ in layout if first == 0)
+    kept = n - max(first for first, _ in layout)
+    names = [name for name in PAGE_ARRAY_NAMES if kept or not name.endswith('_tail')]
+    expected_rows = {'k': (whole, n), 'v': (whole, n)}
+    expected_rows.update(
+      {'k_tail': (num_layers - whole, kept), 'v_tail': (num_layers - whole, kept)}
+    )
+  _check_object(entries, set(names), 'arrays')
+  for name in names:
     entry = entries[name]
     _check_object(entry, _ENTRY_FIELDS, f'arrays.{name}')
     dtype = 'int32' if name == 'positions' else meta.dtype
@@ -686,10 +802,21 @@ def _check_manifest(manifest: Any) -> blocks.BlockMeta:
         raise _Malformed(f'arrays.{name}.{field} is {dims!r}: expected positive int32 sizes')
     if name == 'positions' and shape != [n]:
       raise _Malformed(f'arrays.positions.shape is {shape}, expected [{n}] for {n} token ids')
-    if name in _LAYERED and (len(shape) != 4 or shape[1] != n):
+    if name in _LAYERED and not paged and (len(shape) != 4 or shape[1] != n):
       raise _Malformed(f'arrays.{name}.shape is {shape}, expected [L, {n}, K, H]')
+    if name in _LAYERED and paged and (len(shape) != 4 or tuple(shape[:2]) != expected_rows[name]):
+      layers, rows_kept = expected_rows[name]
+      raise _Malformed(
+        f'arrays.{name}.shape is {shape}, expected [{layers}, {rows_kept}, K, H] by page_layout'
+      )
     if name == 'v' and shape != entries['k']['shape']:
       raise _Malformed(f'arrays.v.shape {shape} != arrays.k.shape {entries["k"]["shape"]}')
+    if name == 'v_tail' and shape != entries['k_tail']['shape']:
+      raise _Malformed(
+        f'arrays.v_tail.shape {shape} != arrays.k_tail.shape {entries["k_tail"]["shape"]}'
+      )
+    if name == 'k_tail' and shape[2:] != entries['k']['shape'][2:]:
+      raise _Malformed(f'arrays.k_tail.shape {shape} and arrays.k.shape differ in [K, H]')
     digests = entry['chunk_sha256']
     count = shape[0] // _chunk_shape(name, shape)[0]
     if not (
@@ -948,8 +1075,9 @@ def _read_block_once(
     chunks = {
       name: _chunks(name, entry['dtype'], entry['shape']) for name, entry in entries.items()
     }
+    names = [name for name in PAGE_ARRAY_NAMES if name in entries]
     expected_files = {MANIFEST}
-    for name in ARRAY_NAMES:
+    for name in names:
       expected_files.add(f'{name}/zarr.json')
       expected_files.update(chunk.path for chunk in chunks[name])
     missing = sorted(expected_files - files)
@@ -958,11 +1086,11 @@ def _read_block_once(
     unexpected = sorted(files - expected_files)
     if unexpected:
       raise CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
-    for name in ARRAY_NAMES:
+    for name in names:
       _check_zarr_metadata(_read_value(kv, f'{name}/zarr.json'), where, name, entries[name])
     recorded = [
       (chunk, digest, kv.read(chunk.path))  # all reads in flight at once
-      for name in ARRAY_NAMES
+      for name in names
       for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
     ]
     try:
@@ -978,16 +1106,19 @@ def _read_block_once(
     raise _Vanished() from e
   except OSError as e:
     raise StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
-  digests = {name: [] for name in ARRAY_NAMES}
+  digests = {name: [] for name in names}
   for (chunk, _, _), digest in zip(recorded, found):
     digests[chunk.name].append(digest)
-  rebuilt = _manifest(key, _meta_json(meta), arrays, digests)
+  layout = _layout_of(manifest)
+  rebuilt = _manifest(key, _meta_json(meta), arrays, digests, layout)
   differences = _differences(manifest, rebuilt)
   if differences:
     raise CorruptBlockError(
       where,
       f'manifest.json disagrees with its payload (manifest != payload): {"; ".join(differences)}',
     )
+  if layout is not None:
+    arrays = _unpage_arrays(arrays, layout)
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
   except ValueError as e:
@@ -1074,7 +1205,7 @@ def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], b
     raise UnsupportedFormatError(path, cause) from None
   except _Malformed as e:
     raise CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
-  described = key_for(meta)
+  described = key_for(meta, _layout_of(manifest))
   if described != key:
     raise CorruptBlockError(path, f'{MANIFEST} describes block {described}')
   return manifest, meta

@@ -1,0 +1,245 @@
+"""Pages: a block cut to the rows some later query can see, exact by construction.
+
+A Gemma 3 cache keeps every row of every layer (models/cache.py), and a
+sliding-window layer masks by position: a query at position q sees the key
+at position p on a local layer iff p <= q and q - p < W
+(`kernels.attention_reference.visible`). A block holds positions
+e - n .. e - 1 (e: its end position, `first_position + shift + n`). Every
+query that runs after the block is installed sits at q >= e (a continuation
+appends), so on a local layer it sees row i (position e - n + i) iff
+i >= n - (W - 1) + (q - e):
+
+- the query right after the block, q = e, sees exactly the last W - 1 rows
+  (row n - (W - 1) is at distance W - 1 < W; row n - W at distance W is
+  masked);
+- every later query sees a subset of those.
+
+So keeping all rows of the global layers and the last W - 1 rows of the
+local layers (`to_page`'s default) keeps every row any later query can see.
+The rows dropped are installed as zeros. They are still masked: their
+scores are replaced by a finite constant before the softmax, their
+probabilities are exactly 0, and 0 * v is 0 for any finite v (their old
+values or the zeros), so no bit of the output depends on them. A page
+keeping only r < W - 1 local rows is exact only for queries at
+q >= e + (W - 1 - r) (`first_exact_position`); `install` refuses it unless
+told where the next query sits. The tests check both: byte-equal logits
+after a page and after the full block, and a page one row short is not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax import blocks
+from graftjax import store as store_lib
+from graftjax.models import cache as cache_lib
+from graftjax.models import target as target_lib
+from graftjax.models.gemma import config as config_lib
+
+Layout = tuple[tuple[int, int], ...]
+
+
+class PageError(blocks.GraftError):
+  """A page does not fit the model's attention layout, or not the query asked."""
+
+
+def local_rows_needed(config: config_lib.GemmaConfig) -> int:
+  """W - 1 for the widest local layer: the rows the query right after a block sees."""
+  windows = [config.window(layer) for layer in range(config.num_layers)]
+  return max((w - 1 for w in windows if w is not None), default=0)
+
+
+def page_layout(
+  config: config_lib.GemmaConfig, n: int, *, local_rows: int | None = None
+) -> Layout | None:
+  """(first_row, stop_row) per layer for a block of n rows, or None to keep every row.
+
+  Global layers keep [0, n); local layers the last `local_rows` (default W - 1).
+  None when nothing would be dropped (n <= local_rows, or no local layer).
+  """
+  r = local_rows_needed(config) if local_rows is None else local_rows
+  if not 0 <= r:
+    raise ValueError(f'local_rows must be >= 0, got {r}')
+  if r >= n or all(config.window(i) is None for i in range(config.num_layers)):
+    return None
+  return tuple(
+    (0, n) if config.window(layer) is None else (n - r, n) for layer in range(config.num_layers)
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+  """A block and the rows of it that are kept.
+
+  Attributes:
+    block: the block, its rows not kept set to zero (so `blocks.graft`
+      installs it as it is).
+    layout: (first_row, stop_row) per layer, or None (every row: a block).
+  """
+
+  block: blocks.KVBlock
+  layout: Layout | None
+
+  @property
+  def local_rows(self) -> int | None:
+    """Rows kept of the trimmed layers (None: none trimmed)."""
+    if self.layout is None:
+      return None
+    return len(self.block) - max(first for first, _ in self.layout)
+
+  @property
+  def end_position(self) -> int:
+    """e: the position just after the block's last token."""
+    meta = self.block.meta
+    return meta.first_position + meta.shift + len(self.block)
+
+  def first_exact_position(self, config: config_lib.GemmaConfig) -> int:
+    """The smallest query position for which this page attends as the full block does."""
+    if self.local_rows is None:
+      return self.end_position
+    return self.end_position + max(0, local_rows_needed(config) - self.local_rows)
+
+  def nbytes(self) -> int:
+    """Bytes of k, v and positions that the page keeps (its payload on disk)."""
+    return payload_bytes(self.block, self.layout)
+
+
+def payload_bytes(block: blocks.KVBlock, layout: Layout | None) -> int:
+  """Bytes of the rows `layout` keeps of `block` (k, v and int32 positions)."""
+  _, n, kv_heads, head_dim = block.k.shape
+  row = kv_heads * head_dim * jnp.dtype(block.k.dtype).itemsize
+  rows = block.k.shape[0] * n if layout is None else sum(stop - first for first, stop in layout)
+  return 2 * rows * row + 4 * n
+
+
+def to_page(
+  block: blocks.KVBlock, config: config_lib.GemmaConfig, *, local_rows: int | None = None
+) -> Page:
+  """`block` as a page: global layers whole, local layers' last `local_rows` (default W - 1)."""
+  _check_layers(block, config)
+  layout = page_layout(config, len(block), local_rows=local_rows)
+  if layout is None:
+    return Page(block=block, layout=None)
+  k, v = np.array(block.k), np.array(block.v)  # host copies, zeroed where not kept
+  for layer, (first, _) in enumerate(layout):
+    k[layer, :first] = 0
+    v[layer, :first] = 0
+  return Page(
+    block=blocks.KVBlock(k=k, v=v, positions=block.positions, meta=block.meta), layout=layout
+  )
+
+
+def check_page(page: Page, config: config_lib.GemmaConfig, *, query_position: int | None) -> None:
+  """Raises PageError unless `page` is exact for `config` and a query at `query_position`.
+
+  Every global layer must be whole; the trimmed layers must be local; and
+  with fewer than W - 1 local rows, `query_position` must be given and at
+  least `first_exact_position`.
+  """
+  _check_layers(page.block, config)
+  if page.layout is None:
+    return
+  n = len(page.block)
+  if len(page.layout) != config.num_layers:
+    raise PageError(f'page layout has {len(page.layout)} layers, the model {config.num_layers}')
+  for layer, (first, stop) in enumerate(page.layout):
+    if stop != n or first < 0:
+      raise PageError(f'page layer {layer} keeps rows [{first}, {stop}) of {n}: not a tail')
+    if first and config.window(layer) is None:
+      raise PageError(
+        f'page drops rows [0, {first}) of global layer {layer}: a later query sees them'
+      )
+  needed = page.first_exact_position(config)
+  if needed > page.end_position:
+    if query_position is None:
+      raise PageError(
+        f'page keeps {page.local_rows} local rows, fewer than W - 1 = {local_rows_needed(config)}:'
+        f' exact only for queries at position >= {needed}; pass query_position'
+      )
+    if query_position < needed:
+      raise PageError(
+        f'page keeps {page.local_rows} local rows: a query at position {query_position} sees rows'
+        f' it dropped (exact from position {needed})'
+      )
+
+
+def install(
+  cache: cache_lib.KVCache,
+  page: Page,
+  *,
+  target: target_lib.GraftTarget,
+  config: config_lib.GemmaConfig,
+  query_position: int | None = None,
+  **graft_kwargs: Any,
+) -> cache_lib.KVCache:
+  """`cache` with `page` grafted in at its slots (zeros for the rows not kept).
+
+  Checks the page against `config` (`check_page`) and then `blocks.graft`
+  checks it against `target` and `cache`, all before the cache is touched.
+  `graft_kwargs`: allow_shifted, allow_other_shape, donate (as `blocks.graft`).
+  """
+  check_page(page, config, query_position=query_position)
+  return blocks.graft(cache, page.block, target=target, **graft_kwargs)
+
+
+def put(store: store_lib.BlockStore, page: Page) -> str:
+  """Stores `page` (only the rows it keeps) and returns its key."""
+  return store.put(page.block, page_layout=page.layout)
+
+
+def get(store: store_lib.BlockStore, key: str) -> Page:
+  """The page (or plain block) under `key`, every byte verified."""
+  block, layout = store.get_page(key)
+  return Page(block=block, layout=layout)
+
+
+def page_in(
+  store: store_lib.BlockStore,
+  key: str,
+  cache: cache_lib.KVCache,
+  *,
+  target: target_lib.GraftTarget,
+  config: config_lib.GemmaConfig,
+  query_position: int | None = None,
+  **graft_kwargs: Any,
+) -> cache_lib.KVCache:
+  """Read, verify and install the page under `key` (the cache untouched on any error)."""
+  return install(
+    cache,
+    get(store, key),
+    target=target,
+    config=config,
+    query_position=query_position,
+    **graft_kwargs,
+  )
+
+
+def bytes_per_token(
+  config: config_lib.GemmaConfig, dtype: str, n: int | None = None, *, local_rows: int | None = None
+) -> dict[str, float]:
+  """K/V bytes per token of a block and of its page, from the config alone.
+
+  With n None: the asymptote (global layers only for a page). With n: a
+  block of n tokens, the page's fixed local tail spread over its tokens.
+  Positions (4 B/token, both formats) are left out, as llama.cpp's count does.
+  """
+  row = 2 * config.num_kv_heads * config.head_dim * np.dtype(jnp.dtype(dtype)).itemsize
+  num_global = sum(config.window(i) is None for i in range(config.num_layers))
+  num_local = config.num_layers - num_global
+  r = local_rows_needed(config) if local_rows is None else local_rows
+  block = config.num_layers * row
+  if n is None:
+    page = num_global * row
+  else:
+    page = (num_global * n + num_local * min(r, n)) * row / n
+  return {'block': float(block), 'page': float(page), 'ratio': block / page}
+
+
+def _check_layers(block: blocks.KVBlock, config: config_lib.GemmaConfig) -> None:
+  layers = block.k.shape[0]
+  if layers != config.num_layers:
+    raise PageError(f'block has {layers} layers, the model {config.num_layers}')
