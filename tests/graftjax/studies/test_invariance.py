@@ -66,7 +66,7 @@ def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
 
 
 def _run_script(*flags):
-  script = pathlib.Path(__file__).parents[2] / 'experiments' / 'invariance.py'
+  script = pathlib.Path(__file__).parents[3] / 'experiments' / 'invariance.py'
   return subprocess.run(
     [sys.executable, str(script), '--model=tiny', '--impl=xla', *flags],
     capture_output=True,

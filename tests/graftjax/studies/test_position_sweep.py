@@ -22,7 +22,7 @@ SCHEMES = ('rope', 'rope_relative', 'alibi', 'nope')
 OFFSETS = (0, 7, 4096)
 PAIR = (16, 900)
 RELATIVE = ('rope_relative', 'alibi', 'nope')
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 LAYOUT = position_sweep.layout_for(block_tokens=12, continuation_tokens=4, chunk_size=4)
 
 
