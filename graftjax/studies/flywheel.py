@@ -24,15 +24,13 @@ import re
 import time
 from typing import Any
 
-import numpy as np
-
 from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import solve
-from graftjax.flywheel import stats
+from graftjax.flywheel import summary as summary_lib
 from graftjax.models.gemma import sampler
 from graftjax.studies import energy
 
@@ -183,31 +181,10 @@ def run(
 
 def summarize(base, recurrence, transfer, unsolved) -> dict[str, Any]:
   """Accuracy (Wilson 95%) and decode tokens per phase; recomputable from the attempts."""
-  ids = {it.id for it in unsolved}
-  spent = sum(r['decode_tokens'] for r in base if r['item_id'] in ids)
-  out = {'recurrence_base_decode_tokens': spent, 'recurrence_items': len(ids)}
-  for phase, records in (
-    ('base', [r for r in base if r['sample'] == 0]),
-    ('recurrence', recurrence),
-    ('transfer_base', [r for r in transfer if r['phase'] == 'transfer_base']),
-    ('transfer_flywheel', [r for r in transfer if r['phase'] == 'transfer_flywheel']),
-  ):
-    out[phase] = phase_summary(records)
-  return out
+  return summary_lib.summarize(base, recurrence, transfer, [it.id for it in unsolved])
 
 
-def phase_summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-  if not records:
-    return {'items': 0}
-  correct = sum(bool(r['verdict']['verdict']) for r in records)
-  tokens = [r['decode_tokens'] for r in records]
-  return {
-    'items': len(records),
-    'accuracy': stats.rate(correct, len(records)).to_json(),
-    'decode_tokens': int(sum(tokens)),
-    'decode_tokens_per_answer': float(np.mean(tokens)),
-    'seconds_per_answer': float(np.mean([r['seconds'] for r in records])),
-  }
+phase_summary = summary_lib.phase_summary
 
 
 def _record(phase, item, sample, ids, text, verdict, seconds, **extra) -> dict[str, Any]:
@@ -293,17 +270,7 @@ def _recurrence(model, library, unsolved, exact, verify, budget, bar) -> dict[st
       )
     if tick:
       tick(1)
-  summary = {
-    'items': len(equal),
-    'logits_byte_equal': sum(e['logits_byte_equal'] for e in equal),
-    'tokens_equal': sum(e['tokens_equal'] for e in equal),
-    'graft_seconds_median': float(np.median([e['graft_seconds'] for e in equal]))
-    if equal
-    else None,
-    'prompted_seconds_median': float(np.median([e['prompted_seconds'] for e in equal]))
-    if equal
-    else None,
-  }
+  summary = summary_lib.grafted_vs_prompted(equal)
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
