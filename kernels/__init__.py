@@ -4,6 +4,9 @@ One op per module, each with block sizes, kernel, jitted wrapper and a
 pure-jnp `*_reference`:
 
   attention   attention(q, k, v, q_positions, k_positions, *, window, ...)
+              (kernels in attention_split, attention_combine; the
+              reference, which the model's xla path runs, in
+              attention_reference)
   rotary      apply_rotary(x, positions, *, theta, ...), rotary_inv_freq
   rmsnorm     rms_norm(x, w, *, eps, ...)
   matmul      matmul(x, w, *, block_m, block_n, block_k, precision, ...)

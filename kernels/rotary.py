@@ -10,6 +10,11 @@ nothing shared between rows, so a token's rotated key has the same bits
 whatever chunk or batch it was computed in. `inv_freq` is a host constant
 (`rotary_inv_freq`, computed in float64 and rounded once to float32) so the
 kernel, the reference and any caller can share the very same table.
+
+The pure-jnp reference is `apply_rotary_reference`, built from
+`rotary_cos_sin` and `rotate_reference` (which the model's `xla` path calls
+with its own cos/sin: float32 angles from `rotary_inv_freq_float32`, or a
+float64 `rotary_table`).
 """
 
 from __future__ import annotations
@@ -39,12 +44,17 @@ class BlockSizes:
 DEFAULT_BLOCK_SIZES = BlockSizes()
 
 
-def rotary_inv_freq(head_dim: int, theta: float) -> np.ndarray:
-  """[H / 2] float32: 1 / theta ** (arange(0, H, 2) / H)."""
+def rotary_inv_freq64(head_dim: int, theta: float) -> np.ndarray:
+  """[H / 2] float64 on the host: 1 / theta ** (arange(0, H, 2) / H)."""
   if head_dim <= 0 or head_dim % 2:
     raise ValueError(f'head_dim must be positive and even, got {head_dim}')
   exponent = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
-  return (1.0 / np.float64(theta) ** exponent).astype(np.float32)
+  return 1.0 / np.float64(theta) ** exponent
+
+
+def rotary_inv_freq(head_dim: int, theta: float) -> np.ndarray:
+  """[H / 2] float32: `rotary_inv_freq64` rounded once (the kernel's table)."""
+  return rotary_inv_freq64(head_dim, theta).astype(np.float32)
 
 
 def _rotate(x1, x2, pos, inv_freq):
@@ -123,16 +133,40 @@ def apply_rotary(
   return out[:, :num_t]
 
 
+def rotary_inv_freq_float32(head_dim: int, theta: float) -> jax.Array:
+  """[H / 2] float32 computed by XLA in float32, as HF transformers does."""
+  exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+  return 1.0 / (jnp.float32(theta) ** exponents)
+
+
+def rotary_table(head_dim: int, theta: float, index) -> tuple[np.ndarray, np.ndarray]:
+  """float32 cos, sin [len(index), H / 2] of index * inv_freq, computed in float64."""
+  angles = np.asarray(index, np.float64)[:, None] * rotary_inv_freq64(head_dim, theta)[None, :]
+  return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def rotary_cos_sin(positions: jax.Array, inv_freq: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """float32 cos, sin [..., H / 2] of angle = float32(position) * inv_freq."""
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def rotate_reference(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """NEOX rotate-half of x [..., N, H] by cos, sin [..., H / 2] in float32, cast back."""
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  cos, sin = cos[..., None, :], sin[..., None, :]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
 @functools.partial(jax.jit, static_argnames=('theta',))
-def apply_rotary_reference(x: jax.Array, positions: jax.Array, *, theta: float) -> jax.Array:
-  """Pure jnp, the same formula and the same inv_freq table."""
-  half = x.shape[-1] // 2
-  inv_freq = jnp.asarray(rotary_inv_freq(x.shape[-1], theta))
-  xf = x.astype(jnp.float32)
-  out1, out2 = _rotate(
-    xf[..., :half],
-    xf[..., half:],
-    positions.astype(jnp.int32).astype(jnp.float32),
-    inv_freq,
-  )
-  return jnp.concatenate([out1, out2], axis=-1).astype(x.dtype)
+def apply_rotary_reference(
+  x: jax.Array, positions: jax.Array, *, theta: float, inv_freq: jax.Array | None = None
+) -> jax.Array:
+  """Pure jnp, the kernel's formula: x [..., N, H] rotated by positions [...].
+
+  `inv_freq` [H / 2] defaults to the kernel's table (`rotary_inv_freq`).
+  """
+  if inv_freq is None:
+    inv_freq = jnp.asarray(rotary_inv_freq(x.shape[-1], theta))
+  return rotate_reference(x, *rotary_cos_sin(positions, inv_freq))

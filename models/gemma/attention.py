@@ -4,7 +4,9 @@ The chunk's keys and values are written into the cache first; queries then
 attend over all S slots of the cache, masked by positions:
   a query at position p sees slot j iff positions[j] >= 0, positions[j] <= p,
   and, on a sliding-window layer, p - positions[j] < window.
-Scores and softmax are float32.
+Scores and softmax are float32. Both implementations live in
+`graftjax.kernels`: 'xla' is `attention_reference` (in the model's dtype),
+'pallas' the chunk-invariant kernel.
 """
 
 from __future__ import annotations
@@ -12,52 +14,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from graftjax.kernels import attention_reference
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
-from graftjax.models.gemma import layers
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import positions as positions_lib
 
 Scheme = config_lib.PositionScheme
-_MASKED = -2.3819763e38  # Finite, so a row with no visible key gives 0, not NaN.
-
-
-def visibility_mask(
-  q_positions: jax.Array,
-  k_positions: jax.Array,
-  window: int | None,
-  q_segments: jax.Array,
-  k_segments: jax.Array,
-) -> jax.Array:
-  """[B, T, S] bool: which cache slots each query may see.
-
-  Causal by position, limited to the window on local layers, and, for a
-  query in segment s > 0, limited to keys of segment s.
-  """
-  q = q_positions[:, :, None]
-  k = k_positions[:, None, :]
-  visible = (k >= 0) & (k <= q)
-  if window is not None:
-    visible &= q - k < window
-  q_seg = q_segments[:, :, None]
-  visible &= (q_seg == 0) | (q_seg == k_segments[:, None, :])
-  return visible
-
-
-def masked_softmax_attend(scores: jax.Array, visible: jax.Array, v: jax.Array) -> jax.Array:
-  """Softmax over slots and weighted sum of values.
-
-  Args:
-    scores: [B, K, G, T, S] float32.
-    visible: [B, T, S] bool.
-    v: [B, S, K, H].
-  Returns:
-    [B, T, K, G, H] in v's dtype.
-  """
-  scores = jnp.where(visible[:, None, None], scores, _MASKED)
-  probs = jax.nn.softmax(scores, axis=-1)
-  probs = jnp.where(visible[:, None, None], probs, 0.0)
-  return layers.einsum('BKGTS,BSKH->BTKGH', probs.astype(v.dtype), v)
 
 
 def attention_block(
@@ -79,7 +42,7 @@ def attention_block(
       'q_norm'/'k_norm' [H].
     x: [B, T, D] normalised input.
     q_positions: [B, T] positions of the chunk.
-    q_segments: [B, T] attention segments of the chunk (see `visibility_mask`).
+    q_segments: [B, T] attention segments of the chunk (see `kernels.attention_reference.visible`).
     cache: the cache; its `positions` already include the chunk's.
     layer: index of this layer.
     write_index: first slot of the chunk.
@@ -109,41 +72,24 @@ def attention_block(
 
   batch, length = x.shape[:2]
   w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
+  tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
+  kwargs = dict(
+    q_segments=q_segments,
+    k_segments=cache.segments,
+    alibi_slopes=positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None,
+    relative_table=None if tab is None else (tab['cos'], tab['sin']),
+  )
   if config.impl_of('attention') == 'pallas':
-    tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
-    out = ops.attention(
+    out = ops.attention(q, keys, values, q_positions, k_positions, config.window(layer), **kwargs)
+  else:
+    out = attention_reference.attention_reference(
       q,
       keys,
       values,
       q_positions,
       k_positions,
-      config.window(layer),
-      q_segments=q_segments,
-      k_segments=cache.segments,
-      alibi_slopes=(
-        positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None
-      ),
-      relative_table=None if tab is None else (tab['cos'], tab['sin']),
+      window=config.window(layer),
+      compute_dtype=None,
+      **kwargs,
     )
-    return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache
-
-  q = q.reshape(batch, length, config.num_kv_heads, config.num_groups, config.head_dim)
-  if scheme == Scheme.ROPE_RELATIVE:
-    scores = positions_lib.relative_rope_scores(
-      q, keys, q_positions, k_positions, tab=tables[positions_lib.theta_key(theta)]
-    )
-  else:
-    scores = layers.einsum('BTKGH,BSKH->BKGTS', q, keys).astype(jnp.float32)
-  bias = positions_lib.score_bias(
-    q_positions, k_positions, scheme=scheme, num_heads=config.num_heads
-  )
-  if bias is not None:
-    scores = scores + bias.reshape(
-      scores.shape[0], config.num_kv_heads, config.num_groups, *bias.shape[2:]
-    )
-
-  visible = visibility_mask(
-    q_positions, k_positions, config.window(layer), q_segments, cache.segments
-  )
-  out = masked_softmax_attend(scores, visible, values)
   return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache

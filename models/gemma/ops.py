@@ -8,7 +8,9 @@ before it were computed in the same call or grafted. On a CPU backend the
 kernels run in the Pallas interpreter.
 
 Tile sizes are fixed per weight shape (never per call), since they decide
-the order of float32 sums.
+the order of float32 sums. The 'xla' side of each op is the pure-jnp
+reference beside its kernel (`rms_norm_reference`, `apply_rotary_reference`,
+`attention_reference`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 
 import jax
 
+from graftjax.kernels import rmsnorm
 from graftjax.models.gemma import layers
 
 _MATMUL_BLOCK_N = 64
@@ -55,10 +58,9 @@ def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, *, impl: str) -> jax.Array:
+  """x [..., D] / rms(x) * weight [D] (Gemma's +1 included), float32 inside."""
   if impl == 'xla':
-    return layers.rms_norm(x, weight, eps)
-  from graftjax.kernels import rmsnorm  # pylint: disable=g-import-not-at-top
-
+    return rmsnorm.rms_norm_reference(x, weight, eps=eps)
   return rmsnorm.rms_norm(x, weight, eps=eps, interpret=_interpret())
 
 
@@ -67,7 +69,9 @@ def rotate(x: jax.Array, positions: jax.Array, theta: float, *, impl: str) -> ja
   from graftjax.models.gemma import positions as positions_lib  # pylint: disable=g-import-not-at-top
 
   if impl == 'xla':
-    return positions_lib.rotate(x, *positions_lib.rotary_cos_sin(positions, x.shape[-1], theta))
+    return positions_lib.rotate_for_cache(
+      x, positions, scheme=positions_lib.Scheme.ROPE, theta=theta
+    )
   from graftjax.kernels import rotary  # pylint: disable=g-import-not-at-top
 
   return rotary.apply_rotary(x, positions, theta=theta, interpret=_interpret())

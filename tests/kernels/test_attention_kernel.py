@@ -16,6 +16,7 @@ import pytest
 import kernel_testing
 
 from graftjax.kernels import attention as attn
+from graftjax.kernels import rotary
 
 INTERPRET = kernel_testing.INTERPRET
 
@@ -275,8 +276,7 @@ def _inverse_frequencies(head_dim):
 
 def _distance_table(head_dim):
   """(cos, sin) [TABLE_SIZE, H/2] of distance * inverse frequency, in float64."""
-  angles = np.arange(TABLE_SIZE)[:, None] * _inverse_frequencies(head_dim)
-  return (jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32))
+  return tuple(jnp.asarray(t) for t in rotary.rotary_table(head_dim, THETA, np.arange(TABLE_SIZE)))
 
 
 def _options(variant, q_pos, k_pos):
