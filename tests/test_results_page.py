@@ -44,11 +44,11 @@ def test_a_figure_on_the_page_follows_its_file():
 
 
 def test_unknown_family_is_listed_with_its_command(tmp_path):
-  ledger.write_result(tmp_path / 'flywheel_gsm8k.json', {'command': 'python x.py --out=y', 'n': 1})
+  ledger.write_result(tmp_path / 'novel_gsm8k.json', {'command': 'python x.py --out=y', 'n': 1})
   ledger.write_result(tmp_path / 'exactness_demo.json', {'command': 'make demo'})
   page = results_page.page(tmp_path)
   assert '## Other result files' in page
-  assert '`flywheel_gsm8k.json`' in page and '`python x.py --out=y`' in page
+  assert '`novel_gsm8k.json`' in page and '`python x.py --out=y`' in page
   assert 'exactness_demo.json' not in page
 
 
@@ -59,3 +59,224 @@ def test_edited_result_file_is_refused(tmp_path):
   (tmp_path / 'x.json').write_text(json.dumps(data))
   with pytest.raises(ValueError, match='x.json'):
     results_page.page(tmp_path)
+
+
+def _rate(successes, trials, low, high):
+  return {
+    'successes': successes,
+    'trials': trials,
+    'rate': successes / trials,
+    'low': low,
+    'high': high,
+    'confidence': 0.95,
+  }
+
+
+def _phase(items, rate, tokens, seconds=1.0):
+  return {
+    'items': items,
+    'accuracy': rate,
+    'decode_tokens': items * tokens,
+    'decode_tokens_per_answer': float(tokens),
+    'seconds_per_answer': seconds,
+  }
+
+
+CPU = {'device_kind': 'cpu', 'cpu_model': 'Toy CPU', 'jax_version': '0.0.1'}
+
+
+def _flywheel(energy):
+  attempt = lambda phase, i, who=None: {
+    'phase': phase,
+    'item_id': f'mgs/eng/{i}',
+    'answered_by': who,
+  }
+  return {
+    'command': 'python experiments/flywheel.py --templates=0',
+    'experiment': 'flywheel',
+    'determinism': CPU,
+    'model': 'gemma3-270m',
+    'dtype': 'float32',
+    'budget': {'samples': 4, 'max_new_tokens': 256, 'recall_tokens': 16},
+    'attempts': [attempt('transfer_flywheel', i, 'flywheel') for i in range(5)]
+    + [attempt('transfer_base', i) for i in range(7)],
+    'summary': {
+      'base': _phase(60, _rate(3, 60, 0.0171, 0.1366), 240),
+      'recurrence': _phase(57, _rate(51, 57, 0.7896, 0.9497), 9.25),
+      'recurrence_items': 57,
+      'recurrence_base_decode_tokens': 54321,
+      'transfer_base': _phase(7, _rate(0, 7, 0.0, 0.3543), 256),
+      'transfer_flywheel': _phase(7, _rate(6, 7, 0.4869, 0.9743), 77),
+    },
+    'routing': {
+      'BM25Router': {
+        'threshold': 0.5,
+        'accuracy': _rate(6, 7, 0.4869, 0.9743),
+        'false_hit': _rate(1, 7, 0.0257, 0.5131),
+        'false_hit_abstain': None,
+        'abstain': _rate(0, 7, 0.0, 0.3543),
+      },
+      'ExactRouter': {
+        'threshold': 'inf',
+        'accuracy': None,
+        'false_hit': _rate(0, 7, 0.0, 0.3543),
+        'false_hit_abstain': None,
+        'abstain': _rate(7, 7, 0.6457, 1.0),
+      },
+    },
+    'grafted_vs_prompted': {
+      'summary': {
+        'items': 57,
+        'logits_byte_equal': 56,
+        'tokens_equal': 57,
+        'graft_seconds_median': 0.125,
+        'prompted_seconds_median': 0.5,
+      },
+      'items': [],
+    },
+    'energy': energy,
+  }
+
+
+def test_flywheel_family_renders_a_minimal_file(tmp_path):
+  energy = {
+    'device': 'Toy GPU',
+    'scope': 'GPU board only (toy)',
+    'idle_watts': 71.5,
+    'phases': {
+      'base': {'joules_per_answer': 812.0},
+      'recurrence': {'joules_per_answer': 9.75},
+    },
+  }
+  ledger.write_result(tmp_path / 'flywheel_toy_h200.json', _flywheel(energy))
+  ledger.write_result(tmp_path / 'flywheel_toy_cpu.json', _flywheel(None))
+  page = results_page.page(tmp_path)
+  assert '(flywheel)' in page and 'Other result files' not in page
+  for figure in (
+    '51/57 = 89.5% [79.0%, 95.0%]',  # recurrence accuracy, Wilson interval
+    '| 9.25 |',  # decode tokens per answer
+    '54,321',  # the base model's spend on the recurrence items
+    '3/60 = 5.0%',  # the base model on the deposited items
+    '0/7 = 0.0% [0.0%, 35.4%] | 6/7 = 85.7% [48.7%, 97.4%] | flywheel higher',
+    '| 5 |',  # transfer answers that went through a block
+    '| mgs |',  # the held-out set
+    '| BM25Router | 0.5 | 6/7',
+    '| ExactRouter | inf | - |',
+    '| 56/57 | 57/57 | 0.125 | 0.5 | 0.25 |',
+    '812',
+    '9.75',
+    'GPU board only (toy)',
+    '4 x 256 / 16',
+  ):
+    assert figure in page, figure
+  assert page == results_page.page(tmp_path)
+
+
+def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path):
+  data = _flywheel(None)
+  data['summary']['transfer_base'] = _phase(7, _rate(6, 7, 0.4869, 0.9743), 256)
+  data['summary']['transfer_flywheel'] = _phase(7, _rate(0, 7, 0.0, 0.3543), 77)
+  ledger.write_result(tmp_path / 'flywheel_toy.json', data)
+  page = results_page.page(tmp_path)
+  assert '**base higher**' in page  # a negative result is kept
+  assert 'No file here was measured' in page
+
+
+def test_paging_family_renders_minimal_files(tmp_path):
+  route_row = lambda router, n, us: {
+    'router': router,
+    'entries': n,
+    'queries': 9,
+    'lookup_median_s': us * 1e-6,
+    'lookup_p90_s': 2 * us * 1e-6,
+    'route_median_s': us * 1e-6 / 2,
+    'sqlite_get_median_s': 1e-6,
+    'index_build_s': 0.01,
+    'catalog_bytes': 4096,
+    'top1_own_piece': 1.0,
+  }
+  ledger.write_result(
+    tmp_path / 'paging_route_toy.json',
+    {
+      'command': 'python experiments/bench_paging_route.py',
+      'experiment': 'bench_paging_route',
+      'determinism': CPU,
+      'timing': 'toy medians',
+      'rows': [route_row('bm25', 10, 70.0), route_row('bm25', 10000, 91.0)],
+      'summary': {
+        'lookup_median_s': {'bm25': {'10': 7e-5, '10000': 9.1e-5, 'largest_over_smallest': 1.3}}
+      },
+    },
+  )
+  pagein_row = lambda n, page_in, recompute: {
+    'tokens': n,
+    'page_in_s': page_in,
+    'recompute_s': recompute,
+    'query_logits_byte_equal': True,
+    'page_bytes_per_token': 3072.0,
+    'block_bytes_per_token': 18432.0,
+  }
+  ledger.write_result(
+    tmp_path / 'paging_pagein_toy.json',
+    {
+      'command': 'python experiments/bench_paging_pagein.py',
+      'experiment': 'bench_paging_pagein',
+      'determinism': CPU,
+      'model': 'tiny',
+      'dtype': 'float32',
+      'chunk_size': 512,
+      'timing': 'toy medians',
+      'summary': {
+        'crossover_tokens': 1536.0,
+        'choice': {'128': 'recompute', '8192': 'page_in'},
+      },
+      'rows': [pagein_row(128, 0.0421, 0.0252), pagein_row(8192, 0.25, 1.5)],
+      'versus_llamacpp_state_file': {
+        '1024': {
+          'llamacpp_state_file_bytes': 4000000,
+          'block_float32_over_llamacpp': 4.6,
+          'page_float32_over_llamacpp': 0.77,
+          'page_bfloat16_over_llamacpp': 0.38,
+        }
+      },
+    },
+  )
+  ledger.write_result(
+    tmp_path / 'paging_scale_toy.json',
+    {
+      'command': 'python experiments/bench_paging_scale.py',
+      'experiment': 'paging_scale',
+      'determinism': CPU,
+      'summary': {
+        'stored_tokens': 3_300_000,
+        'window_slots': 32_768,
+        'access_latency_s': {'10': 0.1, '100': 0.11, '1000': 0.1, '10000': 0.125},
+        'device_bytes_in_use': {'10': 123456789, '10000': 123456789},
+      },
+    },
+  )
+  ledger.write_result(
+    tmp_path / 'paging_needle_toy.json',
+    {
+      'command': 'python experiments/paging_needle.py',
+      'experiment': 'paging_needle',
+      'determinism': CPU,
+      'summary': {'paged': {'accuracy': 0.875}, 'questions': 64},
+    },
+  )
+  page = results_page.page(tmp_path)
+  assert '(paging)' in page and 'Other result files' not in page
+  for figure in (
+    '| bm25 | 10,000 | 91 | 182 |',
+    'bm25 1.30x',
+    '| 128 | 0.042 | 0.025 | recompute | yes | 3,072 | 18,432 | 6.0x |',
+    'Crossover: page-in is faster from 1,536 tokens.',
+    '| 1,024 | 4,000,000 | 4.60 | 0.77 | 0.38 |',
+    '3,300,000 tokens stored behind a window of 32,768 slots (100.7x the window)',
+    '| 10,000 | 0.125 |',
+    'largest deviation from the smallest store: 25.0%; **not met**',
+    '`device_bytes_in_use.10000` | 123,456,789',
+    '`paged.accuracy` | 0.875',
+    '`questions` | 64',
+  ):
+    assert figure in page, figure

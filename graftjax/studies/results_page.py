@@ -649,6 +649,433 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
   return [intro, ''] + table(header, rows)
 
 
+def _rate(r: dict[str, Any] | None) -> str:
+  """A Wilson-interval rate record as 's/n = x% [low, high]'; '-' when absent."""
+  if not r:
+    return '-'
+  return f'{r["successes"]}/{r["trials"]} = {pct(r["rate"])} [{pct(r["low"])}, {pct(r["high"])}]'
+
+
+def _compare(base: dict[str, Any] | None, other: dict[str, Any] | None) -> str:
+  """Which of two rates is higher by non-overlapping intervals, else that they overlap."""
+  if not base or not other:
+    return '-'
+  if other['low'] > base['high']:
+    return 'flywheel higher'
+  if base['low'] > other['high']:
+    return '**base higher**'
+  return 'intervals overlap'
+
+
+def _phase_tokens(s: dict[str, Any]) -> str:
+  return num(s['decode_tokens_per_answer']) if s.get('items') else '-'
+
+
+def _transfer_sets(d: dict[str, Any]) -> list[tuple[str, str, str]]:
+  """(held-out set, base phase, flywheel phase) of each transfer comparison in `d`.
+
+  Phases are `transfer_base` / `transfer_flywheel`, optionally suffixed `/<set>`; without a
+  suffix the set is named by the first segment of its items' ids (e.g. `mgs`).
+  """
+  out = []
+  for phase in sorted(d['summary']):
+    if not phase.startswith('transfer_base'):
+      continue
+    suffix = phase[len('transfer_base') :]
+    other = 'transfer_flywheel' + suffix
+    if other not in d['summary']:
+      continue
+    label = suffix.lstrip('/')
+    if not label:
+      ids = {a['item_id'] for a in d.get('attempts', []) if a.get('phase') == phase}
+      label = ', '.join(sorted({i.split('/')[0] for i in ids})) or '?'
+    out.append((label, phase, other))
+  return out
+
+
+@family(
+  'Does a library of verified solutions make the frozen model better and cheaper? (flywheel)',
+  'flywheel_*.json',
+)
+def _flywheel(results: list[Result]) -> list[str]:
+  models = sorted({r.data.get('model', '?') for r in results})
+  out = [
+    'The base model attempts each item (few-shot prefix, stated budget); a verified solution of'
+    " each (its own, else the dataset's reference solution when it verifies) is deposited as a"
+    ' block. *Recurrence*: the items it did not solve are asked again, routed by exact question'
+    ' text to their block, grafted, answered. *Transfer*: held-out items, never deposited, are'
+    ' answered by the base model and through the nearest block. Intervals are Wilson 95%.'
+    f' Every figure is for the model named ({", ".join(f"`{m}`" for m in models)}) only.'
+    ' Re-check a file without a model: `python -m graftjax.flywheel.rescore <file>`.',
+    '',
+    '**Recurrence** (items the base model did not solve within its budget):',
+    '',
+  ]
+  rows = []
+  for r in results:
+    d, s = r.data, r.data['summary']
+    b, rec = d.get('budget', {}), s['recurrence']
+    spent, used = s['recurrence_base_decode_tokens'], rec.get('decode_tokens')
+    rows.append(
+      [
+        _name(r),
+        d.get('model', '?'),
+        r.device.split(',')[0],
+        d.get('dtype', '?'),
+        f'{b.get("samples", "?")} x {b.get("max_new_tokens", "?")} / {b.get("recall_tokens", "?")}',
+        _rate(s['base'].get('accuracy')),
+        s['recurrence_items'],
+        _rate(rec.get('accuracy')),
+        _phase_tokens(rec),
+        f'{used:,}' if used is not None else '-',
+        f'{spent:,}',
+        f'{used / spent:.3g}' if used is not None and spent else '-',
+        num(rec.get('seconds_per_answer')),
+      ]
+    )
+  out += table(
+    (
+      'file',
+      'model',
+      'device',
+      'dtype',
+      'budget: samples x base tokens / recall tokens',
+      'base model on deposited items (greedy attempt)',
+      'recurrence items',
+      'recurrence accuracy',
+      'decode tokens / answer',
+      'decode tokens: flywheel',
+      'decode tokens: base model spent on them',
+      'flywheel / base',
+      's / answer',
+    ),
+    rows,
+  )
+  rows = []
+  for r in results:
+    s = r.data['summary']
+    for label, base, fly in _transfer_sets(r.data):
+      rows.append(
+        [
+          _name(r),
+          label,
+          s[fly].get('items', 0),
+          _rate(s[base].get('accuracy')),
+          _rate(s[fly].get('accuracy')),
+          _compare(s[base].get('accuracy'), s[fly].get('accuracy')),
+          _phase_tokens(s[base]),
+          _phase_tokens(s[fly]),
+          sum(
+            a.get('answered_by') == 'flywheel'
+            for a in r.data.get('attempts', [])
+            if a.get('phase') == fly
+          ),
+        ]
+      )
+  out += [
+    '',
+    '**Transfer** (held-out items disjoint from every deposited one; negative results kept):',
+    '',
+  ]
+  out += table(
+    (
+      'file',
+      'held-out set',
+      'items',
+      'base accuracy',
+      'flywheel accuracy',
+      'by the intervals',
+      'decode tokens / answer: base',
+      'flywheel',
+      'answered through a block',
+    ),
+    rows,
+  )
+  rows = []
+  for r in results:
+    for router, e in sorted(r.data.get('routing', {}).items()):
+      rows.append(
+        [
+          _name(r),
+          router,
+          e['threshold'] if isinstance(e['threshold'], str) else num(e['threshold']),
+          _rate(e.get('accuracy')),
+          _rate(e.get('false_hit')),
+          _rate(e.get('abstain')),
+        ]
+      )
+  out += [
+    '',
+    '**Routing** of the held-out items (top-1, to the block of the deposited item the held-out'
+    " item's template was made from; below the threshold the router abstains):",
+    '',
+  ]
+  out += table(
+    ('file', 'router', 'threshold', 'accuracy', 'false hits (of all queries)', 'abstains'), rows
+  )
+  rows = []
+  for r in results:
+    g = r.data.get('grafted_vs_prompted', {}).get('summary') or {}
+    graft, prompted = g.get('graft_seconds_median'), g.get('prompted_seconds_median')
+    rows.append(
+      [
+        _name(r),
+        f'{g.get("logits_byte_equal", 0)}/{g.get("items", 0)}',
+        f'{g.get("tokens_equal", 0)}/{g.get("items", 0)}',
+        num(graft),
+        num(prompted),
+        f'{graft / prompted:.2f}' if graft and prompted else '-',
+      ]
+    )
+  out += [
+    '',
+    '**Grafted vs prompted**: each recurrence answer again with the same library text given as'
+    ' a plain prompt (prefilled, no graft); first-answer logits compared by their bytes.',
+    '',
+  ]
+  out += table(
+    (
+      'file',
+      'first logits byte-equal',
+      'answer tokens equal',
+      'graft + answer s (median)',
+      'prompted s (median)',
+      'graft / prompted',
+    ),
+    rows,
+  )
+  metered = [r for r in results if r.data.get('energy')]
+  out += ['', '**Energy** (joules per answer above the idle baseline):', '']
+  if not metered:
+    return out + ['No file here was measured (`--energy`, NVML, on a GPU).']
+  rows = []
+  for r in metered:
+    e = r.data['energy']
+    phases = e.get('phases', {})
+    joules = lambda p, phases=phases: (
+      num(phases[p].get('joules_per_answer')) if p in phases else '-'
+    )
+    rows.append(
+      [
+        _name(r),
+        e.get('device', '?'),
+        num(e.get('idle_watts')),
+        joules('base'),
+        joules('recurrence'),
+        joules('transfer_base'),
+        joules('transfer_flywheel'),
+        e.get('scope', '?'),
+      ]
+    )
+  return out + table(
+    (
+      'file',
+      'device',
+      'idle W',
+      'J / answer: base',
+      'recurrence',
+      'transfer: base',
+      'transfer: flywheel',
+      'scope',
+    ),
+    rows,
+  )
+
+
+LATENCY_SPREAD_GOAL = 0.20  # issue 13: access latency within +-20% from 10 to >= 10,000 blocks
+
+
+def _by_count(mapping: dict[str, Any]) -> list[tuple[int, float]]:
+  """Sorted (count, value) of a {count: value} record, other keys ignored."""
+  return sorted((int(k), v) for k, v in mapping.items() if str(k).isdigit())
+
+
+def _spread(values: Sequence[float]) -> float:
+  """Largest relative deviation from the first value."""
+  return max(abs(v / values[0] - 1) for v in values)
+
+
+def _us(seconds: float) -> str:
+  us = 1e6 * seconds
+  return f'{us:,.0f}' if us >= 1000 else num(us)
+
+
+def _paging_route(r: Result) -> list[str]:
+  d = r.data
+  rows = [
+    [
+      row['router'],
+      f'{row["entries"]:,}',
+      _us(row['lookup_median_s']),
+      _us(row['lookup_p90_s']),
+      _us(row['route_median_s']),
+      _us(row['sqlite_get_median_s']),
+      num(row['index_build_s']),
+      f'{row["catalog_bytes"]:,}',
+      pct(row['top1_own_piece']),
+    ]
+    for row in sorted(d['rows'], key=lambda x: (x['router'], x['entries']))
+  ]
+  ratios = ', '.join(
+    f'{router} {v["largest_over_smallest"]:.2f}x'
+    for router, v in sorted(d['summary']['lookup_median_s'].items())
+  )
+  out = [
+    f'**Catalog lookup** (route, k=1, plus the sqlite fetch), {_name(r)}:'
+    f' {d["rows"][0]["queries"]} queries per size; lookup at the largest size over the'
+    f' smallest: {ratios}. Timing: {d.get("timing", "?")}.',
+    '',
+  ]
+  return out + table(
+    (
+      'router',
+      'entries',
+      'lookup us (median)',
+      'p90',
+      'route us',
+      'sqlite get us',
+      'index build s',
+      'catalog bytes',
+      'top-1 own piece',
+    ),
+    rows,
+  )
+
+
+def _paging_pagein(r: Result) -> list[str]:
+  d, s = r.data, r.data['summary']
+  crossover = s.get('crossover_tokens')
+  smallest = min(row['tokens'] for row in d['rows'])
+  if crossover is None:
+    where = 'page-in is never estimated faster'
+  elif crossover <= smallest:
+    where = f'page-in is faster at every size measured, from {smallest:,} tokens'
+  else:
+    where = f'page-in is faster from {crossover:,.0f} tokens'
+  rows = [
+    [
+      f'{row["tokens"]:,}',
+      f'{row["page_in_s"]:.3f}',
+      f'{row["recompute_s"]:.3f}',
+      s['choice'].get(str(row['tokens']), '-'),
+      yes(row['query_logits_byte_equal']),
+      f'{row["page_bytes_per_token"]:,.0f}',
+      f'{row["block_bytes_per_token"]:,.0f}',
+      f'{row["block_bytes_per_token"] / row["page_bytes_per_token"]:.1f}x',
+    ]
+    for row in sorted(d['rows'], key=lambda x: x['tokens'])
+  ]
+  out = [
+    f'**Page-in vs re-prefill**, {_name(r)}, {d.get("model", "?")} {d.get("dtype", "?")}, chunks'
+    f' of {d.get("chunk_size", "?")}: read + verify + install a page and run the next token,'
+    f' against prefilling the block again; both paths asserted byte-equal. Crossover: {where}.'
+    f' Timing: {d.get("timing", "?")}.',
+    '',
+  ]
+  out += table(
+    (
+      'block tokens',
+      'page-in s',
+      're-prefill s',
+      'store picks',
+      'logits byte-equal',
+      'page B / token (disk)',
+      'block B / token (disk)',
+      'smaller by',
+    ),
+    rows,
+  )
+  llama = d.get('versus_llamacpp_state_file') or {}
+  if llama:
+    out += [
+      '',
+      "Against llama.cpp's state file of the same prefix (K/V bytes from the config):",
+      '',
+    ]
+    out += table(
+      ('tokens', 'llama.cpp bytes', 'block f32 / llama.cpp', 'page f32', 'page bf16'),
+      [
+        [
+          f'{n:,}',
+          f'{e["llamacpp_state_file_bytes"]:,}',
+          f'{e["block_float32_over_llamacpp"]:.2f}',
+          f'{e["page_float32_over_llamacpp"]:.2f}',
+          f'{e["page_bfloat16_over_llamacpp"]:.2f}',
+        ]
+        for n, e in _by_count(llama)
+      ],
+    )
+  return out
+
+
+def _paging_scale(r: Result) -> list[str]:
+  s = r.data['summary']
+  latency = _by_count(s['access_latency_s'])
+  values = [v for _, v in latency]
+  spread = _spread(values) if values else None
+  out = [
+    f'**Scale**, {_name(r)}: {s["stored_tokens"]:,} tokens stored behind a window of'
+    f' {s["window_slots"]:,} slots ({s["stored_tokens"] / s["window_slots"]:.1f}x the window).'
+    ' Access is route + read + verify + install; the goal is latency within'
+    f' ±{100 * LATENCY_SPREAD_GOAL:.0f}% across store sizes',
+  ]
+  if spread is not None:
+    out[-1] += (
+      f' (largest deviation from the smallest store: {pct(spread)};'
+      f' {"met" if spread <= LATENCY_SPREAD_GOAL else "**not met**"}).'
+    )
+  else:
+    out[-1] += '.'
+  out += ['']
+  out += table(('blocks stored', 'access s (median)'), [[f'{n:,}', num(v)] for n, v in latency])
+  return out + _scalars(s, skip=('stored_tokens', 'window_slots', 'access_latency_s'))
+
+
+def _flatten(record: dict[str, Any], prefix: str = '') -> list[tuple[str, Any]]:
+  out = []
+  for k, v in sorted(record.items(), key=lambda kv: str(kv[0])):
+    if isinstance(v, dict):
+      out += _flatten(v, f'{prefix}{k}.')
+    elif not isinstance(v, list):
+      out.append((f'{prefix}{k}', v))
+  return out
+
+
+def _scalars(record: dict[str, Any], *, skip: Sequence[str] = ()) -> list[str]:
+  """Every other scalar of a summary, by its dotted name (lists left out)."""
+  rows = [
+    [f'`{k}`', f'{v:,}' if isinstance(v, int) and not isinstance(v, bool) else num(v)]
+    if isinstance(v, (int, float)) and not isinstance(v, bool)
+    else [f'`{k}`', v]
+    for k, v in _flatten({k: v for k, v in record.items() if k not in skip})
+  ]
+  return ['', *table(('summary field', 'value'), rows)] if rows else []
+
+
+def _paging_kind(r: Result) -> int:
+  """Order within the paging section: scale, page-in vs re-prefill, catalog lookup, others."""
+  experiment, summary = r.data.get('experiment'), r.data.get('summary', {})
+  if {'stored_tokens', 'window_slots', 'access_latency_s'} <= set(summary):
+    return 0
+  return {'bench_paging_pagein': 1, 'bench_paging_route': 2}.get(experiment, 3)
+
+
+@family('Paged context: how small, how exact, how fast? (paging)', 'paging_*.json')
+def _paging(results: list[Result]) -> list[str]:
+  render = (_paging_scale, _paging_pagein, _paging_route, _paging_other)
+  out = []
+  for r in sorted(results, key=lambda r: (_paging_kind(r), r.name)):
+    out += [*render[_paging_kind(r)](r), '']
+  return out[:-1]
+
+
+def _paging_other(r: Result) -> list[str]:
+  return [
+    f'**{r.data.get("experiment", "?")}**, {_name(r)}: every scalar of its summary.',
+    *_scalars(r.data.get('summary', {})),
+  ]
+
+
 # ---------------------------------------------------------------------------- the page
 
 
