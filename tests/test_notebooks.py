@@ -6,6 +6,7 @@ environment (and the editable graftjax install) as the test.
 """
 
 import pathlib
+import re
 
 import nbclient
 import nbformat
@@ -32,7 +33,7 @@ def _stdout(nb: nbformat.NotebookNode) -> str:
   )
 
 
-@pytest.mark.parametrize('name', ['position_sensitivity.ipynb'])
+@pytest.mark.parametrize('name', ['position_sensitivity.ipynb', 'flywheel.ipynb'])
 def test_committed_notebook_has_no_outputs(name):
   nb = nbformat.read(NOTEBOOKS / name, as_version=4)
   for c in nb.cells:
@@ -46,3 +47,13 @@ def test_position_sensitivity_notebook_runs_and_relative_schemes_are_exact():
   assert 'own position exact everywhere; relocation exact for rope_relative, alibi, nope' in out
   images = [o for c in nb.cells for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
   assert len(images) == 1
+
+
+def test_flywheel_notebook_runs_and_grafted_equals_prompted():
+  nb = _run(NOTEBOOKS / 'flywheel.ipynb')
+  out = _stdout(nb)
+  assert re.search(r'decode tokens per answer: base [\d.]+, recurrence [\d.]+ \(\d+ items\)', out)
+  assert re.search(r'grafted == prompted: ([1-9]\d*)/\1 byte-equal', out), out
+  images = [o for c in nb.cells for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
+  committed = list((NOTEBOOKS.parent / 'experiments' / 'results').glob('flywheel_*.json'))
+  assert len(images) == 1 + len(committed)
