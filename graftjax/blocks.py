@@ -30,6 +30,8 @@ from graftjax.models import target as target_lib
 LAYOUT_VERSION = 2
 
 _INT32_MAX = 2**31 - 1
+# Installs are compiled for row counts that are multiples of this.
+INSTALL_BUCKET = 64
 
 # Measured on gemma-3-270m (float32, CPU, impl='xla'): max |Δlogit| of a
 # continuation after grafting a block into a cache of another capacity.
@@ -450,32 +452,51 @@ def graft(
       f' would not be byte-exact (measured: max |Δlogit| {_OTHER_SHAPE_DELTA} on gemma-3-270m).'
       ' Pass allow_other_shape=True to graft it anyway.'
     )
+  # Rows are padded to a multiple of INSTALL_BUCKET (within the capacity), so blocks of
+  # any length share a few compiled installs; padded slots keep what the cache holds.
+  n = len(block)
+  padded = min(-(-n // INSTALL_BUCKET) * INSTALL_BUCKET, cache.capacity - span.start)
+  pad = lambda a, value: np.concatenate(
+    [np.asarray(a), np.full((padded - n,) + np.shape(a)[1:], value, np.asarray(a).dtype)]
+  )
+  k, v = (pad(np.moveaxis(np.asarray(a), 1, 0), 0) for a in (block.k, block.v))
   install = _install_donating if donate else _install
   return install(
     cache,
-    jnp.asarray(block.k),
-    jnp.asarray(block.v),
-    jnp.asarray(block.positions, jnp.int32),
+    jnp.asarray(np.moveaxis(k, 0, 1)),
+    jnp.asarray(np.moveaxis(v, 0, 1)),
+    jnp.asarray(pad(np.asarray(block.positions, np.int32), cache_lib.EMPTY_POSITION)),
     jnp.asarray(meta.segment, jnp.int32),
     jnp.asarray(span.start, jnp.int32),
+    jnp.asarray(n, jnp.int32),
   )
 
 
-def _install_rows(cache: cache_lib.KVCache, k, v, positions, segment, start) -> cache_lib.KVCache:
-  """Writes k, v [L, n, K, H], positions [n] and `segment` at slots [start, start+n) of every row."""
-  batch, n = cache.batch_size, positions.shape[0]
-  rows = lambda a: jnp.broadcast_to(
-    a.astype(cache.dtype)[:, None], (a.shape[0], batch) + a.shape[1:]
-  )
+def _install_rows(
+  cache: cache_lib.KVCache, k, v, positions, segment, start, n
+) -> cache_lib.KVCache:
+  """Writes the first n of k, v [L, m, K, H] and positions [m] (and `segment`) at slots
+  [start, start+n) of every row; slots [start+n, start+m) keep what they hold."""
+  batch, m = cache.batch_size, positions.shape[0]
+  keep = jnp.arange(m) < n  # [m]
+
+  def write(old, new, axis):  # new: [m, ...] rows along `axis` of old
+    starts = [0] * old.ndim
+    starts[axis] = start
+    sizes = list(old.shape)
+    sizes[axis] = m
+    current = jax.lax.dynamic_slice(old, starts, sizes)
+    shape = [1] * old.ndim
+    shape[axis] = m
+    merged = jnp.where(keep.reshape(shape), jnp.broadcast_to(new, current.shape), current)
+    return jax.lax.dynamic_update_slice(old, merged.astype(old.dtype), starts)
+
+  rows = lambda a: a.astype(cache.dtype)[:, None]  # [L, 1, m, K, H]
   return cache.replace(
-    k=jax.lax.dynamic_update_slice(cache.k, rows(k), (0, 0, start, 0, 0)),
-    v=jax.lax.dynamic_update_slice(cache.v, rows(v), (0, 0, start, 0, 0)),
-    positions=jax.lax.dynamic_update_slice(
-      cache.positions, jnp.broadcast_to(positions[None], (batch, n)), (0, start)
-    ),
-    segments=jax.lax.dynamic_update_slice(
-      cache.segments, jnp.broadcast_to(segment, (batch, n)), (0, start)
-    ),
+    k=write(cache.k, rows(k), 2),
+    v=write(cache.v, rows(v), 2),
+    positions=write(cache.positions, positions[None], 1),
+    segments=write(cache.segments, jnp.broadcast_to(segment, (1, m)), 1),
     length=(start + n).astype(jnp.int32),
   )
 

@@ -46,11 +46,14 @@ class Answer:
 
 def stop_ids(model, mode: str) -> tuple[int, ...]:
   """A recall answer ends at the line's end; a solution at its blank line (or EOS)."""
-  text = '\n' if mode == 'recall' else '\n\n'
-  ids = model.tokenizer.encode(text, add_bos=False)
-  if len(ids) != 1:
-    raise ValueError(f'{text!r} is not one token in this vocabulary: {ids}')
-  return (ids[0], model.config.eos_id)
+  ends = ('\n', '\n\n') if mode == 'recall' else ('\n\n',)
+  out = []
+  for text in ends:
+    ids = model.tokenizer.encode(text, add_bos=False)
+    if len(ids) != 1:
+      raise ValueError(f'{text!r} is not one token in this vocabulary: {ids}')
+    out.append(ids[0])
+  return (*out, model.config.eos_id)
 
 
 def query_ids(model, question: str, *, mode: str, after_block: bool) -> list[int]:

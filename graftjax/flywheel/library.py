@@ -22,9 +22,10 @@ from typing import Any
 from graftjax import blocks
 from graftjax import store as store_lib
 
-# A recurring question is asked as QUERY after its block: the answer is one
-# line below the same question, a few tokens away.
-TEMPLATE = 'Question: {question}\nSolution: {solution}\nFinal answer: {answer}\n\n'
+# A recurring question is asked as RECALL_QUERY after its block: the query
+# repeats the block's first line and a half, so the answer is a copy a few
+# tokens away (with the solution first, a 270M model re-derives it instead).
+TEMPLATE = 'Question: {question}\nFinal answer: {answer}\nSolution: {solution}\n\n'
 RECALL_QUERY = 'Question: {question}\nFinal answer:'
 SOLVE_QUERY = 'Question: {question}\nSolution:'
 # Where a solution's own closing answer line starts (ours, or GSM8K's '####').

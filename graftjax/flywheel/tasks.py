@@ -65,8 +65,7 @@ class Task:
     seen = set()
     for item in self.load():
       if item.task != self.name:
-        raise ValueError(f'item {item.id} is of task {item.task!r}, '
-                         f'not {self.name!r}')
+        raise ValueError(f'item {item.id} is of task {item.task!r}, not {self.name!r}')
       if item.id in seen:
         raise ValueError(f'item id {item.id} repeats in task {self.name!r}')
       seen.add(item.id)

@@ -6,10 +6,12 @@ be re-scored from its raw text alone (`get(name, version)(text, gold)`).
 
 `numeric` (maths). The final answer is taken by the first rule that finds one:
   1. GSM8K's marker: the number right after `####`;
-  2. `\boxed{...}`: the first number inside the box;
-  3. "the answer is N" (any case, also "the final answer is: N");
-  4. otherwise the last number in the text.
-Rules 1-3 take their first occurrence that is followed by a number: a base
+  2. the flywheel template's marker: the number right after "Final answer:"
+     (any case; added in version 2);
+  3. `\boxed{...}`: the first number inside the box;
+  4. "the answer is N" (any case, also "the final answer is: N");
+  5. otherwise the last number in the text.
+Rules 1-4 take their first occurrence that is followed by a number: a base
 model that goes on after its answer starts a new question. Callers cut the
 text at their stop sequences before verifying and record the cut text.
 A number is an optional `-` (or U+2212), an optional `$`, digits with optional
@@ -35,11 +37,12 @@ import unicodedata
 
 _DIGITS = r'(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+'
 _NUMBER = re.compile(
-    r'(?<![\w.])(?P<neg>-)?(?:\$\s?)?'
-    rf'(?P<num>{_DIGITS})'
-    r'(?:\s*/\s*(?P<den>0*[1-9]\d*)(?![\d.]))?'
+  r'(?<![\w.])(?P<neg>-)?(?:\$\s?)?'
+  rf'(?P<num>{_DIGITS})'
+  r'(?:\s*/\s*(?P<den>0*[1-9]\d*)(?![\d.]))?'
 )
 _HASHES = re.compile(r'####\s*')
+_FINAL_ANSWER = re.compile(r'\bfinal answer:\s*', re.IGNORECASE)
 _BOXED = re.compile(r'\\boxed\s*\{([^{}]*)\}')
 _ANSWER_IS = re.compile(r'\banswer is\s*[:*]*\s*', re.IGNORECASE)
 _ARTICLES = re.compile(r'\b(?:a|an|the)\b')
@@ -125,7 +128,9 @@ def _boxed(text: str) -> re.Match[str] | None:
 def extract_number(text: str) -> fractions.Fraction | None:
   """The final numeric answer in `text` by the module's rules; None if none."""
   text = _prepare(text)
-  match = _after(_HASHES, text) or _boxed(text) or _after(_ANSWER_IS, text)
+  match = (
+    _after(_HASHES, text) or _after(_FINAL_ANSWER, text) or _boxed(text) or _after(_ANSWER_IS, text)
+  )
   if match is None:
     numbers = list(_NUMBER.finditer(text))
     match = numbers[-1] if numbers else None
@@ -135,8 +140,7 @@ def extract_number(text: str) -> fractions.Fraction | None:
 def normalize_text(text: str) -> str:
   """QA normal form: NFKC, case-folded, no punctuation, no articles."""
   text = unicodedata.normalize('NFKC', text).casefold()
-  text = ''.join(
-      c for c in text if not unicodedata.category(c).startswith('P'))
+  text = ''.join(c for c in text if not unicodedata.category(c).startswith('P'))
   words = ' '.join(_ARTICLES.sub(' ', text).split())
   return words or ' '.join(text.split())
 
@@ -145,17 +149,18 @@ class Numeric:
   """Maths answers: the final number, compared as an exact rational."""
 
   name = 'numeric'
-  version = 1
+  version = 2
 
   def __call__(self, text: str, gold: Sequence[str]) -> Verdict:
     golds = [parse_number(g) for g in gold]
     value = extract_number(text)
     return Verdict(
-        verdict=value is not None and value in golds,
-        extracted=None if value is None else canonical(value),
-        gold=tuple(canonical(g) for g in golds),
-        verifier=self.name,
-        version=self.version)
+      verdict=value is not None and value in golds,
+      extracted=None if value is None else canonical(value),
+      gold=tuple(canonical(g) for g in golds),
+      verifier=self.name,
+      version=self.version,
+    )
 
 
 class Alias:
@@ -169,11 +174,12 @@ class Alias:
     lines = [line for line in text.splitlines() if line.strip()]
     extracted = normalize_text(lines[0]) if lines else None
     return Verdict(
-        verdict=bool(extracted) and extracted in golds,
-        extracted=extracted,
-        gold=golds,
-        verifier=self.name,
-        version=self.version)
+      verdict=bool(extracted) and extracted in golds,
+      extracted=extracted,
+      gold=golds,
+      verifier=self.name,
+      version=self.version,
+    )
 
 
 Verifier = Numeric | Alias
@@ -187,6 +193,7 @@ def get(name: str, version: int) -> Verifier:
   verifier = VERIFIERS[name]
   if verifier.version != version:
     raise ValueError(
-        f'verifier {name!r} is version {verifier.version}, the record was '
-        f'written by version {version}')
+      f'verifier {name!r} is version {verifier.version}, the record was '
+      f'written by version {version}'
+    )
   return verifier

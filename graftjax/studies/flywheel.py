@@ -160,8 +160,7 @@ def run(
   unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
   exact = route_lib.ExactRouter()
   exact.add_many((e.key, e.question) for e in by_item.values())
-  with measured('recurrence', len(unsolved)):
-    recurrence = _recurrence(model, library, unsolved, exact, verify, budget, bar)
+  recurrence = _recurrence(model, library, unsolved, exact, verify, budget, bar, measured)
   transfer = _transfer(model, library, held_out, routers, verify, prompt, budget, bar, measured)
   return {
     'task': task,
@@ -244,32 +243,42 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
   return out
 
 
-def _recurrence(model, library, unsolved, exact, verify, budget, bar) -> dict[str, Any]:
-  """Each unsolved item asked again: exact route, graft, recall; plus the same text prompted."""
+def _recurrence(model, library, unsolved, exact, verify, budget, bar, measured) -> dict[str, Any]:
+  """Each unsolved item asked again: exact route, graft, recall; then the same text prompted.
+
+  The two arms run one after the other, so each phase's energy is its own.
+  """
   tick = bar('recurrence', len(unsolved))
   entries = {e.key: e for e in library.entries()}
-  attempts, equal = [], []
-  for item in unsolved:
-    hits = exact.route(item.question)
-    entry = entries[hits[0].key] if hits else None
-    grafted, who = _answer(model, library, entry, item, 'recall', budget.recall_tokens)
-    attempts.append(_answer_record('recurrence', item, (grafted, who), verify, entry, hits))
-    if who == 'flywheel':
-      prompted = answer_lib.answer_prompted(
+  attempts, grafted = [], []
+  with measured('recurrence', len(unsolved)):
+    for item in unsolved:
+      hits = exact.route(item.question)
+      entry = entries[hits[0].key] if hits else None
+      out, who = _answer(model, library, entry, item, 'recall', budget.recall_tokens)
+      attempts.append(_answer_record('recurrence', item, (out, who), verify, entry, hits))
+      if who == 'flywheel':
+        grafted.append((item, entry, out))
+      if tick:
+        tick(1)
+  with measured('recurrence_prompted', len(grafted)):
+    prompted = [
+      answer_lib.answer_prompted(
         model, library, entry, item.question, mode='recall', max_new_tokens=budget.recall_tokens
       )
-      equal.append(
-        {
-          'item_id': item.id,
-          'logits_byte_equal': grafted.first_logits.tobytes() == prompted.first_logits.tobytes(),
-          'tokens_equal': grafted.token_ids == prompted.token_ids,
-          'graft_seconds': grafted.seconds,
-          'prompted_seconds': prompted.seconds,
-          'context_tokens': entry.block_tokens,
-        }
-      )
-    if tick:
-      tick(1)
+      for item, entry, _ in grafted
+    ]
+  equal = [
+    {
+      'item_id': item.id,
+      'logits_byte_equal': out.first_logits.tobytes() == other.first_logits.tobytes(),
+      'tokens_equal': out.token_ids == other.token_ids,
+      'graft_seconds': out.seconds,
+      'prompted_seconds': other.seconds,
+      'context_tokens': entry.block_tokens,
+    }
+    for (item, entry, out), other in zip(grafted, prompted)
+  ]
   summary = summary_lib.grafted_vs_prompted(equal)
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 

@@ -148,4 +148,4 @@ def test_the_template_carries_the_verified_answer_once(text_model, tmp_path):
     source='self',
     tokens_spent=3,
   )
-  assert entry.text == 'Question: What is two plus three?\nSolution: 2 + 3 = 5\nFinal answer: 5\n\n'
+  assert entry.text == 'Question: What is two plus three?\nFinal answer: 5\nSolution: 2 + 3 = 5\n\n'

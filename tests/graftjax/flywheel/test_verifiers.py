@@ -11,11 +11,16 @@ numeric = verifiers.VERIFIERS['numeric']
 alias = verifiers.VERIFIERS['alias']
 
 
-@pytest.mark.parametrize('text, gold', [
+@pytest.mark.parametrize(
+  'text, gold',
+  [
     ('#### 2125', '2,125'),
     ('She pays 2,125 dollars.', '2125'),
     ('The total is 1,450,000.', '1,450,000'),
     ('So the answer is $18.', '18'),
+    # The flywheel template's marker wins over an earlier 'answer is' (version 2).
+    ('So the answer is 30 - 2 = 29.\nFinal answer: 29\n', '29'),
+    ('final answer: 1,250 dollars', '1250'),
     ('So the answer is $18.00.', '18'),
     ('18.0', '18'),
     ('It takes 14 hours', '14'),
@@ -43,14 +48,17 @@ alias = verifiers.VERIFIERS['alias']
     ('16-3 is 13', '13'),
     ('1,5', '5'),
     ('answer is 4/0', '4'),
-])
+  ],
+)
 def test_numeric_accepts(text, gold):
   verdict = numeric(text, [gold])
   assert verdict.verdict, verdict
   assert verdict.extracted == verdict.gold[0]
 
 
-@pytest.mark.parametrize('text, gold, extracted', [
+@pytest.mark.parametrize(
+  'text, gold, extracted',
+  [
     ('', '5', None),
     ('   \n', '5', None),
     ('I do not know.', '5', None),
@@ -62,21 +70,25 @@ def test_numeric_accepts(text, gold):
     ('1,000', '1', '1000'),
     ('-5', '5', '-5'),
     ('A1 and a2', '1', None),
-])
+  ],
+)
 def test_numeric_rejects(text, gold, extracted):
   verdict = numeric(text, [gold])
   assert not verdict.verdict
   assert verdict.extracted == extracted
 
 
-@pytest.mark.parametrize('value, text', [
+@pytest.mark.parametrize(
+  'value, text',
+  [
     (fractions.Fraction(18), '18'),
     (fractions.Fraction(-5, 2), '-2.5'),
     (fractions.Fraction(1, 8), '0.125'),
     (fractions.Fraction(-3, 20), '-0.15'),
     (fractions.Fraction(1, 3), '1/3'),
     (fractions.Fraction(0), '0'),
-])
+  ],
+)
 def test_canonical(value, text):
   assert verifiers.canonical(value) == text
   assert verifiers.parse_number(text) == value
@@ -88,28 +100,34 @@ def test_gold_must_be_one_number(gold):
     numeric('12', [gold])
 
 
-@pytest.mark.parametrize('text, gold', [
+@pytest.mark.parametrize(
+  'text, gold',
+  [
     (' English', ['English']),
     ('english.\nThe genre of X is comedy', ['English']),
     ('The United States', ['United States of America', 'United States']),
     ('U.S.', ['US']),
-    ('Guns N\' Roses', ['Guns N Roses']),
+    ("Guns N' Roses", ['Guns N Roses']),
     ('\n\n  Paris ', ['paris']),
     ('A', ['A']),
     ('Ｐａｒｉｓ', ['Paris']),
-])
+  ],
+)
 def test_alias_accepts(text, gold):
   assert alias(text, gold).verdict
 
 
-@pytest.mark.parametrize('text, gold', [
+@pytest.mark.parametrize(
+  'text, gold',
+  [
     ('', ['English']),
     ('\n \n', ['English']),
     ('English and French', ['English']),
     ('French\nEnglish', ['English']),
     ('...', ['English']),
     ('Englishman', ['English']),
-])
+  ],
+)
 def test_alias_rejects(text, gold):
   assert not alias(text, gold).verdict
 
@@ -130,8 +148,7 @@ def test_get_refuses_unknown_and_other_versions():
 
 
 def test_task_verifies_and_refuses_bad_items():
-  item = tasks.Item(task='t', id='t/0', question='1+1?', answer='2',
-                    source='test', split='test')
+  item = tasks.Item(task='t', id='t/0', question='1+1?', answer='2', source='test', split='test')
   assert tasks.Item.from_json(item.to_json()) == item
   task = tasks.Task('t', numeric, lambda: [item])
   assert [i.id for i in task.items()] == ['t/0']
