@@ -19,20 +19,13 @@ from graftjax import determinism
 determinism.pin()  # before jax starts
 
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tempfile
 
 from absl import app
 from absl import flags
-import jax.numpy as jnp
-import tqdm
 
 from graftjax.studies import cli
-from graftjax.studies import corpus
 from graftjax.studies import graft_gate
 from graftjax.studies import results
-from graftjax import store as store_lib
-from graftjax.models.gemma import gguf as gguf_lib
-from graftjax.models.gemma import model as gemma_model
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Number of text samples.')
@@ -56,105 +49,12 @@ _STORE = flags.DEFINE_string('store', None, 'BlockStore folder (default: a tempo
 _OUT = flags.DEFINE_string('out', 'experiments/results/exactness.json', 'Result JSON path.')
 
 
-def format_table(result: dict) -> str:
-  """A short human-readable table of one run's summary."""
-  s = result['summary']
-  rows = [('arm', 'byte-equal', 'KL max', 'argmax', 'max|Δ|')]
-  for arm in ('fresh_vs_grafted', 'fresh_vs_grafted_other_process', 'fresh_vs_fresh'):
-    if arm in s:
-      a = s[arm]
-      rows.append(
-        (
-          arm,
-          f'{a["byte_equal"]}/{a["samples"]}',
-          f'{a["kl_max"]:.3g}',
-          f'{100 * a["argmax_agreement"]:.1f}%',
-          f'{a["max_abs_diff"]:.3g}',
-        )
-      )
-  for arm in ('rollout_fresh_vs_grafted', 'rollout_fresh_vs_grafted_other_process'):
-    if arm in s:
-      a = s[arm]
-      rows.append(
-        (
-          arm,
-          f'{a["logits_byte_equal"]}/{a["samples"]}',
-          '-',
-          f'tokens {a["tokens_equal"]}/{a["samples"]}',
-          '-',
-        )
-      )
-  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-  lines = ['  '.join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-  header = (
-    f'{result["model"]} {result["dtype"]} on {result["determinism"]["device_kind"]}'
-    f' ({result["determinism"]["backend"]}, jax {result["determinism"]["jax_version"]})'
-  )
-  return '\n'.join([header] + lines)
-
-
-def run(
-  *,
-  model_name: str,
-  samples: int,
-  prefix_tokens: int,
-  continuation_tokens: int,
-  rollout_tokens: int,
-  chunk_size: int,
-  dtype: str,
-  other_process: bool,
-  store_dir: str | None,
-  command: str,
-) -> dict:
-  """Loads the model, builds samples, runs the gate; returns the result dict."""
-  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  text = corpus.text_samples(
-    tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=continuation_tokens
-  )
-  need = prefix_tokens + continuation_tokens + rollout_tokens
-  schedule = graft_gate.Schedule(
-    chunk_size=chunk_size,
-    rollout_tokens=rollout_tokens,
-    capacity=-(-need // chunk_size) * chunk_size,
-  )
-  with tempfile.TemporaryDirectory() as scratch:
-    store = store_lib.BlockStore(store_dir or pathlib.Path(scratch) / 'store')
-    result = graft_gate.run_gate(
-      model=model,
-      model_name=model_name,
-      samples=text,
-      schedule=schedule,
-      store=store,
-      workdir=scratch,
-      other_process=other_process,
-      progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
-    )
-  inputs = {'model_fingerprint': model.fingerprint, 'params_sha256': model.params_digest}
-  if model_name != 'tiny':
-    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
-  return {
-    **results.header('exactness', inputs=inputs, command=command),
-    'model': model_name,
-    'dtype': dtype,
-    'position_scheme': model.position_scheme,
-    'schedule': {
-      'chunk_size': chunk_size,
-      'rollout_tokens': rollout_tokens,
-      'capacity': schedule.capacity,
-      'prefix_tokens': prefix_tokens,
-      'continuation_tokens': continuation_tokens,
-    },
-    **result,
-  }
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   command = results.command_line()
   runs = [
-    run(
+    graft_gate.experiment(
       model_name=_MODEL.value,
       samples=_SAMPLES.value,
       prefix_tokens=_PREFIX_TOKENS.value,
@@ -168,7 +68,7 @@ def main(argv):
     )
     for dtype in _DTYPES.value
   ]
-  table = '\n\n'.join(format_table(r) for r in runs)
+  table = '\n\n'.join(graft_gate.format_table(r) for r in runs)
   table_path = pathlib.Path(_OUT.value).with_suffix('.txt')
   table_path.write_text(table + '\n')
   print(table)

@@ -20,20 +20,11 @@ from graftjax import determinism
 
 determinism.pin()
 
-import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from absl import app
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-import jax.numpy as jnp
-import numpy as np
-import tqdm
 
 from graftjax import ledger
-from graftjax.models.gemma import config as config_lib
-from graftjax.models.gemma import model as gemma_model
-from graftjax.models.gemma import ops
 from graftjax.studies import cli
-from graftjax.studies import corpus
 from graftjax.studies import impl_flags
 from graftjax.studies import invariance
 from graftjax.studies import results
@@ -52,77 +43,6 @@ _MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --ou
 _OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
 
 
-def run(
-  *,
-  model_name: str,
-  impl: str,
-  per_op: dict[str, str],
-  dtype: str,
-  samples: int,
-  prefix_tokens: int,
-  continuation_tokens: int,
-  chunk_sizes: tuple[int, ...],
-  batch_sizes: tuple[int, ...],
-  shard: int = 0,
-  num_shards: int = 1,
-  command: str,
-) -> dict:
-  """Loads the model with the given kernels, runs shard `shard` of `num_shards`; the result."""
-  if not 0 <= shard < num_shards:
-    raise ValueError(f'shard {shard} must be in [0, num_shards={num_shards})')
-  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype)).with_impl(impl, **per_op)
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  texts = corpus.text_samples(
-    tokenizer,
-    count=samples,
-    prefix_tokens=prefix_tokens,
-    continuation_tokens=continuation_tokens,
-  )
-  indices = invariance.shard_range(len(texts), shard, num_shards)
-  need = prefix_tokens + continuation_tokens
-  capacity = -(-need // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
-  with tempfile.TemporaryDirectory() as tmp:
-    result = invariance.run_invariance(
-      model=model,
-      samples=[texts[i] for i in indices],
-      chunk_sizes=tuple(chunk_sizes),
-      batch_sizes=tuple(batch_sizes),
-      capacity=capacity,
-      store_root=tmp,
-      progress=lambda it: tqdm.tqdm(it, desc='samples'),
-    )
-  for index, record in zip(indices, result['samples']):
-    sample = texts[index]
-    record.update(
-      index=index,
-      sha256_prefix_ids=ledger.sha256_tokens(sample.prefix_ids),
-      sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids),
-    )
-  return {
-    **results.header(
-      'invariance', inputs={'model_fingerprint': model.fingerprint}, command=command
-    ),
-    'model': model_name,
-    'impl': impl,
-    'impls': {op: per_op.get(op, impl) for op in config_lib.OPS},
-    'dtype': dtype,
-    'capacity': capacity,
-    'settings': {
-      'samples': samples,
-      'prefix_tokens': prefix_tokens,
-      'continuation_tokens': continuation_tokens,
-      'chunk_sizes': list(chunk_sizes),
-      'batch_sizes': list(batch_sizes),
-    },
-    'shard': {
-      'index': shard,
-      'count': num_shards,
-      'samples': [indices.start, indices.stop],
-    },
-    **result,
-  }
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -133,7 +53,7 @@ def main(argv):
     raise app.UsageError(f'--shard={_SHARD.value} must be in [0, --num_shards={_NUM_SHARDS.value})')
   else:
     impl, per_op = _IMPLS.value
-    result = run(
+    result = invariance.experiment(
       model_name=_MODEL.value,
       impl=impl,
       per_op=per_op,
@@ -147,21 +67,7 @@ def main(argv):
       num_shards=_NUM_SHARDS.value,
       command=command,
     )
-  print(
-    f'{result["model"]} impl={result["impl"]} {result["dtype"]}'
-    f' on {result["determinism"]["device_kind"]}'
-  )
-  print('chunk  batch  samples byte-equal  KL max  argmax  max|Δ|')
-  for cell in result['cells']:
-    print(
-      f'{cell["chunk_size"]:>5}  {cell["batch_size"]:>5}  {cell["samples_byte_equal"]:>3}/{cell["samples"]:<3}'
-      f'              {cell["rows_kl_max"]:.3g}  {100 * cell["rows_argmax_agreement"]:.1f}%'
-      f'  {cell["rows_max_abs_diff"]:.3g}'
-    )
-  if not result.get('complete', True):
-    print(f'incomplete: {result["samples_run"]} of {result["settings"]["samples"]} planned samples')
-  seconds = [s['seconds'] for s in result['samples']]
-  print(f'{np.mean(seconds):.1f} s per sample')
+  print(invariance.format_table(result))
   results.write(_OUT.value, result)
 
 

@@ -14,15 +14,9 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-import jax.numpy as jnp
-import numpy as np
-
-from graftjax import exactness
-from graftjax import ledger
-from graftjax.models.gemma import model as gemma_model
 from graftjax.studies import cli
-from graftjax.studies import corpus
 from graftjax.studies import results
+from graftjax.studies import scheme_agreement
 
 _SCHEMES = flags.DEFINE_multi_enum(
   'scheme',
@@ -36,46 +30,10 @@ _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute
 _OUT = flags.DEFINE_string('out', 'experiments/results/scheme_agreement.json', 'Result JSON.')
 
 
-def all_logits(model, ids) -> np.ndarray:
-  logits, _ = model.prefill(
-    ids, cache=model.init_cache(capacity=len(ids)), chunk_size=len(ids), logits='all'
-  )
-  return np.asarray(logits[0])
-
-
-def run(
-  *, schemes: list[str], samples: int, tokens: int, dtype: str, command: str | None = None
-) -> dict:
-  """Each scheme's logits against rope's on the same weights and text; the result."""
-  base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
-  chosen = corpus.text_samples(
-    base.tokenizer, count=samples, prefix_tokens=tokens - 1, continuation_tokens=1
-  )
-  texts = [list(s.prefix_ids) + list(s.continuation_ids) for s in chosen]
-  reference = [all_logits(base, ids) for ids in texts]
-  rows = {}
-  for scheme in schemes:
-    model = base.with_position_scheme(scheme)
-    found = [exactness.compare(ref, all_logits(model, ids)) for ref, ids in zip(reference, texts)]
-    rows[scheme] = {**exactness.summarize(found), 'per_sample': [c.to_json() for c in found]}
-    print(scheme, {k: v for k, v in rows[scheme].items() if k != 'per_sample'})
-  inputs = {
-    'model_fingerprint_rope': base.fingerprint,
-    'samples': [
-      {'source': s.source, 'sha256_ids': ledger.sha256_tokens(ids)} for s, ids in zip(chosen, texts)
-    ],
-  }
-  return {
-    **results.header('scheme_agreement', inputs=inputs, command=command),
-    'dtype': dtype,
-    'vs_rope': rows,
-  }
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  result = run(
+  result = scheme_agreement.experiment(
     schemes=_SCHEMES.value, samples=_SAMPLES.value, tokens=_TOKENS.value, dtype=_DTYPE.value
   )
   results.write(_OUT.value, result)

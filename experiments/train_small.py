@@ -16,10 +16,8 @@ determinism.pin()  # before jax starts
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-import tqdm
 
 from graftjax.studies import cli
-from graftjax.studies import results
 from graftjax.studies import training
 
 _SCHEME = flags.DEFINE_enum(
@@ -43,38 +41,6 @@ _OUT = flags.DEFINE_string('out', None, 'Checkpoint folder to create.', required
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace an existing checkpoint folder.')
 
 
-def run(
-  *,
-  scheme: str,
-  size: str,
-  settings: training.Settings,
-  held_out_every: int,
-  max_files: int | None,
-  out_dir: str,
-  overwrite: bool,
-  command: str | None = None,
-) -> dict:
-  """Trains, saves; returns the saved checkpoint's model.json."""
-  config = training.small_config(size, scheme=scheme)
-  data = training.load_corpus(held_out_every=held_out_every, max_files=max_files)
-  result = training.train(
-    config=config,
-    settings=settings,
-    data=data,
-    progress=lambda it: tqdm.tqdm(it, desc=f'train {scheme}', unit='step'),
-  )
-  training.save(
-    out_dir,
-    config=config,
-    result=result,
-    settings=settings,
-    data=data,
-    overwrite=overwrite,
-    extra={**results.header('train_small', command=command), 'size': size},
-  )
-  return training.load_record(out_dir)
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -88,7 +54,7 @@ def main(argv):
     eval_every=_EVAL_EVERY.value,
     eval_batches=_EVAL_BATCHES.value,
   )
-  record = run(
+  record = training.train_and_save(
     scheme=_SCHEME.value,
     size=_MODEL.value,
     settings=settings,

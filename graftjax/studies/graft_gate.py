@@ -10,6 +10,9 @@ Every arm uses the same cache capacity and the same chunk schedule (the
 prefix in chunks from slot 0, the continuation in chunks from the prefix's
 end), so fresh and grafted run the same compiled programs on the same
 shapes. After the continuation, each arm decodes a greedy rollout.
+
+`experiment(...)` is experiments/exactness.py for one dtype (model, samples,
+store, result header); `format_table` prints its summary.
 """
 
 from __future__ import annotations
@@ -19,18 +22,24 @@ import json
 import pathlib
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from graftjax import blocks
 from graftjax import exactness
 from graftjax import ledger
 from graftjax import restore as restore_lib
+from graftjax import store as store_lib
+from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sampler
 from graftjax.studies import corpus
+from graftjax.studies import results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,3 +332,97 @@ def run_gate(
     }
     summary['other_process_determinism'] = report['determinism']
   return {'samples': records, 'summary': summary}
+
+
+def experiment(
+  *,
+  model_name: str,
+  samples: int,
+  prefix_tokens: int,
+  continuation_tokens: int,
+  rollout_tokens: int,
+  chunk_size: int,
+  dtype: str,
+  other_process: bool,
+  store_dir: str | None,
+  command: str,
+) -> dict:
+  """experiments/exactness.py for one dtype: loads the model, builds the samples, runs the
+  gate in a scratch folder (and `store_dir`, if given); the result with its header."""
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  text = corpus.text_samples(
+    tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=continuation_tokens
+  )
+  need = prefix_tokens + continuation_tokens + rollout_tokens
+  schedule = Schedule(
+    chunk_size=chunk_size,
+    rollout_tokens=rollout_tokens,
+    capacity=-(-need // chunk_size) * chunk_size,
+  )
+  with tempfile.TemporaryDirectory() as scratch:
+    store = store_lib.BlockStore(store_dir or pathlib.Path(scratch) / 'store')
+    result = run_gate(
+      model=model,
+      model_name=model_name,
+      samples=text,
+      schedule=schedule,
+      store=store,
+      workdir=scratch,
+      other_process=other_process,
+      progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
+    )
+  inputs = {'model_fingerprint': model.fingerprint, 'params_sha256': model.params_digest}
+  if model_name != 'tiny':
+    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
+  return {
+    **results.header('exactness', inputs=inputs, command=command),
+    'model': model_name,
+    'dtype': dtype,
+    'position_scheme': model.position_scheme,
+    'schedule': {
+      'chunk_size': chunk_size,
+      'rollout_tokens': rollout_tokens,
+      'capacity': schedule.capacity,
+      'prefix_tokens': prefix_tokens,
+      'continuation_tokens': continuation_tokens,
+    },
+    **result,
+  }
+
+
+def format_table(result: dict) -> str:
+  """A short human-readable table of one run's summary."""
+  s = result['summary']
+  rows = [('arm', 'byte-equal', 'KL max', 'argmax', 'max|Δ|')]
+  for arm in ('fresh_vs_grafted', 'fresh_vs_grafted_other_process', 'fresh_vs_fresh'):
+    if arm in s:
+      a = s[arm]
+      rows.append(
+        (
+          arm,
+          f'{a["byte_equal"]}/{a["samples"]}',
+          f'{a["kl_max"]:.3g}',
+          f'{100 * a["argmax_agreement"]:.1f}%',
+          f'{a["max_abs_diff"]:.3g}',
+        )
+      )
+  for arm in ('rollout_fresh_vs_grafted', 'rollout_fresh_vs_grafted_other_process'):
+    if arm in s:
+      a = s[arm]
+      rows.append(
+        (
+          arm,
+          f'{a["logits_byte_equal"]}/{a["samples"]}',
+          '-',
+          f'tokens {a["tokens_equal"]}/{a["samples"]}',
+          '-',
+        )
+      )
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  lines = ['  '.join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+  header = (
+    f'{result["model"]} {result["dtype"]} on {result["determinism"]["device_kind"]}'
+    f' ({result["determinism"]["backend"]}, jax {result["determinism"]["jax_version"]})'
+  )
+  return '\n'.join([header] + lines)

@@ -12,7 +12,8 @@ Every arm has the same cache capacity. Batch rows repeat the sample.
 
 Results are kept per sample (`run_invariance(...)['samples']`), so runs over
 disjoint sample ranges (`shard_range`) can be merged (`merge_shards`) into
-one table.
+one table. `experiment(...)` is experiments/invariance.py (one shard);
+`format_table` prints its cells.
 """
 
 from __future__ import annotations
@@ -20,16 +21,24 @@ from __future__ import annotations
 from concurrent import futures
 import os
 import pathlib
+import tempfile
 import time
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from graftjax import blocks
 from graftjax import determinism
-from graftjax.studies import corpus
 from graftjax import exactness
+from graftjax import ledger
 from graftjax import store as store_lib
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import ops
+from graftjax.studies import corpus
+from graftjax.studies import results
 
 
 def single_pass(model, sample: corpus.TextSample, capacity: int) -> np.ndarray:
@@ -250,3 +259,97 @@ def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
     'samples': samples,
     'cells': merge_cells(samples),
   }
+
+
+def experiment(
+  *,
+  model_name: str,
+  impl: str,
+  per_op: dict[str, str],
+  dtype: str,
+  samples: int,
+  prefix_tokens: int,
+  continuation_tokens: int,
+  chunk_sizes: tuple[int, ...],
+  batch_sizes: tuple[int, ...],
+  shard: int = 0,
+  num_shards: int = 1,
+  command: str,
+) -> dict:
+  """experiments/invariance.py: loads the model with the given kernels, runs shard `shard`
+  of `num_shards` of the samples; the result with its header."""
+  if not 0 <= shard < num_shards:
+    raise ValueError(f'shard {shard} must be in [0, num_shards={num_shards})')
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype)).with_impl(impl, **per_op)
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  texts = corpus.text_samples(
+    tokenizer,
+    count=samples,
+    prefix_tokens=prefix_tokens,
+    continuation_tokens=continuation_tokens,
+  )
+  indices = shard_range(len(texts), shard, num_shards)
+  need = prefix_tokens + continuation_tokens
+  capacity = -(-need // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
+  with tempfile.TemporaryDirectory() as tmp:
+    result = run_invariance(
+      model=model,
+      samples=[texts[i] for i in indices],
+      chunk_sizes=tuple(chunk_sizes),
+      batch_sizes=tuple(batch_sizes),
+      capacity=capacity,
+      store_root=tmp,
+      progress=lambda it: tqdm.tqdm(it, desc='samples'),
+    )
+  for index, record in zip(indices, result['samples']):
+    sample = texts[index]
+    record.update(
+      index=index,
+      sha256_prefix_ids=ledger.sha256_tokens(sample.prefix_ids),
+      sha256_continuation_ids=ledger.sha256_tokens(sample.continuation_ids),
+    )
+  return {
+    **results.header(
+      'invariance', inputs={'model_fingerprint': model.fingerprint}, command=command
+    ),
+    'model': model_name,
+    'impl': impl,
+    'impls': {op: per_op.get(op, impl) for op in config_lib.OPS},
+    'dtype': dtype,
+    'capacity': capacity,
+    'settings': {
+      'samples': samples,
+      'prefix_tokens': prefix_tokens,
+      'continuation_tokens': continuation_tokens,
+      'chunk_sizes': list(chunk_sizes),
+      'batch_sizes': list(batch_sizes),
+    },
+    'shard': {
+      'index': shard,
+      'count': num_shards,
+      'samples': [indices.start, indices.stop],
+    },
+    **result,
+  }
+
+
+def format_table(result: dict[str, Any]) -> str:
+  """Per chunk size and batch size: byte-equal samples, KL max, argmax agreement, max |Δ|."""
+  lines = [
+    f'{result["model"]} impl={result["impl"]} {result["dtype"]}'
+    f' on {result["determinism"]["device_kind"]}',
+    'chunk  batch  samples byte-equal  KL max  argmax  max|Δ|',
+  ]
+  for cell in result['cells']:
+    lines.append(
+      f'{cell["chunk_size"]:>5}  {cell["batch_size"]:>5}  {cell["samples_byte_equal"]:>3}/{cell["samples"]:<3}'
+      f'              {cell["rows_kl_max"]:.3g}  {100 * cell["rows_argmax_agreement"]:.1f}%'
+      f'  {cell["rows_max_abs_diff"]:.3g}'
+    )
+  if not result.get('complete', True):
+    lines.append(
+      f'incomplete: {result["samples_run"]} of {result["settings"]["samples"]} planned samples'
+    )
+  seconds = [s['seconds'] for s in result['samples']]
+  lines.append(f'{np.mean(seconds):.1f} s per sample')
+  return '\n'.join(lines)

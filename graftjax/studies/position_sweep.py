@@ -18,22 +18,34 @@ two offsets and grafted side by side; compared with fresh block attention
 Every arm runs on one `relocation.Layout` (capacity n + c: slots do not
 depend on positions, so a block at offset 32000 still sits in slots
 0..n-1). KL is float64, KL(fresh(M) || arm) per continuation row.
+
+`experiment(...)` is experiments/relocation.py: the model by name or from a
+trained checkpoint (`model_source`), the samples, the sweep and the result
+header; `format_table` prints its cells.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 import dataclasses
+import functools
+import os
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import tqdm
 
-from graftjax.studies import corpus
 from graftjax import exactness
 from graftjax import ledger
-from graftjax.studies import relocation
 from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions as positions_lib
+from graftjax.studies import corpus
+from graftjax.studies import relocation
+from graftjax.studies import results
+from graftjax.studies import training
 
 ARMS = ('relocated', 'control', 'own_position')
 ALL_SCHEMES = tuple(s.value for s in config_lib.PositionScheme)
@@ -278,3 +290,115 @@ def cell(result: dict[str, Any], *, scheme: str, dtype: str, offset: int) -> dic
     if (c['scheme'], c['dtype'], c['offset']) == (scheme, dtype, offset):
       return c
   raise KeyError(f'no cell for {scheme} {dtype} offset {offset}')
+
+
+NAMED_MODELS = ('gemma3-270m', 'tiny')
+
+
+def parse_pairs(values: list[str]) -> list[tuple[int, int]]:
+  """['64:4096', ...] -> [(64, 4096), ...]."""
+  pairs = []
+  for value in values:
+    a, sep, b = value.partition(':')
+    if not sep:
+      raise ValueError(f'composition offsets must look like A:B, got {value!r}')
+    pairs.append((int(a), int(b)))
+  return pairs
+
+
+def model_source(model: str) -> tuple[Callable[[str], gemma_model.Gemma], dict]:
+  """(dtype name -> Gemma, what to record about the model's origin)."""
+  if model in NAMED_MODELS:
+    load = lambda dtype: gemma_model.load_named(model, dtype=jnp.dtype(dtype))
+    info = {'gguf_sha256': gguf_lib.expected_sha256()} if model != 'tiny' else {}
+    return load, info
+  if not os.path.isdir(model):
+    raise ValueError(f'--model={model!r} is neither {NAMED_MODELS} nor a checkpoint folder')
+  record = training.load_record(model)
+  info = {
+    'checkpoint': model,
+    'training': {
+      k: record[k]
+      for k in (
+        'result_sha256',
+        'command',
+        'size',
+        'parameter_count',
+        'held_out_loss',
+        'held_out_bits_per_byte',
+        'held_out_tokens',
+        'params_sha256',
+        'model_fingerprint',
+      )
+      if k in record
+    },
+  }
+  info['training']['scheme'] = record['config']['position_scheme']
+  info['training']['steps'] = record['settings']['steps']
+  return lambda dtype: training.load_trained(model, dtype=jnp.dtype(dtype)), info
+
+
+def experiment(
+  *,
+  model: str,
+  schemes: list[str] | None,
+  dtypes: list[str],
+  offsets: list[int],
+  samples: int,
+  block_tokens: int,
+  continuation_tokens: int,
+  chunk_size: int,
+  composition_offsets: list[tuple[int, int]],
+  command: str | None = None,
+) -> dict:
+  """experiments/relocation.py: builds the samples and the model factory, runs the sweep;
+  the result with its header."""
+  load, info = model_source(model)
+  base = functools.cache(load)
+  if schemes is None:
+    schemes = [info['training']['scheme']] if 'training' in info else list(ALL_SCHEMES)
+  tokenizer = base(dtypes[0]).tokenizer or corpus.ByteTokenizer(base(dtypes[0]).config.vocab_size)
+  text = corpus.text_samples(
+    tokenizer, count=samples, prefix_tokens=block_tokens, continuation_tokens=continuation_tokens
+  )
+  result = run_sweep(
+    model_factory=lambda scheme, dtype: base(dtype).with_position_scheme(scheme),
+    schemes=schemes,
+    dtypes=dtypes,
+    offsets=offsets,
+    samples=text,
+    layout=layout_for(
+      block_tokens=block_tokens, continuation_tokens=continuation_tokens, chunk_size=chunk_size
+    ),
+    composition_offsets=composition_offsets,
+    progress=lambda it: tqdm.tqdm(it, desc='relocation', unit='item'),
+  )
+  head = results.header('relocation', inputs=info, command=command)
+  return {
+    **head,
+    'model': os.path.basename(os.path.normpath(model)),
+    'device': head['determinism']['device_kind'],
+    **result,
+  }
+
+
+def format_table(result: dict) -> str:
+  """Byte-equal counts and worst KL per scheme, dtype and offset."""
+  lines = [
+    f'{result["model"]} on {result["device"]}:',
+    '  scheme dtype offset | relocated eq  KL max  max|Δ|  flips | control eq  KL max | own eq',
+  ]
+  for c in result['cells']:
+    r, f, o = c['relocated'], c['control'], c['own_position']
+    lines.append(
+      f'  {c["scheme"]:13s} {c["dtype"]:8s} {c["offset"]:6d} | {r["byte_equal"]}/{r["samples"]}'
+      f'  {r["kl_max"]:.3g}  {r["max_abs_diff"]:.3g}  {r["argmax_flips"]} |'
+      f' {f["byte_equal"]}/{f["samples"]}  {f["kl_max"]:.3g} | {o["byte_equal"]}/{o["samples"]}'
+    )
+  for c in result['composition']:
+    lines.append(
+      f'  composition {c["scheme"]} {c["dtype"]} at {c["offsets"]}:'
+      f' {c["byte_equal"]}/{c["samples"]} byte-equal, KL max {c["kl_max"]:.3g},'
+      f' max|Δ| {c["max_abs_diff"]:.3g}'
+    )
+  return '\n'.join(lines)

@@ -16,7 +16,8 @@ initial params and the batch order come from one seed.
 A checkpoint folder holds `params/` (orbax) and `model.json` (config,
 settings, data digests, held-out loss, the params' SHA-256; written by
 `ledger.write_result`). `load_trained` gives back a `Gemma` and refuses
-params whose digest is not the recorded one.
+params whose digest is not the recorded one. `train_and_save` is
+experiments/train_small.py.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import tqdm
 
 from graftjax.models import cache as cache_lib
 from graftjax.studies import corpus
+from graftjax.studies import results
 from graftjax import ledger
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
@@ -422,3 +425,35 @@ def load_trained(path: str | os.PathLike, *, dtype=jnp.float32) -> gemma_model.G
   return gemma_model.from_params(
     config_from_json(record['config']), params, dtype=dtype, params_digest=digest
   )
+
+
+def train_and_save(
+  *,
+  scheme: str,
+  size: str,
+  settings: Settings,
+  held_out_every: int,
+  max_files: int | None,
+  out_dir: str,
+  overwrite: bool,
+  command: str | None = None,
+) -> dict:
+  """experiments/train_small.py: trains, saves; returns the saved checkpoint's model.json."""
+  config = small_config(size, scheme=scheme)
+  data = load_corpus(held_out_every=held_out_every, max_files=max_files)
+  result = train(
+    config=config,
+    settings=settings,
+    data=data,
+    progress=lambda it: tqdm.tqdm(it, desc=f'train {scheme}', unit='step'),
+  )
+  save(
+    out_dir,
+    config=config,
+    result=result,
+    settings=settings,
+    data=data,
+    overwrite=overwrite,
+    extra={**results.header('train_small', command=command), 'size': size},
+  )
+  return load_record(out_dir)

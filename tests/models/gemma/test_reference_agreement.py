@@ -19,17 +19,16 @@ it see one key too many (~0.27) must break the 2e-3 tolerance.
 """
 
 import dataclasses
-import importlib.util
 import json
 import pathlib
-import sys
 
 import numpy as np
 import pytest
 
+from graftjax.studies import reference_agreement
+
 _ROOT = pathlib.Path(__file__).resolve().parents[3]
 _FIXTURES = _ROOT / 'tests' / 'fixtures'
-_SCRIPT = _ROOT / 'experiments' / 'reference_agreement.py'
 
 # Deterministic subset for pytest; the experiment script runs all prompts.
 SUBSET = (
@@ -61,14 +60,8 @@ def llamacpp_fixture():
 
 @pytest.fixture(scope='module')
 def agreement():
-  """The experiment script, imported once as a module (it is not a package)."""
-  name = 'experiments_reference_agreement'
-  if name not in sys.modules:  # its absl flags may be defined only once
-    spec = importlib.util.spec_from_file_location(name, _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-  return sys.modules[name]
+  """The library behind experiments/reference_agreement.py."""
+  return reference_agreement
 
 
 @pytest.fixture(scope='module')

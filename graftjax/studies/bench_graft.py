@@ -1,0 +1,246 @@
+"""Time to first continuation token: graft a stored prefix vs recompute it.
+
+The library of experiments/bench_graft.py. `experiment(...)` times, per prefix length, a
+graft from the BlockStore by stage and a recompute by chunked prefill, sets the restore
+against its floor (the block's bytes over measured read and host-to-device bandwidth), and
+optionally runs llama.cpp's own state restore as the peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from graftjax import blocks
+from graftjax import ledger
+from graftjax import store as store_lib
+from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.studies import corpus
+from graftjax.studies import results
+
+# llama.cpp's side of the comparison, run by another interpreter.
+PEERS = pathlib.Path(__file__).resolve().parents[2] / 'experiments' / 'peers'
+
+
+def long_text_ids(tokenizer, n: int) -> list[int]:
+  """BOS + the first n-1 tokens of standard-library sources, concatenated in sorted order."""
+  ids = [tokenizer.bos_id] if hasattr(tokenizer, 'bos_id') else [2]
+  for path in corpus.stdlib_files():
+    ids += tokenizer.encode(path.read_text(encoding='utf-8', errors='replace'), add_bos=False)
+    if len(ids) > n:
+      return ids[: n + 1]  # n prefix tokens and the next one
+  raise ValueError(f'the standard library holds fewer than {n} tokens')
+
+
+def timed(fn, repeats: int) -> tuple[float, list[float], object]:
+  """Median seconds of `repeats` calls after one warm-up; also the last result."""
+  result = fn()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    result = fn()
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times)), times, result
+
+
+def read_bandwidth(folder: pathlib.Path) -> float:
+  """Bytes per second of a warm read of every file under `folder`."""
+  files = [p for p in folder.rglob('*') if p.is_file()]
+  total = sum(p.stat().st_size for p in files)
+  best = float('inf')
+  for _ in range(3):
+    t0 = time.perf_counter()
+    for p in files:
+      with open(p, 'rb') as f:
+        while f.read(1 << 24):
+          pass
+    best = min(best, time.perf_counter() - t0)
+  return total / best
+
+
+def host_to_device_bandwidth(nbytes: int) -> float | None:
+  """Bytes per second of jax.device_put of a host array; None on CPU."""
+  if jax.default_backend() == 'cpu':
+    return None
+  host = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+  jax.device_put(host).block_until_ready()
+  t0 = time.perf_counter()
+  jax.device_put(host).block_until_ready()
+  return host.nbytes / (time.perf_counter() - t0)
+
+
+def bench_one(
+  model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute_max: int
+) -> dict:
+  n = len(ids) - 1
+  prefix, next_token = ids[:n], ids[n]
+  capacity = -(-(n + 1) // chunk_size) * chunk_size + chunk_size
+  first = lambda cache: model.forward(
+    np.asarray([[next_token]]), np.asarray([[n]]), cache, logits='last'
+  )[0]
+
+  def recompute_fn():
+    cache = model.init_cache(capacity=capacity)
+    _, cache = model.prefill(prefix, cache=cache, chunk_size=chunk_size, logits='none')
+    return first(cache).block_until_ready()
+
+  _, cache = model.prefill(
+    prefix, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
+  )
+  block = blocks.capture(
+    cache,
+    blocks.Span(0, n),
+    token_ids=prefix,
+    target=model.graft_target,
+  )
+  reference = np.asarray(first(cache))
+  del cache
+  key = store.put(block)
+  block_bytes = sum(a.nbytes for a in block.arrays().values())
+  del block
+
+  stages = {'read_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
+
+  def graft_fn():
+    t0 = time.perf_counter()
+    got = store.get(key)
+    t1 = time.perf_counter()
+    cache = jax.block_until_ready(model.init_cache(capacity=capacity))
+    t2 = time.perf_counter()
+    cache = blocks.graft(
+      cache,
+      got,
+      target=model.graft_target,
+      donate=True,
+    )
+    jax.block_until_ready(cache)
+    t3 = time.perf_counter()
+    logits = first(cache).block_until_ready()
+    t4 = time.perf_counter()
+    for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+      stages[name].append(dt)
+    return logits
+
+  graft_s, graft_times, logits = timed(graft_fn, repeats)
+  medians = {k: float(np.median(v[1:])) for k, v in stages.items()}  # [0] is the warm-up
+  row = {
+    'prefix_tokens': n,
+    'capacity': capacity,
+    'block_bytes': block_bytes,
+    'graft_first_token_s': graft_s,
+    'graft_times_s': graft_times,
+    'graft_stages_median_s': medians,
+    'restore_s': medians['read_s'] + medians['install_s'],
+    'graft_logits_equal_recompute': bool(np.asarray(logits).tobytes() == reference.tobytes()),
+    'read_bandwidth_Bps': read_bandwidth(pathlib.Path(store.root) / key),
+  }
+  h2d = host_to_device_bandwidth(block_bytes)
+  row['host_to_device_bandwidth_Bps'] = h2d
+  row['floor_s'] = block_bytes / row['read_bandwidth_Bps'] + (block_bytes / h2d if h2d else 0.0)
+  row['restore_over_floor'] = row['restore_s'] / row['floor_s']
+  if n <= recompute_max:
+    recompute_s, recompute_times, _ = timed(recompute_fn, repeats)
+    row.update(
+      recompute_first_token_s=recompute_s,
+      recompute_times_s=recompute_times,
+      speedup=recompute_s / graft_s,
+    )
+  else:
+    row['recompute_first_token_s'] = None
+    row['recompute_not_run'] = f'prefix longer than --recompute_max={recompute_max}'
+  store.delete(key)
+  return row
+
+
+def llamacpp_peer(python: str, prefixes: list[list[int]], next_token: int) -> dict:
+  with tempfile.TemporaryDirectory() as tmp:
+    request = pathlib.Path(tmp) / 'tokens.json'
+    request.write_text(json.dumps({'prefixes': prefixes, 'next_token': next_token}))
+    script = PEERS / 'llamacpp_restore.py'
+    proc = subprocess.run(
+      [python, str(script), str(gguf_lib.locate_gguf()), str(request), str(os.cpu_count())],
+      capture_output=True,
+      text=True,
+      check=False,
+    )
+  if proc.returncode:
+    raise RuntimeError(f'llama.cpp peer failed:\n{proc.stderr[-3000:]}')
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def experiment(
+  *,
+  model_name: str,
+  dtype: str,
+  lengths: list[int],
+  chunk_size: int,
+  repeats: int,
+  recompute_max: int,
+  llamacpp_python: str | None,
+  command: str | None = None,
+) -> dict:
+  """Graft vs recompute for every prefix length (and llama.cpp's restore); the result."""
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  ids = long_text_ids(tokenizer, max(lengths))
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
+    for n in tqdm.tqdm(lengths, desc='prefix lengths'):
+      rows.append(
+        bench_one(
+          model,
+          store,
+          ids[: n + 1],
+          chunk_size=chunk_size,
+          repeats=repeats,
+          recompute_max=recompute_max,
+        )
+      )
+  inputs = {
+    'model_fingerprint': model.fingerprint,
+    'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
+  }
+  result = {
+    **results.header('bench_graft', inputs=inputs, command=command),
+    'model': model_name,
+    'dtype': dtype,
+    'chunk_size': chunk_size,
+    'rows': rows,
+  }
+  if llamacpp_python:
+    peer = llamacpp_peer(llamacpp_python, [ids[:n] for n in lengths], ids[max(lengths)])
+    result['llamacpp'] = peer
+    for row, p in zip(rows, peer['results']):
+      row['llamacpp_load_file_s'] = p['load_file_s']
+      row['llamacpp_restore_first_token_s'] = p['restore_and_first_token_s']
+      row['llamacpp_prefill_first_token_s'] = p['prefill_and_first_token_s']
+      row['llamacpp_state_file_bytes'] = p['state_file_bytes']
+      # Same prefix tokens on both sides, so per-token ratios are plain ratios.
+      row['restore_over_llamacpp_load'] = row['restore_s'] / p['load_file_s']
+      row['graft_over_llamacpp_restore_first_token'] = (
+        row['graft_first_token_s'] / p['restore_and_first_token_s']
+      )
+  return result
+
+
+def format_rows(result: dict) -> str:
+  """One line per prefix length: graft (restore against its floor), recompute, llama.cpp."""
+  return '\n'.join(
+    f'N={row["prefix_tokens"]:>6}  graft {row["graft_first_token_s"]:.3f}s'
+    f' (restore {row["restore_s"]:.3f}s, {row["restore_over_floor"]:.1f}x'
+    f' its floor {row["floor_s"]:.3f}s)'
+    f'  recompute {row["recompute_first_token_s"] or float("nan"):.3f}s'
+    f'  llama.cpp restore {row.get("llamacpp_restore_first_token_s", float("nan")):.3f}s'
+    for row in result['rows']
+  )
