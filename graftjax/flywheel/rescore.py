@@ -18,7 +18,8 @@ From those alone this re-checks:
               items are disjoint from the deposited ones, each answered once
               by the base model and once through the library;
   deposits    one record per base item, `source` 'self' exactly where a base
-              attempt was verified; every answer the flywheel gave grafts a
+              attempt was verified (unless the library held the item before
+              the run: `existing`); every answer the flywheel gave grafts a
               deposited block (recurrence: the item's own), every other
               answer names none;
   summary     the per-phase figures (accuracy with Wilson intervals, decode
@@ -294,7 +295,11 @@ def _deposits(by_phase, deposits, out: Rescore) -> None:
     if item not in base_ids:
       out.problems.append(f'deposit {j}: {item} is not a base item')
     want = 'self' if item in solved else 'reference'
-    if d.get('source') != want:
+    if d.get('existing'):  # the library held it before this run (another run's attempts)
+      out.notes.append(
+        f'deposit {j}: {item} was in the library before this run ({d.get("source")})'
+      )
+    elif d.get('source') != want:
       out.problems.append(f'deposit {j}: {item} source {d.get("source")!r}, expected {want!r}')
     if key is None:
       if not d.get('refused'):
@@ -422,6 +427,8 @@ def _energy(result, by_phase, out: Rescore) -> None:
   if not energy:
     return
   idle = energy.get('idle_watts')
+  prompted = (result.get('grafted_vs_prompted') or {}).get('items') or []
+  by_phase = {**by_phase, 'recurrence_prompted': prompted}
   for phase, e in sorted((energy.get('phases') or {}).items()):
     label = f'energy.phases.{phase}'
     if phase not in by_phase:

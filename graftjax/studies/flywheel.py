@@ -212,6 +212,7 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
   """Deposits the model's own verified solution, else the dataset's; records refusals."""
   out = []
   for item in items:
+    existing = library.find(item.task, item.id) is not None  # resumed: deposited by an earlier run
     own = [r for r in base if r['item_id'] == item.id and r['verdict']['verdict']]
     tokens = sum(r['decode_tokens'] for r in base if r['item_id'] == item.id)
     if own:
@@ -234,6 +235,7 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
           'key': entry.key,
           'source': entry.source,
           'block_tokens': entry.block_tokens,
+          **({'existing': True} if existing else {}),
         }
       )
     except library_lib.DepositError as e:

@@ -356,3 +356,24 @@ def test_the_result_round_trips_through_json(tmp_path):
   result = make_result()
   path = _write(tmp_path, result)
   assert json.loads(path.read_text())['summary'] == result['summary']
+
+
+def test_a_deposit_the_library_held_before_the_run_is_noted_not_checked(tmp_path):
+  """A resumed library may hold an item another run solved ('self') that this run did not."""
+  result = make_result()
+  result['deposits'][1].update(source='self', existing=True)
+  found = rescore.rescore(_write(tmp_path, result))
+  assert found.ok, found.problems
+  assert any('was in the library before this run' in n for n in found.notes)
+
+
+def test_the_prompted_arm_is_an_energy_phase_of_its_own(tmp_path):
+  result = make_result()
+  n = len(result['grafted_vs_prompted']['items'])
+  phase = {'seconds': 2.0, 'joules': 300.0, 'answers': n}
+  phase['joules_above_idle'] = 300.0 - 60.5 * 2.0
+  phase['joules_per_answer'] = phase['joules_above_idle'] / n
+  result['energy']['phases']['recurrence_prompted'] = phase
+  assert rescore.rescore(_write(tmp_path, result)).ok
+  phase['answers'] = n + 1
+  assert not rescore.rescore(_write(tmp_path, result, 'b.json')).ok

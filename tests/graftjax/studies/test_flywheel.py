@@ -68,4 +68,6 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
     routers=[route_lib.BM25Router(threshold=0.0)],
   )
   assert [d['key'] for d in again['deposits']] == [d['key'] for d in out['deposits']]
+  assert all(d['existing'] for d in again['deposits'])
+  assert not any(d.get('existing') for d in out['deposits'])
   assert library.store.list() == sorted(d['key'] for d in out['deposits'])
