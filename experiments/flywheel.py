@@ -16,21 +16,11 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tempfile
-
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
-import jax.numpy as jnp
-import tqdm
 
-from graftjax.flywheel import datasets
-from graftjax.flywheel import library as library_lib
-from graftjax.flywheel import route
-from graftjax.models.gemma import gguf as gguf_lib
-from graftjax.models.gemma import model as gemma_model
 from graftjax.studies import cli
-from graftjax.studies import energy
 from graftjax.studies import flywheel
 from graftjax.studies import results
 
@@ -57,64 +47,25 @@ _ENERGY = flags.DEFINE_bool('energy', False, 'Measure accelerator energy per pha
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  model = gemma_model.load_named(_MODEL.value, dtype=jnp.dtype(_DTYPE.value), impl=_IMPL.value)
-  items, held_out = flywheel.gsm8k_with_symbolic(
-    [int(t) for t in _TEMPLATES.value], seed=_SEED.value, per_template=_PER_TEMPLATE.value
+  result = flywheel.experiment(
+    model_name=_MODEL.value,
+    dtype=_DTYPE.value,
+    impl=_IMPL.value,
+    templates=[int(t) for t in _TEMPLATES.value],
+    per_template=_PER_TEMPLATE.value,
+    budget=flywheel.Budget(
+      samples=_SAMPLES.value,
+      temperature=_TEMPERATURE.value,
+      max_new_tokens=_MAX_NEW_TOKENS.value,
+      recall_tokens=_RECALL_TOKENS.value,
+      rows=_ROWS.value,
+      seed=_SEED.value,
+    ),
+    capacity=_CAPACITY.value,
+    library_dir=_LIBRARY.value,
+    bm25_threshold=_BM25_THRESHOLD.value,
+    measure_energy=_ENERGY.value,
   )
-  if _ENERGY.value and (reason := energy.available()):
-    raise app.UsageError(reason)
-  meter = energy.Meter() if _ENERGY.value else None
-  bars = {}
-
-  def progress(phase, total):
-    bars[phase] = tqdm.tqdm(total=total, desc=phase, unit='item')
-    return bars[phase].update
-
-  with tempfile.TemporaryDirectory() as scratch:
-    library = library_lib.Library(
-      _LIBRARY.value or pathlib.Path(scratch) / 'library',
-      shape=library_lib.Shape(capacity=_CAPACITY.value),
-    )
-    out = flywheel.run(
-      model,
-      task='gsm8k',
-      items=items,
-      held_out=held_out,
-      prompt=flywheel.Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
-      verify=datasets.gsm8k_test().verifier,
-      library=library,
-      budget=flywheel.Budget(
-        samples=_SAMPLES.value,
-        temperature=_TEMPERATURE.value,
-        max_new_tokens=_MAX_NEW_TOKENS.value,
-        recall_tokens=_RECALL_TOKENS.value,
-        rows=_ROWS.value,
-        seed=_SEED.value,
-      ),
-      routers=[
-        route.BM25Router(threshold=_BM25_THRESHOLD.value),
-        route.ExactRouter(),
-        route.EmbeddingRouter(model, threshold=0.0),
-      ],
-      progress=progress,
-      meter=meter,
-    )
-  for bar in bars.values():
-    bar.close()
-  inputs = {
-    'model_fingerprint': model.fingerprint,
-    'items': sorted(i.source for i in items[:1] + held_out[:1]),
-  }
-  if _MODEL.value != 'tiny':
-    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
-  result = {
-    **results.header('flywheel', inputs=inputs),
-    'model': _MODEL.value,
-    'dtype': _DTYPE.value,
-    'impl': _IMPL.value,
-    'templates': [int(t) for t in _TEMPLATES.value],
-    **out,
-  }
   print(flywheel.format_summary(result['summary']))
   results.write(_OUT.value, result)
 

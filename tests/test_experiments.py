@@ -31,7 +31,6 @@ RETIRED_FLAGS = {'dtypes', 'output', 'out_dir', 'output_dir', 'result', 'out_pat
 DEFINE = re.compile(r'^DEFINE_')
 # Scripts other work owns, not yet moved into the library (thin them, then drop them here).
 NOT_YET_THIN = {
-  'flywheel.py': 'the flywheel work owns it (builds library, routers and result in main)',
   'bench_paging_pagein.py': 'the paging work owns it (its helpers are still in the script)',
   'bench_paging_route.py': 'the paging work owns it (its helpers are still in the script)',
 }

@@ -390,3 +390,79 @@ def format_summary(summary: dict[str, Any]) -> str:
     f' {summary["recurrence_base_decode_tokens"]} decode tokens on them'
   )
   return '\n'.join(lines)
+
+
+def experiment(
+  *,
+  model_name: str,
+  dtype: str,
+  impl: str,
+  templates: Sequence[int],
+  per_template: int,
+  budget: Budget,
+  capacity: int,
+  library_dir: str | None,
+  bm25_threshold: float,
+  measure_energy: bool,
+) -> dict[str, Any]:
+  """experiments/flywheel.py: the loop on GSM8K + GSM-Symbolic, with progress bars."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+
+  import tqdm  # pylint: disable=g-import-not-at-top
+
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import gguf as gguf_lib  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
+  from graftjax.studies import results  # pylint: disable=g-import-not-at-top
+
+  if measure_energy and (reason := energy.available()):
+    raise RuntimeError(reason)
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
+  items, held_out = gsm8k_with_symbolic(templates, seed=budget.seed, per_template=per_template)
+  meter = energy.Meter() if measure_energy else None
+  bars = []
+
+  def progress(phase, total):
+    bars.append(tqdm.tqdm(total=total, desc=phase, unit='item'))
+    return bars[-1].update
+
+  with tempfile.TemporaryDirectory() as scratch:
+    library = library_lib.Library(
+      library_dir or f'{scratch}/library', shape=library_lib.Shape(capacity=capacity)
+    )
+    out = run(
+      model,
+      task='gsm8k',
+      items=items,
+      held_out=held_out,
+      prompt=Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
+      verify=datasets.gsm8k_test().verifier,
+      library=library,
+      budget=budget,
+      routers=[
+        route_lib.BM25Router(threshold=bm25_threshold),
+        route_lib.ExactRouter(),
+        route_lib.EmbeddingRouter(model, threshold=0.0),
+      ],
+      progress=progress,
+      meter=meter,
+    )
+    library.close()
+  for bar in bars:
+    bar.close()
+  inputs = {
+    'model_fingerprint': model.fingerprint,
+    'items': sorted(i.source for i in items[:1] + held_out[:1]),
+  }
+  if model_name != 'tiny':
+    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
+  return {
+    **results.header('flywheel', inputs=inputs),
+    'model': model_name,
+    'dtype': dtype,
+    'impl': impl,
+    'templates': list(templates),
+    **out,
+  }
