@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 
 from graftjax import blocks
@@ -145,7 +146,9 @@ def compose(
   """A cache holding the blocks stored under `keys`, side by side (see `plan`).
 
   Each block must have been captured at slot 0 (computed alone, as the flywheel library and pages
-  deposit them). Every block is read, verified and checked before the cache is built.
+  deposit them). Every block is read, verified and checked before the cache is built
+  (`check_model`, then `place`, then `install`; graftjax.paging.context uses the same three
+  steps with pages read through its host-memory tier).
 
   Args:
     model: a `Gemma` under `rope_relative` on the Pallas kernels.
@@ -164,6 +167,19 @@ def compose(
       number of splits, a block was not captured at slot 0, or `plan` refuses the layout.
     blocks.GraftError: a block of another model, scheme or dtype (`blocks.check_compatible`).
     store.StoreError: a block is missing or does not verify.
+  """
+  page = check_model(model, page)
+  stored = [store.get(key) for key in keys]
+  placed, layout = place(model, stored, capacity=capacity, page=page, slots=slots, keys=keys)
+  return install(model, placed, capacity=capacity), layout
+
+
+def check_model(model, page: int | None = None) -> int:
+  """The page size (default: one split) after checking `model` can compose exactly.
+
+  Raises:
+    ComposeError: the model is not on the chunk-invariant kernels, not under `rope_relative`,
+      or `page` is not a whole number of its attention splits.
   """
   target = model.graft_target
   if not target.chunk_invariant:
@@ -186,21 +202,53 @@ def compose(
       f'page {page} is not a multiple of the attention split ({split} slots for'
       f' {jnp.dtype(model.dtype).name}): a block moved by it would fold its tiles differently'
     )
-  stored = [store.get(key) for key in keys]
-  for key, block in zip(keys, stored):
+  return page
+
+
+def place(
+  model,
+  stored: Sequence[blocks.KVBlock],
+  *,
+  capacity: int,
+  page: int | None = None,
+  slots: Sequence[int] | None = None,
+  keys: Sequence[str] | None = None,
+) -> tuple[list[blocks.KVBlock], Layout]:
+  """Blocks already read and verified, moved to their placements; no cache is built.
+
+  Checks the model (`check_model`), that every block was captured at slot 0, the layout
+  (`plan`) and every placed block against a cache of `capacity` slots
+  (`blocks.check_compatible`, on shapes only), so `install` cannot refuse what this returns.
+
+  Returns:
+    (placed, layout): block i moved to `layout.placements[i]`, for `install`.
+  """
+  target = model.graft_target
+  page = check_model(model, page)
+  names = list(keys) if keys is not None else [f'#{i}' for i in range(len(stored))]
+  for key, block in zip(names, stored):
     if block.meta.start != 0:
       raise ComposeError(
         f'block {key[:12]}… was captured at slot {block.meta.start}, after other slots it may'
         ' have attended to; only blocks captured at slot 0 were computed alone'
       )
   layout = plan(
-    [len(b) for b in stored], capacity=capacity, page=page, slots=slots, keys=list(keys)
+    [len(b) for b in stored],
+    capacity=capacity,
+    page=page,
+    slots=slots,
+    keys=None if keys is None else list(keys),
   )
-  cache = model.init_cache(capacity=capacity)
+  shapes = jax.eval_shape(lambda: model.init_cache(capacity=capacity))
   placed = [_placed(model, b, p) for b, p in zip(stored, layout.placements)]
   for block in placed:
-    blocks.check_compatible(cache, block, target=target)
-  return _install(model, cache, placed), layout
+    blocks.check_compatible(shapes, block, target=target)
+  return placed, layout
+
+
+def install(model, placed: Sequence[blocks.KVBlock], *, capacity: int) -> cache_lib.KVCache:
+  """A fresh cache of `capacity` slots with the blocks `place` returned grafted in."""
+  return _install(model, model.init_cache(capacity=capacity), placed)
 
 
 def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBlock:
