@@ -30,10 +30,7 @@ SCRIPTS = sorted((REPO / 'experiments').glob('*.py'))
 RETIRED_FLAGS = {'dtypes', 'output', 'out_dir', 'output_dir', 'result', 'out_path', 'config'}
 DEFINE = re.compile(r'^DEFINE_')
 # Scripts other work owns, not yet moved into the library (thin them, then drop them here).
-NOT_YET_THIN = {
-  'bench_paging_pagein.py': 'the paging work owns it (its helpers are still in the script)',
-  'bench_paging_route.py': 'the paging work owns it (its helpers are still in the script)',
-}
+NOT_YET_THIN: dict[str, str] = {}
 
 
 def _tree(path: pathlib.Path) -> ast.Module:

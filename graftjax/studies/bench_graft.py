@@ -33,7 +33,7 @@ PEERS = pathlib.Path(__file__).resolve().parents[2] / 'experiments' / 'peers'
 
 
 def long_text_ids(tokenizer, n: int) -> list[int]:
-  """BOS + the first n-1 tokens of standard-library sources, concatenated in sorted order."""
+  """BOS + the first n tokens of standard-library sources, concatenated in sorted order."""
   ids = [tokenizer.bos_id] if hasattr(tokenizer, 'bos_id') else [2]
   for path in corpus.stdlib_files():
     ids += tokenizer.encode(path.read_text(encoding='utf-8', errors='replace'), add_bos=False)
@@ -79,58 +79,94 @@ def host_to_device_bandwidth(nbytes: int) -> float | None:
   return host.nbytes / (time.perf_counter() - t0)
 
 
+class FirstToken:
+  """A prefix of n tokens and the token after it, prefilled in chunks into a cache of capacity
+  C (n + 1 rounded up to a chunk, plus a chunk): what a restore and a recompute both end with."""
+
+  def __init__(self, model, ids: list[int], *, chunk_size: int):
+    self.model, self.chunk_size = model, chunk_size
+    self.n = len(ids) - 1
+    self.prefix, self.next_token = ids[: self.n], ids[self.n]
+    self.capacity = -(-(self.n + 1) // chunk_size) * chunk_size + chunk_size
+
+  def logits(self, cache) -> jax.Array:
+    """Logits of the next token (a 1-token query at position n) on `cache`."""
+    return self.model.forward(
+      np.asarray([[self.next_token]]), np.asarray([[self.n]]), cache, logits='last'
+    )[0]
+
+  def prefill(self):
+    _, cache = self.model.prefill(
+      self.prefix,
+      cache=self.model.init_cache(capacity=self.capacity),
+      chunk_size=self.chunk_size,
+      logits='none',
+    )
+    return cache
+
+  def capture(self) -> tuple[blocks.KVBlock, np.ndarray]:
+    """The prefix's block and the next token's logits on the cache it came from."""
+    cache = self.prefill()
+    block = blocks.capture(
+      cache, blocks.Span(0, self.n), token_ids=self.prefix, target=self.model.graft_target
+    )
+    return block, np.asarray(self.logits(cache))
+
+  def recompute(self) -> jax.Array:
+    """New cache, prefill the prefix in chunks, forward the next token."""
+    return self.logits(self.prefill()).block_until_ready()
+
+  def restore_fn(self, read, install, stages: dict[str, list[float]]):
+    """A call that reads (`read()`), makes a new cache, installs (`install(cache, got)`) and
+    forwards the next token, appending each stage's seconds to `stages` (4 names, in order)."""
+
+    def restore():
+      t0 = time.perf_counter()
+      got = read()
+      t1 = time.perf_counter()
+      cache = jax.block_until_ready(self.model.init_cache(capacity=self.capacity))
+      t2 = time.perf_counter()
+      cache = jax.block_until_ready(install(cache, got))
+      t3 = time.perf_counter()
+      logits = self.logits(cache).block_until_ready()
+      t4 = time.perf_counter()
+      for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        stages[name].append(dt)
+      return logits
+
+    return restore
+
+
+def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str, **kwargs):
+  """`bench(model, store, ids[: n + 1], **kwargs)` for every n, on a fresh temporary BlockStore."""
+  with tempfile.TemporaryDirectory() as tmp:
+    store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
+    return [bench(model, store, ids[: n + 1], **kwargs) for n in tqdm.tqdm(lengths, desc=desc)]
+
+
+def load(model_name: str, dtype: str, longest: int):
+  """The named model and `long_text_ids` of its tokenizer (a byte tokenizer if it has none)."""
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
+  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  return model, long_text_ids(tokenizer, longest)
+
+
 def bench_one(
   model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute_max: int
 ) -> dict:
-  n = len(ids) - 1
-  prefix, next_token = ids[:n], ids[n]
-  capacity = -(-(n + 1) // chunk_size) * chunk_size + chunk_size
-  first = lambda cache: model.forward(
-    np.asarray([[next_token]]), np.asarray([[n]]), cache, logits='last'
-  )[0]
-
-  def recompute_fn():
-    cache = model.init_cache(capacity=capacity)
-    _, cache = model.prefill(prefix, cache=cache, chunk_size=chunk_size, logits='none')
-    return first(cache).block_until_ready()
-
-  _, cache = model.prefill(
-    prefix, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
-  )
-  block = blocks.capture(
-    cache,
-    blocks.Span(0, n),
-    token_ids=prefix,
-    target=model.graft_target,
-  )
-  reference = np.asarray(first(cache))
-  del cache
+  run = FirstToken(model, ids, chunk_size=chunk_size)
+  n, capacity = run.n, run.capacity
+  block, reference = run.capture()
   key = store.put(block)
   block_bytes = sum(a.nbytes for a in block.arrays().values())
   del block
 
   stages = {'read_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
-
-  def graft_fn():
-    t0 = time.perf_counter()
-    got = store.get(key)
-    t1 = time.perf_counter()
-    cache = jax.block_until_ready(model.init_cache(capacity=capacity))
-    t2 = time.perf_counter()
-    cache = blocks.graft(
-      cache,
-      got,
-      target=model.graft_target,
-      donate=True,
-    )
-    jax.block_until_ready(cache)
-    t3 = time.perf_counter()
-    logits = first(cache).block_until_ready()
-    t4 = time.perf_counter()
-    for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-      stages[name].append(dt)
-    return logits
-
+  graft_fn = run.restore_fn(
+    lambda: store.get(key),
+    lambda cache, got: blocks.graft(cache, got, target=model.graft_target, donate=True),
+    stages,
+  )
   graft_s, graft_times, logits = timed(graft_fn, repeats)
   medians = {k: float(np.median(v[1:])) for k, v in stages.items()}  # [0] is the warm-up
   row = {
@@ -149,7 +185,7 @@ def bench_one(
   row['floor_s'] = block_bytes / row['read_bandwidth_Bps'] + (block_bytes / h2d if h2d else 0.0)
   row['restore_over_floor'] = row['restore_s'] / row['floor_s']
   if n <= recompute_max:
-    recompute_s, recompute_times, _ = timed(recompute_fn, repeats)
+    recompute_s, recompute_times, _ = timed(run.recompute, repeats)
     row.update(
       recompute_first_token_s=recompute_s,
       recompute_times_s=recompute_times,
@@ -190,23 +226,17 @@ def experiment(
   command: str | None = None,
 ) -> dict:
   """Graft vs recompute for every prefix length (and llama.cpp's restore); the result."""
-  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  ids = long_text_ids(tokenizer, max(lengths))
-  rows = []
-  with tempfile.TemporaryDirectory() as tmp:
-    store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
-    for n in tqdm.tqdm(lengths, desc='prefix lengths'):
-      rows.append(
-        bench_one(
-          model,
-          store,
-          ids[: n + 1],
-          chunk_size=chunk_size,
-          repeats=repeats,
-          recompute_max=recompute_max,
-        )
-      )
+  model, ids = load(model_name, dtype, max(lengths))
+  rows = over_lengths(
+    model,
+    ids,
+    lengths,
+    bench_one,
+    desc='prefix lengths',
+    chunk_size=chunk_size,
+    repeats=repeats,
+    recompute_max=recompute_max,
+  )
   inputs = {
     'model_fingerprint': model.fingerprint,
     'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
