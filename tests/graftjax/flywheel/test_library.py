@@ -23,33 +23,33 @@ ITEM = tasks.Item(
 )
 
 
-def test_a_solution_that_does_not_verify_is_not_deposited(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
+@pytest.fixture
+def library(tmp_path):
+  return library_lib.Library(tmp_path, shape=SHAPE)
+
+
+def deposit(model, library, solution='2 + 3 = 5', source='reference', tokens_spent=0, **kwargs):
+  """Deposits ITEM's `solution` under the last-word verifier."""
+  return library.deposit(
+    model,
+    item=ITEM,
+    verifier=last_word,
+    solution=solution,
+    source=source,
+    tokens_spent=tokens_spent,
+    **kwargs,
+  )
+
+
+def test_a_solution_that_does_not_verify_is_not_deposited(text_model, library):
   with pytest.raises(library_lib.DepositError, match='does not verify'):
-    library.deposit(
-      text_model, item=ITEM, verifier=last_word, solution='It is 6.', source='self', tokens_spent=9
-    )
+    deposit(text_model, library, solution='It is 6.', source='self', tokens_spent=9)
   assert library.entries() == [] and library.store.list() == []
 
 
-def test_deposits_are_idempotent_and_survive_a_restart(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
-  first = library.deposit(
-    text_model,
-    item=ITEM,
-    verifier=last_word,
-    solution='2 + 3 = 5',
-    source='reference',
-    tokens_spent=0,
-  )
-  again = library.deposit(
-    text_model,
-    item=ITEM,
-    verifier=last_word,
-    solution='2 + 3 = 5',
-    source='reference',
-    tokens_spent=0,
-  )
+def test_deposits_are_idempotent_and_survive_a_restart(text_model, library, tmp_path):
+  first = deposit(text_model, library)
+  again = deposit(text_model, library)
   assert again == first and library.store.list() == [first.key]
   library.close()
   reopened = library_lib.Library(tmp_path, shape=SHAPE)
@@ -58,25 +58,14 @@ def test_deposits_are_idempotent_and_survive_a_restart(text_model, tmp_path):
   assert first.source == 'reference'
 
 
-def test_unknown_source_is_refused(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
+def test_unknown_source_is_refused(text_model, library):
   with pytest.raises(library_lib.DepositError, match='source'):
-    library.deposit(
-      text_model, item=ITEM, verifier=last_word, solution='5', source='guess', tokens_spent=0
-    )
+    deposit(text_model, library, solution='5', source='guess')
 
 
 @pytest.mark.parametrize('mode', ['recall', 'solve'])
-def test_grafted_answer_is_byte_equal_to_the_prompted_one(text_model, tmp_path, mode):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
-  entry = library.deposit(
-    text_model,
-    item=ITEM,
-    verifier=last_word,
-    solution='2 + 3 = 5',
-    source='reference',
-    tokens_spent=0,
-  )
+def test_grafted_answer_is_byte_equal_to_the_prompted_one(text_model, library, mode):
+  entry = deposit(text_model, library)
   grafted = answer_lib.answer(
     text_model, library, entry, ITEM.question, mode=mode, max_new_tokens=6
   )
@@ -93,16 +82,8 @@ def test_grafted_answer_is_byte_equal_to_the_prompted_one(text_model, tmp_path, 
   assert base.first_logits.tobytes() != grafted.first_logits.tobytes()  # the block is seen
 
 
-def test_a_corrupted_block_is_never_grafted(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
-  entry = library.deposit(
-    text_model,
-    item=ITEM,
-    verifier=last_word,
-    solution='2 + 3 = 5',
-    source='reference',
-    tokens_spent=0,
-  )
+def test_a_corrupted_block_is_never_grafted(text_model, library, tmp_path):
+  entry = deposit(text_model, library)
   chunk = next(
     p
     for p in (tmp_path / 'blocks' / entry.key / 'k').rglob('*')
@@ -115,22 +96,18 @@ def test_a_corrupted_block_is_never_grafted(text_model, tmp_path):
     answer_lib.answer(text_model, library, entry, ITEM.question, mode='recall', max_new_tokens=4)
 
 
-def test_the_answer_budget_must_fit_the_library_shape(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
+def test_the_answer_budget_must_fit_the_library_shape(text_model, library):
   with pytest.raises(ValueError, match='exceed'):
     answer_lib.answer(
       text_model, library, None, ITEM.question, mode='recall', max_new_tokens=SHAPE.capacity
     )
 
 
-def test_a_verdict_record_that_does_not_re_verify_is_refused(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
+def test_a_verdict_record_that_does_not_re_verify_is_refused(text_model, library):
   with pytest.raises(library_lib.DepositError, match='re-verify'):
-    library.deposit(
+    deposit(
       text_model,
-      item=ITEM,
-      verifier=last_word,
-      solution='2 + 3 = 5',
+      library,
       source='self',
       tokens_spent=3,
       record={**last_word('6', ('5',)).to_json(), 'verdict': True},
@@ -138,14 +115,8 @@ def test_a_verdict_record_that_does_not_re_verify_is_refused(text_model, tmp_pat
   assert library.entries() == []
 
 
-def test_the_template_carries_the_verified_answer_once(text_model, tmp_path):
-  library = library_lib.Library(tmp_path, shape=SHAPE)
-  entry = library.deposit(
-    text_model,
-    item=ITEM,
-    verifier=last_word,
-    solution='2 + 3 = 5\nFinal answer: 5',
-    source='self',
-    tokens_spent=3,
+def test_the_template_carries_the_verified_answer_once(text_model, library):
+  entry = deposit(
+    text_model, library, solution='2 + 3 = 5\nFinal answer: 5', source='self', tokens_spent=3
   )
   assert entry.text == 'Question: What is two plus three?\nFinal answer: 5\nSolution: 2 + 3 = 5\n\n'

@@ -50,6 +50,24 @@ def _after(model, block, start=N):
   return _sha(_continue(model, cache, start))
 
 
+def _install(model, page, **kwargs):
+  """`page` installed in a new cache of `model` (kwargs: query_position)."""
+  return pages.install(
+    model.init_cache(capacity=CAPACITY),
+    page,
+    target=model.graft_target,
+    config=model.config,
+    **kwargs,
+  )
+
+
+def _page_in(model, store, key):
+  """The page stored under `key` read, verified and installed in a new cache of `model`."""
+  return pages.page_in(
+    store, key, model.init_cache(capacity=CAPACITY), target=model.graft_target, config=model.config
+  )
+
+
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 def test_page_then_continue_is_byte_equal_to_full_block(dtype):
   model = _model(dtype)
@@ -60,9 +78,7 @@ def test_page_then_continue_is_byte_equal_to_full_block(dtype):
   # The page really dropped rows: the local layers' first rows are zero.
   assert not np.asarray(page.block.k)[0, : N - 7].any()
   assert np.asarray(block.k)[0, : N - 7].any()
-  cache = pages.install(
-    model.init_cache(capacity=CAPACITY), page, target=model.graft_target, config=model.config
-  )
+  cache = _install(model, page)
   assert _sha(_continue(model, cache)) == _after(model, block)
 
 
@@ -72,13 +88,7 @@ def test_one_row_too_many_trimmed_is_not_byte_equal():
   short = pages.to_page(block, model.config, local_rows=WINDOW - 2)
   # install refuses it for the query right after the block ...
   with pytest.raises(pages.PageError, match='exact from position 25'):
-    pages.install(
-      model.init_cache(capacity=CAPACITY),
-      short,
-      target=model.graft_target,
-      config=model.config,
-      query_position=N,
-    )
+    _install(model, short, query_position=N)
   # ... and rightly so: grafted anyway, the first query sees a zeroed row.
   assert _after(model, short.block) != _after(model, block)
 
@@ -91,13 +101,7 @@ def test_a_page_of_fewer_rows_is_exact_for_queries_far_enough():
     page = pages.to_page(block, model.config, local_rows=rows)
     start = page.first_exact_position(model.config)
     assert start == N + WINDOW - 1 - rows
-    cache = pages.install(
-      model.init_cache(capacity=CAPACITY),
-      page,
-      target=model.graft_target,
-      config=model.config,
-      query_position=start,
-    )
+    cache = _install(model, page, query_position=start)
     assert _sha(_continue(model, cache, start)) == _after(model, block, start)
     # One position earlier, the first query sees a dropped row.
     assert _after(model, page.block, start - 1) != _after(model, block, start - 1)
@@ -107,9 +111,7 @@ def test_page_exact_under_chunk_invariant_kernels():
   model = _model(impl='pallas')
   block = _block(model)
   page = pages.to_page(block, model.config)
-  cache = pages.install(
-    model.init_cache(capacity=CAPACITY), page, target=model.graft_target, config=model.config
-  )
+  cache = _install(model, page)
   assert _sha(_continue(model, cache)) == _after(model, block)
 
 
@@ -135,9 +137,7 @@ def test_stored_page_round_trip_is_smaller_and_exact(tmp_path):
   assert sizes[key] == (2 * N + 4 * 7) * row + 4 * N
   assert sizes[block_key] == 6 * N * row + 4 * N
   assert page.nbytes() == sizes[key]
-  cache = pages.page_in(
-    store, key, model.init_cache(capacity=CAPACITY), target=model.graft_target, config=model.config
-  )
+  cache = _page_in(model, store, key)
   assert _sha(_continue(model, cache)) == _after(model, block)
 
 
@@ -151,13 +151,7 @@ def test_corrupt_page_is_refused_and_cache_untouched(tmp_path):
     f.seek(0)
     f.write(bytes([first[0] ^ 1]))
   with pytest.raises(store_lib.CorruptBlockError, match='k_tail'):
-    pages.page_in(
-      store,
-      key,
-      model.init_cache(capacity=CAPACITY),
-      target=model.graft_target,
-      config=model.config,
-    )
+    _page_in(model, store, key)
 
 
 def test_page_of_another_layout_or_model_is_refused():
@@ -172,12 +166,7 @@ def test_page_of_another_layout_or_model_is_refused():
     pages.to_page(block, config_lib.tiny(attention_types=PATTERN[:4]))
   stranger = gemma_model.tiny(attention_types=PATTERN, sliding_window=WINDOW, seed=2)
   with pytest.raises(blocks.GraftError, match='another model'):
-    pages.install(
-      stranger.init_cache(capacity=CAPACITY),
-      page,
-      target=stranger.graft_target,
-      config=stranger.config,
-    )
+    _install(stranger, page)
 
 
 def test_store_refuses_layouts_that_are_not_pages(tmp_path):

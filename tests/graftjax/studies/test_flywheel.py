@@ -37,17 +37,21 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   held_out = [_item(i, i, 3, template=f'q{i}', prefix='h') for i in range(2)]
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
   budget = flywheel.Budget(samples=2, max_new_tokens=6, recall_tokens=4, rows=2)
-  out = flywheel.run(
-    text_model,
-    task='toy',
-    items=items,
-    held_out=held_out,
-    prompt=PROMPT,
-    verify=last_word,
-    library=library,
-    budget=budget,
-    routers=[route_lib.BM25Router(threshold=0.0), route_lib.ExactRouter()],
-  )
+
+  def run(routers):
+    return flywheel.run(
+      text_model,
+      task='toy',
+      items=items,
+      held_out=held_out,
+      prompt=PROMPT,
+      verify=last_word,
+      library=library,
+      budget=budget,
+      routers=routers,
+    )
+
+  out = run([route_lib.BM25Router(threshold=0.0), route_lib.ExactRouter()])
   phases = [a['phase'] for a in out['attempts']]
   assert phases.count('base') == len(items) * budget.samples
   assert phases.count('transfer_base') == phases.count('transfer_flywheel') == len(held_out)
@@ -56,17 +60,7 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   assert phases.count('recurrence') == unsolved
   assert out['grafted_vs_prompted']['summary']['logits_byte_equal'] == unsolved
   assert set(out['routing']) == {'BM25Router', 'ExactRouter'}
-  again = flywheel.run(
-    text_model,
-    task='toy',
-    items=items,
-    held_out=held_out,
-    prompt=PROMPT,
-    verify=last_word,
-    library=library,
-    budget=budget,
-    routers=[route_lib.BM25Router(threshold=0.0)],
-  )
+  again = run([route_lib.BM25Router(threshold=0.0)])
   assert [d['key'] for d in again['deposits']] == [d['key'] for d in out['deposits']]
   assert all(d['existing'] for d in again['deposits'])
   assert not any(d.get('existing') for d in out['deposits'])
