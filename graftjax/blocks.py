@@ -455,17 +455,17 @@ def graft(
   # Rows are padded to a multiple of INSTALL_BUCKET (within the capacity), so blocks of
   # any length share a few compiled installs; padded slots keep what the cache holds.
   n = len(block)
-  padded = min(-(-n // INSTALL_BUCKET) * INSTALL_BUCKET, cache.capacity - span.start)
-  pad = lambda a, value: np.concatenate(
-    [np.asarray(a), np.full((padded - n,) + np.shape(a)[1:], value, np.asarray(a).dtype)]
+  extra = min(-(-n // INSTALL_BUCKET) * INSTALL_BUCKET, cache.capacity - span.start) - n
+  rows = lambda a: np.pad(np.asarray(a), [(0, 0), (0, extra), (0, 0), (0, 0)])  # [L, n, K, H]
+  positions = np.pad(
+    np.asarray(block.positions, np.int32), (0, extra), constant_values=cache_lib.EMPTY_POSITION
   )
-  k, v = (pad(np.moveaxis(np.asarray(a), 1, 0), 0) for a in (block.k, block.v))
   install = _install_donating if donate else _install
   return install(
     cache,
-    jnp.asarray(np.moveaxis(k, 0, 1)),
-    jnp.asarray(np.moveaxis(v, 0, 1)),
-    jnp.asarray(pad(np.asarray(block.positions, np.int32), cache_lib.EMPTY_POSITION)),
+    jnp.asarray(rows(block.k)),
+    jnp.asarray(rows(block.v)),
+    jnp.asarray(positions),
     jnp.asarray(meta.segment, jnp.int32),
     jnp.asarray(span.start, jnp.int32),
     jnp.asarray(n, jnp.int32),
