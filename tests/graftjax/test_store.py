@@ -16,6 +16,9 @@ import pytest
 
 from graftjax import blocks
 from graftjax import store as store_lib
+from graftjax import store_files
+from graftjax import store_kvstore
+from graftjax import store_read
 
 FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
 _BITS = {'float32': np.uint32, 'bfloat16': np.uint16}
@@ -115,7 +118,7 @@ def test_round_trip_reading_chunks_in_small_uneven_pieces(store, monkeypatch):
   block = make_block(0)
   key = store.put(block)
   # Each 48-byte chunk in six 7-byte pieces and one of 6 bytes.
-  monkeypatch.setattr(store_lib, '_PIECE', 7)
+  monkeypatch.setattr(store_read, '_PIECE', 7)
 
   _assert_same_block(store.get(key), block)
   _flip_byte(os.path.join(store.root, key, 'k', 'c', '1', '0', '0', '0'), 44)
@@ -324,14 +327,14 @@ def test_truncated_array_file_is_named_with_sizes(store):
 def test_chunk_size_is_checked_on_the_bytes_read(store, monkeypatch):
   """No stat before the read: a chunk that shrinks after listing is caught as read."""
   key = store.put(make_block(0))
-  listing = store_lib._listing
+  listing = store_read._listing
 
   def list_then_truncate(*args):
     files = listing(*args)
     os.truncate(os.path.join(store.root, key, 'v', 'c', '2', '0', '0', '0'), 5)
     return files
 
-  monkeypatch.setattr(store_lib, '_listing', list_then_truncate)
+  monkeypatch.setattr(store_read, '_listing', list_then_truncate)
 
   with pytest.raises(
     store_lib.CorruptBlockError,
@@ -660,13 +663,13 @@ def test_next_put_removes_what_a_crashed_deposit_left(store):
 
 
 def test_failed_deposit_leaves_nothing_visible(store, monkeypatch):
-  write_files = store_lib._write_files
+  write_files = store_kvstore.write_files
 
   def write_one_then_fail(kv, files):
     write_files(kv, dict(list(files.items())[:1]))
     raise OSError('disk full')
 
-  monkeypatch.setattr(store_lib, '_write_files', write_one_then_fail)
+  monkeypatch.setattr(store_kvstore, 'write_files', write_one_then_fail)
 
   with pytest.raises(store_lib.StoreIOError, match='cannot deposit the block: disk full'):
     store.put(make_block(0))
@@ -682,7 +685,7 @@ def test_loser_of_a_race_on_one_key_verifies_the_winner(store, monkeypatch, winn
   winner = make_block(winner_seed)
   winner = dataclasses.replace(winner, meta=mine.meta)
   rival = store_lib.BlockStore(store.root)
-  rename = store_lib._rename_unless_taken
+  rename = store_files.rename_unless_taken
   raced = []
 
   def rival_first(source, target):
@@ -691,7 +694,7 @@ def test_loser_of_a_race_on_one_key_verifies_the_winner(store, monkeypatch, winn
       rival.put(winner)
     return rename(source, target)
 
-  monkeypatch.setattr(store_lib, '_rename_unless_taken', rival_first)
+  monkeypatch.setattr(store_files, 'rename_unless_taken', rival_first)
 
   if winner_seed == 0:
     assert store.put(mine) == store_lib.key_for(mine.meta)

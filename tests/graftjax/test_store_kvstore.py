@@ -8,6 +8,8 @@ import tensorstore as ts
 from test_store import _assert_same_block, make_block
 
 from graftjax import store as store_lib
+from graftjax import store_chunks
+from graftjax import store_kvstore
 
 
 @pytest.fixture
@@ -76,7 +78,7 @@ def test_memory_manifest_is_written_only_if_absent(store, monkeypatch, winner_se
   mine = make_block(0)
   winner = dataclasses.replace(make_block(winner_seed), meta=mine.meta)
   rival = store_lib.BlockStore(store._kv)
-  write_files = store_lib._write_files
+  write_files = store_kvstore.write_files
   raced = []
 
   def rival_first(kv, files):
@@ -85,7 +87,7 @@ def test_memory_manifest_is_written_only_if_absent(store, monkeypatch, winner_se
       raced.append(True)
       rival.put(winner)
 
-  monkeypatch.setattr(store_lib, '_write_files', rival_first)
+  monkeypatch.setattr(store_kvstore, 'write_files', rival_first)
 
   if winner_seed == 0:
     assert store.put(mine) == store_lib.key_for(mine.meta)
@@ -148,7 +150,7 @@ def test_file_url_and_spec_open_the_same_directory(tmp_path):
 )
 def test_zarr_json_is_byte_for_byte_what_tensorstore_writes(name, dtype, shape):
   context = ts.Context()
-  metadata = store_lib._zarr_metadata(name, dtype, shape)
+  metadata = store_chunks.zarr_metadata(name, dtype, shape)
   ts.open(
     {'driver': 'zarr3', 'kvstore': {'driver': 'memory'}, 'metadata': metadata},
     create=True,
@@ -156,5 +158,5 @@ def test_zarr_json_is_byte_for_byte_what_tensorstore_writes(name, dtype, shape):
   ).result()
   written = ts.KvStore.open({'driver': 'memory'}, context=context).result()[b'zarr.json']
 
-  assert store_lib._zarr_json(name, dtype, shape) == written
+  assert store_chunks.zarr_json(name, dtype, shape) == written
   assert json.loads(written) == metadata

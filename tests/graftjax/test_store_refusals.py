@@ -20,6 +20,8 @@ import pytest
 from test_store import _assert_same_block, make_block
 
 from graftjax import store as store_lib
+from graftjax import store_kvstore
+from graftjax import store_read
 
 
 @pytest.fixture
@@ -232,13 +234,13 @@ def test_full_disk_is_a_store_error_and_leaves_nothing(store, monkeypatch, where
 
     monkeypatch.setattr(os, 'fsync', fsync)
   else:
-    write_files = store_lib._write_files
+    write_files = store_kvstore.write_files
 
     def write_then_fill(kv, files):
       write_files(kv, dict(list(files.items())[:3]))
       raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store_lib, '_write_files', write_then_fill)
+    monkeypatch.setattr(store_kvstore, 'write_files', write_then_fill)
 
   with pytest.raises(store_lib.StoreIOError, match='No space left on device') as error:
     store.put(make_block(0))
@@ -252,7 +254,7 @@ def test_full_disk_is_a_store_error_and_leaves_nothing(store, monkeypatch, where
 def test_get_of_a_block_deleted_while_it_is_read_is_missing(store, monkeypatch):
   """Deleted after its files were listed. Before: FileNotFoundError."""
   key = store.put(make_block(0))
-  listing = store_lib._listing
+  listing = store_read._listing
 
   def list_then_delete(*args):
     files = listing(*args)
@@ -260,7 +262,7 @@ def test_get_of_a_block_deleted_while_it_is_read_is_missing(store, monkeypatch):
       store.delete(key)
     return files
 
-  monkeypatch.setattr(store_lib, '_listing', list_then_delete)
+  monkeypatch.setattr(store_read, '_listing', list_then_delete)
 
   for read in (store.get, store.verify):
     with pytest.raises(store_lib.MissingBlockError, match=f'{key}: no such block'):

@@ -1,0 +1,104 @@
+"""A stored array as files: its chunks (one per layer for k, v) and zarr.json.
+
+The files are those a zarr v3 reader (tensorstore included) opens as the
+array: raw little-endian chunks under zarr's default keys.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = {
+  'float32': np.dtype(np.float32),
+  'bfloat16': np.dtype(ml_dtypes.bfloat16),
+  'int32': np.dtype(np.int32),
+}
+LAYERED = ('k', 'v', 'k_tail', 'v_tail')  # chunked one layer per chunk; the rest in one chunk
+INT32 = (-(2**31), 2**31 - 1)
+
+_T = TypeVar('_T')
+_R = TypeVar('_R')
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+  """One chunk file of an array: its bytes [start, stop), C order.
+
+  Attributes:
+    name: the array, e.g. 'k'.
+    index: the chunk's index along the array's leading axis (its layer).
+    ndim: the array's rank.
+    start: offset of the chunk's first byte in the array.
+    stop: offset just past its last byte.
+  """
+
+  name: str
+  index: int
+  ndim: int
+  start: int
+  stop: int
+
+  @property
+  def path(self) -> str:
+    """Its path in a block, e.g. 'k/c/3/0/0/0' (zarr v3 default keys)."""
+    return '/'.join([self.name, 'c', str(self.index)] + ['0'] * (self.ndim - 1))
+
+  def __str__(self) -> str:
+    layer = f' layer {self.index}' if self.name in LAYERED else ''
+    return f'array {self.name!r}{layer} ({self.path})'
+
+
+def chunk_shape(name: str, shape: Sequence[int]) -> list[int]:
+  """[1, n, K, H] for k and v of shape [L, n, K, H]; `shape` otherwise."""
+  return [1, *shape[1:]] if name in LAYERED else list(shape)
+
+
+def chunks(name: str, dtype: str, shape: Sequence[int]) -> list[Chunk]:
+  """The chunk files of array `name`, in chunk order."""
+  rows = chunk_shape(name, shape)[0]
+  size = rows * DTYPES[dtype].itemsize * math.prod(shape[1:])
+  return [Chunk(name, i, len(shape), i * size, (i + 1) * size) for i in range(shape[0] // rows)]
+
+
+def flat_bytes(array: np.ndarray) -> np.ndarray:
+  """[size * itemsize] uint8 view of a C-contiguous array's bytes."""
+  return array.reshape(-1).view(np.uint8)
+
+
+def map_threads(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+  """`[fn(x) for x in items]` on a thread per CPU; raises the first error."""
+  workers = min(len(items), os.cpu_count() or 1)
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    return list(pool.map(fn, items))
+
+
+def zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]:
+  """The zarr v3 metadata of array `name`: raw little-endian chunk files."""
+  return {
+    'zarr_format': 3,
+    'node_type': 'array',
+    'shape': list(shape),
+    'data_type': dtype,
+    'chunk_grid': {
+      'name': 'regular',
+      'configuration': {'chunk_shape': chunk_shape(name, shape)},
+    },
+    'chunk_key_encoding': {'name': 'default'},
+    'codecs': [{'name': 'bytes', 'configuration': {'endian': 'little'}}],
+    'fill_value': 0 if dtype == 'int32' else 0.0,  # as tensorstore writes it
+  }
+
+
+def zarr_json(name: str, dtype: str, shape: Sequence[int]) -> bytes:
+  """zarr.json of array `name`, byte for byte as tensorstore writes it."""
+  metadata = zarr_metadata(name, dtype, shape)
+  return json.dumps(metadata, sort_keys=True, separators=(',', ':')).encode('ascii')

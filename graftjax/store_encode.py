@@ -1,0 +1,108 @@
+"""A KVBlock (or a page of it) as the files of a stored block, refused unless exact."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from graftjax import blocks
+from graftjax import store_chunks
+from graftjax import store_errors
+from graftjax import store_manifest
+from graftjax import store_pages
+
+_T = TypeVar('_T')
+
+
+def block_files(
+  block: blocks.KVBlock, root: str, page_layout: Sequence[Sequence[int]] | None = None
+) -> tuple[dict[str, bytes], dict[str, Any]]:
+  """The block's (or page's) files (relative path -> bytes) and its manifest, checked.
+
+  Raises:
+    InvalidBlockError: naming the first thing that cannot be stored exactly.
+  """
+  try:
+    meta = block.meta
+    if not isinstance(meta, blocks.BlockMeta):
+      raise store_errors.Malformed(f'meta is a {type(meta).__name__}, not a BlockMeta')
+    meta_json = store_manifest.meta_json(meta)
+    store_manifest.check_meta(meta_json)  # before key_for, which would narrow what it hashes
+    if not meta.token_ids:
+      raise store_errors.Malformed('cannot store an empty block')
+    arrays = {
+      'k': _little_endian(block.k, 'k'),
+      'v': _little_endian(block.v, 'v'),
+      'positions': _int32_positions(block.positions),
+    }
+    layout = None
+    if page_layout is not None:
+      layout = store_pages.checked_layout(page_layout, arrays['k'].shape[0], len(meta.token_ids))
+      arrays = store_pages.page_arrays(arrays, layout)
+    key = store_manifest.key_for(meta, layout)
+    names = [name for name in store_manifest.PAGE_ARRAY_NAMES if name in arrays]
+    chunks = {name: store_chunks.chunks(name, a.dtype.name, a.shape) for name, a in arrays.items()}
+    payload = store_chunks.map_threads(
+      lambda c: store_chunks.flat_bytes(arrays[c.name])[c.start : c.stop].tobytes(),
+      [c for name in names for c in chunks[name]],
+    )
+    digests = store_chunks.map_threads(lambda data: hashlib.sha256(data).hexdigest(), payload)
+    manifest = store_manifest.build_manifest(
+      key, meta_json, arrays, _by_array(chunks, digests), layout
+    )
+    store_manifest.check_manifest(manifest)
+  except (store_errors.Malformed, blocks.GraftError) as e:
+    raise store_errors.InvalidBlockError(root, f'cannot store the block: {e}') from e
+  files = {c.path: data for c, data in zip((c for n in names for c in chunks[n]), payload)}
+  for name, array in arrays.items():
+    files[f'{name}/zarr.json'] = store_chunks.zarr_json(name, array.dtype.name, array.shape)
+  text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
+  files[store_manifest.MANIFEST] = text.encode('ascii')
+  return files, manifest
+
+
+def _by_array(
+  chunks: dict[str, list[store_chunks.Chunk]], values: Sequence[_T]
+) -> dict[str, list[_T]]:
+  """`values`, one per chunk in PAGE_ARRAY_NAMES order, grouped by array."""
+  out, rest = {}, iter(values)
+  for name in store_manifest.PAGE_ARRAY_NAMES:
+    if name in chunks:
+      out[name] = [next(rest) for _ in chunks[name]]
+  return out
+
+
+def _little_endian(array: Any, name: str) -> np.ndarray:
+  array = np.asarray(array)
+  if array.dtype.name not in store_manifest.KV_DTYPES:
+    raise store_errors.Malformed(
+      f'cannot store array {name!r} of dtype {array.dtype.name!r}; only {store_manifest.KV_DTYPES}'
+    )
+  return np.ascontiguousarray(array, array.dtype.newbyteorder('<'))
+
+
+def _int32_positions(positions: Any) -> np.ndarray:
+  """`positions` as int32, refused unless every value is exactly an int32."""
+  positions = np.asarray(positions)
+  kind = positions.dtype.kind
+  if kind not in 'iuf' or positions.ndim != 1:
+    raise store_errors.Malformed(
+      f'positions must be a 1-D integer array, got {positions.dtype}{positions.shape}'
+    )
+  if positions.size:
+    if kind == 'f':
+      exact = np.isfinite(positions) & (positions == np.round(positions))
+      if not exact.all():
+        bad = int(np.argmin(exact))
+        raise store_errors.Malformed(f'position {bad} is {positions[bad]!r}, not an integer')
+    low, high = positions.min(), positions.max()
+    if low < store_chunks.INT32[0] or high > store_chunks.INT32[1]:
+      bad = int(
+        np.argmax((positions < store_chunks.INT32[0]) | (positions > store_chunks.INT32[1]))
+      )
+      raise store_errors.Malformed(f'position {bad} is {positions[bad]!r}, outside int32')
+  return np.ascontiguousarray(positions, np.dtype('<i4'))

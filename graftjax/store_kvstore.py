@@ -1,0 +1,96 @@
+"""The tensorstore kvstore under a store: opened from a path, URL or spec; read, written."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Any
+
+import tensorstore as ts
+
+from graftjax import store_errors
+
+# tensorstore's absl status codes and messages, by the errno they mean here.
+_TS_ERRNO = (
+  ('No space left', errno.ENOSPC),
+  ('RESOURCE_EXHAUSTED', errno.ENOSPC),
+  ('Read-only file system', errno.EROFS),
+  ('PERMISSION_DENIED', errno.EACCES),
+  ('NOT_FOUND', errno.ENOENT),
+)
+
+
+def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
+  """The store's kvstore (its path ending in '/'), and its directory on `file`."""
+  if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
+    spec = {'driver': 'file', 'path': os.fspath(root)}
+  elif isinstance(root, ts.KvStore):
+    spec = root.spec(retain_context=True)
+  else:
+    spec = root
+  try:
+    kv = root.copy() if isinstance(root, ts.KvStore) else ts.KvStore.open(spec).result()
+  except ValueError as e:
+    if 'not a registered KvStore driver' in str(e) or 'unsupported URL scheme' in str(e):
+      driver = spec.get('driver') if isinstance(spec, dict) else str(spec).split('://')[0]
+      raise store_errors.UnknownDriverError(
+        store_errors.short(spec), f'unknown tensorstore kvstore driver {driver!r} ({e})'
+      ) from e
+    raise store_errors.StoreIOError(
+      store_errors.short(spec), f'cannot open the kvstore: {e}'
+    ) from e
+  except TypeError as e:
+    raise store_errors.StoreIOError(
+      store_errors.short(spec), f'not a kvstore spec, URL or path: {e}'
+    ) from e
+  if kv.spec().to_json().get('driver') != 'file':
+    if kv.path and not kv.path.endswith('/'):
+      kv.path += '/'
+    return kv, None
+  local = os.path.abspath(kv.path or '.')
+  if not read_only and not os.path.lexists(local):
+    with store_errors.io_errors(local, 'cannot create the store'):
+      os.makedirs(local, exist_ok=True)
+  try:
+    mode = os.stat(local).st_mode
+  except FileNotFoundError:
+    raise store_errors.StoreIOError(
+      local, 'no such store (read-only stores are not created)'
+    ) from None
+  except OSError as e:
+    raise store_errors.StoreIOError(local, f'cannot open the store: {e.strerror}') from e
+  if not stat.S_ISDIR(mode):
+    raise store_errors.StoreIOError(local, 'the store root is not a directory')
+  kv.path = local + '/'
+  return kv, local
+
+
+def result(future: Any) -> Any:
+  """`future.result()`, tensorstore's errors (ValueError) raised as OSError."""
+  try:
+    return future.result()
+  except ValueError as e:
+    text = str(e)
+    code = next((c for marker, c in _TS_ERRNO if marker in text), errno.EIO)
+    raise OSError(code, text) from e
+
+
+def write_files(kv: ts.KvStore, files: dict[str, bytes]) -> None:
+  """Writes every value at once (tensorstore overlaps them); waits for all."""
+  futures = [kv.write(name, data) for name, data in files.items()]
+  for future in futures:
+    result(future)
+
+
+def read_value(kv: ts.KvStore, name: str) -> bytes:
+  """The value under `name`; FileNotFoundError if there is none."""
+  return value(kv.read(name), name)
+
+
+def value(read: Any, name: str) -> bytes:
+  """The value a kvstore read found; FileNotFoundError if it found none."""
+  found = result(read)
+  if found.state != 'value':
+    raise FileNotFoundError(errno.ENOENT, 'vanished', name)
+  return found.value

@@ -1,0 +1,373 @@
+"""A block's manifest.json: its key, metadata and array digests, and its one check.
+
+docs/store_format.md specifies every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import re
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graftjax import blocks
+from graftjax import store_chunks
+from graftjax import store_errors
+from graftjax import store_pages
+
+FORMAT = 'graftjax.blockstore/2'
+KEY_SCHEME = 'graftjax.block-key/3'
+MANIFEST = 'manifest.json'
+ARRAY_NAMES = ('k', 'v', 'positions')
+# A page's arrays (see `BlockStore.put`'s page_layout): k, v hold the layers
+# kept whole, k_tail, v_tail the last rows of the trimmed layers.
+PAGE_ARRAY_NAMES = ('k', 'v', 'k_tail', 'v_tail', 'positions')
+KV_DTYPES = ('float32', 'bfloat16')
+SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests
+
+_MANIFEST_FIELDS = {'format', 'key', 'layout_version', 'meta', 'arrays'}
+_ENTRY_FIELDS = {'dtype', 'shape', 'chunk_shape', 'chunk_sha256', 'sha256'}
+_UNSUPPORTED_LAYOUT = getattr(blocks, 'UnsupportedLayoutError', ())
+
+
+class OtherFormat(Exception):
+  """A manifest names another format (or its metadata another layout)."""
+
+
+def key_for(meta: blocks.BlockMeta, page_layout: Sequence[Sequence[int]] | None = None) -> str:
+  """The content key of a block: SHA-256 hex of its canonical identity.
+
+  The identity is every field of `BlockMeta` (token ids as a list), plus
+  `key_scheme` and `stop`, and for a page its `page_layout` (one
+  [first_row, stop_row] per layer), serialised as JSON with sorted keys, no
+  whitespace and ASCII only, so the key is the same in every process and
+  on every machine. A block's key does not depend on pages (it has none).
+
+  Args:
+    meta: the block's metadata.
+    page_layout: for a page, the rows kept of each layer (see `put`).
+
+  Returns:
+    64 lowercase hex digits.
+  """
+  identity = {
+    **meta_json(meta),
+    'key_scheme': KEY_SCHEME,
+    'stop': meta.start + len(meta.token_ids),
+  }
+  if page_layout is not None:
+    identity['page_layout'] = [[int(a), int(b)] for a, b in page_layout]
+  canonical = json.dumps(identity, sort_keys=True, separators=(',', ':'), ensure_ascii=True)
+  return hashlib.sha256(canonical.encode('ascii')).hexdigest()
+
+
+def array_digest(dtype: str, shape: Sequence[int], chunk_digests: Sequence[str]) -> str:
+  """The two-level SHA-256 hex of an array, from its chunks' digests.
+
+  Args:
+    dtype: numpy name of the array's dtype, e.g. 'bfloat16'.
+    shape: the array's shape.
+    chunk_digests: SHA-256 hex of each chunk file's bytes, in chunk order.
+
+  Returns:
+    SHA-256 hex over `f'{dtype}[{d0},{d1},...]\\n'` (ASCII) followed by the
+    32 raw bytes of each chunk digest.
+  """
+  digest = hashlib.sha256(f'{dtype}[{",".join(map(str, shape))}]\n'.encode())
+  for chunk_digest in chunk_digests:
+    digest.update(bytes.fromhex(chunk_digest))
+  return digest.hexdigest()
+
+
+def build_manifest(
+  key: str,
+  meta_json: dict[str, Any],
+  arrays: dict[str, np.ndarray],
+  digests: dict[str, list[str]],
+  page_layout: Sequence[Sequence[int]] | None = None,
+) -> dict[str, Any]:
+  """The manifest of a block (or page), from its arrays' chunk digests (no hashing)."""
+  manifest = {
+    'format': FORMAT,
+    'key': key,
+    'layout_version': meta_json['layout_version'],
+    'meta': meta_json,
+    'arrays': {
+      name: {
+        'dtype': array.dtype.name,
+        'shape': list(array.shape),
+        'chunk_shape': store_chunks.chunk_shape(name, array.shape),
+        'chunk_sha256': digests[name],
+        'sha256': array_digest(array.dtype.name, array.shape, digests[name]),
+      }
+      for name, array in arrays.items()
+    },
+  }
+  if page_layout is not None:
+    manifest['page_layout'] = {'rows': [list(pair) for pair in page_layout]}
+  return manifest
+
+
+def meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
+  """`meta.to_json()`, without `dataclasses.asdict`'s copy of each token id.
+
+  That copy took about 0.1 s for 32k tokens, on every `get`; the manifest
+  test checks that the two agree.
+  """
+  fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}
+  return {**fields, 'token_ids': list(meta.token_ids)}
+
+
+def check_manifest(manifest: Any) -> blocks.BlockMeta:
+  """Checks a manifest's every field, type and size; returns its BlockMeta.
+
+  The one validation of a manifest, for what `put` writes and `get` reads.
+  What it cannot check alone (the digests against the payload, chunk
+  shapes against the layout) `store_read.read_block` compares with a
+  manifest rebuilt from the bytes read.
+
+  Raises:
+    UnsupportedFormatError: (from the caller) if `format` is not FORMAT.
+    Malformed: naming the first field that is missing, extra, of the wrong
+      type or out of range.
+  """
+  paged = type(manifest) is dict and 'page_layout' in manifest
+  _check_object(manifest, _MANIFEST_FIELDS | ({'page_layout'} if paged else set()), 'manifest')
+  if manifest['format'] != FORMAT:
+    raise OtherFormat(manifest['format'])
+  if not (type(manifest['key']) is str and SHA256_HEX.fullmatch(manifest['key'])):
+    raise store_errors.Malformed(
+      f'key is {store_errors.short(manifest["key"])}: expected 64 lowercase hex digits'
+    )
+  meta = check_meta(manifest['meta'])
+  if meta.dtype not in KV_DTYPES:
+    raise store_errors.Malformed(f'cannot store k/v of dtype {meta.dtype!r}; only {KV_DTYPES}')
+  if type(manifest['layout_version']) is not int or (
+    manifest['layout_version'] != meta.layout_version
+  ):
+    raise store_errors.Malformed(
+      f'layout_version {manifest["layout_version"]!r} != meta.layout_version'
+      f' {meta.layout_version!r}'
+    )
+  entries = manifest['arrays']
+  n = len(meta.token_ids)
+  names = list(ARRAY_NAMES)
+  if paged:
+    _check_object(manifest['page_layout'], {'rows'}, 'page_layout')
+    rows = manifest['page_layout']['rows']
+    if type(rows) is not list or not all(type(pair) is list for pair in rows):
+      raise store_errors.Malformed(
+        f'page_layout.rows is {store_errors.short(rows)}: expected a list of [first, stop]'
+      )
+    num_layers = len(rows)
+    layout = store_pages.checked_layout(rows, num_layers, n)
+    whole = sum(1 for first, _ in layout if first == 0)
+    kept = n - max(first for first, _ in layout)
+    names = [name for name in PAGE_ARRAY_NAMES if kept or not name.endswith('_tail')]
+    expected_rows = {'k': (whole, n), 'v': (whole, n)}
+    expected_rows.update(
+      {'k_tail': (num_layers - whole, kept), 'v_tail': (num_layers - whole, kept)}
+    )
+  _check_object(entries, set(names), 'arrays')
+  for name in names:
+    entry = entries[name]
+    _check_object(entry, _ENTRY_FIELDS, f'arrays.{name}')
+    dtype = 'int32' if name == 'positions' else meta.dtype
+    if entry['dtype'] != dtype:
+      raise store_errors.Malformed(f'arrays.{name}.dtype is {entry["dtype"]!r}, expected {dtype!r}')
+    shape = entry['shape']
+    for field in ('shape', 'chunk_shape'):
+      dims = entry[field]
+      if not (
+        type(dims) is list
+        and dims
+        and all(type(d) is int and 0 < d <= store_chunks.INT32[1] for d in dims)
+      ):
+        raise store_errors.Malformed(
+          f'arrays.{name}.{field} is {dims!r}: expected positive int32 sizes'
+        )
+    if name == 'positions' and shape != [n]:
+      raise store_errors.Malformed(
+        f'arrays.positions.shape is {shape}, expected [{n}] for {n} token ids'
+      )
+    if name in store_chunks.LAYERED and not paged and (len(shape) != 4 or shape[1] != n):
+      raise store_errors.Malformed(f'arrays.{name}.shape is {shape}, expected [L, {n}, K, H]')
+    if (
+      name in store_chunks.LAYERED
+      and paged
+      and (len(shape) != 4 or tuple(shape[:2]) != expected_rows[name])
+    ):
+      layers, rows_kept = expected_rows[name]
+      raise store_errors.Malformed(
+        f'arrays.{name}.shape is {shape}, expected [{layers}, {rows_kept}, K, H] by page_layout'
+      )
+    if name == 'v' and shape != entries['k']['shape']:
+      raise store_errors.Malformed(
+        f'arrays.v.shape {shape} != arrays.k.shape {entries["k"]["shape"]}'
+      )
+    if name == 'v_tail' and shape != entries['k_tail']['shape']:
+      raise store_errors.Malformed(
+        f'arrays.v_tail.shape {shape} != arrays.k_tail.shape {entries["k_tail"]["shape"]}'
+      )
+    if name == 'k_tail' and shape[2:] != entries['k']['shape'][2:]:
+      raise store_errors.Malformed(
+        f'arrays.k_tail.shape {shape} and arrays.k.shape differ in [K, H]'
+      )
+    digests = entry['chunk_sha256']
+    count = shape[0] // store_chunks.chunk_shape(name, shape)[0]
+    if not (
+      type(digests) is list
+      and len(digests) == count
+      and all(type(d) is str and SHA256_HEX.fullmatch(d) for d in digests)
+    ):
+      raise store_errors.Malformed(
+        f'array {name!r} of shape {shape} needs {count} chunk digests (64 lowercase hex'
+        f' digits each), got {store_errors.short(digests)}'
+      )
+    if not (type(entry['sha256']) is str and SHA256_HEX.fullmatch(entry['sha256'])):
+      raise store_errors.Malformed(
+        f'arrays.{name}.sha256 is {store_errors.short(entry["sha256"])}: expected 64 hex digits'
+      )
+  return meta
+
+
+def check_meta(data: Any) -> blocks.BlockMeta:
+  """A BlockMeta from its JSON form, every field of the type it declares.
+
+  The fields and their types come from `blocks.BlockMeta` itself; integers
+  must lie in int32, `start` and token ids must not be negative, and the
+  result must give back exactly `data` (no value narrowed or dropped).
+  """
+  hints = typing.get_type_hints(blocks.BlockMeta)
+  if type(data) is not dict:
+    raise store_errors.Malformed(f'meta is {store_errors.short(data)}: expected a JSON object')
+  try:
+    meta = blocks.BlockMeta.from_json(data)
+  except _UNSUPPORTED_LAYOUT as e:
+    raise OtherFormat(
+      f'meta.layout_version {store_errors.short(data.get("layout_version"))}'
+    ) from e
+  except (ValueError, TypeError, KeyError, OverflowError) as e:  # blocks.BlockMetaError
+    raise store_errors.Malformed(str(e)) from e
+  for name, value in data.items():  # whatever from_json lets through
+    _check_type(value, hints.get(name), f'meta.{name}')
+  if data['start'] < 0:
+    raise store_errors.Malformed(f'meta.start is {data["start"]}: a slot cannot be negative')
+  if any(t < 0 for t in data['token_ids']):
+    raise store_errors.Malformed(f'meta.token_ids holds a negative id {min(data["token_ids"])}')
+  if meta_json(meta) != data:
+    raise store_errors.Malformed('meta does not read back as written')
+  return meta
+
+
+def _check_type(value: Any, hint: Any, where: str) -> None:
+  """Raises Malformed unless `value` (JSON or Python) is a `hint`.
+
+  Knows str, int (int32, not bool), bool, float, tuple[X, ...], unions and
+  enums; a type it does not know is left to `BlockMeta.from_json`.
+  """
+  origin = typing.get_origin(hint)
+  if origin in (typing.Union, types.UnionType):
+    errors = []
+    for arm in typing.get_args(hint):
+      try:
+        return _check_type(value, arm, where)
+      except store_errors.Malformed as e:
+        errors.append(str(e))
+    raise store_errors.Malformed('; '.join(errors))
+  if hint is type(None):
+    ok = value is None
+  elif hint is int:
+    ok = type(value) is int and store_chunks.INT32[0] <= value <= store_chunks.INT32[1]
+  elif hint in (str, bool):
+    ok = type(value) is hint
+  elif hint is float:
+    ok = type(value) in (int, float) and math.isfinite(value)
+  elif origin is tuple:
+    if type(value) not in (list, tuple):
+      raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected a list')
+    item = typing.get_args(hint)[0]
+    for i, x in enumerate(value):
+      _check_type(x, item, f'{where}.{i}')
+    return
+  elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+    ok = isinstance(value, hint) or value in {m.value for m in hint}
+  else:
+    return
+  if not ok:
+    name = getattr(hint, '__name__', str(hint))
+    bound = ' in int32' if hint is int else ''
+    raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected {name}{bound}')
+
+
+def _check_object(value: Any, names: set[str], where: str) -> None:
+  if type(value) is not dict:
+    raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected a JSON object')
+  if value.keys() != names:
+    raise store_errors.Malformed(f'{where} has fields {sorted(value)}, expected {sorted(names)}')
+
+
+def load_json(data: bytes) -> Any:
+  """JSON from ASCII bytes, refusing duplicate keys; raises Malformed."""
+
+  def no_duplicates(pairs):
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+      raise store_errors.Malformed(f'duplicate key {min(n for n in names if names.count(n) > 1)!r}')
+    return dict(pairs)
+
+  try:
+    return json.loads(data.decode('ascii'), object_pairs_hook=no_duplicates)
+  except RecursionError:
+    raise store_errors.Malformed('JSON nested too deeply') from None
+  except (ValueError, OverflowError) as e:  # UnicodeDecodeError, JSONDecodeError, digit limit
+    raise store_errors.Malformed(str(e)) from e
+
+
+def parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
+  """The manifest and its BlockMeta, checked by `check_manifest` and for `key`."""
+  try:
+    manifest = load_json(data)
+    meta = check_manifest(manifest)
+  except OtherFormat as e:
+    found = e.args[0]
+    if isinstance(found, str) and found.startswith('meta.layout_version'):
+      cause = f'{MANIFEST} has {found}; this code reads only {blocks.LAYOUT_VERSION}'
+    else:
+      cause = f'{MANIFEST} has format {store_errors.short(found)}; this code reads only {FORMAT!r}'
+    raise store_errors.UnsupportedFormatError(path, cause) from None
+  except store_errors.Malformed as e:
+    raise store_errors.CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
+  described = key_for(meta, store_pages.layout_of(manifest))
+  if described != key:
+    raise store_errors.CorruptBlockError(path, f'{MANIFEST} describes block {described}')
+  return manifest, meta
+
+
+def differences(a: Any, b: Any, where: str = '') -> list[str]:
+  """Where two JSON values differ, as 'path: a != b' lines.
+
+  Dicts are compared key by key and lists of one length item by item, so a
+  path such as 'arrays.k.chunk_sha256.3' names the differing chunk.
+  """
+  if a == b:
+    return []
+  if isinstance(a, dict) and isinstance(b, dict):
+    return [
+      line
+      for name in sorted(a.keys() | b.keys())
+      for line in differences(a.get(name), b.get(name), f'{where}{name}.')
+    ]
+  if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+    return [
+      line for i, (x, y) in enumerate(zip(a, b)) for line in differences(x, y, f'{where}{i}.')
+    ]
+  return [f'{where[:-1]}: {store_errors.short(a)} != {store_errors.short(b)}']
