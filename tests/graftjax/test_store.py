@@ -754,7 +754,8 @@ def test_documented_snippet_reads_a_block_with_tensorstore_alone(store):
   block = make_block(0, 'bfloat16')
   key = store.put(block)
   doc = (pathlib.Path(__file__).parents[2] / 'docs' / 'store_format.md').read_text()
-  snippet = doc[doc.index('import json') : doc.index("'positions'))") + 13]
+  section = doc[doc.index('## Reading a block with nothing but tensorstore') :]
+  snippet = section[section.index('```python') + len('```python') : section.index('```\n\n')]
   scope = {'root': store.root, 'key': key}
 
   exec(textwrap.dedent(snippet), scope)  # pylint: disable=exec-used
