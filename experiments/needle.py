@@ -1,0 +1,61 @@
+r"""Needles in a paged store: routed page-in against the base model over a window (issue 13, item 7).
+
+    python experiments/needle.py --model=gemma3-270m --needles=50 --page_tokens=512 \
+        --pages_per_window=4 --out=experiments/results/paging_needle_cpu.json
+
+Distinct facts ("The access code of <name> is <number>.") are planted, one
+per page, in pages of `--page_tokens` tokens of standard-library source;
+`--pages_per_window` consecutive pages make a window. Each question names its
+fact and is answered twice by greedy completion of `--answer_tokens` tokens:
+paged (BM25 over a sqlite catalog of the stored pages, the top page read,
+verified and installed into an empty window, the question after it) and
+base (the model prefills the whole window holding the fact, its other
+facts included, and the question follows). Accuracy of both with Wilson 95%
+intervals, routing top-1, page access latency (route + read + verify +
+install) of this real-model store. On CPU the window is short (4 x 511 + 1
+tokens); the issue's 32k window is for the H200 (`--pages_per_window=64`).
+"""
+
+from graftjax import determinism
+
+determinism.pin()
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags
+from graftjax.studies import cli
+from graftjax.studies import needle
+from graftjax.studies import paging_scale
+from graftjax.studies import results
+
+_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', paging_scale.MODELS, 'Model.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+_NEEDLES = flags.DEFINE_integer('needles', 50, 'Facts planted (one per page).')
+_PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 512, 'Tokens per page (BOS included).')
+_PAGES_PER_WINDOW = flags.DEFINE_integer('pages_per_window', 4, "Pages in the base model's window.")
+_ANSWER_TOKENS = flags.DEFINE_integer('answer_tokens', 6, 'Greedy answer tokens.')
+_CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk of pages and windows.')
+_QUESTION_CHUNK = flags.DEFINE_integer('question_chunk', 8, 'Prefill chunk of the question.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/paging_needle.json', 'Result JSON.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  result = needle.experiment(
+    model_name=_MODEL.value,
+    dtype=_DTYPE.value,
+    needles=_NEEDLES.value,
+    page_tokens=_PAGE_TOKENS.value,
+    pages_per_window=_PAGES_PER_WINDOW.value,
+    answer_tokens=_ANSWER_TOKENS.value,
+    chunk_size=_CHUNK_SIZE.value,
+    question_chunk=_QUESTION_CHUNK.value,
+    seed=_SEED.value,
+  )
+  print(needle.format_summary(result))
+  results.write(_OUT.value, result)
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,87 @@
+"""paging_scale: a store grown from real text, measured at each size, resumable."""
+
+import json
+
+import numpy as np
+import pytest
+
+from graftjax.paging import catalog as catalog_lib
+from graftjax.studies import corpus
+from graftjax.studies import paging_scale
+
+
+def test_plan_cuts_real_text_into_pages_of_bos_and_one_file():
+  plan = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=16, num_pages=20, seed=0)
+  assert plan.ids.shape == (20, 16) and len(set(plan.sources)) == 20
+  assert (plan.ids[:, 0] == 2).all()
+  assert len({row.tobytes() for row in plan.ids}) == 20  # no page twice (one key per page)
+  path, offset = plan.sources[0].rsplit('@', 1)
+  text = (corpus.stdlib_root() / path).read_bytes()
+  assert bytes(plan.ids[0, 1:].tolist()) == text[int(offset) : int(offset) + 15]
+  again = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=16, num_pages=20, seed=0)
+  assert again.digest() == plan.digest()
+
+
+@pytest.fixture(scope='module')
+def grown(tmp_path_factory):
+  folder = tmp_path_factory.mktemp('scale') / 'store'
+  kwargs = dict(
+    model_name='tiny',
+    dtype='float32',
+    impl='xla',
+    store_dir=folder,
+    page_tokens=48,
+    local_rows=0,
+    window_slots=256,
+    sizes=[3, 8],
+    queries=4,
+    chunk_size=32,
+    threads=2,
+    progress=False,
+  )
+  return folder, kwargs, paging_scale.experiment(**kwargs)
+
+
+def test_result_holds_the_summary_the_results_page_reads(grown):
+  _, _, result = grown
+  s = result['summary']
+  assert s['complete'] and s['window_slots'] == 256
+  assert s['stored_tokens'] == 8 * 48 and set(s['access_latency_s']) == {'3', '8'}
+  assert all(v > 0 for v in s['access_latency_s'].values())
+  assert s['install_byte_exact'] is False  # xla: the install crosses cache shapes
+  assert s['bytes_on_disk'] > 0 and s['live_array_bytes']['8'] > 0
+  assert [r['pages'] for r in result['rows']] == [3, 8]
+  assert all(r['top1_own_page'] >= 0.5 for r in result['rows'])
+  json.dumps(result)
+
+
+def test_a_second_run_resumes_without_adding_or_remeasuring(grown):
+  folder, kwargs, first = grown
+  again = paging_scale.experiment(**kwargs)
+  assert again['builds'] == [] and again['rows'] == first['rows']
+  with catalog_lib.Catalog(folder / catalog_lib.FILENAME) as catalog:
+    assert len(catalog) == 8
+    entry = catalog.get(catalog.keys()[0])
+    assert entry.page_layout is not None  # local_rows=0: a global-layers-only page
+
+
+def test_a_run_past_its_deadline_stops_and_says_so(tmp_path, grown):
+  _, kwargs, _ = grown
+  result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'deadline_s': 0.0})
+  assert not result['summary']['complete'] and result['rows'] == []
+  assert result['stored_pages_now'] == 0
+
+
+def test_a_plan_for_other_arguments_is_refused(tmp_path, grown):
+  _, kwargs, _ = grown
+  paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'sizes': [2], 'queries': 1})
+  with pytest.raises(ValueError, match='holds a plan'):
+    paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'page_tokens': 40})
+
+
+def test_figure_is_written_beside_the_result(tmp_path, grown):
+  _, _, result = grown
+  (path,) = paging_scale.write_figure(result, tmp_path / 'r.json')
+  assert path == tmp_path / 'r.png' and path.read_bytes()[:4] == b'\x89PNG'
+  assert paging_scale.write_figure({**result, 'rows': []}, tmp_path / 'e.json') == []
+  assert np.isfinite(result['summary']['access_max_deviation_from_smallest'])
