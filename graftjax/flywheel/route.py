@@ -1,31 +1,6 @@
 """Routing a query to stored blocks: exact recurrence, BM25, the model's own embedding.
 
-    router = BM25Router(threshold=0.5)
-    router.add_many([(block_key, question), ...])
-    router.route('a new question', k=1)       # [Hit(key, score)] or [] (abstain)
-    best, curve = sweep(router, labelled, max_false_hit=0.05)
-
-Every router ranks its entries for a query, keeps the k best distinct keys
-and drops those scoring below its threshold, so `route` returns no hit
-(abstains) when nothing scores high enough. Scores, by router:
-
-- `ExactRouter`: 1.0 when the query's `normalize`d text equals a stored one
-  (a dict lookup, O(1)); no hit otherwise.
-- `BM25Router`: `bm25s` (Lucene BM25, k1=1.5, b=0.75, English stopwords,
-  tokens r'\\b\\w+\\b' of the normalised text, so single digits count). Entries
-  are ranked by raw BM25; a hit's score is its raw BM25 divided by its
-  self-score, the BM25 its own text would score against it as a query. Query
-  terms count once, so the score lies in [0, 1]: the fraction of the stored
-  text's term weight the query matches (1.0 when the query holds every term of
-  the stored text, more besides or not). IDF follows the corpus, so the same
-  pair scores slightly differently as the store grows.
-- `EmbeddingRouter`: cosine similarity in [-1, 1] of `embed_texts`
-  embeddings, by a brute-force dot over an [N, D] float32 matrix, O(N D) per
-  query: fine up to about 1e5 entries (256 MB at D=640); beyond, an ANN index.
-
-BM25 and embedding indexes are rebuilt (BM25) or extended (embeddings) lazily
-on the next `route` after `add`s. `evaluate` and `sweep` score a router on
-labelled queries with Wilson intervals (`stats.Rate`).
+Details: docs/flywheel.md, section `graftjax/flywheel/route.py`.
 """
 
 from __future__ import annotations

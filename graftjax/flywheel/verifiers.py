@@ -1,30 +1,6 @@
 r"""Exact, deterministic verifiers: raw answer text in, a re-checkable verdict out.
 
-A `Verdict` records what was extracted from the text, the normalised gold it
-was compared with, and the verifier's name and version, so a result file can
-be re-scored from its raw text alone (`get(name, version)(text, gold)`).
-
-`numeric` (maths). The final answer is taken by the first rule that finds one:
-  1. GSM8K's marker: the number right after `####`;
-  2. the flywheel template's marker: the number right after "Final answer:"
-     (any case; added in version 2);
-  3. `\boxed{...}`: the first number inside the box;
-  4. "the answer is N" (any case, also "the final answer is: N");
-  5. otherwise the last number in the text.
-Rules 1-4 take their first occurrence that is followed by a number: a base
-model that goes on after its answer starts a new question. Callers cut the
-text at their stop sequences before verifying and record the cut text.
-A number is an optional `-` (or U+2212), an optional `$`, digits with optional
-thousands commas (groups of three), optional decimals, and an optional
-`/ denominator`; what follows it (`%`, a unit, a word, a full stop) is
-ignored; number words ("five") are not numbers. Values compare as exact
-rationals: `18`, `18.0`, `$18.00`, `18 dollars` and `36/2` all equal gold `18`;
-they print canonically (`18`, `-2.5`, `1/3`).
-
-`alias` (QA). The answer is the text's first non-empty line; it matches when
-its normal form equals that of the gold or of one of its aliases. Normal form:
-NFKC, case-folded, punctuation removed, articles a/an/the dropped (unless
-nothing else is left: gold 'A' stays 'a'), whitespace collapsed.
+Details: docs/flywheel.md, section `graftjax/flywheel/verifiers.py`.
 """
 
 from __future__ import annotations

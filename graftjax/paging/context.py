@@ -1,51 +1,6 @@
 """The paged attention context (issue 13, item 4): route, read, verify, install, then query.
 
-    tier = HostTier(store, max_bytes=2 << 30)
-    context = PagedContext(model, store, catalog, tier=tier)       # 32,768 slots by default
-    opened = context.open('how does the json decoder scan strings', k=4)
-    logits, cache = context.query(opened, query_ids, chunk_size=512)
-
-`open` routes the query (`Catalog.route`, top-k), reads every page (through the host tier, or
-from the store: SHA-256 verified either way), checks each against its catalog entry and the
-model, and only then builds one cache of `capacity` slots holding the pages side by side as
-block-attention segments under `rope_relative`: page i at a page boundary in segment i + 1
-(it sees only itself), its positions right after page i - 1's tokens
-(`graftjax.flywheel.compose`: `check_model`, `place`, `install`, the steps `compose.compose`
-takes). `query` appends the query in segment 0, which sees every page. Any error (a page of
-another model or layout, a page missing or corrupted, a layout that does not fit) is raised
-before `compose.install` runs, so no partial context is ever built, let alone used.
-
-Why a page (window-trimmed block, `graftjax.paging.pages`) is exact inside a segment.
-Placement moves a block computed alone at slot 0 by whole attention splits and relabels its
-segment (docs/composition.md); nothing in that argument looks at the rows' values, so it holds
-for a page's kept rows as for a block's. What trimming adds is rows installed as zeros, which
-must be rows no later query can see. Page i holds positions e_i - n_i .. e_i - 1, and every
-query that runs in this context sits at q >= next_position = e_last >= e_i (it is appended
-after the last page). On a local layer of window W the query sees position p iff q - p < W,
-i.e. p >= q - W + 1 >= e_i - (W - 1): within page i's last W - 1 rows, which the page keeps
-(`pages.to_page`'s default). Two more things could see the dropped rows and do not: the other
-pages (each sees only its own segment, and is not recomputed anyway: its rows are installed),
-and the page's own rows (computed once, before trimming, alone at slot 0). A masked row
-contributes an exact 0 to the query's softmax and to p @ v whatever finite value it holds (the
-Pallas kernel replaces its score before the max and the exponent), so zeros and the rows a fresh
-prefill computed give the same bits. A page keeping fewer than W - 1 local rows is exact only
-for queries far enough past it (`pages.check_page` with the query's position, after
-placement): accepted for an earlier page when the pages after it push the query far enough,
-refused otherwise. The test (tests/graftjax/paging/test_context.py) compares the query's logits
-against a fresh block-attention prefill of the pages' texts in the same layout
-(`PagedContext.fresh`), and shows a page one row short of W - 1 changes them.
-
-Host-memory tier (`HostTier`): an LRU of verified pages in front of the store, bounded by the
-bytes it holds. It keeps only a page's kept rows (whole global layers, local tails: about 6x
-less than the block for gemma-3-270m), rebuilt into a full block (zeros elsewhere) on a hit. On
-a GPU whose device offers the `pinned_host` memory kind it holds them as jax arrays placed with
-`jax.device_put(x, SingleDeviceSharding(device, memory_kind='pinned_host'))`; on CPU (and any
-device without that kind) as plain numpy arrays; `HostTier.memory` says which. Caveat:
-`blocks.graft` takes its rows through numpy, so on a GPU today a hit copies pinned host memory
-into a pageable numpy array before the host-to-device copy; making graft take device or pinned
-arrays directly is what remains for the pinned floor. Each held page keeps the SHA-256 of its
-bytes; with `verify_hits` (the default) a hit re-hashes them and a page changed in host memory
-is evicted and refused (`store.CorruptBlockError`), so every page installed was verified.
+Details and the exactness argument: docs/paging.md, section `graftjax/paging/context.py`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
 """Pages: a block cut to the rows some later query can see, exact by construction.
 
-A Gemma 3 cache keeps every row of every layer (models/cache.py), and a
-sliding-window layer masks by position: a query at position q sees the key
-at position p on a local layer iff p <= q and q - p < W
-(`kernels.attention_reference.visible`). A block holds positions
-e - n .. e - 1 (e: its end position, `first_position + shift + n`). Every
-query that runs after the block is installed sits at q >= e (a continuation
-appends), so on a local layer it sees row i (position e - n + i) iff
-i >= n - (W - 1) + (q - e):
-
-- the query right after the block, q = e, sees exactly the last W - 1 rows
-  (row n - (W - 1) is at distance W - 1 < W; row n - W at distance W is
-  masked);
-- every later query sees a subset of those.
-
-So keeping all rows of the global layers and the last W - 1 rows of the
-local layers (`to_page`'s default) keeps every row any later query can see.
-The rows dropped are installed as zeros. They are still masked: their
-scores are replaced by a finite constant before the softmax, their
-probabilities are exactly 0, and 0 * v is 0 for any finite v (their old
-values or the zeros), so no bit of the output depends on them. A page
-keeping only r < W - 1 local rows is exact only for queries at
-q >= e + (W - 1 - r) (`first_exact_position`); `install` refuses it unless
-told where the next query sits. The tests check both: byte-equal logits
-after a page and after the full block, and a page one row short is not.
+Details and the exactness argument: docs/paging.md, section `graftjax/paging/pages.py`.
 """
 
 from __future__ import annotations

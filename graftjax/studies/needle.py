@@ -1,39 +1,6 @@
 """Needles in a paged store: routed page-in against the base model over a window (issue 13, item 7).
 
-The library of experiments/needle.py. Real text (standard-library sources,
-in sorted order) is cut into windows of `pages_per_window` pages of
-`page_tokens` tokens (BOS + `page_tokens - 1` text tokens each). Distinct
-facts, "The access code of <name> is <number>.", each on a line of its own,
-are planted in the pages, one per page in the first `needles` pages, at a
-line break chosen at random between the page's first and last
-`margin` tokens (the page's text tokens are cut back to length after it),
-so each fact's page, window and token offset are known. Names are
-distinct first + last names; numbers distinct 4-digit ones.
-
-For each needle the question names it: "What is the access code of
-<name>?". The model is asked by completion after the context:
-"\\nQuestion: What is the access code of <name>?\\nAnswer: The access code
-of <name> is", decoding `answer_tokens` tokens greedily; an answer is right
-when the first integer in them is the needle's number.
-
-- paged: every page is prefilled alone at slot 0 (plain attention) in a cache
-  of the window's capacity, cut to a page (global layers whole, local layers'
-  last W - 1 rows) and stored in a `BlockStore` with a sqlite catalog (its
-  decoded text). The question is routed by BM25 over the catalog (top 1);
-  the page is read, verified and installed into an empty window (the same
-  capacity: a byte-exact install under any kernels), and the question and
-  answer follow it at positions page_tokens, ... Access latency (route +
-  read + verify + install) is timed per question: a small real-model store.
-- base: the base model prefills the whole window that holds the fact (BOS +
-  the window's pages' text, contiguous: `pages_per_window` needles in it,
-  the others distractors) and is asked the same way after it.
-
-Both arms decode with the same chunking (the question in chunks of
-`question_chunk`, then one token at a time). Accuracy is reported with Wilson
-95% intervals (`graftjax.flywheel.stats`); routing accuracy (the fact's own
-page first) too. For the first needle, the paged arm's question logits are
-checked byte-equal to a fresh prefill of the page's tokens and the question
-in the same cache.
+Details and the exactness argument: docs/paging.md, section `graftjax/studies/needle.py`.
 """
 
 from __future__ import annotations

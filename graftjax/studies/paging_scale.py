@@ -1,47 +1,6 @@
 """A page store grown from real text, and its access cost at every size (issue 13, item 5).
 
-The library of experiments/paging_scale.py. The same code runs on any device:
-
-1. `plan_pages`: Python sources (the standard library, tests included, in
-   sorted order; then site-packages if more text is needed) are tokenized
-   file by file and cut into pages of `page_tokens` tokens (BOS + the next
-   `page_tokens - 1` tokens of one file; a file's remainder is dropped, and so
-   is a page equal to an earlier one, e.g. in a copied file), and the pages
-   are shuffled with a fixed seed, so a store of N pages holds the
-   plan's first N, a sample of the whole corpus. The plan is saved in the
-   store's folder and reused when a run resumes.
-2. `grow`: each page is prefilled as its own block at slot 0 (plain
-   attention, segment 0), captured, cut to a page (`pages.to_page`, keeping
-   `local_rows` rows of the local layers: W - 1 by default, 0 for a
-   global-layers-only page, exact for queries at least W - 1 positions after
-   it), put into the `BlockStore` (writes overlap in threads: they wait on
-   fsync), and then catalogued (`Catalog.beside(store)`, BM25) with its
-   decoded text. A page is catalogued only once it is in the store, and a
-   page whose source is catalogued is skipped, so a run killed at any point
-   resumes where it stopped. A page is prefilled in a cache of its own size
-   (its tokens rounded up to 64 slots) and installed into the window, a cache
-   of another capacity: byte-exact under chunk-invariant kernels
-   (`impl='pallas'`, the H200 run); under `xla` (the CPU run) the install
-   passes `allow_other_shape` and the result says `install_byte_exact:
-   False` (prefilling each page in a window-sized cache would cost ~1 s a
-   page on 2 CPU cores: the CPU run measures cost, not bits).
-3. `measure`, each time the store reaches a size of `sizes`: `queries`
-   queries, each a line (>= 40 characters where one exists) of a stored
-   page, are answered: route (BM25 top-1 over the catalog), read + verify
-   (every SHA-256), install into the window (one cache of `window_slots`
-   slots on the device, emptied before each query), timed apart and
-   together (access latency = route + read + verify + install; median, p10,
-   p90; a query the router abstains on counts as a miss and is not timed). Then a one-token query runs at the page's first exact position
-   (timed apart, not part of access latency), and the device's memory is
-   read while the window is live: `device.memory_stats()` (None on CPU,
-   recorded as None) and the bytes of every live jax array
-   (`jax.live_arrays()`, on any backend). The store's bytes on disk (file
-   sizes and allocated blocks) and the catalog's size are recorded too.
-
-Measurements are saved in the store's folder as each size completes, so a
-store grown over several calls (each under a deadline, `deadline_s`) still
-reports every size; `experiment` returns the result with `complete` False
-until every size is measured.
+Details and the exactness argument: docs/paging.md, section `graftjax/studies/paging_scale.py`.
 """
 
 from __future__ import annotations
