@@ -33,7 +33,7 @@ _ANSWER_LINE = re.compile(r'\n\s*(?:Final answer:|####)')
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deposits (
-  key TEXT PRIMARY KEY,
+  key TEXT NOT NULL,
   task TEXT NOT NULL,
   item_id TEXT NOT NULL,
   question TEXT NOT NULL,
@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS deposits (
   verdict TEXT NOT NULL,
   tokens_spent INTEGER NOT NULL,
   block_tokens INTEGER NOT NULL,
-  UNIQUE (task, item_id)
+  PRIMARY KEY (task, item_id)
 )
 """
 
@@ -175,22 +175,25 @@ class Library:
       tokens_spent=int(tokens_spent),
       block_tokens=len(ids),
     )
-    with self._db:
-      self._db.execute(
-        'INSERT OR IGNORE INTO deposits VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-        (
-          entry.key,
-          entry.task,
-          entry.item_id,
-          entry.question,
-          entry.text,
-          entry.answer,
-          entry.source,
-          json.dumps(entry.verdict, sort_keys=True),
-          entry.tokens_spent,
-          entry.block_tokens,
-        ),
-      )
+    try:
+      with self._db:
+        self._db.execute(
+          'INSERT INTO deposits VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+          (
+            entry.key,
+            entry.task,
+            entry.item_id,
+            entry.question,
+            entry.text,
+            entry.answer,
+            entry.source,
+            json.dumps(entry.verdict, sort_keys=True),
+            entry.tokens_spent,
+            entry.block_tokens,
+          ),
+        )
+    except sqlite3.IntegrityError:  # another process deposited this item meanwhile
+      return self.find(item.task, item.id)
     return entry
 
 

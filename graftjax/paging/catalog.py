@@ -139,6 +139,13 @@ class Catalog:
   def add_many(self, entries: Iterable[Entry]) -> int:
     """Catalogues every entry in one transaction; returns how many were new."""
     entries = list(entries)
+    for entry in entries:  # before any row is written: a refused entry leaves nothing behind
+      if not route_lib.normalize(entry.text):
+        raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
+      if entry.n_tokens <= 0:
+        raise CatalogError(
+          f'key {entry.key[:12]}…: n_tokens must be positive, got {entry.n_tokens}'
+        )
     new = []
     self._db.execute('BEGIN IMMEDIATE')
     try:

@@ -1,5 +1,7 @@
 """Deposit (verified, idempotent, resumable) and graft -> answer (== the same text prompted)."""
 
+import dataclasses
+
 import pytest
 
 from graftjax import store as store_lib
@@ -120,3 +122,19 @@ def test_the_template_carries_the_verified_answer_once(text_model, library):
     text_model, library, solution='2 + 3 = 5\nFinal answer: 5', source='self', tokens_spent=3
   )
   assert entry.text == 'Question: What is two plus three?\nFinal answer: 5\nSolution: 2 + 3 = 5\n\n'
+
+
+def test_items_of_identical_text_in_two_tasks_are_both_deposited(text_model, library):
+  """Same template text means the same content key; the catalog is keyed by (task, item)."""
+  first = deposit(text_model, library)
+  other = dataclasses.replace(ITEM, task='other')
+  second = library.deposit(
+    text_model,
+    item=other,
+    verifier=last_word,
+    solution='2 + 3 = 5',
+    source='reference',
+    tokens_spent=0,
+  )
+  assert second.key == first.key and second.task == 'other'
+  assert library.find('other', ITEM.id) == second and library.find('toy', ITEM.id) == first

@@ -69,3 +69,17 @@ def test_same_entry_twice_is_a_no_op_and_a_conflict_is_refused(tmp_path):
     assert len(catalog) == 3 and len(catalog.router) == 3
     with pytest.raises(catalog_lib.CatalogError, match='not catalogued'):
       catalog.get('d' * 64)
+
+
+@pytest.mark.parametrize('text, n_tokens', [('...', 5), ('a real text', 0)])
+def test_a_refused_entry_leaves_the_catalog_openable(tmp_path, text, n_tokens):
+  """Rows used to be committed before the router refused the text: the catalog never reopened."""
+  path = tmp_path / 'c.sqlite'
+  with catalog_lib.Catalog(path) as catalog:
+    with pytest.raises(catalog_lib.CatalogError):
+      catalog.add(
+        'd' * 64, text, source='x', n_tokens=n_tokens, model_fingerprint=FP, dtype='float32'
+      )
+    assert len(catalog) == 0
+  with catalog_lib.Catalog(path) as reopened:
+    assert len(reopened) == 0
