@@ -477,7 +477,7 @@ def _install_rows(
 ) -> cache_lib.KVCache:
   """Writes the first n of k, v [L, m, K, H] and positions [m] (and `segment`) at slots
   [start, start+n) of every row; slots [start+n, start+m) keep what they hold."""
-  batch, m = cache.batch_size, positions.shape[0]
+  m = positions.shape[0]
   keep = jnp.arange(m) < n  # [m]
 
   def write(old, new, axis):  # new: [m, ...] rows along `axis` of old

@@ -30,7 +30,6 @@ SCRIPTS = sorted((REPO / 'experiments').glob('*.py'))
 RETIRED_FLAGS = {'dtypes', 'output', 'out_dir', 'output_dir', 'result', 'out_path', 'config'}
 DEFINE = re.compile(r'^DEFINE_')
 # Scripts other work owns, not yet moved into the library (thin them, then drop them here).
-NOT_YET_THIN: dict[str, str] = {}
 
 
 def _tree(path: pathlib.Path) -> ast.Module:
@@ -71,8 +70,6 @@ def test_script_is_a_thin_absl_main(path):
 
 @pytest.mark.parametrize('path', SCRIPTS, ids=lambda p: p.name)
 def test_script_defines_no_function_but_main(path):
-  if path.name in NOT_YET_THIN:
-    pytest.skip(NOT_YET_THIN[path.name])
   tree = _tree(path)
   defined = [
     getattr(node, 'name', type(node).__name__)

@@ -96,12 +96,12 @@ def test_a_move_across_a_split_boundary_is_not_exact(model, library):
   placed = [compose._placed(model, store.get(k), p) for k, p in zip(keys, layout.placements)]
   cache = compose._install(model, model.init_cache(capacity=CAPACITY), placed)
   fresh = compose.fresh_layout(model, TEXTS[:2], layout, chunk_size=CHUNK)
+  with pytest.raises(compose.ComposeError, match='multiple of the attention split'):
+    compose.compose(model, store, keys[:2], capacity=CAPACITY, page=32, slots=(0, 224))
   if same_cache(cache, fresh):  # a property of rounding, not of the design
     pytest.skip('on this machine the split-straddling block happened to round alike')
   # Close, but not the same bits: the block's rows folded over one split, now over two.
   np.testing.assert_allclose(np.asarray(cache.k), np.asarray(fresh.k), atol=1e-4)
-  with pytest.raises(compose.ComposeError, match='multiple of the attention split'):
-    compose.compose(model, store, keys[:2], capacity=CAPACITY, page=32, slots=(0, 224))
 
 
 def test_plan_places_blocks_on_free_pages():

@@ -5,7 +5,6 @@ check that looks for that tampering can find it; the digest test alone
 leaves the signature stale.
 """
 
-import copy
 import importlib.metadata
 import json
 import subprocess
