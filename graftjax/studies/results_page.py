@@ -693,6 +693,22 @@ def _transfer_sets(d: dict[str, Any]) -> list[tuple[str, str, str]]:
   return out
 
 
+def _rescored(results: list[Result]) -> list[str]:
+  """What `graftjax.flywheel.rescore` says of each file, run as the page is made."""
+  from graftjax.flywheel import rescore  # pylint: disable=g-import-not-at-top
+
+  out = ['Re-scored now:', '']
+  for r in results:
+    found = rescore.check(r.data)  # the file's own digest was verified when it was loaded
+    verdict = (
+      'every digest, verdict and figure agrees'
+      if not found.problems
+      else (f'{len(found.problems)} discrepancies: ' + '; '.join(found.problems))
+    )
+    out.append(f'- {_name(r)}: {verdict}')
+  return out
+
+
 @family(
   'Does a library of verified solutions make the frozen model better and cheaper? (flywheel)',
   'flywheel_*.json',
@@ -707,6 +723,8 @@ def _flywheel(results: list[Result]) -> list[str]:
     ' answered by the base model and through the nearest block. Intervals are Wilson 95%.'
     f' Every figure is for the model named ({", ".join(f"`{m}`" for m in models)}) only.'
     ' Re-check a file without a model: `python -m graftjax.flywheel.rescore <file>`.',
+    '',
+    *_rescored(results),
     '',
     '**Recurrence** (items the base model did not solve within its budget):',
     '',
@@ -1026,9 +1044,14 @@ def _paging_scale(r: Result) -> list[str]:
     )
   else:
     out[-1] += '.'
+  if 'setup' in s:
+    out[-1] += f' Setup: {s["setup"]}.'
+  if s.get('install_byte_exact') is False:
+    out[-1] += ' The installs of this run were **not** byte-exact (see `install_byte_exact`).'
   out += ['']
   out += table(('blocks stored', 'access s (median)'), [[f'{n:,}', num(v)] for n, v in latency])
-  return out + _scalars(s, skip=('stored_tokens', 'window_slots', 'access_latency_s'))
+  skip = ('stored_tokens', 'window_slots', 'access_latency_s', 'setup')
+  return out + _scalars(s, skip=skip)
 
 
 def _flatten(record: dict[str, Any], prefix: str = '') -> list[tuple[str, Any]]:
