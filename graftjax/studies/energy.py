@@ -39,31 +39,32 @@ class Meter:
     self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     self.device = pynvml.nvmlDeviceGetName(self._handle)
     self.phases: dict[str, dict[str, Any]] = {}
-    joules, seconds = self._window(lambda: time.sleep(idle_seconds))
-    self.idle_watts = joules / seconds
+    window = {}
+    with self._window(window):
+      time.sleep(idle_seconds)
+    self.idle_watts = window['joules'] / window['seconds']
 
   def _joules(self) -> float:
     return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0
 
-  def _window(self, work) -> tuple[float, float]:
+  @contextlib.contextmanager
+  def _window(self, out: dict[str, float]) -> Iterator[None]:
+    """Fills `out` with the joules and seconds of the block, over at least MIN_WINDOW_S."""
     start_j, start_t = self._joules(), time.perf_counter()
-    work()
+    yield
     while time.perf_counter() - start_t < MIN_WINDOW_S:  # the counter's resolution
       time.sleep(0.05)
-    return self._joules() - start_j, time.perf_counter() - start_t
+    out.update(joules=self._joules() - start_j, seconds=time.perf_counter() - start_t)
 
   @contextlib.contextmanager
   def phase(self, name: str, *, answers: int) -> Iterator[None]:
     """Measures the block's energy; `answers` divides it into joules per answer."""
-    start_j, start_t = self._joules(), time.perf_counter()
-    yield
-    while time.perf_counter() - start_t < MIN_WINDOW_S:
-      time.sleep(0.05)
-    joules, seconds = self._joules() - start_j, time.perf_counter() - start_t
-    above_idle = joules - self.idle_watts * seconds
+    window = {}
+    with self._window(window):
+      yield
+    above_idle = window['joules'] - self.idle_watts * window['seconds']
     self.phases[name] = {
-      'seconds': seconds,
-      'joules': joules,
+      **window,
       'joules_above_idle': above_idle,
       'answers': answers,
       'joules_per_answer': above_idle / answers if answers else None,

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 import contextlib
 import dataclasses
-import re
 import time
 from typing import Any
 
@@ -33,8 +32,6 @@ from graftjax.flywheel import solve
 from graftjax.flywheel import summary as summary_lib
 from graftjax.models.gemma import sampler
 from graftjax.studies import energy
-
-_CALCULATOR = re.compile(r'<<[^>]*>>')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,17 +170,11 @@ def run(
     'attempts': base + recurrence['attempts'] + transfer['attempts'],
     'routing': transfer['routing'],
     'grafted_vs_prompted': recurrence['grafted_vs_prompted'],
-    'summary': summarize(base, recurrence['attempts'], transfer['attempts'], unsolved),
+    'summary': summary_lib.summarize(
+      base, recurrence['attempts'], transfer['attempts'], [it.id for it in unsolved]
+    ),
     'energy': meter.to_json() if meter else None,
   }
-
-
-def summarize(base, recurrence, transfer, unsolved) -> dict[str, Any]:
-  """Accuracy (Wilson 95%) and decode tokens per phase; recomputable from the attempts."""
-  return summary_lib.summarize(base, recurrence, transfer, [it.id for it in unsolved])
-
-
-phase_summary = summary_lib.phase_summary
 
 
 def _record(phase, item, sample, ids, text, verdict, seconds, **extra) -> dict[str, Any]:
@@ -217,8 +208,8 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
     tokens = sum(r['decode_tokens'] for r in base if r['item_id'] == item.id)
     if own:
       solution, source, record = own[0]['text'], 'self', own[0]['verdict']
-    else:  # GSM8K's calculator annotations (<<2*3=6>>) are not part of the text
-      solution, source, record = _CALCULATOR.sub('', item.solution or ''), 'reference', None
+    else:  # the loaders already drop GSM8K's calculator annotations (<<2*3=6>>)
+      solution, source, record = item.solution or '', 'reference', None
     try:
       entry = library.deposit(
         model,

@@ -183,7 +183,8 @@ class Gemma:
 
     Returns:
       (logits, cache): logits [B, T, V] for 'all', [B, V] of the last token
-      for 'last', None for 'none'.
+      for 'last', the final-norm hidden state [B, T, D] for 'hidden', None
+      for 'none'.
     """
     if chunk_size <= 0:
       raise ValueError(f'chunk_size must be positive, got {chunk_size}')
@@ -203,9 +204,9 @@ class Gemma:
         logits=logits,
         segment=segment,
       )
-      if logits == 'all':
+      if logits in ('all', 'hidden'):
         outputs.append(out)
-    if logits == 'all':
+    if logits in ('all', 'hidden'):
       return jnp.concatenate(outputs, axis=1), cache
     return out, cache
 

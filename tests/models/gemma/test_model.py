@@ -99,3 +99,11 @@ def test_pallas_capacity_multiple_fits_every_attention_tile():
 
   for block_k in attention.default_block_k_values():
     assert ops.CAPACITY_MULTIPLE % block_k == 0, block_k
+
+
+def test_prefill_returns_the_hidden_state_of_every_chunk(tiny_model):
+  """'hidden' used to return only the last chunk's rows."""
+  ids = [2, 5, 9, 11, 13, 17, 19]
+  cache = tiny_model.init_cache(capacity=16)
+  hidden, _ = tiny_model.prefill(ids, cache=cache, chunk_size=3, logits='hidden')
+  assert hidden.shape == (1, len(ids), tiny_model.config.embed_dim)
