@@ -29,6 +29,10 @@ from graftjax.studies import results
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+_IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels of every op.')
+_STORE = flags.DEFINE_string(
+  'store', None, 'A store grown by paging_scale.py to route over (default: the needle pages only).'
+)
 _NEEDLES = flags.DEFINE_integer('needles', 50, 'Facts planted (one per page).')
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 512, 'Tokens per page (BOS included).')
 _PAGES_PER_WINDOW = flags.DEFINE_integer('pages_per_window', 4, "Pages in the base model's window.")
@@ -45,6 +49,8 @@ def main(argv):
   result = needle.experiment(
     model_name=_MODEL.value,
     dtype=_DTYPE.value,
+    impl=_IMPL.value,
+    store_dir=_STORE.value,
     needles=_NEEDLES.value,
     page_tokens=_PAGE_TOKENS.value,
     pages_per_window=_PAGES_PER_WINDOW.value,

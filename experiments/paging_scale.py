@@ -48,9 +48,13 @@ _WINDOW_SLOTS = flags.DEFINE_integer('window_slots', 4096, 'Slots of the window 
 _SIZES = flags.DEFINE_list('sizes', ['10', '100', '1000', '10000'], 'Pages stored at each step.')
 _QUERIES = flags.DEFINE_integer('queries', 100, 'Queries per size.')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk of a page.')
+_BATCH = flags.DEFINE_integer('batch', 1, 'Pages prefilled side by side.')
 _THREADS = flags.DEFINE_integer('threads', 8, 'Concurrent store writes.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Page order and query seed.')
 _DEADLINE_S = flags.DEFINE_float('deadline_s', None, 'Stop growing after this many seconds.')
+_PLAN_ONLY = flags.DEFINE_bool(
+  'plan_only', False, 'Only tokenize the corpus into the plan in --store (to carry it elsewhere).'
+)
 _PLOT = flags.DEFINE_bool('plot', True, 'Write the figure next to --out (PNG).')
 _OUT = flags.DEFINE_string('out', 'experiments/results/paging_scale.json', 'Result JSON.')
 
@@ -58,6 +62,18 @@ _OUT = flags.DEFINE_string('out', 'experiments/results/paging_scale.json', 'Resu
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if _PLAN_ONLY.value:
+    plan = paging_scale.plan_only(
+      model_name=_MODEL.value,
+      dtype=_DTYPE.value,
+      impl=_IMPL.value,
+      store_dir=_STORE.value,
+      page_tokens=_PAGE_TOKENS.value,
+      num_pages=max(int(x) for x in _SIZES.value),
+      seed=_SEED.value,
+    )
+    print(f'plan of {len(plan)} pages ({plan.made_with}) in {_STORE.value}: {plan.digest()}')
+    return
   result = paging_scale.experiment(
     model_name=_MODEL.value,
     dtype=_DTYPE.value,
@@ -70,6 +86,7 @@ def main(argv):
     queries=_QUERIES.value,
     chunk_size=_CHUNK_SIZE.value,
     seed=_SEED.value,
+    batch=_BATCH.value,
     threads=_THREADS.value,
     deadline_s=_DEADLINE_S.value,
   )

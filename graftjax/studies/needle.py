@@ -5,8 +5,10 @@ Details and the exactness argument: docs/paging.md, section `graftjax/studies/ne
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import random
 import re
 import tempfile
@@ -28,6 +30,7 @@ from graftjax.studies import corpus
 from graftjax.studies import paging_scale
 from graftjax.studies import results
 
+NEEDLE_SOURCE = 'needle page'  # catalog source of needle page p: f'{NEEDLE_SOURCE} {p}'
 FIRST_NAMES = (
   'Amelia', 'Bartholomew', 'Cressida', 'Dorian', 'Evangeline', 'Fitzgerald', 'Griselda',
   'Horatio', 'Isadora', 'Jasper', 'Katarina', 'Leopold', 'Marisol', 'Nikolai', 'Ophelia',
@@ -135,6 +138,8 @@ def experiment(
   *,
   model_name: str,
   dtype: str,
+  impl: str = 'xla',
+  store_dir: str | os.PathLike | None = None,
   needles: int,
   page_tokens: int,
   pages_per_window: int,
@@ -146,8 +151,13 @@ def experiment(
   progress: bool = True,
   command: str | None = None,
 ) -> dict[str, Any]:
-  """Both arms on every needle; the result."""
-  model = paging_scale.load_model(model_name, dtype=dtype)
+  """Both arms on every needle; the result.
+
+  With `store_dir` (a store grown by `paging_scale`, same model), the needle
+  pages join that store and its catalog, and every question is routed over
+  all of it; otherwise over the needle pages alone, in a temporary store.
+  """
+  model = paging_scale.load_model(model_name, dtype=dtype, impl=impl)
   tokenizer = paging_scale.tokenizer_of(model)
   page_ids, planted = plant(
     tokenizer,
@@ -165,19 +175,22 @@ def experiment(
   rows = [{'name': n.name, 'number': n.number, 'page': n.page, 'offset': n.offset} for n in planted]
   t_start = time.perf_counter()
 
-  with tempfile.TemporaryDirectory() as tmp:
-    store = store_lib.BlockStore(f'{tmp}/store')
-    catalog = catalog_lib.Catalog.beside(store, router=route_lib.BM25Router(threshold=0.0))
+  with contextlib.ExitStack() as stack:
+    root = store_dir or stack.enter_context(tempfile.TemporaryDirectory())
+    store = store_lib.BlockStore(os.path.join(root, 'store') if store_dir is None else root)
+    catalog = stack.enter_context(
+      catalog_lib.Catalog.beside(store, router=route_lib.BM25Router(threshold=0.0))
+    )
     t0 = time.perf_counter()
     for p in tqdm.tqdm(range(len(page_ids)), desc='pages', disable=not progress):
-      page = paging_scale.make_page(
-        model, page_ids[p], capacity=capacity, chunk_size=chunk_size, local_rows=None
+      (page,) = paging_scale.make_pages(
+        model, page_ids[p][None], capacity=capacity, chunk_size=chunk_size, local_rows=None
       )
       key = pages.put(store, page)
       catalog.add(
         key,
         paging_scale.decode(tokenizer, page_ids[p][1:]),
-        source=f'page {p}',
+        source=f'{NEEDLE_SOURCE} {p}',
         n_tokens=page_tokens,
         model_fingerprint=model.fingerprint,
         dtype=jnp.dtype(model.dtype).name,
@@ -185,6 +198,7 @@ def experiment(
       )
     build_s = time.perf_counter() - t0
     key_of = {catalog.get(k).source: k for k in catalog.keys()}
+    routed_over = [catalog.get(k) for k in catalog.keys()]
     store_bytes = paging_scale.disk_bytes(store.root)['bytes']
     window = model.init_cache(capacity=capacity)
     catalog.router.route('warm up the index', k=1)
@@ -213,7 +227,7 @@ def experiment(
       text = paging_scale.decode(tokenizer, answer)
       row.update(
         routed_page=hits[0][0].source,
-        routed_right=hits[0][0].key == key_of[f'page {needle.page}'],
+        routed_right=hits[0][0].key == key_of[f'{NEEDLE_SOURCE} {needle.page}'],
         paged_answer=text,
         paged_right=first_number(text) == needle.number,
         route_s=t1 - t0,
@@ -233,7 +247,6 @@ def experiment(
           model, fresh, prompt, position=page_tokens, answer_tokens=1, chunk=question_chunk
         )
         row['paged_first_logits_equal_fresh_prefill'] = _sha(first) == _sha(fresh_first)
-    catalog.close()
 
   base_s = []
   for w in tqdm.tqdm(range(-(-needles // pages_per_window)), desc='base', disable=not progress):
@@ -281,6 +294,8 @@ def experiment(
     ),
     'model': model_name,
     'dtype': dtype,
+    'impl': impl,
+    'routed_over': 'the needle pages only' if store_dir is None else f'the store at {store_dir}',
     'page_tokens': page_tokens,
     'pages_per_window': pages_per_window,
     'window_tokens': window_tokens,
@@ -297,8 +312,9 @@ def experiment(
       'routing_top1': routed.value,
       'routing_top1_wilson95': {'low': routed.low, 'high': routed.high},
       'base_window_tokens': window_tokens,
-      'stored_pages': len(page_ids),
-      'stored_tokens': int(page_ids.size),
+      'needle_pages': len(page_ids),
+      'stored_pages': len(routed_over),
+      'stored_tokens': int(sum(e.n_tokens for e in routed_over)),
       'store_bytes_on_disk': store_bytes,
       'page_access_median_s': float(np.median([r['access_s'] for r in rows])),
       'paged_answer_median_s': float(np.median([r['paged_answer_s'] for r in rows])),

@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import pathlib
+import platform
 import random
 import sysconfig
 import time
@@ -82,6 +83,7 @@ class Plan:
 
   ids: np.ndarray
   sources: tuple[str, ...]
+  made_with: str = ''  # the interpreter whose sources were read, e.g. 'Python 3.11.9'
 
   def __len__(self) -> int:
     return len(self.sources)
@@ -117,7 +119,11 @@ def plan_pages(tokenizer, *, page_tokens: int, num_pages: int, seed: int) -> Pla
     )
   random.Random(seed).shuffle(found)
   found = found[:num_pages]
-  return Plan(np.asarray([ids for _, ids in found], np.int32), tuple(s for s, _ in found))
+  return Plan(
+    np.asarray([ids for _, ids in found], np.int32),
+    tuple(s for s, _ in found),
+    made_with=f'Python {platform.python_version()}',
+  )
 
 
 def _relative(path: pathlib.Path) -> str:
@@ -144,17 +150,39 @@ def load_or_plan(folder: pathlib.Path, tokenizer, *, page_tokens, num_pages, see
     if {k: saved.get(k) for k in meta} != meta:
       raise ValueError(f'{folder} holds a plan for {saved}, not {meta}: use another --store')
     with np.load(folder / PLAN_FILE) as z:
-      plan = Plan(z['ids'], tuple(json.loads((folder / PLAN_META).read_text())['sources']))
+      plan = Plan(z['ids'], tuple(saved['sources']), made_with=saved.get('made_with', ''))
     if plan.digest() != saved['ids_sha256']:
       raise ValueError(f'{folder / PLAN_FILE} does not match its digest')
     return plan
   plan = plan_pages(tokenizer, page_tokens=page_tokens, num_pages=num_pages, seed=seed)
   folder.mkdir(parents=True, exist_ok=True)
-  np.savez(folder / PLAN_FILE, ids=plan.ids)
+  np.savez_compressed(folder / PLAN_FILE, ids=plan.ids)  # small enough to carry to a device
   (folder / PLAN_META).write_text(
-    json.dumps({**meta, 'ids_sha256': plan.digest(), 'sources': list(plan.sources)})
+    json.dumps(
+      {
+        **meta,
+        'ids_sha256': plan.digest(),
+        'made_with': plan.made_with,
+        'sources': list(plan.sources),
+      }
+    )
   )
   return plan
+
+
+def plan_only(
+  *, model_name: str, dtype: str, impl: str, store_dir, page_tokens: int, num_pages: int, seed: int
+) -> Plan:
+  """Makes (or checks) the plan of a store without growing it, e.g. to carry it to a device."""
+  model = load_model(model_name, dtype=dtype, impl=impl)
+  return load_or_plan(
+    pathlib.Path(store_dir),
+    tokenizer_of(model),
+    page_tokens=page_tokens,
+    num_pages=num_pages,
+    seed=seed,
+    model=model,
+  )
 
 
 def prefill_capacity(page_tokens: int) -> int:
@@ -162,15 +190,32 @@ def prefill_capacity(page_tokens: int) -> int:
   return -(-page_tokens // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
 
 
-def make_page(model, ids, *, capacity: int, chunk_size: int, local_rows: int | None):
-  """The page of `ids` prefilled alone at slot 0 (plain attention)."""
-  _, cache = model.prefill(
-    ids, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
-  )
-  block = blocks.capture(
-    cache, blocks.Span(0, len(ids)), token_ids=[int(i) for i in ids], target=model.graft_target
-  )
-  return pages.to_page(block, model.config, local_rows=local_rows)
+def make_pages(model, ids, *, capacity: int, chunk_size: int, local_rows: int | None):
+  """Pages of ids [B, T]: the B rows prefilled side by side, each alone at slots [0, T).
+
+  Under chunk- and batch-invariant kernels each page is byte for byte the page
+  of its row prefilled in a batch of one; under XLA the last bits may differ.
+  """
+  ids = np.asarray(ids, np.int32)
+  batch, n = ids.shape
+  cache = model.init_cache(batch_size=batch, capacity=capacity)
+  for begin in range(0, n, chunk_size):
+    chunk = ids[:, begin : begin + chunk_size]
+    positions = np.broadcast_to(
+      np.arange(begin, begin + chunk.shape[1], dtype=np.int32), chunk.shape
+    )
+    _, cache = model.forward(chunk, positions, cache, logits='none')
+  cache = jax.device_get(cache)  # one copy to the host for every row
+  return [
+    pages.to_page(
+      blocks.capture(
+        cache, blocks.Span(0, n), token_ids=ids[b], target=model.graft_target, batch_index=b
+      ),
+      model.config,
+      local_rows=local_rows,
+    )
+    for b in range(batch)
+  ]
 
 
 def grow(
@@ -182,13 +227,15 @@ def grow(
   *,
   chunk_size: int,
   local_rows: int | None,
+  batch: int = 1,
   threads: int = 8,
   deadline: float | None = None,
   progress: bool = True,
 ) -> dict[str, Any]:
   """Stores and catalogues the plan's first `upto` pages (skipping catalogued ones).
 
-  Stops early, with everything added so far durable, at `deadline`
+  Pages are prefilled `batch` at a time (a short last batch is padded with
+  copies of its first page, so one program serves every batch). Stops early, with everything added so far durable, at `deadline`
   (a `time.monotonic()` value). Returns counts and seconds.
   """
   tokenizer = tokenizer_of(model)
@@ -221,17 +268,21 @@ def grow(
   def put(page):
     return pages.put(store, page), page.layout
 
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    for i in tqdm.tqdm(todo, desc=f'pages to {upto}', disable=not progress, mininterval=5):
+  bar = tqdm.tqdm(total=len(todo), desc=f'pages to {upto}', disable=not progress, mininterval=5)
+  with bar, concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    for begin in range(0, len(todo), batch):
       if deadline is not None and time.monotonic() > deadline:
         break
+      rows = todo[begin : begin + batch]
+      padded = rows + rows[:1] * (batch - len(rows))
       t1 = time.perf_counter()
-      page = make_page(
-        model, plan.ids[i], capacity=capacity, chunk_size=chunk_size, local_rows=local_rows
+      made = make_pages(
+        model, plan.ids[padded], capacity=capacity, chunk_size=chunk_size, local_rows=local_rows
       )
       prefill_s += time.perf_counter() - t1
-      pending.append((i, pool.submit(put, page)))
-      if len(pending) >= 4 * threads:  # bounded memory; catalogue what is stored
+      pending += [(i, pool.submit(put, page)) for i, page in zip(rows, made)]
+      bar.update(len(rows))
+      while len(pending) >= max(4 * threads, 2 * batch):  # bounded memory; catalogue what is stored
         catalogue(pending[: 2 * threads])
         pending = pending[2 * threads :]
     catalogue(pending)
@@ -396,6 +447,7 @@ def experiment(
   queries: int,
   chunk_size: int,
   seed: int = 0,
+  batch: int = 1,
   threads: int = 8,
   deadline_s: float | None = None,
   progress: bool = True,
@@ -441,6 +493,7 @@ def experiment(
         size,
         chunk_size=chunk_size,
         local_rows=local_rows,
+        batch=batch,
         threads=threads,
         deadline=deadline,
         progress=progress,
@@ -469,6 +522,7 @@ def experiment(
     stored_pages=stored_pages,
     seconds=time.monotonic() - start,
     store_dir=str(folder),
+    batch=batch,
     command=command,
   )
 
@@ -550,7 +604,11 @@ def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **r
     'impl': rest['impl'],
     'local_rows': rest['local_rows'],
     'tokenizer': 'the model tokenizer' if model.tokenizer else 'one id per UTF-8 byte',
-    'corpus': 'Python sources of this interpreter (stdlib incl. tests, then site-packages)',
+    'corpus': (
+      f'Python sources of the interpreter that made the plan ({plan.made_with or "unrecorded"}):'
+      ' stdlib incl. tests, then site-packages'
+    ),
+    'prefill_batch': rest['batch'],
     'store_dir': rest['store_dir'],
     'timing': 'medians of per-query wall times',
     'summary': summary,

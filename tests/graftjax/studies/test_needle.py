@@ -42,3 +42,34 @@ def test_experiment_runs_both_arms_with_wilson_intervals():
   assert s['paged_first_logits_equal_fresh_prefill'] is True
   assert all({'paged_right', 'base_right', 'access_s'} <= set(r) for r in result['rows'])
   json.dumps(result)
+
+
+def test_needles_join_a_grown_store_and_route_over_all_of_it(tmp_path):
+  kwargs = dict(model_name='tiny', dtype='float32', progress=False)
+  grown = paging_scale.experiment(
+    **kwargs,
+    impl='xla',
+    store_dir=tmp_path,
+    page_tokens=128,
+    local_rows=0,
+    window_slots=512,
+    sizes=[6],
+    queries=2,
+    chunk_size=64,
+    threads=2,
+  )
+  result = needle.experiment(
+    **kwargs,
+    store_dir=str(tmp_path),
+    needles=2,
+    page_tokens=128,
+    pages_per_window=2,
+    answer_tokens=1,
+    chunk_size=64,
+    question_chunk=8,
+  )
+  s = result['summary']
+  assert s['needle_pages'] == 2 and s['stored_pages'] == 6 + 2
+  assert s['stored_tokens'] == grown['summary']['stored_tokens'] + 2 * 128
+  assert result['routed_over'] == f'the store at {tmp_path}'
+  assert all('routed_right' in r for r in result['rows'])

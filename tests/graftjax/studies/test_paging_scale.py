@@ -86,3 +86,44 @@ def test_figure_is_written_beside_the_result(tmp_path, grown):
   assert path == tmp_path / 'r.png' and path.read_bytes()[:4] == b'\x89PNG'
   assert paging_scale.write_figure({**result, 'rows': []}, tmp_path / 'e.json') == []
   assert np.isfinite(result['summary']['access_max_deviation_from_smallest'])
+
+
+def test_batched_pages_are_byte_equal_to_pages_made_alone_under_invariant_kernels():
+  model = paging_scale.load_model('tiny', dtype='float32', impl='pallas')
+  plan = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=40, num_pages=3, seed=0)
+  kwargs = dict(capacity=paging_scale.prefill_capacity(40), chunk_size=32, local_rows=0)
+  together = paging_scale.make_pages(model, plan.ids, **kwargs)
+  for row, page in zip(plan.ids, together):
+    (alone,) = paging_scale.make_pages(model, row[None], **kwargs)
+    assert page.layout == alone.layout
+    assert np.asarray(page.block.k).tobytes() == np.asarray(alone.block.k).tobytes()
+    assert np.asarray(page.block.v).tobytes() == np.asarray(alone.block.v).tobytes()
+    assert page.block.meta.token_ids == tuple(int(t) for t in row)
+  # The comparison can fail: another row's page differs.
+  assert np.asarray(together[0].block.k).tobytes() != np.asarray(together[1].block.k).tobytes()
+
+
+def test_batched_growth_stores_each_planned_page_once(tmp_path, grown):
+  _, kwargs, first = grown
+  result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'batch': 3})
+  assert result['prefill_batch'] == 3 and result['summary']['complete']
+  assert [b['pages_added'] for b in result['builds']] == [3, 5]  # 8 = 3 + 5, padded batches
+  assert result['inputs']['sha256_page_ids'] == first['inputs']['sha256_page_ids']
+
+
+def test_a_plan_made_alone_is_the_plan_the_run_uses(tmp_path, grown):
+  _, kwargs, first = grown
+  plan = paging_scale.plan_only(
+    model_name='tiny',
+    dtype='float32',
+    impl='xla',
+    store_dir=tmp_path / 's',
+    page_tokens=48,
+    num_pages=8,
+    seed=0,
+  )
+  assert (
+    plan.made_with.startswith('Python ') and plan.digest() == first['inputs']['sha256_page_ids']
+  )
+  result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'sizes': [8]})
+  assert plan.made_with in result['corpus']
