@@ -28,7 +28,7 @@ source experiments/device/setup.sh
 if [ "$1" = needle ]; then
   timeout 540 python3 experiments/needle.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
       --store=/root/paging_store --needles=50 --page_tokens=512 --pages_per_window=64 \
-      --out="$OUT/paging_needle_h200.json" > "$OUT/needle.log" 2>&1
+      --out="$OUT/paging_needle_h200.json" > "$OUT/needle.log" 2>&1 || echo "needle exited $?"
   grep -v '%|' "$OUT/needle.log" | tail -4
   exit 0
 fi
@@ -39,9 +39,10 @@ DEADLINE_S=${DEADLINE_S:-400}
 timeout 540 python3 experiments/paging_scale.py --model=gemma3-270m --dtype=bfloat16 \
     --impl=pallas --page_tokens=512 --local_rows=0 --window_slots=32768 \
     --sizes=10,100,1000,10000 --queries=200 --batch=32 --threads=16 --store=/root/paging_store \
-    --deadline_s="$DEADLINE_S" --out=/root/paging_scale_h200.json >> "$OUT/scale.log" 2>&1
+    --deadline_s="$DEADLINE_S" --out=/root/paging_scale_h200.json >> "$OUT/scale.log" 2>&1 \
+    || echo "paging_scale exited $?"
 grep -v '%|' "$OUT/scale.log" | tail -12
-cp /root/paging_scale_h200.json /root/paging_scale_h200.png "$OUT/" 2>/dev/null
+cp /root/paging_scale_h200.json /root/paging_scale_h200.png "$OUT/" 2>/dev/null || true
 df -h /root | tail -1
 if python3 -c "import json,sys; sys.exit(not json.load(open('/root/paging_scale_h200.json'))['summary']['complete'])"; then
   echo COMPLETE
