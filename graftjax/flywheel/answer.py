@@ -1,8 +1,9 @@
 """Graft -> answer: a routed block at its own slots, then the query, then a short decode.
 
 `answer` grafts the block (read and SHA-256 verified by the store) into a
-cache of the library's shape, prefills the query after it and decodes under
-a small budget. `answer_prompted` computes the same text as a plain prompt
+cache of the library's shape, prefills the query after it (optionally after a
+preamble, such as the base model's few-shot examples) and decodes under a
+small budget. `answer_prompted` computes the same text as a plain prompt
 with the same chunk schedule; its logits are byte-equal to the grafted ones
 (tested), so the graft changes the cost, never the answer.
 """
@@ -31,7 +32,7 @@ class Answer:
     token_ids: generated ids, up to and including the stop token.
     text: their text (control tokens skipped).
     context_tokens: tokens before the query (the block's; 0 without one).
-    query_tokens: tokens of the query, prefilled after the context.
+    query_tokens: tokens of the preamble and query, prefilled after the context.
     first_logits: [V] float32 logits that chose the first generated token.
     seconds: wall time from an empty cache to the last token.
   """
@@ -56,11 +57,14 @@ def stop_ids(model, mode: str) -> tuple[int, ...]:
   return (*out, model.config.eos_id)
 
 
-def query_ids(model, question: str, *, mode: str, after_block: bool) -> list[int]:
-  """The query's token ids; BOS only when nothing comes before it."""
+def query_ids(
+  model, question: str, *, mode: str, after_block: bool, preamble: str = ''
+) -> list[int]:
+  """The token ids of `preamble` and the query; BOS only when nothing comes before them."""
   if mode not in MODES:
     raise ValueError(f'mode must be one of {sorted(MODES)}, got {mode!r}')
-  return model.tokenizer.encode(MODES[mode].format(question=question), add_bos=not after_block)
+  text = preamble + MODES[mode].format(question=question)
+  return model.tokenizer.encode(text, add_bos=not after_block)
 
 
 def answer(
@@ -71,8 +75,12 @@ def answer(
   *,
   mode: str,
   max_new_tokens: int,
+  preamble: str = '',
 ) -> Answer:
-  """Grafts `entry`'s block (none: the base model alone), asks `question`, decodes."""
+  """Grafts `entry`'s block (none: the base model alone), asks `question`, decodes.
+
+  `preamble` (e.g. few-shot examples) comes between the block and the query.
+  """
   start = time.perf_counter()
   cache = model.init_cache(capacity=library.shape.capacity)
   context = 0
@@ -81,7 +89,7 @@ def answer(
       library.store, entry.key, cache, target=model.graft_target, donate=True
     )
     context = entry.block_tokens
-  return _continue(model, library, cache, context, question, mode, max_new_tokens, start)
+  return _continue(model, library, cache, context, question, mode, max_new_tokens, preamble, start)
 
 
 def answer_prompted(
@@ -92,17 +100,20 @@ def answer_prompted(
   *,
   mode: str,
   max_new_tokens: int,
+  preamble: str = '',
 ) -> Answer:
   """The same context as `answer`, computed from its text instead of grafted."""
   start = time.perf_counter()
   ids = model.tokenizer.encode(entry.text)
   cache = model.init_cache(capacity=library.shape.capacity)
   _, cache = model.prefill(ids, cache=cache, chunk_size=library.shape.chunk_size, logits='none')
-  return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, start)
+  return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, preamble, start)
 
 
-def _continue(model, library, cache, context, question, mode, max_new_tokens, start) -> Answer:
-  ids = query_ids(model, question, mode=mode, after_block=context > 0)
+def _continue(
+  model, library, cache, context, question, mode, max_new_tokens, preamble, start
+) -> Answer:
+  ids = query_ids(model, question, mode=mode, after_block=context > 0, preamble=preamble)
   if context + len(ids) + max_new_tokens > library.shape.capacity:
     raise ValueError(
       f'context {context} + query {len(ids)} + {max_new_tokens} new tokens exceed the'

@@ -389,6 +389,20 @@ def bigbench_arithmetic(cache_dir: str | os.PathLike[str] | None = None) -> task
   )
 
 
+_WIKIDATA_QUESTION = re.compile(r'The (?P<relation>.+?) of (?P<subject>.+) is')
+
+
+def wikidata_relation(question: str) -> tuple[str, str] | None:
+  """(relation, subject) of a qa_wikidata question 'The capital of France is', else None.
+
+  The relation is the shortest lead ('country', 'native language'), so a
+  subject may itself hold ' of ' ('Abdullah II of Jordan' reads as relation
+  'languages spoken, written or signed by Abdullah II', subject 'Jordan').
+  """
+  match = _WIKIDATA_QUESTION.fullmatch(question)
+  return (match['relation'], match['subject']) if match else None
+
+
 def bigbench_qa_wikidata(cache_dir: str | os.PathLike[str] | None = None) -> tasks.Task:
   """BIG-bench `qa_wikidata`: 'The language of X is' -> 'English' (aliases)."""
   return tasks.Task(

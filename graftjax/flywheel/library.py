@@ -26,6 +26,9 @@ from graftjax import store as store_lib
 # repeats the block's first line and a half, so the answer is a copy a few
 # tokens away (with the solution first, a 270M model re-derives it instead).
 TEMPLATE = 'Question: {question}\nFinal answer: {answer}\nSolution: {solution}\n\n'
+# A short answer (QA) has no solution to show: its block is the answer alone.
+ANSWER_TEMPLATE = 'Question: {question}\nFinal answer: {answer}\n\n'
+FORMS = ('solution', 'answer')
 RECALL_QUERY = 'Question: {question}\nFinal answer:'
 SOLVE_QUERY = 'Question: {question}\nSolution:'
 # Where a solution's own closing answer line starts (ours, or GSM8K's '####').
@@ -115,6 +118,7 @@ class Library:
     source: str,
     tokens_spent: int,
     record: dict[str, Any] | None = None,
+    form: str = 'solution',
   ) -> Entry:
     """Verifies `solution` for `item`, then deposits it as a block (once).
 
@@ -130,14 +134,19 @@ class Library:
       record: the verdict recorded when the solution was checked before
         (`verdict.to_json()`); the deposit is refused unless it re-verifies
         to the same record.
+      form: 'solution' (TEMPLATE: the worked solution under the verifier's
+        canonical answer) or 'answer' (ANSWER_TEMPLATE: the solution's first
+        line, a short answer such as 'Spain', which must verify on its own).
     Returns:
       The catalog entry (the existing one if the item was deposited before).
     Raises:
       DepositError: the solution does not verify (or not to `record`), or
-        the source is unknown.
+        the source or form is unknown.
     """
     if source not in ('self', 'reference'):
       raise DepositError(f"source must be 'self' or 'reference', got {source!r}")
+    if form not in FORMS:
+      raise DepositError(f'form must be one of {FORMS}, got {form!r}')
     existing = self.find(item.task, item.id)
     if existing is not None:
       return existing
@@ -152,8 +161,13 @@ class Library:
         f'{item.task}/{item.id}: the recorded verdict {record} does not re-verify'
         f' ({verdict.to_json()}); nothing deposited'
       )
-    body = _ANSWER_LINE.split(solution.strip(), maxsplit=1)[0].strip()
-    text = TEMPLATE.format(question=item.question, solution=body, answer=verdict.extracted)
+    if form == 'answer':
+      text = ANSWER_TEMPLATE.format(
+        question=item.question, answer=_answer_line(item, verifier, solution)
+      )
+    else:
+      body = _ANSWER_LINE.split(solution.strip(), maxsplit=1)[0].strip()
+      text = TEMPLATE.format(question=item.question, solution=body, answer=verdict.extracted)
     ids = model.tokenizer.encode(text)
     if len(ids) > self.shape.capacity:
       raise DepositError(f'{len(ids)} tokens do not fit the library capacity {self.shape.capacity}')
@@ -195,6 +209,16 @@ class Library:
     except sqlite3.IntegrityError:  # another process deposited this item meanwhile
       return self.find(item.task, item.id)
     return entry
+
+
+def _answer_line(item, verifier, solution: str) -> str:
+  """The solution's first non-empty line, which must verify alone."""
+  line = next((line.strip() for line in solution.splitlines() if line.strip()), '')
+  if not verifier(line, item.gold).verdict:
+    raise DepositError(
+      f'{item.task}/{item.id}: the answer line {line!r} does not verify alone; nothing deposited'
+    )
+  return line
 
 
 def _entry(row) -> Entry:

@@ -2,24 +2,32 @@
 
 `run` takes the base model's attempts at a set of items (batched, few-shot),
 deposits a verified solution of every item it can (the model's own where it
-solved the item, else the dataset's reference solution when that verifies),
-then asks two kinds of question through the library:
+solved the item, else the dataset's reference when that verifies: its worked
+solution, or its answer where it has none), then asks two kinds of question
+through the library:
 
   recurrence  the same items the base model did not solve, routed by exact
               question text to their block, answered in recall mode;
   transfer    held-out items (never deposited), routed to the nearest
               deposited question, answered in solve mode with that block as
-              the worked example, against the base model on the same items.
+              the worked example (recall mode for one-line answers), against
+              the base model on the same items.
+
+Two item sets are built here: GSM8K items with new GSM-Symbolic instances of
+their templates (`gsm8k_with_symbolic`), and BIG-bench qa_wikidata facts with
+another question about the same subject (`qa_wikidata_pairs`).
 
 Every attempt keeps its raw text, token ids and verdict, so
-`graftjax.flywheel.rescore` re-checks the result without a model.
+`graftjax.flywheel.rescore` re-checks the result without a model; with a
+`journal.Journal`, an interrupted run resumes from its finished steps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 import contextlib
 import dataclasses
+import random
 import time
 from typing import Any
 
@@ -32,6 +40,7 @@ from graftjax.flywheel import solve
 from graftjax.flywheel import summary as summary_lib
 from graftjax.models.gemma import sampler
 from graftjax.studies import energy
+from graftjax.studies import journal as journal_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +48,28 @@ class Prompt:
   """How the base model is asked: `prefix` (few-shot examples) once, then `query` per item.
 
   `query` has a `{question}` field; the answer ends at a blank line.
+
+  Attributes:
+    prefix: the few-shot examples.
+    query: the question's template.
+    answer_only: answers are one short line (QA): base attempts stop at the
+      line's end, a deposit holds the answer alone (`library.ANSWER_TEMPLATE`)
+      and held-out items are asked in recall mode ('Final answer:').
+    keep_prefix: held-out items asked through the library get the few-shot
+      prefix after the grafted block, so the block is the one difference
+      from the base model's prompt (`query` must then be the answer mode's
+      query); otherwise the block alone precedes the query.
   """
 
   prefix: str
   query: str
+  answer_only: bool = False
+  keep_prefix: bool = False
+
+  @property
+  def transfer_mode(self) -> str:
+    """How held-out items are asked through the library (`answer.MODES`)."""
+    return 'recall' if self.answer_only else 'solve'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +109,7 @@ def base_attempts(
     model.tokenizer.encode(prompt.query.format(question=item.question), add_bos=False)
     for item in items
   ]
-  stops = answer_lib.stop_ids(model, 'solve')
+  stops = answer_lib.stop_ids(model, 'recall' if prompt.answer_only else 'solve')
   records = []
   for sample in range(budget.samples):
     sampling = sampler.SamplingConfig(temperature=budget.temperature if sample else 0.0)
@@ -118,6 +145,8 @@ def run(
   routers: Sequence[route_lib.Router],
   progress: Callable[[str, int], Callable[[int], None]] | None = None,
   meter: energy.Meter | None = None,
+  targets: Mapping[str, str] | None = None,
+  journal: journal_lib.Journal | None = None,
 ) -> dict[str, Any]:
   """The whole loop on `items` (deposited) and `held_out` (never deposited).
 
@@ -134,31 +163,48 @@ def run(
       is evaluated.
     progress: `progress(phase, total)` returns a callback taking a count.
     meter: if given, the accelerator energy of each phase (`energy.Meter`).
+    targets: held-out item id -> the deposited item id its routing should
+      find; default: each held-out item's `template`.
+    journal: finished steps (the base phases whole, answers one by one);
+      a restarted run with the same journal skips them.
   Returns:
     JSON-ready dict: attempts, deposits, routing and a summary per phase.
   """
   bar = progress or (lambda phase, total: None)
+  journal = journal or journal_lib.Journal(None, config={})
+  if overlap := {it.id for it in items} & {it.id for it in held_out}:
+    raise ValueError(f'held-out items are also deposited items: {sorted(overlap)[:5]}')
+  if prompt.keep_prefix and prompt.query != answer_lib.MODES[prompt.transfer_mode]:
+    raise ValueError(
+      f'keep_prefix needs the {prompt.transfer_mode} query'
+      f' {answer_lib.MODES[prompt.transfer_mode]!r} as the prompt, got {prompt.query!r}'
+    )
 
   def measured(name, answers):
     return meter.phase(name, answers=answers) if meter else contextlib.nullcontext()
 
   with measured('base', len(items) * budget.samples):
-    base = base_attempts(
-      model,
-      items,
-      verify,
-      prompt=prompt,
-      budget=budget,
-      phase='base',
-      progress=bar('base attempts', len(items) * budget.samples),
+    base = journal.step(
+      'base',
+      lambda: base_attempts(
+        model,
+        items,
+        verify,
+        prompt=prompt,
+        budget=budget,
+        phase='base',
+        progress=bar('base attempts', len(items) * budget.samples),
+      ),
     )
-  deposits = _deposit_all(model, items, base, verify, library, bar('deposits', len(items)))
+  form = 'answer' if prompt.answer_only else 'solution'
+  deposits = _deposit_all(model, items, base, verify, library, form, bar('deposits', len(items)))
   by_item = {e.item_id: e for e in library.entries() if e.task == task}
   unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
   exact = route_lib.ExactRouter()
   exact.add_many((e.key, e.question) for e in by_item.values())
-  recurrence = _recurrence(model, library, unsolved, exact, verify, budget, bar, measured)
-  transfer = _transfer(model, library, held_out, routers, verify, prompt, budget, bar, measured)
+  ask = _Ask(model, library, verify, journal, bar, measured)
+  recurrence = _recurrence(ask, unsolved, exact, budget)
+  transfer = _transfer(ask, held_out, routers, prompt, budget, targets)
   return {
     'task': task,
     'budget': dataclasses.asdict(budget),
@@ -199,7 +245,7 @@ def _solved(base, item_id) -> bool:
   return any(r['verdict']['verdict'] for r in base if r['item_id'] == item_id)
 
 
-def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, Any]]:
+def _deposit_all(model, items, base, verify, library, form, tick) -> list[dict[str, Any]]:
   """Deposits the model's own verified solution, else the dataset's; records refusals."""
   out = []
   for item in items:
@@ -209,7 +255,8 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
     if own:
       solution, source, record = own[0]['text'], 'self', own[0]['verdict']
     else:  # the loaders already drop GSM8K's calculator annotations (<<2*3=6>>)
-      solution, source, record = item.solution or '', 'reference', None
+      reference = item.solution if item.solution is not None else item.answer
+      solution, source, record = reference, 'reference', None
     try:
       entry = library.deposit(
         model,
@@ -219,6 +266,7 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
         source=source,
         tokens_spent=tokens,
         record=record,
+        form=form,
       )
       out.append(
         {
@@ -236,115 +284,184 @@ def _deposit_all(model, items, base, verify, library, tick) -> list[dict[str, An
   return out
 
 
-def _recurrence(model, library, unsolved, exact, verify, budget, bar, measured) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class _Ask:
+  """What every question through the library needs: model, library, verifier, journal, meters."""
+
+  model: Any
+  library: library_lib.Library
+  verify: Callable
+  journal: journal_lib.Journal
+  bar: Callable
+  measured: Callable
+
+
+def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
   """Each unsolved item asked again: exact route, graft, recall; then the same text prompted.
 
   The two arms run one after the other, so each phase's energy is its own.
+  Logits are compared by the SHA-256 of their float32 bytes (a resumed run
+  has only those).
   """
-  tick = bar('recurrence', len(unsolved))
-  entries = {e.key: e for e in library.entries()}
-  attempts, grafted = [], []
-  with measured('recurrence', len(unsolved)):
+  tick = ask.bar('recurrence', len(unsolved))
+  entries = {e.key: e for e in ask.library.entries()}
+  attempts = []
+  with ask.measured('recurrence', len(unsolved)):
     for item in unsolved:
-      hits = exact.route(item.question)
-      entry = entries[hits[0].key] if hits else None
-      out, who = _answer(model, library, entry, item, 'recall', budget.recall_tokens)
-      attempts.append(_answer_record('recurrence', item, (out, who), verify, entry, hits))
-      if who == 'flywheel':
-        grafted.append((item, entry, out))
+      attempts.append(
+        ask.journal.step(
+          f'recurrence/{item.id}',
+          lambda item=item: _routed_answer(
+            ask, 'recurrence', item, exact, entries, 'recall', budget.recall_tokens
+          ),
+        )
+      )
       if tick:
         tick(1)
-  with measured('recurrence_prompted', len(grafted)):
-    prompted = [
-      answer_lib.answer_prompted(
-        model, library, entry, item.question, mode='recall', max_new_tokens=budget.recall_tokens
+  grafted = [(item, a) for item, a in zip(unsolved, attempts) if a['answered_by'] == 'flywheel']
+
+  def prompted(item, entry):
+    out = answer_lib.answer_prompted(
+      ask.model,
+      ask.library,
+      entry,
+      item.question,
+      mode='recall',
+      max_new_tokens=budget.recall_tokens,
+    )
+    return {
+      'token_ids': list(out.token_ids),
+      'first_logits_sha256': ledger.sha256_bytes(out.first_logits.tobytes()),
+      'seconds': out.seconds,
+    }
+
+  with ask.measured('recurrence_prompted', len(grafted)):
+    others = [
+      ask.journal.step(
+        f'recurrence_prompted/{item.id}',
+        lambda item=item, a=a: prompted(item, entries[a['block_key']]),
       )
-      for item, entry, _ in grafted
+      for item, a in grafted
     ]
   equal = [
     {
       'item_id': item.id,
-      'logits_byte_equal': out.first_logits.tobytes() == other.first_logits.tobytes(),
-      'tokens_equal': out.token_ids == other.token_ids,
-      'graft_seconds': out.seconds,
-      'prompted_seconds': other.seconds,
-      'context_tokens': entry.block_tokens,
+      'logits_byte_equal': a['first_logits_sha256'] == other['first_logits_sha256'],
+      'tokens_equal': a['token_ids'] == other['token_ids'],
+      'graft_logits_sha256': a['first_logits_sha256'],
+      'prompted_logits_sha256': other['first_logits_sha256'],
+      'graft_seconds': a['seconds'],
+      'prompted_seconds': other['seconds'],
+      'context_tokens': entries[a['block_key']].block_tokens,
     }
-    for (item, entry, out), other in zip(grafted, prompted)
+    for (item, a), other in zip(grafted, others)
   ]
   summary = summary_lib.grafted_vs_prompted(equal)
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(model, library, held_out, routers, verify, prompt, budget, bar, measured):
-  """Held-out items: the base model (few-shot) against the routed block (solve mode)."""
-  entries = {e.key: e for e in library.entries()}
+def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
+  """Held-out items: the base model (few-shot) against the routed block."""
+  entries = {e.key: e for e in ask.library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
-  with measured('transfer_base', len(held_out)):
-    attempts = base_attempts(
-      model,
-      held_out,
-      verify,
-      prompt=prompt,
-      budget=dataclasses.replace(budget, samples=1),
-      phase='transfer_base',
-      progress=bar('transfer: base', len(held_out)),
+  with ask.measured('transfer_base', len(held_out)):
+    attempts = ask.journal.step(
+      'transfer_base',
+      lambda: base_attempts(
+        ask.model,
+        held_out,
+        ask.verify,
+        prompt=prompt,
+        budget=dataclasses.replace(budget, samples=1),
+        phase='transfer_base',
+        progress=ask.bar('transfer: base', len(held_out)),
+      ),
     )
-  tick = bar('transfer: flywheel', len(held_out))
-  with measured('transfer_flywheel', len(held_out)):
+  preamble = prompt.prefix if prompt.keep_prefix else ''
+  tick = ask.bar('transfer: flywheel', len(held_out))
+  with ask.measured('transfer_flywheel', len(held_out)):
     for item in held_out:
-      hits = routers[0].route(item.question)
-      entry = entries[hits[0].key] if hits else None
-      out = _answer(model, library, entry, item, 'solve', budget.max_new_tokens)
-      attempts.append(_answer_record('transfer_flywheel', item, out, verify, entry, hits))
+      attempts.append(
+        ask.journal.step(
+          f'transfer_flywheel/{item.id}',
+          lambda item=item: _routed_answer(
+            ask,
+            'transfer_flywheel',
+            item,
+            routers[0],
+            entries,
+            prompt.transfer_mode,
+            budget.max_new_tokens,
+            preamble,
+          ),
+        )
+      )
       if tick:
         tick(1)
-  routing = {type(r).__name__: _routing(r, held_out, entries) for r in routers}
+  routing = {type(r).__name__: _routing(r, held_out, entries, targets) for r in routers}
   return {'attempts': attempts, 'routing': routing}
 
 
-def _routing(router, held_out, entries) -> dict[str, Any]:
-  """Top-1 routing to the deposited item the held-out item's template was made from."""
-  by_template = {}
+def _routing(router, held_out, entries, targets) -> dict[str, Any]:
+  """Top-1 routing to the deposited item each held-out item was paired with."""
+  by_item = {}
   for e in entries.values():
-    by_template.setdefault(e.item_id, e.key)
-  labelled = [(it.question, by_template.get(it.template)) for it in held_out]
+    by_item.setdefault(e.item_id, e.key)
+  labelled = [
+    (it.question, by_item.get(targets[it.id] if targets is not None else it.template))
+    for it in held_out
+  ]
   return route_lib.evaluate(router, labelled, router.threshold).to_json()
 
 
-def _answer(model, library, entry, item, mode, max_new_tokens):
-  """(answer, who answered): a block that fails verification is reported and skipped."""
-  if entry is None:
-    who = 'base (routed to nothing)'
-  else:
+def _routed_answer(ask: _Ask, phase, item, router, entries, mode, max_new_tokens, preamble=''):
+  """The item routed, its block grafted and the answer verified: an attempt record.
+
+  A query that routes to nothing, or whose block fails the store's checks
+  (reported and skipped), is answered by the base model and marked so.
+  """
+  hits = router.route(item.question)
+  entry = entries[hits[0].key] if hits else None
+  who = 'base (routed to nothing)'
+  out = None
+  if entry is not None:
     try:
       out = answer_lib.answer(
-        model, library, entry, item.question, mode=mode, max_new_tokens=max_new_tokens
+        ask.model,
+        ask.library,
+        entry,
+        item.question,
+        mode=mode,
+        max_new_tokens=max_new_tokens,
+        preamble=preamble,
       )
-      return out, 'flywheel'
+      who = 'flywheel'
     except store_lib.StoreError as e:
       who = f'base (block {entry.key[:12]} skipped: {type(e).__name__})'
-  out = answer_lib.answer(
-    model, library, None, item.question, mode=mode, max_new_tokens=max_new_tokens
-  )
-  return out, who
-
-
-def _answer_record(phase, item, answered, verify, entry, hits) -> dict[str, Any]:
-  out, who = answered
+  if out is None:
+    out = answer_lib.answer(
+      ask.model,
+      ask.library,
+      None,
+      item.question,
+      mode=mode,
+      max_new_tokens=max_new_tokens,
+      preamble=preamble,
+    )
   return _record(
     phase,
     item,
     0,
     out.token_ids,
     out.text,
-    verify(out.text, item.gold),
+    ask.verify(out.text, item.gold),
     out.seconds,
     block_key=entry.key if who == 'flywheel' else None,
     route_score=hits[0].score if hits else None,
     context_tokens=out.context_tokens,
     answered_by=who,
+    first_logits_sha256=ledger.sha256_bytes(out.first_logits.tobytes()),
   )
 
 
@@ -361,6 +478,98 @@ def gsm8k_with_symbolic(templates: Sequence[int], *, seed: int = 0, per_template
   wanted = {item.template for item in held_out}
   items = [item for item in datasets.gsm8k_test().items() if item.id in wanted]
   return items, held_out
+
+
+@dataclasses.dataclass(frozen=True)
+class Pairs:
+  """qa_wikidata items in pairs: one deposited, one held out, about the same subject.
+
+  Attributes:
+    items: the deposited items, one per subject.
+    held_out: per subject, a question of another relation (never deposited).
+    targets: held-out item id -> its deposited partner's id (routing's truth).
+    shots: few-shot examples for the base model, of other subjects.
+    same_answer: held-out items whose gold equals their partner's gold.
+  """
+
+  items: list[Any]
+  held_out: list[Any]
+  targets: dict[str, str]
+  shots: list[Any]
+  same_answer: int
+
+
+def qa_wikidata_pairs(
+  task, count: int, *, seed: int = 0, shots: int = 5, min_relation_items: int = 100
+) -> Pairs:
+  """`count` subjects of BIG-bench qa_wikidata asked two questions of different relations.
+
+  Only questions of the form 'The R of S is' whose relation R has at least
+  `min_relation_items` items are used, and no question whose text occurs
+  twice in the task (the same fact under two ids), so no held-out question
+  text is a deposited one. Subjects with two such relations are shuffled by
+  `seed`; for each of the first `count`, one question (shuffled) is deposited
+  and the first of another relation is held out. The few-shot examples are
+  questions of subjects with a single question, one per relation.
+
+  Args:
+    task: `datasets.bigbench_qa_wikidata()` (or any task of such questions).
+    count: subjects (pairs).
+    seed: the shuffle's seed.
+    shots: few-shot examples.
+    min_relation_items: relations with fewer items are left out.
+  Raises:
+    ValueError: fewer than `count` subjects, or `shots` single subjects, qualify.
+  """
+  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+
+  items = list(task.items())
+  texts: dict[str, int] = {}
+  for item in items:
+    texts[item.question] = texts.get(item.question, 0) + 1
+  parsed = [(item, datasets.wikidata_relation(item.question)) for item in items]
+  relations: dict[str, int] = {}
+  for _, rs in parsed:
+    if rs:
+      relations[rs[0]] = relations.get(rs[0], 0) + 1
+  subjects: dict[str, list[tuple[str, Any]]] = {}
+  for item, rs in parsed:
+    if rs and relations[rs[0]] >= min_relation_items and texts[item.question] == 1:
+      subjects.setdefault(rs[1], []).append((rs[0], item))
+  rng = random.Random(seed)
+  paired = sorted(s for s, qs in subjects.items() if len({r for r, _ in qs}) > 1)
+  single = sorted(s for s, qs in subjects.items() if len(qs) == 1)
+  if len(paired) < count:
+    raise ValueError(f'{len(paired)} subjects have two relations, {count} asked for')
+  rng.shuffle(paired)
+  deposited, held_out = [], []
+  for subject in paired[:count]:
+    questions = list(subjects[subject])
+    rng.shuffle(questions)
+    relation, item = questions[0]
+    other = next(o for r, o in questions[1:] if r != relation)
+    deposited.append(item)
+    held_out.append(other)
+  rng.shuffle(single)
+  examples, used = [], set()
+  for subject in single:
+    relation, item = subjects[subject][0]
+    if relation not in used and len(examples) < shots:
+      examples.append(item)
+      used.add(relation)
+  if len(examples) < shots:
+    raise ValueError(f'{len(examples)} relations give few-shot examples, {shots} asked for')
+
+  def gold(item) -> set[str]:  # the verifier's normal forms of the gold and its aliases
+    return set(task.verifier('', item.gold).gold)
+
+  return Pairs(
+    items=deposited,
+    held_out=held_out,
+    targets={h.id: d.id for d, h in zip(deposited, held_out)},
+    shots=examples,
+    same_answer=sum(bool(gold(h) & gold(d)) for d, h in zip(deposited, held_out)),
+  )
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -383,20 +592,77 @@ def format_summary(summary: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+TASKS = ('gsm8k', 'qa_wikidata')
+QA_WHY = (
+  'qa_wikidata (facts) over arithmetic: a fact the model does not know is exactly what a'
+  ' deposited block can supply, the dataset answer is its own reference (it passes the alias'
+  ' verifier, source: reference), and two relations of one subject give a held-out question'
+  ' that is different yet related; an arithmetic block holds only the sum of other numbers.'
+)
+
+
+def _setup(task: str, *, templates, per_template, pairs, shots, seed):
+  """(items, held_out, prompt, verifier, targets, what the result records) of a task."""
+  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+
+  if task == 'gsm8k':
+    if not templates:
+      raise ValueError('task gsm8k needs GSM-Symbolic template ids (--templates)')
+    items, held_out = gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
+    prompt = Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}'))
+    return items, held_out, prompt, datasets.gsm8k_test().verifier, None, {'templates': templates}
+  if task == 'qa_wikidata':
+    qa = datasets.bigbench_qa_wikidata()
+    chosen = qa_wikidata_pairs(qa, pairs, seed=seed, shots=shots)
+    prefix = ''.join(
+      library_lib.ANSWER_TEMPLATE.format(question=i.question, answer=i.answer) for i in chosen.shots
+    )
+    prompt = Prompt(prefix, library_lib.RECALL_QUERY, answer_only=True, keep_prefix=True)
+    selection = {
+      'why': QA_WHY,
+      'pairs': pairs,
+      'shots': [i.id for i in chosen.shots],
+      'held_out': (
+        'per subject, a question of another relation than its deposited one; no question text'
+        ' occurs twice in the task, so no held-out question is a deposited one (ids and texts'
+        ' disjoint); the few-shot examples are of other subjects'
+      ),
+      'held_out_same_answer': chosen.same_answer,
+      'transfer_flywheel': (
+        "the routed block grafted before the base model's own few-shot prompt and question,"
+        ' so the block is the one difference between the two transfer conditions'
+      ),
+      'targets': chosen.targets,
+    }
+    return chosen.items, chosen.held_out, prompt, qa.verifier, chosen.targets, selection
+  raise ValueError(f'task must be one of {TASKS}, got {task!r}')
+
+
 def experiment(
   *,
   model_name: str,
   dtype: str,
   impl: str,
-  templates: Sequence[int],
-  per_template: int,
   budget: Budget,
   capacity: int,
   library_dir: str | None,
   bm25_threshold: float,
   measure_energy: bool,
+  task: str = 'gsm8k',
+  templates: Sequence[int] = (),
+  per_template: int = 1,
+  pairs: int = 60,
+  shots: int = 5,
+  journal_path: str | None = None,
 ) -> dict[str, Any]:
-  """experiments/flywheel.py: the loop on GSM8K + GSM-Symbolic, with progress bars."""
+  """experiments/flywheel.py: the loop on one task's items, with progress bars.
+
+  `task` 'gsm8k': GSM8K items of the GSM-Symbolic `templates`, new instances
+  held out. 'qa_wikidata': `pairs` subjects of BIG-bench qa_wikidata, one
+  question deposited and one held out each (`qa_wikidata_pairs`), `shots`
+  few-shot examples. `journal_path` makes the run resumable (refused with
+  `measure_energy`, whose phases must be measured whole).
+  """
   import tempfile  # pylint: disable=g-import-not-at-top
 
   import tqdm  # pylint: disable=g-import-not-at-top
@@ -410,8 +676,34 @@ def experiment(
 
   if measure_energy and (reason := energy.available()):
     raise RuntimeError(reason)
+  if measure_energy and journal_path:
+    raise ValueError('energy is measured over whole phases: run without a journal')
+  items, held_out, prompt, verifier, targets, setup = _setup(
+    task,
+    templates=list(templates),
+    per_template=per_template,
+    pairs=pairs,
+    shots=shots,
+    seed=budget.seed,
+  )
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
-  items, held_out = gsm8k_with_symbolic(templates, seed=budget.seed, per_template=per_template)
+  journal = journal_lib.Journal(
+    journal_path,
+    config={
+      'model': model.fingerprint,
+      'dtype': dtype,
+      'impl': impl,
+      'task': task,
+      'items': [i.id for i in items],
+      'held_out': [i.id for i in held_out],
+      'prompt': dataclasses.asdict(prompt),
+      'budget': dataclasses.asdict(budget),
+      'capacity': capacity,
+      'bm25_threshold': bm25_threshold,
+    },
+  )
+  if journal.resumed:
+    print(f'resuming: {journal.resumed} finished steps from {journal_path}')
   meter = energy.Meter() if measure_energy else None
   bars = []
 
@@ -425,11 +717,11 @@ def experiment(
     )
     out = run(
       model,
-      task='gsm8k',
+      task=items[0].task,
       items=items,
       held_out=held_out,
-      prompt=Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
-      verify=datasets.gsm8k_test().verifier,
+      prompt=prompt,
+      verify=verifier,
       library=library,
       budget=budget,
       routers=[
@@ -439,14 +731,18 @@ def experiment(
       ],
       progress=progress,
       meter=meter,
+      targets=targets,
+      journal=journal,
     )
     library.close()
   for bar in bars:
     bar.close()
   inputs = {
     'model_fingerprint': model.fingerprint,
-    'items': sorted(i.source for i in items[:1] + held_out[:1]),
+    'items': sorted({i.source for i in items[:1] + held_out[:1]}),
   }
+  if task == 'qa_wikidata':
+    inputs['bigbench_sdist_sha256'] = datasets.BIGBENCH_SHA256
   if model_name != 'tiny':
     inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
@@ -454,6 +750,7 @@ def experiment(
     'model': model_name,
     'dtype': dtype,
     'impl': impl,
-    'templates': list(templates),
+    **setup,
+    **({'resumed_steps': journal.resumed} if journal.resumed else {}),
     **out,
   }
