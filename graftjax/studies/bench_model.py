@@ -204,5 +204,7 @@ def experiment(
     'impls': list(impls),
     'rows': rows,
     'invariance_cost': invariance_cost,
+    # Pallas matmul calls of <= 16 rows: the decode kernel's variant, or None (prefill kernel).
+    'matmul_decode': {dtype: ops.matmul_decode_variant(dtype) for dtype in dtypes},
     **({'per_op_cost': per_op_cost} if per_op else {}),
   }

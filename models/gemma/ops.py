@@ -8,7 +8,10 @@ before it were computed in the same call or grafted. On a CPU backend the
 kernels run in the Pallas interpreter.
 
 Tile sizes are fixed per weight shape (never per call), since they decide
-the order of float32 sums. The 'xla' side of each op is the pure-jnp
+the order of float32 sums. The one exception is proven, not assumed: calls
+of at most 16 rows go to the decode matmul (`kernels/matmul_decode.py`),
+whose rows carry the prefill kernel's bits, only for the dtypes where that
+was shown natively (`MATMUL_DECODE_SHOWN`). The 'xla' side of each op is the pure-jnp
 reference beside its kernel (`rms_norm_reference`, `apply_rotary_reference`,
 `attention_reference`).
 """
@@ -16,8 +19,10 @@ reference beside its kernel (`rms_norm_reference`, `apply_rotary_reference`,
 from __future__ import annotations
 
 import math
+import os
 
 import jax
+import jax.numpy as jnp
 
 from graftjax.kernels import rmsnorm
 from graftjax.models.gemma import layers
@@ -28,6 +33,25 @@ _MATMUL_BLOCK_K = 32
 # every dtype's KV tile (`attention.default_block_sizes`).
 CAPACITY_MULTIPLE = 64
 
+MATMUL_DECODE_VARIANTS = ('rows', 'transposed')
+# (backend, dtype) -> the decode matmul variant whose row bits equal the
+# prefill kernel's there, shown by tests/kernels/test_matmul_decode.py run
+# natively (experiments/device/kernels_decode.sh). Empty: not yet shown.
+MATMUL_DECODE_SHOWN: dict[tuple[str, str], str] = {}
+# Overrides the table for every dtype, read once at import: 'off', or a
+# variant (to measure it before it is shown; bits may then differ).
+MATMUL_DECODE_ENV = 'GRAFTJAX_MATMUL_DECODE'
+
+
+def _decode_override() -> str | None:
+  value = os.environ.get(MATMUL_DECODE_ENV) or None
+  if value not in (None, 'off', *MATMUL_DECODE_VARIANTS):
+    raise ValueError(f'{MATMUL_DECODE_ENV}={value!r}: use off or one of {MATMUL_DECODE_VARIANTS}')
+  return value
+
+
+_MATMUL_DECODE_OVERRIDE = _decode_override()
+
 
 def _interpret() -> bool:
   return jax.default_backend() != 'gpu'
@@ -37,23 +61,48 @@ def _largest_divisor(n: int, limit: int) -> int:
   return math.gcd(n, limit) if n % limit else limit
 
 
+def matmul_decode_variant(dtype) -> str | None:
+  """The decode matmul variant for calls of <= 16 rows in `dtype`, or None
+  (the prefill kernel): the override if set, else `MATMUL_DECODE_SHOWN`."""
+  if _MATMUL_DECODE_OVERRIDE is not None:
+    return None if _MATMUL_DECODE_OVERRIDE == 'off' else _MATMUL_DECODE_OVERRIDE
+  return MATMUL_DECODE_SHOWN.get((jax.default_backend(), jnp.dtype(dtype).name))
+
+
 def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
   """Contracts x [..., D] with w [D, *out] -> [..., *out]."""
   if impl == 'xla':
     letters = 'abcdefgh'[: w.ndim - 1]
     return layers.einsum(f'...D,D{letters}->...{letters}', x, w)
   from graftjax.kernels import matmul  # pylint: disable=g-import-not-at-top
+  from graftjax.kernels import matmul_decode  # pylint: disable=g-import-not-at-top
 
   d, out_shape = w.shape[0], w.shape[1:]
   n = math.prod(out_shape)
   rows = x.reshape(-1, d)
-  y = matmul.matmul(
-    rows,
-    w.reshape(d, n),
-    block_n=_largest_divisor(n, _MATMUL_BLOCK_N),
-    block_k=_largest_divisor(d, _MATMUL_BLOCK_K),
-    interpret=_interpret(),
-  )
+  block_k = _largest_divisor(d, _MATMUL_BLOCK_K)
+  variant = None
+  if 1 <= rows.shape[0] <= matmul_decode.MAX_ROWS:
+    variant = matmul_decode_variant(x.dtype)
+  transposed = variant == 'transposed'
+  block_n = variant and matmul_decode.block_n_for(n, transposed=transposed)
+  if block_n:
+    y = matmul_decode.matmul_decode(
+      rows,
+      w.reshape(d, n),
+      block_n=block_n,
+      block_k=block_k,
+      transposed=transposed,
+      interpret=_interpret(),
+    )
+  else:
+    y = matmul.matmul(
+      rows,
+      w.reshape(d, n),
+      block_n=_largest_divisor(n, _MATMUL_BLOCK_N),
+      block_k=block_k,
+      interpret=_interpret(),
+    )
   return y.reshape(x.shape[:-1] + out_shape)
 
 

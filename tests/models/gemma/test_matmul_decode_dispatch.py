@@ -1,0 +1,93 @@
+"""ops.dense sends Pallas calls of <= 16 rows to the decode matmul when a variant is set.
+
+Natively (GPU) the bits must not change, for the variants that
+tests/kernels/test_matmul_decode.py shows equal there. In the interpreter an
+XLA CPU dot's row bits depend on the tile's shape for some shapes (see that
+test), so there the results are only compared within float32 rounding.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from graftjax.kernels import matmul_decode
+from graftjax.models.gemma import ops
+
+INTERPRET = jax.default_backend() != 'gpu'
+IDS = np.random.default_rng(1).integers(3, 256, 5).astype(np.int32)
+
+
+def _spy(monkeypatch) -> list:
+  """Records the x shape of every decode-matmul call (at trace time)."""
+  calls = []
+  real = matmul_decode.matmul_decode
+
+  def spy(x, w, **static):
+    calls.append(x.shape)
+    return real(x, w, **static)
+
+  monkeypatch.setattr(matmul_decode, 'matmul_decode', spy)
+  return calls
+
+
+def _assert_same(got, want):
+  """Bit-equal natively; within float32 rounding in the interpreter."""
+  got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+  if INTERPRET:
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  else:
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_few_rows_go_to_the_decode_kernel_with_the_same_bits(monkeypatch):
+  rng = np.random.default_rng(0)
+  w = jnp.asarray(rng.standard_normal((32, 4, 16)) / 6, jnp.float32)
+  xs = [jnp.asarray(rng.standard_normal((1, t, 32)), jnp.float32) for t in (1, 5, 17)]
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
+  calls = _spy(monkeypatch)
+  want = [ops.dense(x, w, impl='pallas') for x in xs]
+  assert not calls
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'rows')
+  got = [ops.dense(x, w, impl='pallas') for x in xs]
+  assert calls == [(1, 32), (5, 32)]  # 17 rows stay on the prefill kernel
+  for g, h in zip(got, want):
+    assert g.shape == h.shape
+    _assert_same(g, h)
+
+
+@pytest.mark.parametrize('variant', ops.MATMUL_DECODE_VARIANTS)
+def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
+  if INTERPRET and variant == 'transposed':
+    pytest.skip('the transposed tile runs natively only (tests/kernels/test_matmul_decode.py)')
+  model = tiny_model.with_impl('pallas')
+
+  def logits():
+    jax.clear_caches()  # the setting is read at trace time
+    out, _ = model.prefill(IDS, cache=model.init_cache(capacity=64), chunk_size=1, logits='all')
+    return np.asarray(out)
+
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
+  want = logits()
+  calls = _spy(monkeypatch)
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', variant)
+  got = logits()
+  assert calls and all(shape[0] == 1 for shape in calls)
+  _assert_same(got, want)
+
+
+def test_variant_comes_from_the_shown_table_unless_overridden(monkeypatch):
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', None)
+  monkeypatch.setattr(ops, 'MATMUL_DECODE_SHOWN', {(jax.default_backend(), 'float32'): 'rows'})
+  assert ops.matmul_decode_variant(jnp.float32) == 'rows'
+  assert ops.matmul_decode_variant(jnp.bfloat16) is None
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
+  assert ops.matmul_decode_variant(jnp.float32) is None
+
+
+def test_bad_override_is_refused(monkeypatch):
+  monkeypatch.setenv(ops.MATMUL_DECODE_ENV, 'columns')
+  with pytest.raises(ValueError, match='GRAFTJAX_MATMUL_DECODE'):
+    ops._decode_override()  # pylint: disable=protected-access
+  monkeypatch.setenv(ops.MATMUL_DECODE_ENV, 'transposed')
+  assert ops._decode_override() == 'transposed'  # pylint: disable=protected-access
