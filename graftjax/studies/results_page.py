@@ -1075,17 +1075,38 @@ def _scalars(record: dict[str, Any], *, skip: Sequence[str] = ()) -> list[str]:
   return ['', *table(('summary field', 'value'), rows)] if rows else []
 
 
+def _paging_needle(r: Result) -> list[str]:
+  s, rates = r.data['summary'], r.data['rates']
+
+  def rate(arm: str) -> str:
+    x = rates[arm]
+    return f'{x["successes"]}/{x["trials"]} [{pct(x["low"])}, {pct(x["high"])}]'
+
+  where = r.data.get('routed_over', 'the needle pages only')
+  exact = s.get('paged_first_logits_equal_fresh_prefill')
+  return [
+    f'**Needles**, {_name(r)}: {s["needles"]} facts planted in real text, each question'
+    f' routed over {s["stored_pages"]:,} pages ({s["stored_tokens"]:,} tokens; {where}) and'
+    f' answered from the one page paged in: **{rate("paged")}**; the base model given the'
+    f' {s["base_window_tokens"]:,}-token window that holds the fact: **{rate("base")}**'
+    f' (Wilson 95%). Routing top-1 {rate("routing")}; page access'
+    f' {num(s["page_access_median_s"])} s (median); the first paged logits equal a fresh'
+    f' prefill of the page: {exact}.',
+    *_scalars(s),
+  ]
+
+
 def _paging_kind(r: Result) -> int:
-  """Order within the paging section: scale, page-in vs re-prefill, catalog lookup, others."""
+  """Order within the paging section: scale, page-in, catalog lookup, needles, others."""
   experiment, summary = r.data.get('experiment'), r.data.get('summary', {})
   if {'stored_tokens', 'window_slots', 'access_latency_s'} <= set(summary):
     return 0
-  return {'bench_paging_pagein': 1, 'bench_paging_route': 2}.get(experiment, 3)
+  return {'bench_paging_pagein': 1, 'bench_paging_route': 2, 'needle': 3}.get(experiment, 4)
 
 
 @family('Paged context: how small, how exact, how fast? (paging)', 'paging_*.json')
 def _paging(results: list[Result]) -> list[str]:
-  render = (_paging_scale, _paging_pagein, _paging_route, _paging_other)
+  render = (_paging_scale, _paging_pagein, _paging_route, _paging_needle, _paging_other)
   out = []
   for r in sorted(results, key=lambda r: (_paging_kind(r), r.name)):
     out += [*render[_paging_kind(r)](r), '']
