@@ -16,6 +16,7 @@ nothing half-done, and a graft that would do nothing is an error.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -456,7 +457,7 @@ def graft(
   # any length share a few compiled installs; padded slots keep what the cache holds.
   n = len(block)
   extra = min(-(-n // INSTALL_BUCKET) * INSTALL_BUCKET, cache.capacity - span.start) - n
-  rows = lambda a: np.pad(np.asarray(a), [(0, 0), (0, extra), (0, 0), (0, 0)])  # [L, n, K, H]
+  rows = functools.partial(_pad_rows, extra=extra)
   positions = np.pad(
     np.asarray(block.positions, np.int32), (0, extra), constant_values=cache_lib.EMPTY_POSITION
   )
@@ -470,6 +471,13 @@ def graft(
     jnp.asarray(span.start, jnp.int32),
     jnp.asarray(n, jnp.int32),
   )
+
+
+def _pad_rows(a, *, extra: int):
+  """[L, n, K, H] -> [L, n + extra, K, H], zeros after; on the device for a jax array
+  (no round trip through the host), on the host for a numpy one."""
+  pad = [(0, 0), (0, extra), (0, 0), (0, 0)]
+  return jnp.pad(a, pad) if isinstance(a, jax.Array) else np.pad(np.asarray(a), pad)
 
 
 def _install_rows(

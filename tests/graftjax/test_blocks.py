@@ -419,3 +419,17 @@ def test_padded_install_keeps_what_the_slots_after_the_block_hold(tiny_model):
   restored = blocks.graft(marked, captured(tiny_model), target=tiny_model.graft_target)
   assert float(restored.k[0, 0, PREFIX.size + 1, 0, 0]) == 7.0
   assert int(restored.length) == PREFIX.size
+
+
+def test_a_block_on_the_device_and_its_host_copy_install_the_same_bytes(tiny_model):
+  block = captured(tiny_model)
+  assert isinstance(block.k, jax.Array)  # captured from a cache on the device: padded there
+  on_host = blocks.KVBlock(
+    k=np.asarray(block.k), v=np.asarray(block.v), positions=block.positions, meta=block.meta
+  )
+  from_device, from_host = graft_into_new(tiny_model, block), graft_into_new(tiny_model, on_host)
+  for name in ('k', 'v', 'positions', 'segments', 'length'):
+    assert (
+      np.asarray(getattr(from_device, name)).tobytes()
+      == np.asarray(getattr(from_host, name)).tobytes()
+    ), name
