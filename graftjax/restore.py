@@ -1,16 +1,171 @@
 """`restore`: read a stored block, verify it, check it and graft it, in one call.
 
-Apart from blocks.py because it needs the store, and the store needs blocks.
+Apart from blocks.py because it needs the store, and the store needs blocks. A restore
+reads the block's chunk files into host staging buffers (`Staging`: reused from one
+restore to the next; pinned host memory on a GPU), every byte SHA-256 verified as it
+lands, checks the block against the model and the cache, and only then copies the staged
+rows into the cache (one host-to-device copy, then one in-place write). Why each step,
+and the floor it is measured against: docs/store_format.md, "Restoring into a cache".
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
+
+_ALIGN = 64  # XLA on CPU takes a host buffer aligned so without copying it
+
+
+class Staging:
+  """Host buffers a restore reads into and installs from, kept between restores.
+
+  On a device that offers `pinned_host` memory (a GPU) the buffers are jax arrays
+  in pinned host memory, written through a numpy view of their memory (checked
+  once with a round trip through the device; numpy memory otherwise), so the
+  host-to-device copy is a DMA from pinned memory. On CPU they are numpy
+  buffers aligned to 64 bytes and touched once when made: `jax.device_put`
+  hands them to XLA without a copy, and no restore pays page faults.
+
+  A buffer is kept per array and reused while the shape stays; the arrays
+  `read` returns are views of it, valid until the next `read` into this
+  staging. One restore at a time.
+
+  Attributes:
+    device: the device restores install into.
+    memory: 'pinned_host' or 'host' (numpy memory).
+  """
+
+  def __init__(self, device: jax.Device | None = None, *, memory: str = 'auto'):
+    if memory not in ('auto', 'host', 'pinned_host'):
+      raise ValueError(f"memory must be 'auto', 'host' or 'pinned_host', got {memory!r}")
+    self.device = device or jax.devices()[0]
+    offers = self.device.platform != 'cpu' and 'pinned_host' in _memory_kinds(self.device)
+    if memory == 'pinned_host' and not offers:
+      raise ValueError(f'device {self.device} offers no pinned_host memory')
+    pinned = memory != 'host' and offers and _pinned_view_works(self.device)
+    self.memory = 'pinned_host' if pinned else 'host'
+    if memory == 'pinned_host' and self.memory != 'pinned_host':
+      raise ValueError(f'cannot write pinned_host memory of {self.device} through a host view')
+    self._buffers: dict[str, tuple[np.ndarray, jax.Array | None]] = {}
+
+  def buffer(self, name: str, shape: Sequence[int], dtype) -> np.ndarray:
+    """A writable host array of `shape` and `dtype` kept under `name` (reused if it fits)."""
+    shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+    held = self._buffers.get(name)
+    if held is None or held[0].shape != shape or held[0].dtype != dtype:
+      self._buffers.pop(name, None)
+      held = _make_buffer(shape, dtype, self.device if self.memory == 'pinned_host' else None)
+      self._buffers[name] = held
+    return held[0]
+
+  def to_device(self, name: str, rows: int) -> jax.Array:
+    """The first `rows` along axis 0 (positions) or 1 (k, v) of buffer `name`, on `device`.
+
+    All of it is one host-to-device copy (from pinned memory: a DMA; on CPU:
+    none, XLA takes the buffer); fewer rows are copied out first.
+    """
+    view, pinned = self._buffers[name]
+    axis = 0 if view.ndim == 1 else 1
+    if rows != view.shape[axis]:
+      return jax.device_put(
+        np.ascontiguousarray(view[(slice(None),) * axis + (slice(rows),)]), self.device
+      )
+    return jax.device_put(view if pinned is None else pinned, self.device)
+
+
+@dataclasses.dataclass(frozen=True)
+class Staged:
+  """A block read into a `Staging`, verified, ready to install.
+
+  Attributes:
+    block: the block; k, v [L, n, K, H] and positions [n] are views of the
+      staging buffers (for a page, zeros in the rows it does not keep).
+    layout: the page layout, or None for a plain block.
+    rows: the rows staged per layer, m >= n (rows n..m are not installed).
+    staging: where it lies.
+  """
+
+  block: blocks.KVBlock
+  layout: tuple[tuple[int, int], ...] | None
+  rows: int
+  staging: Staging
+
+
+def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: int) -> Staged:
+  """Reads and verifies the block under `key` into `staging`, for a cache of `capacity` slots.
+
+  Rows are staged as `blocks.graft` pads them (to a multiple of
+  `blocks.INSTALL_BUCKET`, within the capacity), so installs of any length
+  share a few compiled programs.
+
+  Raises:
+    store.StoreError: if the block is missing or does not verify.
+  """
+  rows = {}
+
+  def into(meta: blocks.BlockMeta, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    num_layers, n, kv_heads, head_dim = shapes['k']
+    bucket = -(-n // blocks.INSTALL_BUCKET) * blocks.INSTALL_BUCKET
+    rows['m'] = m = max(n, min(bucket, capacity - meta.start))
+    out = {
+      name: staging.buffer(name, (num_layers, m, kv_heads, head_dim), meta.dtype)[:, :n]
+      for name in ('k', 'v')
+    }
+    positions = staging.buffer('positions', (m,), np.int32)
+    positions[n:] = cache_lib.EMPTY_POSITION
+    return {**out, 'positions': positions[:n]}
+
+  block, layout = store.get_page(key, into=into)
+  return Staged(block=block, layout=layout, rows=rows['m'], staging=staging)
+
+
+def install(
+  cache: cache_lib.KVCache,
+  staged: Staged,
+  *,
+  target: target_lib.GraftTarget,
+  allow_shifted: bool = False,
+  allow_other_shape: bool = False,
+  donate: bool = False,
+) -> cache_lib.KVCache:
+  """`cache` with the staged block installed, as `blocks.graft` installs it.
+
+  Every refusal of `graft` is checked first (the cache is untouched on any
+  error, even with `donate=True`); then the staged rows are copied to the
+  device and written in place. Returns when the cache is ready (the staging
+  may then be reused).
+
+  Raises:
+    blocks.GraftError: as `blocks.graft`.
+  """
+  block = staged.block
+  blocks.check_compatible(cache, block, target=target)
+  _check_fits(
+    cache, block, target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
+  )
+  # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
+  m = min(staged.rows, cache.capacity - block.meta.start)
+  arrays = [staged.staging.to_device(name, m) for name in ('k', 'v', 'positions')]
+  write = blocks._install_donating if donate else blocks._install  # pylint: disable=protected-access
+  return jax.block_until_ready(
+    write(
+      cache,
+      *arrays,
+      jnp.asarray(block.meta.segment, jnp.int32),
+      jnp.asarray(block.meta.start, jnp.int32),
+      jnp.asarray(len(block), jnp.int32),
+    )
+  )
 
 
 def restore(
@@ -23,13 +178,14 @@ def restore(
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
   donate: bool = False,
+  staging: Staging | None = None,
 ) -> cache_lib.KVCache:
   """`cache` with the block stored under `key` grafted in (see `blocks.graft`).
 
   The store checks every chunk's SHA-256 and that the manifest describes
-  `key`; `graft` then checks the block against `target` and `cache`. All of
-  it happens before the cache is touched, so on any error `cache` is left as
-  it was, even with `donate=True`.
+  `key`; `graft`'s checks then hold the block against `target` and `cache`.
+  All of it happens before the cache is touched, so on any error `cache` is
+  left as it was, even with `donate=True`.
 
   Args:
     store: where the block is.
@@ -38,20 +194,95 @@ def restore(
     target: the model's `graft_target`.
     token_ids: if given, the tokens the caller expects the block to hold.
     allow_shifted, allow_other_shape, donate: as for `blocks.graft`.
+    staging: host buffers to read through, kept between restores (a new
+      one, used once, if None).
 
   Raises:
     store.StoreError: if the block is missing or does not verify.
     blocks.GraftError: if it holds other tokens than `token_ids`, or
       `graft` refuses it.
   """
-  block = store.get(key)
-  if token_ids is not None and tuple(int(t) for t in token_ids) != block.meta.token_ids:
+  staged = read(store, key, staging or Staging(), capacity=cache.capacity)
+  if token_ids is not None and tuple(int(t) for t in token_ids) != staged.block.meta.token_ids:
     raise blocks.GraftError(f'block {key[:12]}… holds other tokens than the ones asked for')
-  return blocks.graft(
+  return install(
     cache,
-    block,
+    staged,
     target=target,
     allow_shifted=allow_shifted,
     allow_other_shape=allow_other_shape,
     donate=donate,
   )
+
+
+def _check_fits(
+  cache: cache_lib.KVCache,
+  block: blocks.KVBlock,
+  target: target_lib.GraftTarget,
+  *,
+  allow_shifted: bool,
+  allow_other_shape: bool,
+) -> None:
+  """`blocks.graft`'s refusals after `check_compatible`, word for word (a test pins them)."""
+  meta = block.meta
+  if meta.shift and not allow_shifted:
+    raise blocks.GraftError(
+      f'block was moved by {meta.shift} positions; pass'
+      ' allow_shifted=True to graft it away from its own position'
+    )
+  span = block.span
+  length = int(cache.length)
+  if span.stop > cache.capacity:
+    raise blocks.GraftError(
+      f'block slots [{span.start}, {span.stop}) do not fit a cache of capacity {cache.capacity}'
+    )
+  if span.start < length:
+    raise blocks.GraftError(
+      f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
+    )
+  computed = (meta.batch_size, meta.capacity)
+  here = (cache.batch_size, cache.capacity)
+  if computed != here and not (target.chunk_invariant or allow_other_shape):
+    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+    raise blocks.GraftError(
+      f'block was computed in a cache of batch {computed[0]} x capacity {computed[1]}; this cache'
+      f' is batch {here[0]} x capacity {here[1]}. Under kernels that are not chunk-invariant'
+      f' ({kernels}) attention and matmul bits depend on those shapes, so the continuation'
+      f' would not be byte-exact (measured: max |Δlogit| {blocks._OTHER_SHAPE_DELTA} on'  # pylint: disable=protected-access
+      ' gemma-3-270m). Pass allow_other_shape=True to graft it anyway.'
+    )
+
+
+def _memory_kinds(device: jax.Device) -> set[str]:
+  try:
+    return {memory.kind for memory in device.addressable_memories()}
+  except (AttributeError, NotImplementedError, RuntimeError):
+    return set()
+
+
+def _make_buffer(
+  shape: tuple[int, ...], dtype: np.dtype, pinned_on: jax.Device | None
+) -> tuple[np.ndarray, jax.Array | None]:
+  """(writable numpy view, its pinned jax array or None), touched once (no later faults)."""
+  nbytes = int(np.prod(shape)) * dtype.itemsize
+  if pinned_on is not None:
+    sharding = jax.sharding.SingleDeviceSharding(pinned_on, memory_kind='pinned_host')
+    pinned = jax.block_until_ready(jax.device_put(np.zeros(shape, dtype), sharding))
+    memory = (ctypes.c_uint8 * nbytes).from_address(pinned.unsafe_buffer_pointer())
+    return np.frombuffer(memory, np.uint8).view(dtype).reshape(shape), pinned
+  raw = np.empty(nbytes + _ALIGN, np.uint8)
+  offset = -raw.ctypes.data % _ALIGN
+  view = raw[offset : offset + nbytes]
+  view.fill(0)
+  return view.view(dtype).reshape(shape), None
+
+
+def _pinned_view_works(device: jax.Device) -> bool:
+  """Whether bytes written through a host view of a pinned buffer reach the device."""
+  try:
+    want = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)
+    view, pinned = _make_buffer(want.shape, want.dtype, device)
+    view[:] = want
+    return bool(np.array_equal(np.asarray(jax.device_put(pinned, device)), want))
+  except Exception:  # pylint: disable=broad-except  # any failure: use numpy memory
+    return False

@@ -102,9 +102,15 @@ class BlockStore:
         return key
     raise StoreIOError(self._where(key), 'deleted by another writer each time it was deposited')
 
-  def get(self, key: str) -> blocks.KVBlock:
+  def get(self, key: str, *, into: store_read.Into | None = None) -> blocks.KVBlock:
     """The block stored under `key`, after verifying every digest.
 
+    Args:
+      key: its key.
+      into: where to read it: `into(meta, shapes)` returns writable arrays
+        by name ('k', 'v' [L, n, K, H], each layer C-contiguous;
+        'positions' [n] int32), e.g. views of reused staging buffers
+        (`graftjax.restore.Staging`). New arrays if None.
     Returns:
       A KVBlock of numpy arrays: k, v [L, n, K, H] and positions [n] int32.
       For a page, the rows it does not keep are zeros (see `get_page`).
@@ -112,14 +118,16 @@ class BlockStore:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
       UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
-    return self._read(self._checked_key(key))[1]
+    return self._read(self._checked_key(key), into)[1]
 
-  def get_page(self, key: str) -> tuple[blocks.KVBlock, tuple[tuple[int, int], ...] | None]:
+  def get_page(
+    self, key: str, *, into: store_read.Into | None = None
+  ) -> tuple[blocks.KVBlock, tuple[tuple[int, int], ...] | None]:
     """(block, page_layout) under `key`: as `get`, with the rows each layer keeps.
 
     page_layout is None for a plain block (every row of every layer).
     """
-    manifest, block = self._read(self._checked_key(key))
+    manifest, block = self._read(self._checked_key(key), into)
     return block, store_pages.layout_of(manifest)
 
   def verify(self, key: str) -> None:
@@ -206,10 +214,10 @@ class BlockStore:
       and os.path.isfile(manifest)
     )
 
-  def _read(self, key: str):
+  def _read(self, key: str, into: store_read.Into | None = None):
     """(manifest, block) of `key`, read and verified."""
     local = None if self._local is None else os.path.join(self._local, key)
-    return store_read.read_block(self._kv / f'{key}/', self._where(key), key, local)
+    return store_read.read_block(self._kv / f'{key}/', self._where(key), key, local, into)
 
   def _check_writable(self) -> None:
     if self.read_only:

@@ -64,22 +64,6 @@ def page_arrays(arrays: dict[str, np.ndarray], layout: Layout) -> dict[str, np.n
   return out
 
 
-def unpage_arrays(arrays: dict[str, np.ndarray], layout: Layout) -> dict[str, np.ndarray]:
-  """A page's arrays as a block's: [L, n, K, H], zeros in the rows not kept."""
-  whole = [i for i, (first, _) in enumerate(layout) if first == 0]
-  tail = [i for i, (first, _) in enumerate(layout) if first != 0]
-  first = layout[tail[0]][0]
-  out = {'positions': arrays['positions']}
-  for name in ('k', 'v'):
-    part = arrays[name]
-    full = np.zeros((len(layout), *part.shape[1:]), part.dtype)
-    full[whole] = part
-    if f'{name}_tail' in arrays:
-      full[tail, first:] = arrays[f'{name}_tail']
-    out[name] = full
-  return out
-
-
 def layout_of(manifest: dict[str, Any]) -> Layout | None:
   """The page layout a manifest records; None for a plain block."""
   layout = manifest.get('page_layout')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,13 +22,17 @@ from graftjax import store_pages
 # Bytes read, then hashed while they are still in (L2) cache, at a time.
 _PIECE = 1 << 18
 
+# Where a block is read to: (meta, shapes by name) -> writable arrays by name
+# ('k', 'v' [L, n, K, H] with each layer C-contiguous, 'positions' [n] int32).
+Into = Callable[[blocks.BlockMeta, dict[str, tuple[int, ...]]], dict[str, np.ndarray]]
+
 
 class _Vanished(Exception):
   """A file of a block disappeared between listing and reading it."""
 
 
 def read_block(
-  kv: ts.KvStore, where: str, key: str, local: str | None
+  kv: ts.KvStore, where: str, key: str, local: str | None, into: Into | None = None
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies the block under `kv`; returns (manifest, block).
 
@@ -39,11 +44,14 @@ def read_block(
     where: its path or URL, for messages.
     key: its key.
     local: its directory on the `file` kvstore (checked for symlinks and
-      stray entries), or None.
+      stray entries; its chunk files are read straight into the arrays), or
+      None.
+    into: where to read the arrays to (e.g. reused staging buffers; a page's
+      rows not kept are zeroed there); new arrays if None.
   """
   for _ in range(3):
     try:
-      return _read_once(kv, where, key, local)
+      return _read_once(kv, where, key, local, into)
     except _Vanished:
       with store_errors.io_errors(where, 'cannot read the block'):
         if store_kvstore.result(kv.read(store_manifest.MANIFEST)).state != 'value':
@@ -54,7 +62,7 @@ def read_block(
 
 
 def _read_once(
-  kv: ts.KvStore, where: str, key: str, local: str | None
+  kv: ts.KvStore, where: str, key: str, local: str | None, into: Into | None
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies a block once (arguments as `read_block`).
 
@@ -92,34 +100,26 @@ def _read_once(
       _check_zarr_metadata(
         store_kvstore.read_value(kv, f'{name}/zarr.json'), where, name, entries[name]
       )
-    recorded = [
-      (chunk, digest, kv.read(chunk.path))  # all reads in flight at once
-      for name in names
-      for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256'])
-    ]
-    try:
-      arrays = {
-        name: np.empty(entry['shape'], store_chunks.DTYPES[entry['dtype']])
-        for name, entry in entries.items()
-      }
-    except (ValueError, MemoryError) as e:
-      raise store_errors.CorruptBlockError(
-        where, f'arrays of {store_manifest.MANIFEST} too large to read: {e}'
-      ) from e
-    found = store_chunks.map_threads(
-      lambda task: _take_chunk(where, *task, store_chunks.flat_bytes(arrays[task[0].name])),
-      recorded,
-    )
+    layout = store_pages.layout_of(manifest)
+    arrays = _destinations(meta, entries, layout, into, where)
+    zeros, reads = _jobs(chunks, entries, names, layout, arrays)
+    if local is None:  # every read in flight at once; tensorstore overlaps them
+      pending = [kv.read(chunk.path) for chunk, _, _ in reads]
+      jobs = [lambda r=r, p=p: _take_value(where, *r, p) for r, p in zip(reads, pending)]
+    else:  # on `file`, straight from each file into its place: one copy
+      jobs = [lambda r=r: _read_file(where, local, *r) for r in reads]
+    jobs += [lambda z=z: z.fill(0) for z in zeros]
+    found = store_chunks.map_threads(lambda job: job(), jobs)[: len(reads)]
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
     raise store_errors.StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
   digests = {name: [] for name in names}
-  for (chunk, _, _), digest in zip(recorded, found):
+  for (chunk, _, _), digest in zip(reads, found):
     digests[chunk.name].append(digest)
-  layout = store_pages.layout_of(manifest)
+  shapes = {name: _shape_only(entry) for name, entry in entries.items()}
   rebuilt = store_manifest.build_manifest(
-    key, store_manifest.meta_json(meta), arrays, digests, layout
+    key, store_manifest.meta_json(meta), shapes, digests, layout
   )
   differences = store_manifest.differences(manifest, rebuilt)
   if differences:
@@ -127,8 +127,6 @@ def _read_once(
       where,
       f'manifest.json disagrees with its payload (manifest != payload): {"; ".join(differences)}',
     )
-  if layout is not None:
-    arrays = store_pages.unpage_arrays(arrays, layout)
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
   except ValueError as e:
@@ -154,41 +152,139 @@ def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
   return store_files.regular_files(local)
 
 
-def _take_chunk(
-  where: str, chunk: store_chunks.Chunk, expected: str, read: Any, array_bytes: np.ndarray
+def _destinations(
+  meta: blocks.BlockMeta,
+  entries: dict[str, Any],
+  layout: store_pages.Layout | None,
+  into: Into | None,
+  where: str,
+) -> dict[str, np.ndarray]:
+  """The arrays the block is read into: k, v [L, n, K, H] and positions [n].
+
+  From `into` if given (checked: shape, dtype, and each layer's rows
+  contiguous), else newly allocated.
+  """
+  k_shape = list(entries['k']['shape'])
+  if layout is not None:
+    k_shape[0] = len(layout)
+  dtype = store_chunks.DTYPES[meta.dtype]
+  shapes = {'k': tuple(k_shape), 'v': tuple(k_shape), 'positions': (k_shape[1],)}
+  dtypes = {'k': dtype, 'v': dtype, 'positions': store_chunks.DTYPES['int32']}
+  if into is not None:
+    arrays = into(meta, shapes)
+    for name, shape in shapes.items():
+      array = arrays[name]
+      rows = array if name == 'positions' else array[0]
+      if (
+        array.shape != shape
+        or array.dtype != dtypes[name]
+        or not rows.flags.c_contiguous
+        or not array.flags.writeable
+      ):
+        raise ValueError(
+          f'`into` gave {name} {array.dtype}{list(array.shape)} (strides {array.strides}):'
+          f' expected a writable {dtypes[name]}{list(shape)} with each layer C-contiguous'
+        )
+    return {name: arrays[name] for name in shapes}
+  try:
+    return {name: np.empty(shape, dtypes[name]) for name, shape in shapes.items()}
+  except (ValueError, MemoryError) as e:
+    raise store_errors.CorruptBlockError(
+      where, f'arrays of {store_manifest.MANIFEST} too large to read: {e}'
+    ) from e
+
+
+def _jobs(
+  chunks: dict[str, list[store_chunks.Chunk]],
+  entries: dict[str, Any],
+  names: list[str],
+  layout: store_pages.Layout | None,
+  arrays: dict[str, np.ndarray],
+) -> tuple[list[np.ndarray], list[tuple[store_chunks.Chunk, str, np.ndarray]]]:
+  """What to zero (a page's rows not kept) and what to read: (chunk, digest, its bytes' place)."""
+  zeros, reads = [], []
+  whole = tail = ()
+  if layout is not None:
+    whole = [i for i, (first, _) in enumerate(layout) if first == 0]
+    tail = [(i, first) for i, (first, _) in enumerate(layout) if first != 0]
+    zeros = [arrays[name][i, :first] for name in ('k', 'v') for i, first in tail]
+  for name in names:
+    for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256']):
+      if name == 'positions':
+        place = arrays[name]
+      elif layout is None:
+        place = arrays[name][chunk.index]
+      elif name.endswith('_tail'):
+        layer, first = tail[chunk.index]
+        place = arrays[name.removesuffix('_tail')][layer, first:]
+      else:
+        place = arrays[name][whole[chunk.index]]
+      reads.append((chunk, digest, store_chunks.flat_bytes(place)))
+  return zeros, reads
+
+
+def _read_file(where: str, local: str, chunk: store_chunks.Chunk, expected: str, out) -> str:
+  """Reads a chunk file straight into `out` ([size] uint8), hashing each piece as it lands.
+
+  One copy, from the file into the array returned: the bytes returned are
+  the bytes hashed. The size is that of the file opened, so a chunk that
+  changed after the listing is caught here.
+
+  Returns:
+    The chunk's SHA-256 hex, which is `expected`.
+  """
+  fd = os.open(os.path.join(local, chunk.path), os.O_RDONLY | os.O_NOFOLLOW)
+  with open(fd, 'rb', buffering=0) as f:
+    size = os.fstat(fd).st_size
+    if size != out.size:
+      raise _wrong_size(where, chunk, size, out.size, expected)
+    digest = hashlib.sha256()
+    done = 0
+    while done < out.size:
+      count = f.readinto(out[done : done + _PIECE])
+      if not count:
+        raise _wrong_size(where, chunk, done, out.size, expected)
+      digest.update(out[done : done + count])
+      done += count
+  return _checked(where, chunk, expected, digest.hexdigest())
+
+
+def _take_value(
+  where: str, chunk: store_chunks.Chunk, expected: str, out: np.ndarray, read: Any
 ) -> str:
-  """Copies a chunk just read into its slice of `array_bytes`, checking its digest.
-
-  Each piece is hashed as it is copied, while still in cache: the bytes
-  returned are the bytes hashed.
-
-  Args:
-    where: the block's path or URL, for messages.
-    chunk: which chunk, and where its bytes go.
-    expected: the chunk's recorded SHA-256 hex.
-    read: the chunk's pending kvstore read.
-    array_bytes: [nbytes] uint8 bytes of the chunk's whole array.
+  """Copies a kvstore value just read into `out` ([size] uint8), hashing each piece as copied.
 
   Returns:
     The chunk's SHA-256 hex, which is `expected`.
   """
   data = np.frombuffer(store_kvstore.value(read, chunk.path), np.uint8)
-  out = array_bytes[chunk.start : chunk.stop]
   if data.size != out.size:
-    raise store_errors.CorruptBlockError(
-      where, f'{chunk}: holds {data.size} bytes, expected {out.size} (sha256 expected {expected})'
-    )
+    raise _wrong_size(where, chunk, data.size, out.size, expected)
   digest = hashlib.sha256()
   for offset in range(0, out.size, _PIECE):
     piece = data[offset : offset + _PIECE]
     digest.update(piece)
     out[offset : offset + piece.size] = piece
-  found = digest.hexdigest()
+  return _checked(where, chunk, expected, digest.hexdigest())
+
+
+def _wrong_size(where, chunk, found: int, size: int, expected: str):
+  return store_errors.CorruptBlockError(
+    where, f'{chunk}: holds {found} bytes, expected {size} (sha256 expected {expected})'
+  )
+
+
+def _checked(where: str, chunk: store_chunks.Chunk, expected: str, found: str) -> str:
   if found != expected:
     raise store_errors.CorruptBlockError(
       where, f'{chunk}: sha256 expected {expected}, found {found}'
     )
   return found
+
+
+def _shape_only(entry: dict[str, Any]) -> np.ndarray:
+  """A zero-byte array of an entry's dtype and shape (what `build_manifest` looks at)."""
+  return np.broadcast_to(np.zeros((), store_chunks.DTYPES[entry['dtype']]), entry['shape'])
 
 
 def _check_zarr_metadata(data: bytes, where: str, name: str, entry: dict[str, Any]) -> None:

@@ -1,10 +1,10 @@
 """Page-in against re-prefill for blocks of 128 to 8k tokens (issue 13, items 2 and 6).
 
 The library of experiments/bench_paging_pagein.py. `experiment(...)` times, per block
-size, reading a stored page and installing it against prefilling the block again (both
-ending with the same next-token query, whose logits must be byte-equal), measures bytes
-per token on disk and from the config against llama.cpp's state file, and fits the
-page-in / recompute `Policy`. The prefix, the timing and the temporary store are
+size, reading a stored page (into reused host staging, `graftjax.restore`) and installing
+it against prefilling the block again (both ending with the same next-token query, whose
+logits must be byte-equal), measures bytes per token on disk and from the config against
+llama.cpp's state file, and fits the page-in / recompute `Policy`. The prefix, the timing and the temporary store are
 `bench_graft`'s.
 """
 
@@ -18,6 +18,7 @@ import pathlib
 import numpy as np
 
 from graftjax import ledger
+from graftjax import restore as restore_lib
 from graftjax.paging import pages
 from graftjax.paging import policy as policy_lib
 from graftjax.studies import bench_graft
@@ -44,6 +45,14 @@ def sha(logits) -> str:
   return hashlib.sha256(np.asarray(logits).tobytes()).hexdigest()
 
 
+def _install_page(model, cache, staged: restore_lib.Staged):
+  """`pages.install` of a staged page: its checks, then the staged install."""
+  pages.check_page(
+    pages.Page(block=staged.block, layout=staged.layout), model.config, query_position=None
+  )
+  return restore_lib.install(cache, staged, target=model.graft_target, donate=True)
+
+
 def bench_one(model, store, ids, *, chunk_size: int, repeats: int, recompute_repeats: int) -> dict:
   """Page-in and recompute of the block ids[:-1], then the query ids[-1]; the row."""
   run = bench_graft.FirstToken(model, ids, chunk_size=chunk_size)
@@ -63,17 +72,16 @@ def bench_one(model, store, ids, *, chunk_size: int, repeats: int, recompute_rep
     store.delete(block_key)
   del block, page
 
+  staging = restore_lib.Staging()  # reused by every timed page-in: made in the warm-up
   stages = {'read_verify_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
   page_in_fn = run.restore_fn(
-    lambda: pages.get(store, key),
-    lambda cache, got: pages.install(
-      cache, got, target=model.graft_target, config=model.config, donate=True
-    ),
+    lambda: restore_lib.read(store, key, staging, capacity=capacity),
+    lambda cache, got: _install_page(model, cache, got),
     stages,
   )
   page_in_s, page_in_times, page_logits = bench_graft.timed(page_in_fn, repeats)
   recompute_s, recompute_times, recompute_logits = bench_graft.timed(
-    run.recompute, repeats if n < 2048 else recompute_repeats
+    run.recompute, repeats if n < 2048 else recompute_repeats, warmup=False
   )
   digests = {
     'reference': reference,

@@ -8,6 +8,7 @@ import pytest
 from graftjax import blocks
 from graftjax import restore as restore_lib
 from graftjax import store as store_lib
+from graftjax.paging import pages
 
 PREFIX = np.random.default_rng(2).integers(3, 256, 12).astype(np.int32)
 CONT = np.random.default_rng(3).integers(3, 256, 5).astype(np.int32)
@@ -97,3 +98,102 @@ def test_restore_refuses_other_tokens_and_other_models(tiny_model, deposited):
   with pytest.raises(blocks.GraftError, match='position scheme'):
     restore_lib.restore(store, key, cache, target=other.graft_target, donate=True)
   assert not cache.k.is_deleted() and int(cache.length) == 0
+
+
+def _grafted(model, store, key, capacity, **kwargs):
+  """The cache `blocks.graft` builds from the stored block (the reference for a restore)."""
+  return blocks.graft(
+    model.init_cache(capacity=capacity), store.get(key), target=model.graft_target, **kwargs
+  )
+
+
+def test_one_staging_restores_blocks_of_other_sizes_as_graft_does(tiny_model, deposited):
+  store, key, _ = deposited
+  longer = np.random.default_rng(4).integers(3, 256, 20).astype(np.int32)
+  _, cache = tiny_model.prefill(
+    longer, cache=tiny_model.init_cache(capacity=CAPACITY), chunk_size=4, logits='none'
+  )
+  other = store.put(
+    blocks.capture(
+      cache, blocks.Span(0, longer.size), token_ids=longer, target=tiny_model.graft_target
+    )
+  )
+  staging = restore_lib.Staging()
+  assert staging.memory == 'host'  # CPU
+  for k in (key, other, key):  # the staging's buffers change shape and are reused
+    restored = restore_lib.restore(
+      store, k, tiny_model.init_cache(capacity=CAPACITY), target=tiny_model.graft_target,
+      staging=staging, donate=True,
+    )  # fmt: skip
+    want = snapshot(_grafted(tiny_model, store, k, CAPACITY))
+    got = snapshot(restored)
+    assert all(got[name].tobytes() == want[name].tobytes() for name in want), k
+
+
+def test_install_into_a_smaller_cache_than_read_was_told(tiny_model, deposited):
+  store, key, _ = deposited
+  staged = restore_lib.read(store, key, restore_lib.Staging(), capacity=64)
+  assert staged.rows == 64  # PREFIX.size rounded up to blocks.INSTALL_BUCKET
+  cache = restore_lib.install(
+    tiny_model.init_cache(capacity=CAPACITY),
+    staged,
+    target=tiny_model.graft_target,
+    allow_other_shape=True,
+  )
+  want = snapshot(_grafted(tiny_model, store, key, CAPACITY, allow_other_shape=True))
+  got = snapshot(cache)
+  assert all(got[name].tobytes() == want[name].tobytes() for name in want)
+
+
+@pytest.mark.parametrize('case', ['shifted', 'past capacity', 'overlap', 'other shape'])
+def test_restore_refuses_what_graft_refuses_with_its_words(tiny_model, deposited, case):
+  store, key, _ = deposited
+  block, capacity, kwargs = store.get(key), CAPACITY, {}
+  if case == 'shifted':
+    block = blocks.relocate(block, 3, model=tiny_model)
+    key = store.put(block)
+  if case == 'past capacity':
+    capacity = PREFIX.size - 1
+    kwargs['allow_other_shape'] = True
+  if case == 'other shape':
+    capacity = CAPACITY + 8
+  cache = tiny_model.init_cache(capacity=capacity)
+  if case == 'overlap':
+    _, cache = tiny_model.prefill(PREFIX[:2], cache=cache, chunk_size=2, logits='none')
+  with pytest.raises(blocks.GraftError) as graft_error:
+    blocks.graft(cache, block, target=tiny_model.graft_target, **kwargs)
+  with pytest.raises(blocks.GraftError) as restore_error:
+    restore_lib.restore(
+      store, key, cache, target=tiny_model.graft_target, staging=restore_lib.Staging(), **kwargs
+    )
+  assert str(restore_error.value) == str(graft_error.value)
+
+
+def test_staging_zeroes_a_pages_dropped_rows_over_stale_bytes(tiny_model, tmp_path):
+  """A page read into buffers that held a block reads back as `store.get` gives it."""
+  ids = np.random.default_rng(5).integers(3, 256, 20).astype(np.int32)
+  _, cache = tiny_model.prefill(
+    ids, cache=tiny_model.init_cache(capacity=CAPACITY), chunk_size=4, logits='none'
+  )
+  block = blocks.capture(
+    cache, blocks.Span(0, ids.size), token_ids=ids, target=tiny_model.graft_target
+  )
+  page = pages.to_page(block, tiny_model.config)
+  assert page.layout is not None
+  store = store_lib.BlockStore(tmp_path / 'store')
+  staging = restore_lib.Staging()
+  restore_lib.read(store, store.put(block), staging, capacity=CAPACITY)  # fills every row
+  staged = restore_lib.read(store, pages.put(store, page), staging, capacity=CAPACITY)
+  assert staged.layout == page.layout
+  for name in ('k', 'v', 'positions'):
+    assert (
+      np.asarray(getattr(staged.block, name)).tobytes()
+      == np.asarray(getattr(page.block, name)).tobytes()
+    )
+
+
+def test_staging_refuses_pinned_memory_on_cpu():
+  with pytest.raises(ValueError, match='offers no pinned_host memory'):
+    restore_lib.Staging(memory='pinned_host')
+  with pytest.raises(ValueError, match='memory must be'):
+    restore_lib.Staging(memory='gpu')
