@@ -1,6 +1,7 @@
-r"""Page-in against re-prefill for blocks of 128 to 8k tokens (issue 13, items 2 and 6).
+r"""Page-in against re-prefill for blocks of 32 to 8k tokens (issue 13, items 2 and 6).
 
-    python experiments/bench_paging_pagein.py --tokens=128,256,512,1024,2048,4096,8192 \
+    python experiments/bench_paging_pagein.py \
+        --tokens=32,64,128,256,512,1024,2048,4096,8192 \
         --out=experiments/results/paging_pagein_cpu.json
 
 For each block size n (real text: standard-library sources, concatenated):
@@ -8,8 +9,9 @@ the block is prefilled in chunks of `--chunk_size` into a cache of capacity
 C (n + 1 rounded up to a chunk, plus a chunk), captured, cut to a page
 (`graftjax.paging.pages.to_page`: global layers whole, local layers' last
 W - 1 rows) and stored in a file BlockStore; then, timed,
-  page_in    read + verify the page, make a new cache, install it, forward
-             the next token (1-token query at position n);
+  page_in    read + verify the page into reused host staging
+             (`graftjax.restore.Staging`), make a new cache, install it,
+             forward the next token (1-token query at position n);
   recompute  make a new cache, prefill the n tokens in the same chunks,
              forward the same query.
 Both paths' query logits are asserted byte-equal (SHA-256 of their bytes)
@@ -18,8 +20,9 @@ costs give `graftjax.paging.policy.Policy` and its crossover. Bytes per
 token are measured on disk (chunk files of the stored page and of the
 plain block) and computed from the config, against llama.cpp's state file
 (`--llamacpp_result`, the committed bench_graft_cpu.json). Timings are
-medians of `--repeats` runs after a warm-up (recompute: `--recompute_repeats`
-at n >= 2048) on a CPU shared with other work.
+medians of `--repeats` runs after a warm-up (recompute: no warm-up, the
+capture compiled its prefill; `--recompute_repeats` runs at n >= 2048) on a
+CPU shared with other work.
 """
 
 from graftjax import determinism
@@ -34,7 +37,7 @@ from graftjax.studies import results
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _TOKENS = flags.DEFINE_list(
-  'tokens', ['128', '256', '512', '1024', '2048', '4096', '8192'], 'Block sizes.'
+  'tokens', ['32', '64', '128', '256', '512', '1024', '2048', '4096', '8192'], 'Block sizes.'
 )
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk (both paths).')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
