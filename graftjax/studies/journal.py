@@ -22,11 +22,11 @@ from graftjax import ledger
 
 
 class JournalError(ValueError):
-  """The journal belongs to another run, or a step name repeats."""
+  """The journal was written by a run of another config."""
 
 
 class Journal:
-  """Steps of one run, by name; `path=None` keeps nothing (every step runs)."""
+  """Steps of one run, by name; with `path=None` nothing is written to disk."""
 
   def __init__(self, path: str | os.PathLike[str] | None, *, config: dict[str, Any]):
     self.path = None if path is None else pathlib.Path(path)

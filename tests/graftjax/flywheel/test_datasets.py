@@ -165,3 +165,13 @@ def test_bigbench_sdist_refuses_absent_or_wrong_file(tmp_path):
   (tmp_path / datasets.BIGBENCH_FILE).write_bytes(b'not the sdist')
   with pytest.raises(datasets.DatasetError, match='sha256'):
     datasets.bigbench_sdist(tmp_path)
+
+
+def test_wikidata_relation():
+  assert datasets.wikidata_relation('The capital of France is') == ('capital', 'France')
+  assert datasets.wikidata_relation('The native language of Abdullah II of Jordan is') == (
+    'native language',
+    'Abdullah II of Jordan',
+  )
+  assert datasets.wikidata_relation('The capital of France was') is None
+  assert datasets.wikidata_relation('What is 2 plus 2?') is None

@@ -138,3 +138,37 @@ def test_items_of_identical_text_in_two_tasks_are_both_deposited(text_model, lib
   )
   assert second.key == first.key and second.task == 'other'
   assert library.find('other', ITEM.id) == second and library.find('toy', ITEM.id) == first
+
+
+def test_the_answer_form_holds_the_answer_line_alone(text_model, library):
+  """QA: the dataset's answer (or the model's first line) is the whole block."""
+  entry = deposit(text_model, library, solution=' 5\n', form='answer')
+  assert entry.text == 'Question: What is two plus three?\nFinal answer: 5\n\n'
+  assert entry.block_tokens == len(text_model.tokenizer.encode(entry.text))
+
+
+def test_the_answer_form_refuses_a_first_line_that_does_not_verify_alone(text_model, library):
+  with pytest.raises(library_lib.DepositError, match='does not verify alone'):
+    deposit(text_model, library, solution='2 + 3 makes\n5', form='answer')
+  with pytest.raises(library_lib.DepositError, match='form'):
+    deposit(text_model, library, form='essay')
+  assert library.entries() == [] and library.store.list() == []
+
+
+def test_a_preamble_between_block_and_query_keeps_graft_equal_to_prompt(text_model, library):
+  entry = deposit(text_model, library)
+  preamble = 'Question: What is one plus one?\nFinal answer: 2\n\n'
+  kwargs = {'mode': 'recall', 'max_new_tokens': 4, 'preamble': preamble}
+  grafted = answer_lib.answer(text_model, library, entry, ITEM.question, **kwargs)
+  prompted = answer_lib.answer_prompted(text_model, library, entry, ITEM.question, **kwargs)
+  plain = answer_lib.answer(
+    text_model, library, entry, ITEM.question, mode='recall', max_new_tokens=4
+  )
+  assert grafted.first_logits.tobytes() == prompted.first_logits.tobytes()
+  assert grafted.token_ids == prompted.token_ids
+  query = text_model.tokenizer.encode(f'Question: {ITEM.question}\nFinal answer:', add_bos=False)
+  assert grafted.query_tokens == len(text_model.tokenizer.encode(preamble, add_bos=False)) + len(
+    query
+  )
+  assert plain.query_tokens == len(query)
+  assert plain.first_logits.tobytes() != grafted.first_logits.tobytes()

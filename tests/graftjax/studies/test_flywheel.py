@@ -1,10 +1,20 @@
-"""The flywheel loop end to end on the tiny model: every phase recorded, graft == prompt."""
+"""The flywheel loop end to end on the tiny model: every phase recorded, graft == prompt.
 
+Also an answer-only (QA) task, a resumed run and the qa_wikidata pair selection.
+"""
+
+import dataclasses
+
+import pytest
+
+from graftjax.flywheel import datasets
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import rescore
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 from graftjax.studies import flywheel
+from graftjax.studies import journal as journal_lib
 
 
 def last_word(text, gold):
@@ -65,3 +75,180 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   assert all(d['existing'] for d in again['deposits'])
   assert not any(d.get('existing') for d in out['deposits'])
   assert library.store.list() == sorted(d['key'] for d in out['deposits'])
+
+
+# Answer-only (QA) tasks: facts in pairs, the block grafted before the base prompt ------------
+
+ALIAS = verifiers.VERIFIERS['alias']
+
+
+def _fact(i, relation, subject, answer):
+  return tasks.Item(
+    task='toy_qa',
+    id=f'f{i}',
+    question=f'The {relation} of {subject} is',
+    answer=answer,
+    source='test',
+    split='test',
+  )
+
+
+FACTS = [
+  _fact(0, 'capital', 'Zorbia', 'Zed'),
+  _fact(1, 'country', 'Quantar', 'Quill'),
+  _fact(2, 'continent', 'Morvel', 'Asia'),
+]
+HELD_FACTS = [
+  _fact(3, 'language', 'Zorbia', 'Zorbish'),
+  _fact(4, 'currency', 'Quantar', 'quid'),
+  _fact(5, 'religion', 'Morvel', 'Moxism'),
+]
+QA_PROMPT = flywheel.Prompt(
+  prefix=library_lib.ANSWER_TEMPLATE.format(question='The capital of Ruritania is', answer='Strel'),
+  query=library_lib.RECALL_QUERY,
+  answer_only=True,
+  keep_prefix=True,
+)
+QA_BUDGET = flywheel.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
+
+
+def _run_qa(model, library, **kwargs):
+  return flywheel.run(
+    model,
+    task='toy_qa',
+    items=FACTS,
+    held_out=HELD_FACTS,
+    prompt=QA_PROMPT,
+    verify=ALIAS,
+    library=library,
+    budget=QA_BUDGET,
+    routers=[route_lib.BM25Router(threshold=0.0)],
+    targets={h.id: d.id for d, h in zip(FACTS, HELD_FACTS)},
+    **kwargs,
+  )
+
+
+def test_an_answer_only_task_runs_and_rescores_clean(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
+  out = _run_qa(text_model, library)
+  solved = {
+    a['item_id'] for a in out['attempts'] if a['phase'] == 'base' and a['verdict']['verdict']
+  }
+  for item in FACTS:
+    entry = library.find('toy_qa', item.id)
+    assert entry.source == ('self' if item.id in solved else 'reference')
+    if entry.source == 'reference':  # the dataset's answer is the whole block
+      assert entry.text == f'Question: {item.question}\nFinal answer: {item.answer}\n\n'
+  partner = {h.id: d.id for d, h in zip(FACTS, HELD_FACTS)}
+  prefix = len(text_model.tokenizer.encode(QA_PROMPT.prefix, add_bos=False))
+  for a in out['attempts']:
+    if a['phase'] == 'transfer_flywheel':  # block, then the base prompt: prefix and query
+      assert a['answered_by'] == 'flywheel'
+      assert a['context_tokens'] == library.find('toy_qa', partner[a['item_id']]).block_tokens
+      assert a['block_key'] == library.find('toy_qa', partner[a['item_id']]).key
+  assert out['routing']['BM25Router']['accuracy']['successes'] == len(HELD_FACTS)
+  assert prefix > 0
+  found = rescore.check(out)
+  assert not found.problems, found.problems
+
+
+def test_a_journaled_run_resumes_to_the_same_attempts(text_model, tmp_path):
+  shape = library_lib.Shape(capacity=256, chunk_size=16)
+  path = tmp_path / 'journal.jsonl'
+  config = {'run': 'toy_qa'}
+  first = _run_qa(
+    text_model,
+    library_lib.Library(tmp_path / 'lib', shape=shape),
+    journal=journal_lib.Journal(path, config=config),
+  )
+  lines = path.read_text().splitlines()
+  assert len(lines) > 4
+  path.write_text('\n'.join(lines[:3]) + '\n{"step": "torn')  # interrupted after two steps
+  resumed = _run_qa(
+    text_model,
+    library_lib.Library(tmp_path / 'lib', shape=shape),
+    journal=journal_lib.Journal(path, config=config),
+  )
+
+  def stable(attempts):
+    return [{k: v for k, v in a.items() if k != 'seconds'} for a in attempts]
+
+  assert stable(resumed['attempts']) == stable(first['attempts'])
+  assert resumed['attempts'][:2] == first['attempts'][:2]  # journaled steps are read back
+  done = _run_qa(  # every step finished: the model is not needed at all
+    None,
+    library_lib.Library(tmp_path / 'lib', shape=shape),
+    journal=journal_lib.Journal(path, config=config),
+  )
+  assert done['attempts'] == resumed['attempts']
+  assert done['grafted_vs_prompted'] == resumed['grafted_vs_prompted']
+
+
+def test_overlapping_held_out_items_and_a_kept_prefix_of_another_query_are_refused(
+  text_model, tmp_path
+):
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
+  kwargs = {
+    'task': 'toy_qa',
+    'items': FACTS,
+    'verify': ALIAS,
+    'library': library,
+    'budget': QA_BUDGET,
+    'routers': [route_lib.ExactRouter()],
+  }
+  with pytest.raises(ValueError, match='held-out items are also deposited'):
+    flywheel.run(text_model, held_out=FACTS[:1], prompt=QA_PROMPT, **kwargs)
+  other = dataclasses.replace(QA_PROMPT, query='Q: {question}\nA:')
+  with pytest.raises(ValueError, match='keep_prefix needs the recall query'):
+    flywheel.run(text_model, held_out=HELD_FACTS, prompt=other, **kwargs)
+  assert library.entries() == []
+
+
+def _pairs_task():
+  facts = [
+    ('country', 'Aland', 'Finland'),
+    ('original country', 'Aland', 'Finland'),
+    ('continent', 'Borvia', 'Europe'),
+    ('capital', 'Borvia', 'Bor'),
+    ('language', 'Borvia', 'Borvish'),  # twice below: both dropped
+    ('language', 'Borvia', 'Borvish'),
+    ('capital', 'Cyrn', 'Cyr'),
+    ('continent', 'Dovia', 'Asia'),
+    ('religion', 'Eon', 'none'),
+    ('capital', 'Fenn', 'Fen'),
+  ]
+  items = [_fact(i, r, s, a) for i, (r, s, a) in enumerate(facts)]
+  odd = tasks.Item(task='toy_qa', id='odd', question='Who?', answer='z', source='t', split='t')
+  return tasks.Task('toy_qa', ALIAS, lambda: [*items, odd])
+
+
+def test_qa_pairs_are_two_relations_of_one_subject_with_disjoint_texts():
+  pairs = flywheel.qa_wikidata_pairs(_pairs_task(), 2, seed=1, shots=3, min_relation_items=1)
+  subjects = {datasets.wikidata_relation(i.question)[1] for i in pairs.items}
+  assert subjects == {'Aland', 'Borvia'}
+  for d, h in zip(pairs.items, pairs.held_out):
+    (rd, sd), (rh, sh) = (datasets.wikidata_relation(i.question) for i in (d, h))
+    assert sd == sh and rd != rh and pairs.targets[h.id] == d.id
+    assert 'language' not in (rd, rh)  # its question text occurs twice
+  assert not {i.question for i in pairs.items} & {i.question for i in pairs.held_out}
+  shots = [datasets.wikidata_relation(i.question) for i in pairs.shots]
+  assert len({r for r, _ in shots}) == 3 and not {s for _, s in shots} & subjects
+  assert pairs.same_answer == 1  # Aland: country and original country are both Finland
+  with pytest.raises(ValueError, match='2 subjects have two relations, 3 asked for'):
+    flywheel.qa_wikidata_pairs(_pairs_task(), 3, min_relation_items=1)
+  with pytest.raises(ValueError, match='few-shot'):
+    flywheel.qa_wikidata_pairs(_pairs_task(), 2, shots=5, min_relation_items=1)
+
+
+def test_the_committed_qa_wikidata_selection_is_disjoint():
+  """The selection of experiments/results/flywheel_bigbench_qa_wikidata_cpu.json (seed 0)."""
+  try:
+    task = datasets.bigbench_qa_wikidata(datasets.bigbench_sdist(download=False).parent)
+  except datasets.DatasetError as e:
+    pytest.skip(str(e))
+  pairs = flywheel.qa_wikidata_pairs(task, 140, seed=0, shots=5)
+  deposited = {i.question for i in pairs.items}
+  texts = [i.question for i in task.items()]
+  assert len(pairs.held_out) == 140 and not deposited & {i.question for i in pairs.held_out}
+  assert all(texts.count(i.question) == 1 for i in [*pairs.items, *pairs.held_out])
+  assert not {i.id for i in pairs.shots} & {i.id for i in [*pairs.items, *pairs.held_out]}
