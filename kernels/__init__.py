@@ -10,6 +10,8 @@ pure-jnp `*_reference`:
   rotary      apply_rotary(x, positions, *, theta, ...), rotary_inv_freq
   rmsnorm     rms_norm(x, w, *, eps, ...)
   matmul      matmul(x, w, *, block_m, block_n, block_k, precision, ...)
+  matmul_decode  matmul_decode(x, w, *, block_n, transposed, ...): 1-16
+              rows with matmul's contraction (its reference is matmul's)
 
 Import the module you need (`from graftjax.kernels import attention`); this
 package imports nothing eagerly.
