@@ -108,12 +108,13 @@ def bench_one(model, store, ids, *, chunk_size: int, repeats: int, recompute_rep
 
 
 def llamacpp_sizes(path: str) -> dict[int, int]:
-  """Prefix tokens -> llama.cpp state file bytes, from a committed bench_graft result."""
+  """Prefix tokens -> llama.cpp state file bytes, from a bench_graft result ({} if none ran)."""
   try:
     body = json.loads(pathlib.Path(path).read_text())
   except FileNotFoundError:
     return {}
-  return {r['prefix_tokens']: r['state_file_bytes'] for r in body['llamacpp']['results']}
+  peer = body.get('llamacpp', {'results': []})
+  return {r['prefix_tokens']: r['state_file_bytes'] for r in peer['results']}
 
 
 def experiment(

@@ -126,6 +126,36 @@ def test_round_trip_reading_chunks_in_small_uneven_pieces(store, monkeypatch):
     store.get(key)
 
 
+def test_get_into_the_callers_arrays_and_refuses_a_layout_it_cannot_fill(tmp_path):
+  """On file (straight from the files) and memory (through kvstore values) alike."""
+  block = make_block(0)
+  for root in (tmp_path / 'store', 'memory://'):
+    store = store_lib.BlockStore(root)
+    key = store.put(block)
+    wide = {}
+
+    def into(meta, shapes):  # k, v as views of wider rows: each layer still contiguous
+      assert meta == block.meta
+      wide.update({name: np.full((*shape[:1], shape[1] + 2, *shape[2:]), 7.0, np.float32)
+                   for name, shape in shapes.items() if name != 'positions'})  # fmt: skip
+      return {
+        **{name: array[:, : shapes[name][1]] for name, array in wide.items()},
+        'positions': np.empty(shapes['positions'], np.int32),
+      }
+
+    got = store.get(key, into=into)
+    _assert_same_block(got, block)
+    assert np.shares_memory(got.k, wide['k']) and (wide['k'][:, -2:] == 7).all()
+
+    def strided(meta, shapes):  # every other element: a layer is not contiguous
+      return {name: np.empty((*shape[:-1], 2 * shape[-1]), np.float32)[..., ::2]
+              if name != 'positions' else np.empty(shape, np.int32)
+              for name, shape in shapes.items()}  # fmt: skip
+
+    with pytest.raises(ValueError, match=r'`into` gave k float32\[3, 3, 1, 4\]'):
+      store.get(key, into=strided)
+
+
 def test_round_trip_keeps_zero_and_negative_zero_chunks(store):
   block = make_block(0, k=np.zeros(_SHAPE, np.float32))
   block = dataclasses.replace(block, v=np.full(_SHAPE, -0.0, np.float32))
