@@ -48,6 +48,9 @@ _RECALL_TOKENS = flags.DEFINE_integer('recall_tokens', 16, 'Recall answer budget
 _SOLVE_TOKENS = flags.DEFINE_integer('solve_tokens', 256, 'Held-out answer budget.')
 _LIBRARY = flags.DEFINE_string('library', None, 'Library folder (resumable; default: temporary).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the held-out instances.')
+_DEADLINE_S = flags.DEFINE_float(
+  'deadline_s', None, 'Ask no further question after this many seconds (counted in the result).'
+)
 
 
 def main(argv):
@@ -73,6 +76,7 @@ def main(argv):
     ),
     library_dir=_LIBRARY.value,
     seed=_SEED.value,
+    deadline_s=_DEADLINE_S.value,
   )
   print(compose.format_summary(result))
   results.write(_OUT.value, result)

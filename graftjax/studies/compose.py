@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 import dataclasses
+import itertools
 import math
+import time
 from typing import Any
 
 import jax
@@ -113,6 +115,7 @@ def run(
   verify: Callable,
   setup: Setup,
   progress: Callable[[str, int], Callable[[int], None] | None] | None = None,
+  deadline: float | None = None,
 ) -> dict[str, Any]:
   """Exactness, recall and held-out answers over a deposited library.
 
@@ -124,10 +127,12 @@ def run(
     verify: `verify(text, gold) -> verifiers.Verdict`.
     setup: shapes and budgets.
     progress: `progress(phase, total)` returns a callback taking a count.
+    deadline: a `time.monotonic()` after which no further question is asked (the result
+      says how many were not); None: no deadline.
 
   Returns:
     JSON-ready dict: `recall` and `held_out` records (raw text, token ids and their digest,
-    verdict, block keys, layout, logit digests) and `summary`.
+    verdict, block keys, layout, logit digests), `not_asked` and `summary`.
 
   Raises:
     compose.ComposeError: the model cannot compose exactly (refused before any work).
@@ -139,23 +144,25 @@ def run(
   router.add_many((e.key, e.question) for e in entries.values())
   asked = [(it, library.find(it.task, it.id)) for it in items]
   asked = [(it, e) for it, e in asked if e is not None]
-  tick = bar('recall', len(asked))
-  recall = []
-  for item, own in asked:
-    recall.append(_recall(model, library, router, item, own, verify, setup, page))
-    if tick:
-      tick(1)
-  tick = bar('held-out', len(held_out))
-  held = []
-  for item in held_out:
-    held.append(_held_out(model, library, router, entries, item, verify, setup))
-    if tick:
-      tick(1)
+  tick = bar('questions', len(asked) + len(held_out))
+  recall, held = [], []
+  # Alternately, so that a deadline leaves both kinds of question asked alike.
+  for pair in itertools.zip_longest(asked, held_out):
+    for kind, question in zip(('recall', 'held_out'), pair):
+      if question is None or (deadline is not None and time.monotonic() >= deadline):
+        continue
+      if kind == 'recall':
+        recall.append(_recall(model, library, router, *question, verify, setup, page))
+      else:
+        held.append(_held_out(model, library, router, entries, question, verify, setup))
+      if tick:
+        tick(1)
   return {
     'setup': dataclasses.asdict(setup),
     'page': page,
     'recall': recall,
     'held_out': held,
+    'not_asked': {'recall': len(asked) - len(recall), 'held_out': len(held_out) - len(held)},
     'summary': summarize(recall, held, setup),
   }
 
@@ -416,6 +423,7 @@ def experiment(
   setup: Setup,
   library_dir: str | None,
   seed: int = 0,
+  deadline_s: float | None = None,
 ) -> dict[str, Any]:
   """experiments/compose.py: GSM8K items of GSM-Symbolic templates deposited, then `run`.
 
@@ -428,6 +436,7 @@ def experiment(
       0 skips it and every deposit is the dataset's reference solution.
     rows: rows per batch of the base attempts.
     library_dir: library folder (resumable; None: temporary).
+    deadline_s: seconds from the start after which no further question is asked.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
@@ -439,6 +448,7 @@ def experiment(
   from graftjax.studies import flywheel  # pylint: disable=g-import-not-at-top
   from graftjax.studies import results  # pylint: disable=g-import-not-at-top
 
+  start = time.monotonic()
   model = gemma_model.load_named(
     model_name, dtype=jnp.dtype(dtype), position_scheme=compose_lib.SCHEME, impl=impl
   )
@@ -475,6 +485,7 @@ def experiment(
       verify=verify,
       setup=setup,
       progress=progress,
+      deadline=None if deadline_s is None else start + deadline_s,
     )
     library.close()
   for bar in bars:

@@ -99,3 +99,32 @@ def test_setup_refuses_empty_block_counts():
     compose.Setup(ks=(0, 1))
   with pytest.raises(ValueError, match='held_out_ks'):
     compose.Setup(held_out_ks=())
+
+
+def test_own_verified_attempts_are_deposited_and_a_passed_deadline_asks_nothing(model, tmp_path):
+  items = [_item(i, i, 2) for i in range(2)]
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=1024, chunk_size=16))
+  text = 'We add: 2'
+  base = [
+    {
+      'item_id': 'q0',
+      'text': text,
+      'decode_tokens': 9,
+      'verdict': last_word(text, items[0].gold).to_json(),
+    },
+    {'item_id': 'q1', 'text': 'no', 'decode_tokens': 2, 'verdict': {'verdict': False}},
+  ]
+  deposits = compose.deposit(model, library, items, last_word, base)
+  assert [d['source'] for d in deposits] == ['self', 'reference']
+  assert library.find('toy', 'q0').tokens_spent == 9
+  out = compose.run(
+    model,
+    library=library,
+    items=items,
+    held_out=[_item(0, 0, 5, prefix='h', template='q0')],
+    verify=last_word,
+    setup=SETUP,
+    deadline=0.0,
+  )
+  assert out['recall'] == out['held_out'] == []
+  assert out['not_asked'] == {'recall': 2, 'held_out': 1}
