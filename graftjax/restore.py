@@ -194,15 +194,15 @@ def restore(
     target: the model's `graft_target`.
     token_ids: if given, the tokens the caller expects the block to hold.
     allow_shifted, allow_other_shape, donate: as for `blocks.graft`.
-    staging: host buffers to read through, kept between restores (a new
-      one, used once, if None).
+    staging: host buffers to read through, kept between restores (if None,
+      numpy buffers used once: no pinned memory is allocated for one restore).
 
   Raises:
     store.StoreError: if the block is missing or does not verify.
     blocks.GraftError: if it holds other tokens than `token_ids`, or
       `graft` refuses it.
   """
-  staged = read(store, key, staging or Staging(), capacity=cache.capacity)
+  staged = read(store, key, staging or Staging(memory='host'), capacity=cache.capacity)
   if token_ids is not None and tuple(int(t) for t in token_ids) != staged.block.meta.token_ids:
     raise blocks.GraftError(f'block {key[:12]}… holds other tokens than the ones asked for')
   return install(
