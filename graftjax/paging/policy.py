@@ -50,6 +50,15 @@ class Policy:
       recompute_s=tuple(float(r['recompute_s']) for r in rows),
     )
 
+  @classmethod
+  def from_json(cls, data: dict[str, Any]) -> Policy:
+    """From `to_json`'s output, e.g. a committed bench_paging_pagein result's 'policy'."""
+    return cls(
+      tokens=tuple(int(n) for n in data['tokens']),
+      page_in_s=tuple(float(s) for s in data['page_in_s']),
+      recompute_s=tuple(float(s) for s in data['recompute_s']),
+    )
+
   def cost(self, n_tokens: int) -> dict[str, float]:
     """Estimated seconds of each path for a block of n_tokens."""
     return {

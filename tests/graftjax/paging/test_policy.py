@@ -1,7 +1,10 @@
 """Policy: page-in or recompute from measured costs, with the crossover."""
 
+import pathlib
+
 import pytest
 
+from graftjax import ledger
 from graftjax.paging import policy as policy_lib
 
 
@@ -32,14 +35,14 @@ def test_page_in_always_faster_and_round_trip():
   )
   assert policy.tokens == (128, 512)
   assert policy.choose(1) == 'page_in' and policy.crossover_tokens == 128.0
-  assert (
-    policy_lib.Policy.from_rows(
-      [
-        dict(zip(('tokens', 'page_in_s', 'recompute_s'), p))
-        for p in zip(*list(policy.to_json().values())[:3])
-      ]
-    )
-    == policy
-  )
+  assert policy_lib.Policy.from_json(policy.to_json()) == policy
   with pytest.raises(ValueError, match='increase'):
     policy_lib.Policy(tokens=(2, 1), page_in_s=(1, 1), recompute_s=(1, 1))
+
+
+def test_the_committed_page_in_result_picks_as_its_summary_says():
+  path = pathlib.Path(__file__).parents[3] / 'experiments' / 'results' / 'paging_pagein_cpu.json'
+  result = ledger.verify_result(path)
+  policy = policy_lib.Policy.from_json(result['policy'])
+  assert policy.crossover_tokens == result['summary']['crossover_tokens']
+  assert {str(n): policy.choose(n) for n in policy.tokens} == result['summary']['choice']
