@@ -634,7 +634,14 @@ def _setup(task: str, *, templates, per_template, pairs, shots, seed):
       ),
       'targets': chosen.targets,
     }
-    return chosen.items, chosen.held_out, prompt, qa.verifier, chosen.targets, selection
+    return (
+      chosen.items,
+      chosen.held_out,
+      prompt,
+      qa.verifier,
+      chosen.targets,
+      {'selection': selection},
+    )
   raise ValueError(f'task must be one of {TASKS}, got {task!r}')
 
 

@@ -252,3 +252,21 @@ def test_the_committed_qa_wikidata_selection_is_disjoint():
   assert len(pairs.held_out) == 140 and not deposited & {i.question for i in pairs.held_out}
   assert all(texts.count(i.question) == 1 for i in [*pairs.items, *pairs.held_out])
   assert not {i.id for i in pairs.shots} & {i.id for i in [*pairs.items, *pairs.held_out]}
+
+
+def test_the_experiment_setup_of_each_task_and_its_refusals():
+  with pytest.raises(ValueError, match='task must be one of'):
+    flywheel._setup('trivia', templates=[], per_template=1, pairs=2, shots=1, seed=0)
+  with pytest.raises(ValueError, match='needs GSM-Symbolic template ids'):
+    flywheel._setup('gsm8k', templates=[], per_template=1, pairs=2, shots=1, seed=0)
+  try:
+    datasets.bigbench_sdist(download=False)
+  except datasets.DatasetError as e:
+    pytest.skip(str(e))
+  items, held_out, prompt, verifier, targets, setup = flywheel._setup(
+    'qa_wikidata', templates=[], per_template=1, pairs=3, shots=2, seed=0
+  )
+  assert len(items) == len(held_out) == len(targets) == 3 and verifier.name == 'alias'
+  assert prompt.answer_only and prompt.keep_prefix and prompt.query == library_lib.RECALL_QUERY
+  assert prompt.prefix.count('\nFinal answer: ') == 2 and prompt.prefix.endswith('\n\n')
+  assert set(setup) == {'selection'} and setup['selection']['targets'] == targets
