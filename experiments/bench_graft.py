@@ -1,21 +1,25 @@
 r"""Time to first continuation token: graft a stored prefix vs recompute it.
 
-    python experiments/bench_graft.py --prefix_tokens=1024,4096,8192,32768 \
-        --llamacpp_python=/path/to/python-with-llama-cpp \
+    python experiments/bench_graft.py --prefix_tokens=1024,4096,8192 --repeats=5 \
+        --recompute_repeats=1 --recompute_max=4096 \
         --out=experiments/results/bench_graft_cpu.json
 
 For each prefix length N (real text from the Python standard library):
   recompute  new cache, prefill N tokens in chunks, forward the next token;
-  graft      read the block from the BlockStore (digests verified), make a
-             new cache, install the block in it (in place), forward the
-             next token; timed by stage.
-The restore (read + install) is set against its floor: the block's bytes
-over this machine's measured bandwidth, a warm read of the block's files
-(plus a host-to-device copy on an accelerator). Making the cache and the
-first forward are costs recompute pays as well. On CPU, llama.cpp's own `llama_state_seq_load_file` restore
-and its prefill of the same tokens run as the peer (in another interpreter,
-`--llamacpp_python`). Each timing is the median of `--repeats` runs after
-one warm-up run (which compiles).
+  graft      read the block from the BlockStore into reused host staging
+             (digests verified; `graftjax.restore`), make a new cache,
+             install the block in it (in place), forward the next token;
+             timed by stage.
+The restore (read + install) is set against its floors
+(`graftjax.studies.restore_floor`): a warm read of the block's files into
+touched memory plus the copy into the device (pinned host-to-device on a
+GPU, a memcpy on CPU), the same with SHA-256, and the old pageable floor.
+Making the cache and the first forward are costs recompute pays as well.
+With `--llamacpp_python`, llama.cpp's own `llama_state_seq_load_file`
+restore and its prefill of the same tokens run as the peer (CPU, in that
+interpreter). Each graft timing is the median of `--repeats` runs
+after one warm-up run (which compiles); recompute runs `--recompute_repeats`
+times with no warm-up (capturing the block compiled its prefill).
 """
 
 from graftjax import determinism
@@ -38,6 +42,9 @@ _RECOMPUTE_MAX = flags.DEFINE_integer(
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
+_RECOMPUTE_REPEATS = flags.DEFINE_integer(
+  'recompute_repeats', None, 'Timed recompute repeats (default: --repeats).'
+)
 _LLAMACPP_PYTHON = flags.DEFINE_string(
   'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
 )
@@ -55,6 +62,7 @@ def main(argv):
     repeats=_REPEATS.value,
     recompute_max=_RECOMPUTE_MAX.value,
     llamacpp_python=_LLAMACPP_PYTHON.value,
+    recompute_repeats=_RECOMPUTE_REPEATS.value,
   )
   print(bench_graft.format_rows(result))
   results.write(_OUT.value, result)

@@ -132,7 +132,14 @@ def load(model_name: str, dtype: str, longest: int):
 
 
 def bench_one(
-  model, store, ids: list[int], *, chunk_size: int, repeats: int, recompute_max: int
+  model,
+  store,
+  ids: list[int],
+  *,
+  chunk_size: int,
+  repeats: int,
+  recompute_max: int,
+  recompute_repeats: int | None = None,
 ) -> dict:
   run = FirstToken(model, ids, chunk_size=chunk_size)
   n, capacity = run.n, run.capacity
@@ -169,7 +176,9 @@ def bench_one(
     'restore_over_floor_pageable': restore_s / floor['floor_pageable_s'],
   }
   if n <= recompute_max:
-    recompute_s, recompute_times, _ = timed(run.recompute, repeats, warmup=False)
+    recompute_s, recompute_times, _ = timed(
+      run.recompute, recompute_repeats or repeats, warmup=False
+    )
     row.update(
       recompute_first_token_s=recompute_s,
       recompute_times_s=recompute_times,
@@ -207,6 +216,7 @@ def experiment(
   repeats: int,
   recompute_max: int,
   llamacpp_python: str | None,
+  recompute_repeats: int | None = None,
   command: str | None = None,
 ) -> dict:
   """Graft vs recompute for every prefix length (and llama.cpp's restore); the result."""
@@ -220,6 +230,7 @@ def experiment(
     chunk_size=chunk_size,
     repeats=repeats,
     recompute_max=recompute_max,
+    recompute_repeats=recompute_repeats,
   )
   inputs = {
     'model_fingerprint': model.fingerprint,
