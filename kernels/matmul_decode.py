@@ -25,7 +25,9 @@ Which of the two variants gives equal bits natively is a measured fact per
 dtype and device (`tests/kernels/test_matmul_decode.py`); the model calls
 this kernel only where it was shown (`models/gemma/ops.py`). A single row
 (M = 1) is read unpadded and broadcast to the tile inside the kernel (no
-padding op per call); 2..16 rows are zero-padded to 16.
+padding op per call); 2..16 rows are zero-padded to 16. `w_layout='nk'`
+reads w as [N, K], so the tied output projection streams the embedding
+table [V, D] as stored (no transposed copy of it per call).
 """
 
 from __future__ import annotations
@@ -78,27 +80,28 @@ def block_n_for(cols: int, *, transposed: bool) -> int | None:
 
 def _decode_kernel(
   x_ref,  # [1 or MAX_ROWS, K]
-  w_ref,  # [K, block_n]
+  w_ref,  # [K, block_n] ('kn') or [block_n, K] ('nk')
   o_ref,  # [MAX_ROWS, block_n]
   *,
   block_k: int,
   transposed: bool,
+  w_layout: str,
   precision: lax.Precision,
 ):
-  depth, block_n = w_ref.shape
+  w_k = 0 if w_layout == 'kn' else 1  # w's contraction axis
+  depth = w_ref.shape[w_k]
+  block_n = w_ref.shape[1 - w_k]
 
   def body(step, acc):
     cols = pl.ds(pl.multiple_of(step * block_k, block_k), block_k)
     x = jnp.broadcast_to(x_ref[:, cols], (MAX_ROWS, block_k))
-    w = w_ref[cols, :]
+    w = w_ref[cols, :] if w_layout == 'kn' else w_ref[:, cols]
     if transposed:  # [block_n, MAX_ROWS] = w^T x^T
-      product = lax.dot_general(
-        w, x, (((0,), (1,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
-      )
+      dims = (((w_k,), (1,)), ((), ()))
+      product = lax.dot_general(w, x, dims, precision=precision, preferred_element_type=jnp.float32)
     else:  # [MAX_ROWS, block_n] = x w
-      product = lax.dot_general(
-        x, w, (((1,), (0,)), ((), ())), precision=precision, preferred_element_type=jnp.float32
-      )
+      dims = (((1,), (w_k,)), ((), ()))
+      product = lax.dot_general(x, w, dims, precision=precision, preferred_element_type=jnp.float32)
     return acc + product
 
   shape = (block_n, MAX_ROWS) if transposed else (MAX_ROWS, block_n)
@@ -112,6 +115,7 @@ def _decode_kernel(
     'block_n',
     'block_k',
     'transposed',
+    'w_layout',
     'precision',
     'out_dtype',
     'num_warps',
@@ -126,37 +130,43 @@ def matmul_decode(
   block_n: int = DEFAULT_BLOCK_SIZES.block_n,
   block_k: int = DEFAULT_BLOCK_SIZES.block_k,
   transposed: bool = False,
+  w_layout: str = 'kn',
   precision: lax.Precision = _HIGHEST,
   out_dtype: jnp.dtype | None = None,
   num_warps: int = 4,
-  num_stages: int = 4,
+  num_stages: int = 5,
   interpret: bool = False,
 ) -> jax.Array:
   """x @ w for a few rows, contraction as in `matmul.matmul`.
 
   Args:
     x: [M, K], 1 <= M <= MAX_ROWS.
-    w: [K, N], the same dtype as x.
+    w: [K, N] (w_layout 'kn') or [N, K] ('nk', e.g. a tied embedding table
+      read as it is stored), the same dtype as x.
     block_n: columns per program (N must be a multiple; with transposed, a
       multiple of 64 on the GPU).
     block_k: contraction step (K must be a multiple); the prefill kernel's
       for equal bits.
     transposed: compute each tile as w^T x^T (see the module doc).
+    w_layout: 'kn' or 'nk', how w is laid out.
     precision: of each tile product; HIGHEST = IEEE float32 for float32.
     out_dtype: result dtype, x's by default.
     num_warps: Triton only.
-    num_stages: Triton only.
+    num_stages: Triton only: tiles loaded ahead (the sums stay in order).
     interpret: run the kernel in the Pallas interpreter (CPU).
 
   Returns:
     [M, N] in out_dtype.
   """
-  if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
-    raise ValueError(f'need x [M, K] and w [K, N], got {x.shape} and {w.shape}')
+  if w_layout not in ('kn', 'nk'):
+    raise ValueError(f"w_layout must be 'kn' or 'nk', got {w_layout!r}")
+  w_k = 0 if w_layout == 'kn' else 1
+  if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[w_k]:
+    raise ValueError(f'need x [M, K] and w {w_layout.upper()}, got {x.shape} and {w.shape}')
   if x.dtype != w.dtype:
     raise ValueError(f'x and w must share a dtype, got {x.dtype} and {w.dtype}')
   rows, depth = x.shape
-  cols = w.shape[1]
+  cols = w.shape[1 - w_k]
   if not 1 <= rows <= MAX_ROWS:
     raise ValueError(f'M={rows} rows: the decode matmul takes 1 to {MAX_ROWS}')
   if min(block_n, block_k) <= 0:
@@ -178,11 +188,19 @@ def matmul_decode(
   if rows > 1:
     x = jnp.pad(x, ((0, MAX_ROWS - rows), (0, 0)))
   out = pl.pallas_call(
-    functools.partial(_decode_kernel, block_k=block_k, transposed=transposed, precision=precision),
+    functools.partial(
+      _decode_kernel,
+      block_k=block_k,
+      transposed=transposed,
+      w_layout=w_layout,
+      precision=precision,
+    ),
     grid=(cols // block_n,),
     in_specs=[
       pl.BlockSpec(x.shape, lambda j: (0, 0)),
-      pl.BlockSpec((depth, block_n), lambda j: (0, j)),
+      pl.BlockSpec((depth, block_n), lambda j: (0, j))
+      if w_layout == 'kn'
+      else pl.BlockSpec((block_n, depth), lambda j: (j, 0)),
     ],
     out_specs=pl.BlockSpec((MAX_ROWS, block_n), lambda j: (0, j)),
     out_shape=jax.ShapeDtypeStruct((MAX_ROWS, cols), out_dtype),

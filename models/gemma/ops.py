@@ -69,41 +69,64 @@ def matmul_decode_variant(dtype) -> str | None:
   return MATMUL_DECODE_SHOWN.get((jax.default_backend(), jnp.dtype(dtype).name))
 
 
+def _decode_block_n(rows: jax.Array, n: int) -> tuple[str, int] | tuple[None, None]:
+  """(variant, block_n) when rows [M, D] go to the decode matmul, else (None, None)."""
+  from graftjax.kernels import matmul_decode  # pylint: disable=g-import-not-at-top
+
+  if not 1 <= rows.shape[0] <= matmul_decode.MAX_ROWS:
+    return None, None
+  variant = matmul_decode_variant(rows.dtype)
+  block_n = variant and matmul_decode.block_n_for(n, transposed=variant == 'transposed')
+  return (variant, block_n) if block_n else (None, None)
+
+
+def _decode(rows, w, variant, block_n, w_layout):
+  from graftjax.kernels import matmul_decode  # pylint: disable=g-import-not-at-top
+
+  return matmul_decode.matmul_decode(
+    rows,
+    w,
+    block_n=block_n,
+    block_k=_largest_divisor(rows.shape[1], _MATMUL_BLOCK_K),
+    transposed=variant == 'transposed',
+    w_layout=w_layout,
+    interpret=_interpret(),
+  )
+
+
 def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
   """Contracts x [..., D] with w [D, *out] -> [..., *out]."""
   if impl == 'xla':
     letters = 'abcdefgh'[: w.ndim - 1]
     return layers.einsum(f'...D,D{letters}->...{letters}', x, w)
   from graftjax.kernels import matmul  # pylint: disable=g-import-not-at-top
-  from graftjax.kernels import matmul_decode  # pylint: disable=g-import-not-at-top
 
   d, out_shape = w.shape[0], w.shape[1:]
   n = math.prod(out_shape)
   rows = x.reshape(-1, d)
-  block_k = _largest_divisor(d, _MATMUL_BLOCK_K)
-  variant = None
-  if 1 <= rows.shape[0] <= matmul_decode.MAX_ROWS:
-    variant = matmul_decode_variant(x.dtype)
-  transposed = variant == 'transposed'
-  block_n = variant and matmul_decode.block_n_for(n, transposed=transposed)
-  if block_n:
-    y = matmul_decode.matmul_decode(
-      rows,
-      w.reshape(d, n),
-      block_n=block_n,
-      block_k=block_k,
-      transposed=transposed,
-      interpret=_interpret(),
-    )
+  variant, block_n = _decode_block_n(rows, n)
+  if variant:
+    y = _decode(rows, w.reshape(d, n), variant, block_n, 'kn')
   else:
     y = matmul.matmul(
       rows,
       w.reshape(d, n),
       block_n=_largest_divisor(n, _MATMUL_BLOCK_N),
-      block_k=block_k,
+      block_k=_largest_divisor(d, _MATMUL_BLOCK_K),
       interpret=_interpret(),
     )
   return y.reshape(x.shape[:-1] + out_shape)
+
+
+def unembed(x: jax.Array, table: jax.Array, *, impl: str) -> jax.Array:
+  """x [..., D] against the tied table [V, D] -> [..., V]: `dense(x, table.T)`,
+  except that the decode matmul reads the table as stored (no transposed copy)."""
+  if impl == 'pallas':
+    rows = x.reshape(-1, table.shape[1])
+    variant, block_n = _decode_block_n(rows, table.shape[0])
+    if variant:
+      return _decode(rows, table, variant, block_n, 'nk').reshape(x.shape[:-1] + table.shape[:1])
+  return dense(x, table.T, impl=impl)
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, *, impl: str) -> jax.Array:

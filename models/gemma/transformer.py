@@ -121,7 +121,7 @@ def forward(
   x = ops.rms_norm(x, params['final_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   if logits == 'hidden':
     return x.astype(jnp.float32), cache
-  out = ops.dense(x, params['embedding'].T, impl=config.impl_of('matmul')).astype(jnp.float32)
+  out = ops.unembed(x, params['embedding'], impl=config.impl_of('matmul')).astype(jnp.float32)
   return (out[:, 0] if logits == 'last' else out), cache
 
 

@@ -8,8 +8,9 @@ whose row bits depend on the tile's shape for some shapes (measured: a
 [16, 32] @ [32, 32] tile differs from a [64, 32] one): there the reference is
 the prefill kernel at the decode kernel's own tile (block_m=16, same
 block_n), which checks the kernel's loop, padding and broadcast but leaves the
-tile-size claim to the GPU; the transposed tile has no such counterpart and
-runs natively only. The comparison is of the float32 accumulators
+tile-size claim to the GPU; the transposed tile and w read as [N, K]
+(`w_layout='nk'`, differing there for float32) have no such counterpart and
+run natively only. The comparison is of the float32 accumulators
 (out_dtype=float32), bit for bit.
 """
 
@@ -46,11 +47,16 @@ def _reference_rows(x, w):
   return _prefill(x, w, block_m=md.MAX_ROWS, block_n=block_n)
 
 
-def _decode(x, w, variant, **static):
+def _decode(x, w, variant, w_layout='kn'):
   transposed = VARIANTS[variant]
-  block_n = md.block_n_for(w.shape[1], transposed=transposed)
+  cols = w.shape[0] if w_layout == 'nk' else w.shape[1]
+  block_n = md.block_n_for(cols, transposed=transposed)
   kernel = kernel_testing.jitted(
-    md.matmul_decode, block_n=block_n, transposed=transposed, out_dtype=jnp.float32, **static
+    md.matmul_decode,
+    block_n=block_n,
+    transposed=transposed,
+    w_layout=w_layout,
+    out_dtype=jnp.float32,
   )
   return np.asarray(kernel(x, w))
 
@@ -77,8 +83,11 @@ def test_row_bits_equal_prefill_kernel(depth, cols, dtype, variant):
     pytest.skip(f'N={cols} has no {variant} tile: the model keeps it on the prefill kernel')
   x, w = _data(np.random.default_rng(depth + cols), 70, depth, cols, jnp.dtype(dtype))
   full = _reference_rows(x, w)  # several row blocks, the last one padded
-  for rows in ROWS:
-    assert bits_differ(_decode(x[:rows], w, variant), full[:rows]) == 0, rows
+  weights = {'kn': w, 'nk': jnp.asarray(np.asarray(w).T)}  # 'nk': stored like the embedding
+  for layout in ['kn'] if INTERPRET else weights:
+    for rows in ROWS:
+      got = _decode(x[:rows], weights[layout], variant, w_layout=layout)
+      assert bits_differ(got, full[:rows]) == 0, (layout, rows)
   assert bits_differ(_decode(x[5:12], w, variant), full[5:12]) == 0  # rows moved
 
 
@@ -88,8 +97,9 @@ def test_comparison_catches_another_reduction_order():
   x, w = _data(np.random.default_rng(3), 16, 640, 128, jnp.float32)
   want = _prefill(x, w)
   for variant in VARIANTS:
-    assert bits_differ(_decode(x[:, ::-1], w[::-1], variant), want) > 0
-    np.testing.assert_allclose(_decode(x[:, ::-1], w[::-1], variant), want, rtol=1e-5, atol=1e-5)
+    got = _decode(x[:, ::-1], w[::-1], variant)
+    assert bits_differ(got, want) > 0
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('variant', list(VARIANTS))
@@ -119,6 +129,8 @@ def test_block_n_for():
   'x_shape,w_shape,static,match',
   [
     ((4, 640), (320, 128), {}, 'need x'),
+    ((4, 640), (640, 128), {'w_layout': 'nk'}, 'need x'),
+    ((4, 640), (640, 128), {'w_layout': 'kk'}, 'w_layout'),
     ((17, 640), (640, 128), {}, 'rows'),
     ((4, 640), (640, 100), {}, 'multiple of block_n'),
     ((4, 100), (100, 128), {}, 'multiple of block_k'),

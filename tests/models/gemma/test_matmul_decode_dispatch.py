@@ -19,12 +19,12 @@ IDS = np.random.default_rng(1).integers(3, 256, 5).astype(np.int32)
 
 
 def _spy(monkeypatch) -> list:
-  """Records the x shape of every decode-matmul call (at trace time)."""
+  """Records (x shape, w layout) of every decode-matmul call (at trace time)."""
   calls = []
   real = matmul_decode.matmul_decode
 
   def spy(x, w, **static):
-    calls.append(x.shape)
+    calls.append((x.shape, static['w_layout']))
     return real(x, w, **static)
 
   monkeypatch.setattr(matmul_decode, 'matmul_decode', spy)
@@ -50,7 +50,7 @@ def test_few_rows_go_to_the_decode_kernel_with_the_same_bits(monkeypatch):
   assert not calls
   monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'rows')
   got = [ops.dense(x, w, impl='pallas') for x in xs]
-  assert calls == [(1, 32), (5, 32)]  # 17 rows stay on the prefill kernel
+  assert calls == [((1, 32), 'kn'), ((5, 32), 'kn')]  # 17 rows stay on the prefill kernel
   for g, h in zip(got, want):
     assert g.shape == h.shape
     _assert_same(g, h)
@@ -72,7 +72,8 @@ def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
   calls = _spy(monkeypatch)
   monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', variant)
   got = logits()
-  assert calls and all(shape[0] == 1 for shape in calls)
+  assert {shape[0] for shape, _ in calls} == {1}
+  assert {layout for _, layout in calls} == {'kn', 'nk'}  # nk: the tied output projection
   _assert_same(got, want)
 
 
