@@ -8,12 +8,12 @@ before it were computed in the same call or grafted. On a CPU backend the
 kernels run in the Pallas interpreter.
 
 Tile sizes are fixed per weight shape (never per call), since they decide
-the order of float32 sums. The one exception is proven, not assumed: calls
-of at most 16 rows go to the decode matmul (`kernels/matmul_decode.py`),
-whose rows carry the prefill kernel's bits, only for the dtypes where that
-was shown natively (`MATMUL_DECODE_SHOWN`). The 'xla' side of each op is the pure-jnp
-reference beside its kernel (`rms_norm_reference`, `apply_rotary_reference`,
-`attention_reference`).
+the order of float32 sums. One exception is shown, not assumed: calls of at
+most 16 rows go to the decode matmul (`kernels/matmul_decode.py`), whose
+rows carry the prefill kernel's bits, only where that was shown natively
+(`MATMUL_DECODE_SHOWN`; docs/kernels.md). The 'xla' side of each op is the
+pure-jnp reference beside its kernel (`rms_norm_reference`,
+`apply_rotary_reference`, `attention_reference`).
 """
 
 from __future__ import annotations
