@@ -56,25 +56,28 @@ def test_few_rows_go_to_the_decode_kernel_with_the_same_bits(monkeypatch):
     _assert_same(g, h)
 
 
+_OFF_LOGITS = []  # the prefill kernel's logits, computed once
+
+
+def _logits(model, monkeypatch, setting):
+  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', setting)
+  jax.clear_caches()  # the setting is read at trace time
+  out, _ = model.prefill(IDS, cache=model.init_cache(capacity=64), chunk_size=1, logits='all')
+  return np.asarray(out)
+
+
 @pytest.mark.parametrize('variant', ops.MATMUL_DECODE_VARIANTS)
 def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
   if INTERPRET and variant == 'transposed':
     pytest.skip('the transposed tile runs natively only (tests/kernels/test_matmul_decode.py)')
   model = tiny_model.with_impl('pallas')
-
-  def logits():
-    jax.clear_caches()  # the setting is read at trace time
-    out, _ = model.prefill(IDS, cache=model.init_cache(capacity=64), chunk_size=1, logits='all')
-    return np.asarray(out)
-
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
-  want = logits()
+  if not _OFF_LOGITS:
+    _OFF_LOGITS.append(_logits(model, monkeypatch, 'off'))
   calls = _spy(monkeypatch)
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', variant)
-  got = logits()
+  got = _logits(model, monkeypatch, variant)
   assert {shape[0] for shape, _ in calls} == {1}
   assert {layout for _, layout in calls} == {'kn', 'nk'}  # nk: the tied output projection
-  _assert_same(got, want)
+  _assert_same(got, _OFF_LOGITS[0])
 
 
 def test_variant_comes_from_the_shown_table_unless_overridden(monkeypatch):
