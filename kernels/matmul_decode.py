@@ -1,33 +1,19 @@
 """Decode matmul: x [M <= 16, K] @ w [K, N] with the prefill kernel's row bits.
 
-`matmul.matmul` pads every call to 64-row tiles, so a decoded token (M = 1)
-pays for 64 rows: 64x the float32 FMAs on CUDA cores, and N / 64 programs
-walking K one after the other. This kernel computes the same rows with
-16-row tiles (the smallest tile a Triton dot takes) and smaller column
-tiles, and aims to give every row the bits `matmul.matmul` gives it:
+`matmul.matmul` pads every call to 64-row tiles, so a decoded token pays for
+64 rows. This kernel takes 1-16 rows in 16-row tiles (the smallest a Triton
+dot takes) with the prefill kernel's contraction: the same `block_k` steps in
+ascending K, `acc + dot_general(...)` at the same precision, float32
+accumulation, no split-K. An output element is its own dot product in either
+tile, so its bits can only change if the dot instruction rounds differently
+at another tile shape: `transposed=True` computes w^T x^T so that the dot's M
+side is 64 (Hopper's warpgroup MMA, as for the prefill tiles) rather than 16.
+Whether a variant's rows are equal is shown natively per dtype
+(tests/kernels/test_matmul_decode.py; docs/kernels.md has the argument).
 
-* each output element is a separate dot product in both kernels: a row's
-  result never mixes with other rows or columns, so the tile's height and
-  width are free; what decides its bits is the contraction, and that is
-  kept: the same `block_k` steps in ascending order, each `acc +
-  dot_general(x_tile, w_tile, precision, preferred_element_type=float32)`,
-  float32 accumulation, no split-K;
-* on the GPU a float32 dot at `HIGHEST` lowers to one FMA chain per element
-  in ascending k (Triton's FMA path), the same whatever the tile shape;
-* a bfloat16 dot runs on tensor cores, whose per-element rounding is the
-  instruction's: 64-row tiles (the prefill kernel's) get Hopper's warpgroup
-  MMA, 16-row tiles the older warp MMA. `transposed=True` computes the tile
-  transposed, out^T [block_n, 16] = w^T x^T with block_n a multiple of 64,
-  so the dot's M side is 64 rows again and takes the warpgroup MMA; the
-  products are exact and met in the same k order either way.
-
-Which of the two variants gives equal bits natively is a measured fact per
-dtype and device (`tests/kernels/test_matmul_decode.py`); the model calls
-this kernel only where it was shown (`models/gemma/ops.py`). A single row
-(M = 1) is read unpadded and broadcast to the tile inside the kernel (no
-padding op per call); 2..16 rows are zero-padded to 16. `w_layout='nk'`
-reads w as [N, K], so the tied output projection streams the embedding
-table [V, D] as stored (no transposed copy of it per call).
+One row is read unpadded and broadcast to the tile in the kernel; 2-16 rows
+are zero-padded. `w_layout='nk'` reads w as [N, K] (the tied embedding table
+as stored, no transposed copy per call).
 """
 
 from __future__ import annotations
