@@ -14,8 +14,21 @@
 # the old pageable floor). Recompute (prefill + first token) runs too, and the logits of
 # both are compared byte for byte. Writes $OUT/bench_graft_h200.json (replaces the committed
 # experiments/results/bench_graft_h200.json) and $OUT/restore_h200.log.
+#
+#   bash experiments/device/restore.sh pagein   # optional, in a call of its own (~3 minutes)
+#
+# runs page-in against re-prefill for blocks of 32 to 8,192 tokens (issue 13.6 on the H200:
+# the policy and its crossover), writing $OUT/paging_pagein_h200.json and $OUT/pagein_h200.log.
 source experiments/device/setup.sh
 set +e
+if [ "$1" = pagein ]; then
+  timeout 230 python3 experiments/bench_paging_pagein.py \
+      --tokens=32,64,128,256,512,1024,2048,4096,8192 --repeats=5 --recompute_repeats=5 \
+      --out="$OUT/paging_pagein_h200.json" > "$OUT/pagein_h200.log" 2>&1
+  status=$?
+  grep -v '%|' "$OUT/pagein_h200.log" | tail -12
+  exit $status
+fi
 timeout 230 python3 experiments/bench_graft.py \
     --prefix_tokens=1024,2048,4096,8192,16384,32768 --repeats=5 \
     --out="$OUT/bench_graft_h200.json" > "$OUT/restore_h200.log" 2>&1

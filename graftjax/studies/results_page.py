@@ -625,6 +625,7 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
           f'{row["restore_s"]:.3f}',
           f'{row["restore_over_floor"]:.1f}',
           yes(row['restore_over_floor'] <= RESTORE_GOAL),
+          f'{row["restore_over_verified_floor"]:.1f}' if 'floor' in row else '-',
           f'{lc:.3f}' if lc is not None else '-',
         ]
       )
@@ -639,12 +640,16 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
     'restore s',
     'restore / floor',
     f'within {RESTORE_GOAL:.0f}x',
+    'restore / verified floor',
     'llama.cpp restore + first token s',
   )
   intro = (
     'Time to the first token after reading a block (SHA-256 verified) and grafting it, against'
-    ' a prefill of the same prefix; float32. The restore floor is the block bytes over a'
-    ' single-threaded warm file read plus a host-to-device copy.'
+    " a prefill of the same prefix; float32. The restore floor: the block's files read into"
+    ' touched host memory (one thread per CPU) plus the copy into the device (from pinned host'
+    ' memory on a GPU, a memcpy on CPU); the verified floor also SHA-256s every byte, as a'
+    ' restore must (docs/store_format.md, "Restoring into a cache"). Files without a verified'
+    ' floor used the old one: a one-thread read plus a pageable host-to-device copy.'
   )
   return [intro, ''] + table(header, rows)
 
@@ -710,6 +715,76 @@ def _rescored(results: list[Result]) -> list[str]:
 
 
 @family(
+  'Composing the top-k routed blocks side by side: exact, and what it buys (flywheel)',
+  'flywheel_compose_*.json',
+)
+def _flywheel_compose(results: list[Result]) -> list[str]:
+  """Registered before `_flywheel`, whose pattern also matches these files."""
+  out = [
+    'Deposited blocks composed side by side (`graftjax.flywheel.compose`: rope_relative, one'
+    ' attention segment per block, pages of whole Pallas splits); each deposited item asked'
+    ' again after its own block and k - 1 BM25-routed distractors (own block last, next to the'
+    ' query), held-out instances of the templates after the top-1 and top-3 routed blocks'
+    " (best last). Exactness: the query's logits (SHA-256 of their bytes) and the cache against"
+    ' a fresh block-attention prefill of the same layout, packed from slot 0 and shifted by one'
+    ' page. Intervals are Wilson 95%; method: docs/composition.md.',
+    '',
+    *_sources(results),
+    '',
+  ]
+  for r in results:
+    d = r.data
+    sources = [x['source'] if x.get('key') else 'refused' for x in d['deposits']]
+    counts = ', '.join(f'{sources.count(s)} {s}' for s in sorted(set(sources)))
+    not_asked = d.get('not_asked', {})
+    out += [
+      f'{_name(r)}: `{d["model"]}` {d["dtype"]} on {r.device.split(",")[0]}; deposits:'
+      f' {counts} (base attempts of {d["base_tokens"]} tokens; 0: none, every deposit the'
+      f" dataset's reference solution); not asked before the deadline: {not_asked.get('recall', 0)}"
+      f' recurring, {not_asked.get("held_out", 0)} held-out. XLA refused: "'
+      f'{d["refusals"]["xla"].split(".")[0]}."',
+      '',
+    ]
+    rows = [
+      [
+        name,
+        f'{e["logits_byte_equal"]}/{e["total"]}',
+        f'{e["cache_byte_equal"]}/{e["total"]}',
+        num(e['max_abs_logit_diff']),
+      ]
+      for name, e in d['summary']['exactness'].items()
+    ]
+    out += table(
+      ('k / layout', 'query logits byte-equal', 'cache byte-equal', 'max abs logit diff'), rows
+    )
+    s = d['summary']
+    rows = []
+    for group, label in (('recall', 'recurring (recall)'), ('held_out', 'held-out (solve)')):
+      for arm, a in s[group].items():
+        rows.append(
+          [label, arm, a['items'], _rate(a.get('accuracy')), _phase_tokens(a)]
+          if a['items']
+          else [label, arm, 0, '-', '-']
+        )
+    out += [''] + table(
+      ('questions', 'blocks', 'items', 'accuracy', 'decode tokens / answer'), rows
+    )
+    paired = [
+      [pair, p['items'], p['only_first'], p['only_second']] for pair, p in s['paired'].items()
+    ]
+    top1 = s.get('held_out_top1_is_template')
+    out += [
+      '',
+      'Paired over the same items (right only where the first arm is, where the second is);'
+      f' held-out top-1 routed to its own template: {_rate(top1)}.',
+      '',
+      *table(('arms', 'items', 'only first right', 'only second right'), paired),
+      '',
+    ]
+  return out
+
+
+@family(
   'Does a library of verified solutions make the frozen model better and cheaper? (flywheel)',
   'flywheel_*.json',
 )
@@ -717,10 +792,11 @@ def _flywheel(results: list[Result]) -> list[str]:
   models = sorted({r.data.get('model', '?') for r in results})
   out = [
     'The base model attempts each item (few-shot prefix, stated budget); a verified solution of'
-    " each (its own, else the dataset's reference solution when it verifies) is deposited as a"
-    ' block. *Recurrence*: the items it did not solve are asked again, routed by exact question'
-    ' text to their block, grafted, answered. *Transfer*: held-out items, never deposited, are'
-    ' answered by the base model and through the nearest block. Intervals are Wilson 95%.'
+    " each (its own, else the dataset's reference when it verifies: its worked solution, or its"
+    ' answer where it has none) is deposited as a block. *Recurrence*: the items it did not'
+    ' solve are asked again, routed by exact question text to their block, grafted, answered.'
+    ' *Transfer*: held-out items, never deposited, are answered by the base model and through'
+    ' the nearest block. Intervals are Wilson 95%.'
     f' Every figure is for the model named ({", ".join(f"`{m}`" for m in models)}) only.'
     ' Re-check a file without a model: `python -m graftjax.flywheel.rescore <file>`.',
     '',
@@ -825,7 +901,8 @@ def _flywheel(results: list[Result]) -> list[str]:
   out += [
     '',
     '**Routing** of the held-out items (top-1, to the block of the deposited item the held-out'
-    " item's template was made from; below the threshold the router abstains):",
+    " item's template was made from, or that it is paired with (qa_wikidata: the same subject);"
+    ' below the threshold the router abstains):',
     '',
   ]
   out += table(
