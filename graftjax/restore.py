@@ -15,7 +15,6 @@ import dataclasses
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from graftjax import blocks
@@ -161,9 +160,9 @@ def install(
     write(
       cache,
       *arrays,
-      jnp.asarray(block.meta.segment, jnp.int32),
-      jnp.asarray(block.meta.start, jnp.int32),
-      jnp.asarray(len(block), jnp.int32),
+      np.int32(block.meta.segment),  # numpy scalars: passed to the jit, no eager ops
+      np.int32(block.meta.start),
+      np.int32(len(block)),
     )
   )
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import math
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -75,10 +77,26 @@ def flat_bytes(array: np.ndarray) -> np.ndarray:
 
 
 def map_threads(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
-  """`[fn(x) for x in items]` on a thread per CPU; raises the first error."""
-  workers = min(len(items), os.cpu_count() or 1)
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    return list(pool.map(fn, items))
+  """`[fn(x) for x in items]` on a thread per CPU; raises the first error, after all end.
+
+  The threads are made once and shared (a restore should not pay for
+  starting them); a call from one of them runs in that thread. Every call
+  has ended when this returns or raises, so none writes into its arrays later.
+  """
+  if len(items) < 2 or threading.current_thread().name.startswith(_POOL_NAME):
+    return [fn(x) for x in items]
+  futures = [_pool().submit(fn, x) for x in items]
+  concurrent.futures.wait(futures)
+  return [future.result() for future in futures]
+
+
+_POOL_NAME = 'graftjax-store'
+
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+  # No fork worry: tensorstore aborts a process forked after it was used.
+  return concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix=_POOL_NAME)
 
 
 def zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import math
@@ -246,7 +247,7 @@ def check_meta(data: Any) -> blocks.BlockMeta:
   must lie in int32, `start` and token ids must not be negative, and the
   result must give back exactly `data` (no value narrowed or dropped).
   """
-  hints = typing.get_type_hints(blocks.BlockMeta)
+  hints = _meta_hints()
   if type(data) is not dict:
     raise store_errors.Malformed(f'meta is {store_errors.short(data)}: expected a JSON object')
   try:
@@ -266,6 +267,12 @@ def check_meta(data: Any) -> blocks.BlockMeta:
   if meta_json(meta) != data:
     raise store_errors.Malformed('meta does not read back as written')
   return meta
+
+
+@functools.cache
+def _meta_hints() -> dict[str, Any]:
+  """`BlockMeta`'s field types (evaluated once: its annotations are strings)."""
+  return typing.get_type_hints(blocks.BlockMeta)
 
 
 def _check_type(value: Any, hint: Any, where: str) -> None:
