@@ -646,7 +646,8 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
   intro = (
     'Time to the first token after reading a block (SHA-256 verified) and grafting it, against'
     " a prefill of the same prefix; float32. The restore floor: the block's files read into"
-    ' touched host memory (one thread per CPU) plus the copy into the device (from pinned host'
+    ' touched host memory (the fastest of one and of all threads) plus the copy into the device'
+    ' (from pinned host'
     ' memory on a GPU, a memcpy on CPU); the verified floor also SHA-256s every byte, as a'
     ' restore must (docs/store_format.md, "Restoring into a cache"). Files without a verified'
     ' floor used the old one: a one-thread read plus a pageable host-to-device copy.'
@@ -723,8 +724,9 @@ def _flywheel_compose(results: list[Result]) -> list[str]:
   out = [
     'Deposited blocks composed side by side (`graftjax.flywheel.compose`: rope_relative, one'
     ' attention segment per block, pages of whole Pallas splits); each deposited item asked'
-    ' again after its own block and k - 1 BM25-routed distractors (own block last, next to the'
-    ' query), held-out instances of the templates after the top-1 and top-3 routed blocks'
+    ' again after its own block and k - 1 BM25-routed distractors (`k<k>`: own block last, next'
+    ' to the query; `_own_first`: furthest from it), held-out instances of the templates (never'
+    ' deposited) after the top-1 and top-3 routed blocks'
     " (best last). Exactness: the query's logits (SHA-256 of their bytes) and the cache against"
     ' a fresh block-attention prefill of the same layout, packed from slot 0 and shifted by one'
     ' page. Intervals are Wilson 95%; method: docs/composition.md.',
@@ -737,12 +739,16 @@ def _flywheel_compose(results: list[Result]) -> list[str]:
     sources = [x['source'] if x.get('key') else 'refused' for x in d['deposits']]
     counts = ', '.join(f'{sources.count(s)} {s}' for s in sorted(set(sources)))
     not_asked = d.get('not_asked', {})
+    base = (
+      f'after one greedy base attempt of {d["base_tokens"]} tokens per item'
+      if d['base_tokens']
+      else "no base attempts: each deposit is the dataset's reference solution"
+    )
     out += [
-      f'{_name(r)}: `{d["model"]}` {d["dtype"]} on {r.device.split(",")[0]}; deposits:'
-      f' {counts} (base attempts of {d["base_tokens"]} tokens; 0: none, every deposit the'
-      f" dataset's reference solution); not asked before the deadline: {not_asked.get('recall', 0)}"
-      f' recurring, {not_asked.get("held_out", 0)} held-out. XLA refused: "'
-      f'{d["refusals"]["xla"].split(".")[0]}."',
+      f'{_name(r)}: `{d["model"]}` {d["dtype"]} on {r.device.split(",")[0]}; deposits: {counts}'
+      f' ({base}); not asked before the deadline: {not_asked.get("recall", 0)} recurring,'
+      f' {not_asked.get("held_out", 0)} held-out. XLA refused: "'
+      f'{d["refusals"]["xla"].split(". ")[0]}."',
       '',
     ]
     rows = [
@@ -775,7 +781,7 @@ def _flywheel_compose(results: list[Result]) -> list[str]:
     top1 = s.get('held_out_top1_is_template')
     out += [
       '',
-      'Paired over the same items (right only where the first arm is, where the second is);'
+      'Paired over the same items: answered right by the first arm only, by the second only;'
       f' held-out top-1 routed to its own template: {_rate(top1)}.',
       '',
       *table(('arms', 'items', 'only first right', 'only second right'), paired),
