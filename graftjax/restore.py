@@ -79,7 +79,7 @@ class Staging:
       return jax.device_put(
         np.ascontiguousarray(view[(slice(None),) * axis + (slice(rows),)]), self.device
       )
-    return jax.device_put(view if pinned is None else pinned, self.device)
+    return jax.device_put(view if pinned is None else pinned, device_memory(self.device))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,12 +276,18 @@ def _make_buffer(
   return view.view(dtype).reshape(shape), None
 
 
+def device_memory(device: jax.Device) -> jax.sharding.Sharding:
+  """`device`'s own memory, named: moving a pinned_host array there needs the memory kind
+  said (jax 0.11 refuses `device_put(pinned, device)` as a memory kind mismatch)."""
+  return jax.sharding.SingleDeviceSharding(device, memory_kind='device')
+
+
 def _pinned_view_works(device: jax.Device) -> bool:
   """Whether bytes written through a host view of a pinned buffer reach the device."""
   try:
     want = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)
     view, pinned = _make_buffer(want.shape, want.dtype, device)
     view[:] = want
-    return bool(np.array_equal(np.asarray(jax.device_put(pinned, device)), want))
+    return bool(np.array_equal(np.asarray(jax.device_put(pinned, device_memory(device))), want))
   except Exception:  # pylint: disable=broad-except  # any failure: use numpy memory
     return False

@@ -2,6 +2,7 @@
 
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -197,3 +198,16 @@ def test_staging_refuses_pinned_memory_on_cpu():
     restore_lib.Staging(memory='pinned_host')
   with pytest.raises(ValueError, match='memory must be'):
     restore_lib.Staging(memory='gpu')
+
+
+def test_a_pinned_host_array_moves_to_device_memory_as_written_through_its_view():
+  """The H200 path's two steps, on CPU (which offers pinned_host memory too): bytes written
+  through the host view arrive, and the move names the device memory kind (jax refuses
+  `device_put(pinned, device)`: that is how the first H200 run failed)."""
+  device = jax.devices()[0]
+  view, pinned = restore_lib._make_buffer((4, 8), np.dtype(np.float32), device)
+  view[:] = np.arange(32, dtype=np.float32).reshape(4, 8)
+  moved = jax.device_put(pinned, restore_lib.device_memory(device))
+  assert moved.sharding.memory_kind == 'device'
+  assert np.asarray(moved).tobytes() == np.arange(32, dtype=np.float32).tobytes()
+  assert restore_lib._pinned_view_works(device)
