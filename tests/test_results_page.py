@@ -182,6 +182,43 @@ def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path)
   assert 'No file here was measured' in page
 
 
+def test_compose_family_claims_its_files_before_the_flywheel_family(tmp_path):
+  exact = {'total': 5, 'logits_byte_equal': 4, 'cache_byte_equal': 5, 'max_abs_logit_diff': 0.25}
+  data = {
+    'command': 'python experiments/compose.py --templates=0',
+    'experiment': 'flywheel_compose',
+    'determinism': CPU,
+    'model': 'gemma3-270m',
+    'dtype': 'float32',
+    'base_tokens': 0,
+    'deposits': [{'key': 'a', 'source': 'reference'}, {'key': None, 'source': 'reference'}],
+    'refusals': {'xla': 'composition is exact only on Pallas. Under XLA it is not'},
+    'not_asked': {'recall': 2, 'held_out': 3},
+    'summary': {
+      'exactness': {'k3/shifted': exact},
+      'recall': {'k1': _phase(5, _rate(5, 5, 0.5655, 1.0), 4), 'k3': {'items': 0}},
+      'held_out': {'top1': _phase(5, _rate(1, 5, 0.0362, 0.6245), 99)},
+      'held_out_top1_is_template': _rate(4, 5, 0.3755, 0.9638),
+      'paired': {'k1 vs k3': {'items': 5, 'only_first': 2, 'only_second': 1}},
+    },
+  }
+  ledger.write_result(tmp_path / 'flywheel_compose_toy.json', data)
+  page = results_page.page(tmp_path)
+  assert '(flywheel)' in page and 'Re-scored now' not in page  # not given to rescore
+  for figure in (
+    '| k3/shifted | 4/5 | 5/5 | 0.25 |',
+    '| recurring (recall) | k1 | 5 | 5/5 = 100.0% [56.5%, 100.0%] | 4 |',
+    '| recurring (recall) | k3 | 0 | - | - |',
+    '| held-out (solve) | top1 | 5 | 1/5 = 20.0% [3.6%, 62.5%] | 99 |',
+    '| k1 vs k3 | 5 | 2 | 1 |',
+    'own template: 4/5 = 80.0%',
+    '1 reference, 1 refused',
+    'not asked before the deadline: 2 recurring, 3 held-out',
+    'XLA refused: "composition is exact only on Pallas."',
+  ):
+    assert figure in page, figure
+
+
 def test_paging_family_renders_minimal_files(tmp_path):
   route_row = lambda router, n, us: {
     'router': router,

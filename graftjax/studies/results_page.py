@@ -731,8 +731,6 @@ def _flywheel_compose(results: list[Result]) -> list[str]:
     ' a fresh block-attention prefill of the same layout, packed from slot 0 and shifted by one'
     ' page. Intervals are Wilson 95%; method: docs/composition.md.',
     '',
-    *_sources(results),
-    '',
   ]
   for r in results:
     d = r.data
