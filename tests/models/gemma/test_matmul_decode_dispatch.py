@@ -18,6 +18,14 @@ INTERPRET = jax.default_backend() != 'gpu'
 IDS = np.random.default_rng(1).integers(3, 256, 5).astype(np.int32)
 
 
+@pytest.fixture(autouse=True)
+def _forget_programs_traced_here():
+  """The variant is read at trace time: programs traced under a patched setting would
+  otherwise stay cached and serve later tests (a Pallas invariance test then failed)."""
+  yield
+  jax.clear_caches()
+
+
 def _spy(monkeypatch) -> list:
   """Records (x shape, w layout) of every decode-matmul call (at trace time)."""
   calls = []
