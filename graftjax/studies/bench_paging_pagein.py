@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 
+import jax
 import numpy as np
 
 from graftjax import ledger
@@ -171,7 +172,8 @@ def experiment(
     'model': model_name,
     'dtype': dtype,
     'chunk_size': chunk_size,
-    'timing': 'medians of wall times on a CPU shared with other work',
+    'timing': 'medians of wall times'
+    + (' on a CPU shared with other work' if jax.default_backend() == 'cpu' else ''),
     'summary': {
       'crossover_tokens': policy.crossover_tokens,
       'choice': {str(n): policy.choose(n) for n in sizes},

@@ -1068,7 +1068,7 @@ def _paging_pagein(r: Result) -> list[str]:
     f'**Page-in vs re-prefill**, {_name(r)}, {d.get("model", "?")} {d.get("dtype", "?")}, chunks'
     f' of {d.get("chunk_size", "?")}: read + verify + install a page and run the next token,'
     f' against prefilling the block again; both paths asserted byte-equal. Crossover: {where}.'
-    f' Timing: {d.get("timing", "?")}.',
+    f' Timing: {_timing(d)}.',
     '',
   ]
   out += table(
@@ -1105,6 +1105,16 @@ def _paging_pagein(r: Result) -> list[str]:
       ],
     )
   return out
+
+
+def _timing(d: dict[str, Any]) -> str:
+  """The file's timing note; its device where the note names a CPU but the run was not on one
+  (bench_paging_pagein wrote the CPU wording on every device until it was fixed)."""
+  timing = d.get('timing', '?')
+  device = d.get('determinism', {})
+  if 'CPU' in timing and device.get('backend') not in (None, 'cpu'):
+    return f'medians of wall times on the {device.get("device_kind", device["backend"])}'
+  return timing
 
 
 def _paging_scale(r: Result) -> list[str]:
