@@ -395,6 +395,51 @@ def check_compatible(
     )
 
 
+def check_graft(
+  cache: cache_lib.KVCache,
+  block: KVBlock,
+  *,
+  target: target_lib.GraftTarget,
+  allow_shifted: bool = False,
+  allow_other_shape: bool = False,
+) -> None:
+  """Raises GraftError naming the first reason `graft` would refuse `block` (see there)."""
+  check_compatible(cache, block, target=target)
+  meta = block.meta
+  if meta.shift and not allow_shifted:
+    raise GraftError(
+      f'block was moved by {meta.shift} positions; pass'
+      ' allow_shifted=True to graft it away from its own position'
+    )
+  span = block.span
+  length = int(cache.length)
+  if span.stop > cache.capacity:
+    raise GraftError(
+      f'block slots [{span.start}, {span.stop}) do not fit a cache of capacity {cache.capacity}'
+    )
+  if span.start < length:
+    raise GraftError(
+      f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
+    )
+  computed = (meta.batch_size, meta.capacity)
+  here = (cache.batch_size, cache.capacity)
+  if computed != here and not (target.chunk_invariant or allow_other_shape):
+    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+    raise GraftError(
+      f'block was computed in a cache of batch {computed[0]} x capacity {computed[1]}; this cache'
+      f' is batch {here[0]} x capacity {here[1]}. Under kernels that are not chunk-invariant'
+      f' ({kernels}) attention and matmul bits depend on those shapes, so the continuation'
+      f' would not be byte-exact (measured: max |Δlogit| {_OTHER_SHAPE_DELTA} on gemma-3-270m).'
+      ' Pass allow_other_shape=True to graft it anyway.'
+    )
+
+
+def install_bucket(n: int, *, start: int, capacity: int) -> int:
+  """Rows an install of a block of n rows at slot `start` writes: n rounded up to a multiple
+  of INSTALL_BUCKET, within the capacity (so blocks of any length share a few programs)."""
+  return max(n, min(-(-n // INSTALL_BUCKET) * INSTALL_BUCKET, capacity - start))
+
+
 def graft(
   cache: cache_lib.KVCache,
   block: KVBlock,
@@ -425,52 +470,35 @@ def graft(
   Raises:
     GraftError: before any state is built, if the block does not fit.
   """
-  check_compatible(cache, block, target=target)
-  meta = block.meta
-  if meta.shift and not allow_shifted:
-    raise GraftError(
-      f'block was moved by {meta.shift} positions; pass'
-      ' allow_shifted=True to graft it away from its own position'
-    )
-  span = block.span
-  length = int(cache.length)
-  if span.stop > cache.capacity:
-    raise GraftError(
-      f'block slots [{span.start}, {span.stop}) do not fit a cache of capacity {cache.capacity}'
-    )
-  if span.start < length:
-    raise GraftError(
-      f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
-    )
-  computed = (meta.batch_size, meta.capacity)
-  here = (cache.batch_size, cache.capacity)
-  if computed != here and not (target.chunk_invariant or allow_other_shape):
-    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
-    raise GraftError(
-      f'block was computed in a cache of batch {computed[0]} x capacity {computed[1]}; this cache'
-      f' is batch {here[0]} x capacity {here[1]}. Under kernels that are not chunk-invariant'
-      f' ({kernels}) attention and matmul bits depend on those shapes, so the continuation'
-      f' would not be byte-exact (measured: max |Δlogit| {_OTHER_SHAPE_DELTA} on gemma-3-270m).'
-      ' Pass allow_other_shape=True to graft it anyway.'
-    )
-  # Rows are padded to a multiple of INSTALL_BUCKET (within the capacity), so blocks of
-  # any length share a few compiled installs; padded slots keep what the cache holds.
-  n = len(block)
-  extra = min(-(-n // INSTALL_BUCKET) * INSTALL_BUCKET, cache.capacity - span.start) - n
+  check_graft(
+    cache, block, target=target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
+  )
+  n, start = len(block), block.meta.start
+  extra = install_bucket(n, start=start, capacity=cache.capacity) - n
   rows = functools.partial(_pad_rows, extra=extra)
   positions = np.pad(
     np.asarray(block.positions, np.int32), (0, extra), constant_values=cache_lib.EMPTY_POSITION
   )
-  install = _install_donating if donate else _install
-  return install(
+  return install_rows(
     cache,
     jnp.asarray(rows(block.k)),
     jnp.asarray(rows(block.v)),
     jnp.asarray(positions),
-    jnp.asarray(meta.segment, jnp.int32),
-    jnp.asarray(span.start, jnp.int32),
-    jnp.asarray(n, jnp.int32),
+    segment=block.meta.segment,
+    start=start,
+    n=n,
+    donate=donate,
   )
+
+
+def install_rows(
+  cache: cache_lib.KVCache, k, v, positions, *, segment: int, start: int, n: int, donate: bool
+) -> cache_lib.KVCache:
+  """Writes the first n of k, v [L, m, K, H] and positions [m] at slots [start, start+n) of
+  every row (m = `install_bucket(n, ...)`), unchecked: call `check_graft` first."""
+  write = _install_donating if donate else _install
+  # numpy scalars: passed to the jit as they are, no eager ops
+  return write(cache, k, v, positions, np.int32(segment), np.int32(start), np.int32(n))
 
 
 def _pad_rows(a, *, extra: int):

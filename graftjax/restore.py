@@ -114,8 +114,7 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
 
   def into(meta: blocks.BlockMeta, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     num_layers, n, kv_heads, head_dim = shapes['k']
-    bucket = -(-n // blocks.INSTALL_BUCKET) * blocks.INSTALL_BUCKET
-    rows['m'] = m = max(n, min(bucket, capacity - meta.start))
+    rows['m'] = m = blocks.install_bucket(n, start=meta.start, capacity=capacity)
     out = {
       name: staging.buffer(name, (num_layers, m, kv_heads, head_dim), meta.dtype)[:, :n]
       for name in ('k', 'v')
@@ -148,21 +147,16 @@ def install(
     blocks.GraftError: as `blocks.graft`.
   """
   block = staged.block
-  blocks.check_compatible(cache, block, target=target)
-  _check_fits(
-    cache, block, target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
+  blocks.check_graft(
+    cache, block, target=target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
   )
   # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
   m = min(staged.rows, cache.capacity - block.meta.start)
-  arrays = [staged.staging.to_device(name, m) for name in ('k', 'v', 'positions')]
-  write = blocks._install_donating if donate else blocks._install  # pylint: disable=protected-access
+  k, v, positions = (staged.staging.to_device(name, m) for name in ('k', 'v', 'positions'))
+  meta = block.meta
   return jax.block_until_ready(
-    write(
-      cache,
-      *arrays,
-      np.int32(block.meta.segment),  # numpy scalars: passed to the jit, no eager ops
-      np.int32(block.meta.start),
-      np.int32(len(block)),
+    blocks.install_rows(
+      cache, k, v, positions, segment=meta.segment, start=meta.start, n=len(block), donate=donate
     )
   )
 
@@ -212,44 +206,6 @@ def restore(
     allow_other_shape=allow_other_shape,
     donate=donate,
   )
-
-
-def _check_fits(
-  cache: cache_lib.KVCache,
-  block: blocks.KVBlock,
-  target: target_lib.GraftTarget,
-  *,
-  allow_shifted: bool,
-  allow_other_shape: bool,
-) -> None:
-  """`blocks.graft`'s refusals after `check_compatible`, word for word (a test pins them)."""
-  meta = block.meta
-  if meta.shift and not allow_shifted:
-    raise blocks.GraftError(
-      f'block was moved by {meta.shift} positions; pass'
-      ' allow_shifted=True to graft it away from its own position'
-    )
-  span = block.span
-  length = int(cache.length)
-  if span.stop > cache.capacity:
-    raise blocks.GraftError(
-      f'block slots [{span.start}, {span.stop}) do not fit a cache of capacity {cache.capacity}'
-    )
-  if span.start < length:
-    raise blocks.GraftError(
-      f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
-    )
-  computed = (meta.batch_size, meta.capacity)
-  here = (cache.batch_size, cache.capacity)
-  if computed != here and not (target.chunk_invariant or allow_other_shape):
-    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
-    raise blocks.GraftError(
-      f'block was computed in a cache of batch {computed[0]} x capacity {computed[1]}; this cache'
-      f' is batch {here[0]} x capacity {here[1]}. Under kernels that are not chunk-invariant'
-      f' ({kernels}) attention and matmul bits depend on those shapes, so the continuation'
-      f' would not be byte-exact (measured: max |Δlogit| {blocks._OTHER_SHAPE_DELTA} on'  # pylint: disable=protected-access
-      ' gemma-3-270m). Pass allow_other_shape=True to graft it anyway.'
-    )
 
 
 def _memory_kinds(device: jax.Device) -> set[str]:
