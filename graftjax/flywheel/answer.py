@@ -110,6 +110,29 @@ def answer_prompted(
   return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, preamble, start)
 
 
+def greedy(
+  model, last: jax.Array, cache, position: int, *, mode: str, max_new_tokens: int
+) -> tuple[tuple[int, ...], str]:
+  """(ids, text) decoded greedily from `last` [1, V] logits, the first new token at `position`.
+
+  The ids run up to and including `mode`'s stop token (`stop_ids`); the text skips control
+  tokens. The cache must hold `max_new_tokens` more slots.
+  """
+  tokens, _, steps, _ = sampler.decode(
+    model.params,
+    last,
+    jnp.full((1,), position, jnp.int32),
+    cache,
+    jax.random.key(0),
+    config=model.config,
+    max_new_tokens=max_new_tokens,
+    stop_ids=stop_ids(model, mode),
+    tables=model.tables,
+  )
+  ids = tuple(int(t) for t in np.asarray(tokens)[0, : int(steps)])
+  return ids, model.tokenizer.decode(ids, skip_special=True)
+
+
 def _continue(
   model, library, cache, context, question, mode, max_new_tokens, preamble, start
 ) -> Answer:
@@ -122,22 +145,12 @@ def _continue(
   last, cache = model.prefill(
     ids, cache=cache, chunk_size=library.shape.chunk_size, start_position=context
   )
-  stops = stop_ids(model, mode)
-  tokens, _, steps, _ = sampler.decode(
-    model.params,
-    last,
-    jnp.full((1,), context + len(ids), jnp.int32),
-    cache,
-    jax.random.key(0),
-    config=model.config,
-    max_new_tokens=max_new_tokens,
-    stop_ids=stops,
-    tables=model.tables,
+  generated, text = greedy(
+    model, last, cache, context + len(ids), mode=mode, max_new_tokens=max_new_tokens
   )
-  generated = tuple(int(t) for t in np.asarray(tokens)[0, : int(steps)])
   return Answer(
     token_ids=generated,
-    text=model.tokenizer.decode(generated, skip_special=True),
+    text=text,
     context_tokens=context,
     query_tokens=len(ids),
     first_logits=np.asarray(last[0]),

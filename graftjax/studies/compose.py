@@ -24,7 +24,6 @@ import math
 import time
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -34,7 +33,6 @@ from graftjax.flywheel import compose as compose_lib
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import stats
-from graftjax.models.gemma import sampler
 
 LAYOUTS = ('packed', 'shifted')  # from slot 0; every block one page later
 
@@ -64,46 +62,6 @@ class Setup:
       ks = getattr(self, name)
       if not ks or min(ks) < 1:
         raise ValueError(f'{name} must be counts of blocks >= 1, got {ks}')
-
-
-def deposit(
-  model, library: library_lib.Library, items, verify, base: Sequence[dict[str, Any]] = ()
-) -> list[dict[str, Any]]:
-  """Deposits each item's verified solution: its own base attempt if one verified, else the
-  dataset's reference solution (`source: reference`); a refusal is recorded, not raised.
-
-  Args:
-    base: the model's attempts (`graftjax.studies.flywheel.base_attempts` records), or none.
-  """
-  out = []
-  for item in items:
-    own = [r for r in base if r['item_id'] == item.id and r['verdict']['verdict']]
-    tokens = sum(r['decode_tokens'] for r in base if r['item_id'] == item.id)
-    if own:
-      solution, source, record = own[0]['text'], 'self', own[0]['verdict']
-    else:
-      solution, source, record = item.solution or '', 'reference', None
-    try:
-      entry = library.deposit(
-        model,
-        item=item,
-        verifier=verify,
-        solution=solution,
-        source=source,
-        tokens_spent=tokens,
-        record=record,
-      )
-      out.append(
-        {
-          'item_id': item.id,
-          'key': entry.key,
-          'source': entry.source,
-          'block_tokens': entry.block_tokens,
-        }
-      )
-    except library_lib.DepositError as e:
-      out.append({'item_id': item.id, 'key': None, 'source': source, 'refused': str(e)})
-  return out
 
 
 def run(
@@ -265,29 +223,24 @@ def _held_out(model, library, router, entries, item, verify, setup) -> dict[str,
 def _decode(model, composed, mode, max_new_tokens, keys) -> dict[str, Any]:
   """Greedy answer after the query of `composed` = (cache, layout, query logits [1, T, V])."""
   cache, layout, logits = composed
-  query_tokens = logits.shape[1]
   if int(cache.length) + max_new_tokens > cache.capacity:
     raise ValueError(
       f'{max_new_tokens} new tokens do not fit after slot {int(cache.length)} of a cache of'
       f' {cache.capacity}: raise the capacity'
     )
-  tokens, _, steps, _ = sampler.decode(
-    model.params,
+  ids, text = answer_lib.greedy(
+    model,
     logits[:, -1],
-    jnp.full((1,), layout.next_position + query_tokens, jnp.int32),
     cache,
-    jax.random.key(0),
-    config=model.config,
+    layout.next_position + logits.shape[1],
+    mode=mode,
     max_new_tokens=max_new_tokens,
-    stop_ids=answer_lib.stop_ids(model, mode),
-    tables=model.tables,
   )
-  ids = [int(t) for t in np.asarray(tokens)[0, : int(steps)]]
   return {
     'keys': list(keys),
     'context_tokens': layout.next_position,
-    'token_ids': ids,
-    'text': model.tokenizer.decode(ids, skip_special=True),
+    'token_ids': list(ids),
+    'text': text,
   }
 
 
@@ -440,8 +393,6 @@ def experiment(
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
-  import tqdm  # pylint: disable=g-import-not-at-top
-
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
   from graftjax.models.gemma import gguf as gguf_lib  # pylint: disable=g-import-not-at-top
   from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
@@ -465,18 +416,12 @@ def experiment(
       budget=flywheel.Budget(samples=1, max_new_tokens=base_tokens, rows=rows, seed=seed),
       phase='base',
     )
-  bars = []
-
-  def progress(phase, total):
-    bars.append(tqdm.tqdm(total=total, desc=phase, unit='item'))
-    return bars[-1].update
-
-  with tempfile.TemporaryDirectory() as scratch:
+  with flywheel.progress_bars() as progress, tempfile.TemporaryDirectory() as scratch:
     library = library_lib.Library(
       library_dir or f'{scratch}/library',
       shape=library_lib.Shape(capacity=setup.capacity, chunk_size=setup.chunk_size),
     )
-    deposits = deposit(model, library, items, verify, base)
+    deposits = flywheel.deposit_verified(model, library, items, verify, base)
     out = run(
       model,
       library=library,
@@ -488,8 +433,6 @@ def experiment(
       deadline=None if deadline_s is None else start + deadline_s,
     )
     library.close()
-  for bar in bars:
-    bar.close()
   inputs = {
     'model_fingerprint': model.fingerprint,
     'items': sorted(i.source for i in items[:1] + held[:1]),

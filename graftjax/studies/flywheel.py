@@ -24,7 +24,7 @@ Every attempt keeps its raw text, token ids and verdict, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import random
@@ -197,7 +197,9 @@ def run(
       ),
     )
   form = 'answer' if prompt.answer_only else 'solution'
-  deposits = _deposit_all(model, items, base, verify, library, form, bar('deposits', len(items)))
+  deposits = deposit_verified(
+    model, library, items, verify, base, form=form, progress=bar('deposits', len(items))
+  )
   by_item = {e.item_id: e for e in library.entries() if e.task == task}
   unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
   exact = route_lib.ExactRouter()
@@ -245,11 +247,34 @@ def _solved(base, item_id) -> bool:
   return any(r['verdict']['verdict'] for r in base if r['item_id'] == item_id)
 
 
-def _deposit_all(model, items, base, verify, library, form, tick) -> list[dict[str, Any]]:
-  """Deposits the model's own verified solution, else the dataset's; records refusals."""
+def deposit_verified(
+  model,
+  library: library_lib.Library,
+  items: Sequence[Any],
+  verify: Callable,
+  base: Sequence[dict[str, Any]] = (),
+  *,
+  form: str = 'solution',
+  progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+  """Deposits each item's own verified attempt, else the dataset's reference; one record each.
+
+  Args:
+    model: the frozen `Gemma` the blocks are computed with.
+    library: where they go; an item it already holds is marked `existing` (an earlier run's).
+    items: the items to deposit.
+    verify: `verify(text, gold) -> verifiers.Verdict`.
+    base: the model's attempts (`base_attempts` records), or none: every deposit is the
+      reference (the item's solution, else its answer; `source: reference`).
+    form: `library.FORMS`: 'solution' or 'answer'.
+    progress: called with 1 after each item.
+  Returns:
+    Per item: `item_id`, `key`, `source` and `block_tokens`, or `key: None` and why it was
+    `refused` (a refusal is recorded, not raised).
+  """
   out = []
   for item in items:
-    existing = library.find(item.task, item.id) is not None  # resumed: deposited by an earlier run
+    existing = library.find(item.task, item.id) is not None
     own = [r for r in base if r['item_id'] == item.id and r['verdict']['verdict']]
     tokens = sum(r['decode_tokens'] for r in base if r['item_id'] == item.id)
     if own:
@@ -279,8 +304,8 @@ def _deposit_all(model, items, base, verify, library, form, tick) -> list[dict[s
       )
     except library_lib.DepositError as e:
       out.append({'item_id': item.id, 'key': None, 'source': source, 'refused': str(e)})
-    if tick:
-      tick(1)
+    if progress:
+      progress(1)
   return out
 
 
@@ -423,32 +448,28 @@ def _routed_answer(ask: _Ask, phase, item, router, entries, mode, max_new_tokens
   """
   hits = router.route(item.question)
   entry = entries[hits[0].key] if hits else None
-  who = 'base (routed to nothing)'
-  out = None
-  if entry is not None:
-    try:
-      out = answer_lib.answer(
-        ask.model,
-        ask.library,
-        entry,
-        item.question,
-        mode=mode,
-        max_new_tokens=max_new_tokens,
-        preamble=preamble,
-      )
-      who = 'flywheel'
-    except store_lib.StoreError as e:
-      who = f'base (block {entry.key[:12]} skipped: {type(e).__name__})'
-  if out is None:
-    out = answer_lib.answer(
+
+  def answer(block):
+    return answer_lib.answer(
       ask.model,
       ask.library,
-      None,
+      block,
       item.question,
       mode=mode,
       max_new_tokens=max_new_tokens,
       preamble=preamble,
     )
+
+  who = 'base (routed to nothing)'
+  out = None
+  if entry is not None:
+    try:
+      out = answer(entry)
+      who = 'flywheel'
+    except store_lib.StoreError as e:
+      who = f'base (block {entry.key[:12]} skipped: {type(e).__name__})'
+  if out is None:
+    out = answer(None)
   return _record(
     phase,
     item,
@@ -645,6 +666,24 @@ def _setup(task: str, *, templates, per_template, pairs, shots, seed):
   raise ValueError(f'task must be one of {TASKS}, got {task!r}')
 
 
+@contextlib.contextmanager
+def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+  """A `progress(phase, total)` for `run`: one tqdm bar a phase, every bar closed on exit."""
+  import tqdm  # pylint: disable=g-import-not-at-top
+
+  bars = []
+
+  def progress(phase: str, total: int) -> Callable[[int], None]:
+    bars.append(tqdm.tqdm(total=total, desc=phase, unit='item'))
+    return bars[-1].update
+
+  try:
+    yield progress
+  finally:
+    for bar in bars:
+      bar.close()
+
+
 def experiment(
   *,
   model_name: str,
@@ -671,8 +710,6 @@ def experiment(
   `measure_energy`, whose phases must be measured whole).
   """
   import tempfile  # pylint: disable=g-import-not-at-top
-
-  import tqdm  # pylint: disable=g-import-not-at-top
 
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
@@ -712,13 +749,7 @@ def experiment(
   if journal.resumed:
     print(f'resuming: {journal.resumed} finished steps from {journal_path}')
   meter = energy.Meter() if measure_energy else None
-  bars = []
-
-  def progress(phase, total):
-    bars.append(tqdm.tqdm(total=total, desc=phase, unit='item'))
-    return bars[-1].update
-
-  with tempfile.TemporaryDirectory() as scratch:
+  with progress_bars() as progress, tempfile.TemporaryDirectory() as scratch:
     library = library_lib.Library(
       library_dir or f'{scratch}/library', shape=library_lib.Shape(capacity=capacity)
     )
@@ -742,8 +773,6 @@ def experiment(
       journal=journal,
     )
     library.close()
-  for bar in bars:
-    bar.close()
   inputs = {
     'model_fingerprint': model.fingerprint,
     'items': sorted({i.source for i in items[:1] + held_out[:1]}),

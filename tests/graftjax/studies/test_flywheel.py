@@ -270,3 +270,13 @@ def test_the_experiment_setup_of_each_task_and_its_refusals():
   assert prompt.answer_only and prompt.keep_prefix and prompt.query == library_lib.RECALL_QUERY
   assert prompt.prefix.count('\nFinal answer: ') == 2 and prompt.prefix.endswith('\n\n')
   assert set(setup) == {'selection'} and setup['selection']['targets'] == targets
+
+
+def test_progress_bars_are_closed_even_when_the_run_fails():
+  with pytest.raises(RuntimeError, match='stopped'):
+    with flywheel.progress_bars() as progress:
+      tick = progress('deposits', 3)
+      tick(2)
+      bar = tick.__self__
+      raise RuntimeError('stopped')
+  assert bar.n == 2 and bar.disable  # tqdm disables a bar when it is closed
