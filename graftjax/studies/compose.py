@@ -394,7 +394,6 @@ def experiment(
   import tempfile  # pylint: disable=g-import-not-at-top
 
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import gguf as gguf_lib  # pylint: disable=g-import-not-at-top
   from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
   from graftjax.studies import flywheel  # pylint: disable=g-import-not-at-top
   from graftjax.studies import results  # pylint: disable=g-import-not-at-top
@@ -433,14 +432,10 @@ def experiment(
       deadline=None if deadline_s is None else start + deadline_s,
     )
     library.close()
-  inputs = {
-    'model_fingerprint': model.fingerprint,
-    'items': sorted(i.source for i in items[:1] + held[:1]),
-  }
-  if model_name != 'tiny':
-    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
-    **results.header('flywheel_compose', inputs=inputs),
+    **results.header(
+      'flywheel_compose', inputs=flywheel.result_inputs(model, model_name, items[:1] + held[:1])
+    ),
     'model': model_name,
     'dtype': dtype,
     'impl': impl,

@@ -666,6 +666,17 @@ def _setup(task: str, *, templates, per_template, pairs, shots, seed):
   raise ValueError(f'task must be one of {TASKS}, got {task!r}')
 
 
+def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any]:
+  """A result's `inputs`: the model's fingerprint, the sources of `items`, and the GGUF's
+  SHA-256 unless the model is the random-weight 'tiny'."""
+  from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
+
+  inputs = {'model_fingerprint': model.fingerprint, 'items': sorted({i.source for i in items})}
+  if model_name != 'tiny':
+    inputs['gguf_sha256'] = gguf.expected_sha256()
+  return inputs
+
+
 @contextlib.contextmanager
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
   """A `progress(phase, total)` for `run`: one tqdm bar a phase, every bar closed on exit."""
@@ -714,7 +725,6 @@ def experiment(
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import gguf as gguf_lib  # pylint: disable=g-import-not-at-top
   from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
   from graftjax.studies import results  # pylint: disable=g-import-not-at-top
 
@@ -773,14 +783,9 @@ def experiment(
       journal=journal,
     )
     library.close()
-  inputs = {
-    'model_fingerprint': model.fingerprint,
-    'items': sorted({i.source for i in items[:1] + held_out[:1]}),
-  }
+  inputs = result_inputs(model, model_name, items[:1] + held_out[:1])
   if task == 'qa_wikidata':
     inputs['bigbench_sdist_sha256'] = datasets.BIGBENCH_SHA256
-  if model_name != 'tiny':
-    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
     **results.header('flywheel', inputs=inputs),
     'model': model_name,

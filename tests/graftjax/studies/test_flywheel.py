@@ -13,6 +13,7 @@ from graftjax.flywheel import rescore
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
+from graftjax.models.gemma import gguf
 from graftjax.studies import flywheel
 from graftjax.studies import journal as journal_lib
 
@@ -280,3 +281,11 @@ def test_progress_bars_are_closed_even_when_the_run_fails():
       bar = tick.__self__
       raise RuntimeError('stopped')
   assert bar.n == 2 and bar.disable  # tqdm disables a bar when it is closed
+
+
+def test_result_inputs_name_each_source_once_and_no_gguf_for_the_tiny_model(text_model):
+  items = [_item(0, 1, 2), _item(1, 2, 3), dataclasses.replace(_item(2, 3, 4), source='other')]
+  inputs = flywheel.result_inputs(text_model, 'tiny', items)
+  assert inputs == {'model_fingerprint': text_model.fingerprint, 'items': ['other', 'test']}
+  real = flywheel.result_inputs(text_model, 'gemma3-270m', items)
+  assert real == {**inputs, 'gguf_sha256': gguf.expected_sha256()}
