@@ -82,3 +82,10 @@ def test_the_checks_see_what_they_look_for():
   bad = {'graftjax.models.a': {'graftjax.studies.b'}, 'graftjax.studies.b': {'graftjax.models.a'}}
   assert _upward(bad) == [('graftjax.models.a', 'graftjax.studies.b')]
   assert _cycles(bad) == [['graftjax.models.a', 'graftjax.studies.b', 'graftjax.models.a']]
+
+
+def test_test_modules_have_unique_names():
+  """pytest imports test files by basename (no __init__.py): two of one name stop collection."""
+  names = [p.name for p in (ROOT / 'tests').rglob('test_*.py')]
+  assert len(names) > 50
+  assert sorted({n for n in names if names.count(n) > 1}) == []
