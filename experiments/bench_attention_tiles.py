@@ -32,7 +32,7 @@ from graftjax.studies import cli
 from graftjax.studies import results
 
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes, interpret mode off GPU.')
-_FLOAT32 = flags.DEFINE_list(
+_FLOAT32 = flags.DEFINE_multi_string(
   'float32',
   [
     '4,32,256,4',
@@ -43,9 +43,9 @@ _FLOAT32 = flags.DEFINE_list(
     '4,16,128,8',
     '4,32,512,8',
   ],
-  'float32 candidates: block_q,block_k,block_s,num_warps.',
+  'A float32 candidate q,k,s,warps[,stages,combine_stages[,combine_unroll,combine_block_h]] (repeat).',
 )
-_BFLOAT16 = flags.DEFINE_list(
+_BFLOAT16 = flags.DEFINE_multi_string(
   'bfloat16',
   [
     '4,64,512,4',
@@ -56,7 +56,7 @@ _BFLOAT16 = flags.DEFINE_list(
     '4,32,256,4',
     '4,32,128,4',
   ],
-  'bfloat16 candidates: block_q,block_k,block_s,num_warps.',
+  'A bfloat16 candidate q,k,s,warps[,stages,combine_stages[,combine_unroll,combine_block_h]] (repeat).',
 )
 _DECODE_LENGTHS = flags.DEFINE_list('decode_lengths', ['1024', '32768'], 'Decode S.')
 _PREFILL_LENGTHS = flags.DEFINE_list('prefill_lengths', ['4096'], 'Prefill T = S.')

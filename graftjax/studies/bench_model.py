@@ -35,7 +35,9 @@ from graftjax.studies import results
 PEERS = pathlib.Path(__file__).resolve().parents[2] / 'experiments' / 'peers'
 
 
-def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int, repeats: int) -> dict:
+def phases(model, prompt: list[int], *, chunk_size: int, decode_tokens: int):
+  """(prefill, decode): prefill() -> (last logits, cache) of the prompt in chunks;
+  decode(last, cache) -> `decode_tokens` greedy steps of the jitted while-loop."""
   multiple = math.lcm(chunk_size, ops.CAPACITY_MULTIPLE)  # Pallas attention's KV tiles
   capacity = -(-(len(prompt) + decode_tokens) // multiple) * multiple
 
@@ -58,6 +60,11 @@ def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int, re
     )
     return jax.block_until_ready(out)
 
+  return prefill, decode
+
+
+def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int, repeats: int) -> dict:
+  prefill, decode = phases(model, prompt, chunk_size=chunk_size, decode_tokens=decode_tokens)
   decode(*prefill())  # compile both
   prefill_s = decode_s = float('inf')
   for _ in range(repeats):

@@ -1,0 +1,67 @@
+r"""A sweep of the matmul kernel's tiles at gemma-3-270m's projection shapes.
+
+    python experiments/bench_matmul_tiles.py --out=experiments/results/bench_matmul_tiles_h200.json
+
+Each candidate is block_m,block_n,block_k,num_warps,num_stages; per dtype, row
+count (--rows: 1 for decode, a prefill chunk) and projection, it is timed in a
+jitted loop beside XLA's dot, and its output compared byte for byte with the
+default tiles' (which knobs change the numerics).
+"""
+
+from graftjax import determinism
+
+determinism.pin()
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
+from absl import flags
+from graftjax.studies import bench_matmul_tiles
+from graftjax.studies import cli
+from graftjax.studies import results
+
+_DTYPES = flags.DEFINE_multi_enum(
+  'dtype', ['bfloat16', 'float32'], ['float32', 'bfloat16'], 'Dtypes.'
+)
+_ROWS = flags.DEFINE_multi_integer('rows', [1, 128], 'Rows M per call (repeat).')
+_SHAPES = flags.DEFINE_multi_string('shape', None, 'Projections to time (default: all).')
+_CANDIDATES = flags.DEFINE_multi_string(
+  'candidate',
+  [
+    '64,128,32,4,3',
+    '128,64,32,4,3',
+    '128,128,32,8,3',
+    '64,64,64,4,3',
+    '64,128,64,4,3',
+    '128,128,64,8,3',
+    '64,256,32,8,3',
+    '16,64,32,4,3',
+    '16,128,32,4,3',
+    '16,256,32,4,3',
+  ],
+  'A candidate block_m,block_n,block_k,num_warps,num_stages (repeat).',
+)
+_ITERS = flags.DEFINE_integer('iters', 50, 'Calls per timing loop.')
+_TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip candidates after this.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/bench_matmul_tiles_cpu.json', 'Result JSON.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    result = bench_matmul_tiles.sweep(
+      dtypes=_DTYPES.value,
+      rows=_ROWS.value,
+      candidates=_CANDIDATES.value,
+      shapes=_SHAPES.value,
+      iters=_ITERS.value,
+      time_budget_s=_TIME_BUDGET_S.value,
+      interpret=jax.default_backend() != 'gpu',
+    )
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  results.write(_OUT.value, result)
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,134 @@
+"""A sweep of the matmul kernel's tiles and launch knobs at the model's shapes.
+
+The library of experiments/bench_matmul_tiles.py. `sweep(...)` times every candidate
+'block_m,block_n,block_k,num_warps,num_stages' of `kernels.matmul` on each projection of
+gemma-3-270m (decode: 1 row; prefill: a chunk) against XLA's dot, and records whether its
+output is bit-equal to the default tiles' output: which knobs are free (speed only) and
+which change the numerics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax.kernels import matmul
+from graftjax.studies import results
+from graftjax.studies import timing
+
+# (name, K, N) of gemma-3-270m's projections.
+SHAPES = (
+  ('q', 640, 1024),
+  ('kv', 640, 256),
+  ('o', 1024, 640),
+  ('gate_up', 640, 2048),
+  ('down', 2048, 640),
+  ('unembed', 640, 262144),
+)
+DEFAULT = '64,64,32,4,3'
+
+
+def parse_candidate(text: str) -> dict[str, int]:
+  """`matmul.matmul` keywords of 'block_m,block_n,block_k,num_warps,num_stages'."""
+  keys = ('block_m', 'block_n', 'block_k', 'num_warps', 'num_stages')
+  try:
+    numbers = [int(x) for x in text.split(',')]
+    if len(numbers) != len(keys):
+      raise ValueError
+  except ValueError as e:
+    raise ValueError(f'candidate {text!r} must be {",".join(keys)}') from e
+  return dict(zip(keys, numbers))
+
+
+def _digest(x: jax.Array) -> str:
+  return hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
+
+
+def sweep(
+  *,
+  dtypes: Sequence[str],
+  rows: Sequence[int],
+  candidates: Sequence[str],
+  shapes: Sequence[str] | None = None,
+  iters: int,
+  time_budget_s: float,
+  interpret: bool = False,
+  log=print,
+  command: str | None = None,
+) -> dict:
+  """Times every candidate (and XLA) per dtype, row count and shape; the result.
+
+  The default tiles (`DEFAULT`) run first in each case; every candidate's
+  `bits_equal_default` says whether its output has the same bytes.
+
+  Raises:
+    ValueError: for a malformed candidate or an unknown shape name.
+  """
+  for text in (DEFAULT, *candidates):
+    parse_candidate(text)
+  known = {name for name, _, _ in SHAPES}
+  if shapes and set(shapes) - known:
+    raise ValueError(f'unknown shapes {sorted(set(shapes) - known)}; known: {sorted(known)}')
+  cases = [s for s in SHAPES if not shapes or s[0] in shapes]
+  started = time.perf_counter()
+  out_rows = []
+  for dtype in dtypes:
+    for m in rows:
+      for name, k, n in cases:
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.standard_normal((m, k)), dtype)
+        w = jnp.asarray(rng.standard_normal((k, n)) * k**-0.5, dtype)
+        base = dict(dtype=dtype, M=m, shape=name, K=k, N=n)
+        xla = jax.jit(lambda x, w: matmul.matmul_reference(x, w))
+        xla_s = timing.time_in_loop(lambda a: xla(*a), (x, w), iters=iters)
+        out_rows.append(dict(base, impl='xla', device_s=xla_s))
+        log(f'{dtype:8s} M={m:4d} {name:8s} xla {1e6 * xla_s:9.2f} us')
+        want = None
+        for text in dict.fromkeys((DEFAULT, *candidates)):
+          row = dict(base, impl='pallas', candidate=text)
+          if time.perf_counter() - started > time_budget_s:
+            out_rows.append(dict(row, skipped='time budget spent'))
+            continue
+          knobs = parse_candidate(text)
+          kernel = jax.jit(
+            lambda x, w, knobs=knobs: matmul.matmul(x, w, interpret=interpret, **knobs)
+          )
+          try:
+            got = kernel(x, w)
+            seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), (x, w), iters=iters)
+          except Exception as e:  # pylint: disable=broad-exception-caught
+            out_rows.append(dict(row, error=f'{type(e).__name__}: {e}'[:500]))
+            log(f'{dtype} M={m} {name} {text} FAILED: {out_rows[-1]["error"][:200]}')
+            continue
+          digest = _digest(got)
+          want = digest if text == DEFAULT else want
+          row.update(
+            device_s=seconds,
+            vs_xla=seconds / xla_s,
+            output_sha256=digest,
+            bits_equal_default=digest == want,
+          )
+          out_rows.append(row)
+          log(
+            f'{dtype:8s} M={m:4d} {name:8s} {text:16s} {1e6 * seconds:9.2f} us'
+            f' ({seconds / xla_s:5.2f}x xla) equal={digest == want}'
+          )
+  return {
+    **results.header('bench_matmul_tiles', command=command),
+    'interpret': interpret,
+    'settings': dict(
+      dtypes=list(dtypes),
+      rows=list(rows),
+      candidates=list(candidates),
+      default=DEFAULT,
+      shapes=[s[0] for s in cases],
+      iters=iters,
+    ),
+    'rows': out_rows,
+    'wall_s': time.perf_counter() - started,
+  }
