@@ -197,11 +197,13 @@ class Gemma:
     for begin in range(0, ids.size, chunk_size):
       chunk = ids[begin : begin + chunk_size]
       pos = start_position + begin + np.arange(chunk.size, dtype=np.int32)
+      last_chunk = begin + chunk_size >= ids.size
       out, cache = self.forward(
         np.broadcast_to(chunk, (batch, chunk.size)),
         np.broadcast_to(pos, (batch, chunk.size)),
         cache,
-        logits=logits,
+        # 'last' needs the final chunk's logits only.
+        logits='none' if logits == 'last' and not last_chunk else logits,
         segment=segment,
       )
       if logits in ('all', 'hidden'):

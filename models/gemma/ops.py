@@ -7,10 +7,15 @@ token's bits do not depend on its chunk, its batch, or whether the keys
 before it were computed in the same call or grafted. On a CPU backend the
 kernels run in the Pallas interpreter.
 
-Tile sizes are fixed per weight shape (never per call), since they decide
-the order of float32 sums. One exception is shown, not assumed: calls of at
-most 16 rows go to the decode matmul (`kernels/matmul_decode.py`), whose
-rows carry the prefill kernel's bits, only where that was shown natively
+In the interpreter (CPU) the matmul's tiles are fixed (never per call),
+since there `block_k` decides the order of float32 sums. On the GPU the
+tiles are free: Triton accumulates every K step into one float32
+accumulator in ascending K, so an output's bits do not depend on the tiles
+(shown natively for every entry of `gpu_matmul_tiles`,
+tests/kernels/test_matmul_tiles.py), and calls of at most 16 rows (decode)
+take smaller tiles than a prefill chunk. Calls of at most 16 rows may also go
+to the decode matmul (`kernels/matmul_decode.py`), whose rows carry the
+prefill kernel's bits, only where that was shown natively
 (`MATMUL_DECODE_SHOWN`; docs/kernels.md). The 'xla' side of each op is the
 pure-jnp reference beside its kernel (`rms_norm_reference`,
 `apply_rotary_reference`, `attention_reference`).
@@ -18,6 +23,7 @@ pure-jnp reference beside its kernel (`rms_norm_reference`,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -29,6 +35,10 @@ from graftjax.models.gemma import layers
 
 _MATMUL_BLOCK_N = 64
 _MATMUL_BLOCK_K = 32
+# A call of at most this many rows is a decode step (its own tiles, and the decode matmul).
+DECODE_ROWS = 16
+# Tied-embedding-sized outputs (N >= this) take wider column tiles.
+_WIDE_N = 65536
 # Under 'pallas' the cache capacity must be a multiple of this: a multiple of
 # every dtype's KV tile (`attention.default_block_sizes`).
 CAPACITY_MULTIPLE = 64
@@ -65,6 +75,49 @@ def _largest_divisor(n: int, limit: int) -> int:
   return math.gcd(n, limit) if n % limit else limit
 
 
+@dataclasses.dataclass(frozen=True)
+class MatmulTiles:
+  """`kernels.matmul.matmul`'s tile and launch keywords for one call."""
+
+  block_m: int = 64
+  block_n: int = _MATMUL_BLOCK_N
+  block_k: int = _MATMUL_BLOCK_K
+  num_warps: int = 4
+  num_stages: int = 3
+
+  def fit(self, k: int, n: int) -> MatmulTiles:
+    """block_n and block_k cut down to divide N and K."""
+    return dataclasses.replace(
+      self, block_n=_largest_divisor(n, self.block_n), block_k=_largest_divisor(k, self.block_k)
+    )
+
+
+def gpu_matmul_tiles(dtype, rows: int, k: int, n: int) -> MatmulTiles:
+  """The GPU tiles of x [rows, K] @ w [K, N] (speed only: see the module doc).
+
+  The fastest candidates at gemma-3-270m's shapes on the H200
+  (experiments/results/bench_matmul_tiles_h200*.json).
+  """
+  wide = n >= _WIDE_N
+  if jnp.dtype(dtype) == jnp.float32:
+    if rows <= DECODE_ROWS:
+      tiles = MatmulTiles(16, 128 if wide else 32, 64)
+    else:
+      tiles = MatmulTiles()
+  elif rows <= DECODE_ROWS:
+    tiles = MatmulTiles(16, 128 if wide else 32, 128)
+  else:
+    tiles = MatmulTiles(128, 128, 64, num_warps=8) if wide else MatmulTiles(64, 64, 128)
+  return tiles.fit(k, n)
+
+
+def matmul_tiles(dtype, rows: int, k: int, n: int) -> MatmulTiles:
+  """The tiles of a Pallas matmul call: `gpu_matmul_tiles` on the GPU, else the fixed ones."""
+  if _interpret():
+    return MatmulTiles().fit(k, n)
+  return gpu_matmul_tiles(dtype, rows, k, n)
+
+
 def matmul_decode_variant(dtype) -> str | None:
   """The decode matmul variant for calls of <= 16 rows in `dtype`, or None
   (the prefill kernel): the override if set, else `MATMUL_DECODE_SHOWN`."""
@@ -87,11 +140,12 @@ def _decode_block_n(rows: jax.Array, n: int) -> tuple[str, int] | tuple[None, No
 def _decode(rows, w, variant, block_n, w_layout):
   from graftjax.kernels import matmul_decode  # pylint: disable=g-import-not-at-top
 
+  n = w.shape[1] if w_layout == 'kn' else w.shape[0]
   return matmul_decode.matmul_decode(
     rows,
     w,
     block_n=block_n,
-    block_k=_largest_divisor(rows.shape[1], _MATMUL_BLOCK_K),
+    block_k=matmul_tiles(rows.dtype, rows.shape[0], rows.shape[1], n).block_k,
     transposed=variant == 'transposed',
     w_layout=w_layout,
     interpret=_interpret(),
@@ -112,13 +166,8 @@ def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
   if variant:
     y = _decode(rows, w.reshape(d, n), variant, block_n, 'kn')
   else:
-    y = matmul.matmul(
-      rows,
-      w.reshape(d, n),
-      block_n=_largest_divisor(n, _MATMUL_BLOCK_N),
-      block_k=_largest_divisor(d, _MATMUL_BLOCK_K),
-      interpret=_interpret(),
-    )
+    tiles = matmul_tiles(rows.dtype, rows.shape[0], d, n)
+    y = matmul.matmul(rows, w.reshape(d, n), **dataclasses.asdict(tiles), interpret=_interpret())
   return y.reshape(x.shape[:-1] + out_shape)
 
 
