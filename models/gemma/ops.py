@@ -12,7 +12,7 @@ since there `block_k` decides the order of float32 sums. On the GPU the
 tiles are free: Triton accumulates every K step into one float32
 accumulator in ascending K, so an output's bits do not depend on the tiles
 (shown natively for every entry of `gpu_matmul_tiles`,
-tests/kernels/test_matmul_tiles.py), and calls of at most 16 rows (decode)
+tests/models/gemma/test_matmul_tiles.py), and calls of at most 16 rows (decode)
 take smaller tiles than a prefill chunk. Calls of at most 16 rows may also go
 to the decode matmul (`kernels/matmul_decode.py`), whose rows carry the
 prefill kernel's bits, only where that was shown natively
