@@ -5,13 +5,19 @@ changes bits between M = 1 and M >= 2; on GPU cuBLAS/Triton choose tiles and
 split-K per M), so a token's projection depends on how many tokens share the
 call. This kernel fixes the arithmetic instead:
 
-* one program per [block_m, block_n] output tile, with tile sizes that never
-  adapt to M; M is padded up to a multiple of block_m with zero rows that are
-  sliced off, so a row's bits do not depend on M or on the other rows;
+* one program per [block_m, block_n] output tile, with tile sizes the caller
+  gives (the kernel never adapts them to M); M is padded up to a multiple of
+  block_m with zero rows that are sliced off, so a row's bits do not depend on
+  M or on the other rows;
 * the contraction walks K in ascending `block_k` steps and accumulates in
   float32, with no split-K;
 * the precision of each tile product is explicit (`HIGHEST`: IEEE float32 for
   float32 inputs; bfloat16 inputs multiply exactly and add in float32).
+
+On the GPU the tiles do not change the bits either (Triton adds every K step
+into one accumulator in ascending K), so `models/gemma/ops.py` picks them per
+call size there; in the interpreter `block_k` groups the sums and must stay
+fixed (docs/kernels.md, "Matmul tiles are free on the GPU").
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ _HIGHEST = lax.Precision.HIGHEST
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
-  """Tile sizes of the matmul (numerics-relevant: keep them fixed).
+  """Tile sizes of the matmul (in the interpreter block_k is numerics-relevant: keep it fixed).
 
   Attributes:
     block_m: rows of x per program; M is padded to a multiple.

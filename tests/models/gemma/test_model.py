@@ -107,3 +107,21 @@ def test_prefill_returns_the_hidden_state_of_every_chunk(tiny_model):
   cache = tiny_model.init_cache(capacity=16)
   hidden, _ = tiny_model.prefill(ids, cache=cache, chunk_size=3, logits='hidden')
   assert hidden.shape == (1, len(ids), tiny_model.config.embed_dim)
+
+
+def test_prefill_last_unembeds_only_the_final_chunk(tiny_model, monkeypatch):
+  """'last' computes the vocabulary logits once, for the final chunk's last token (Pallas:
+  its rows do not depend on how many share the call, so they equal 'all''s last row)."""
+  model = tiny_model.with_impl('pallas')
+  calls = []
+  real = ops.unembed
+
+  def spy(x, table, **kw):
+    calls.append(x.shape)
+    return real(x, table, **kw)
+
+  monkeypatch.setattr(ops, 'unembed', spy)
+  last, _ = model.prefill(IDS, cache=model.init_cache(capacity=64), chunk_size=8, logits='last')
+  assert len(calls) == 1  # 5 chunks, one of them unembedded
+  every, _ = prefill_all(model, IDS, chunk_size=8)
+  assert np.asarray(last).tobytes() == np.asarray(every[:, -1]).tobytes()
