@@ -305,6 +305,7 @@ def _per_token_ms(rate: float) -> float:
   'bench_model_per_op_*.json',
   'bench_kernels_*.json',
   'bench_attention_tiles_*.json',
+  'bench_matmul_tiles_*.json',
 )
 def _invariance_cost(results: list[Result]) -> list[str]:
   out = [
@@ -386,8 +387,42 @@ def _invariance_cost(results: list[Result]) -> list[str]:
     if 'cases' in r.data:
       out += ['', *_kernel_cases(r)]
   for r in results:
-    if 'candidates' in r.data.get('settings', {}):
+    if r.data.get('experiment') == 'bench_matmul_tiles':
+      out += ['', *_matmul_tiles(r)]
+    elif 'candidates' in r.data.get('settings', {}):
       out += ['', *_tiles(r)]
+  return out
+
+
+@family('Where does the time go on the H200?', 'profile_model_*.json')
+def _profile(results: list[Result]) -> list[str]:
+  out = [
+    'Device kernels of one prefill and one decode from a jax trace, summed by name (the'
+    " profiler's own overhead is in the wall time). Top kernels by total time.",
+  ]
+  for r in results:
+    d = r.data
+    out += [
+      '',
+      f'**{_name(r)}**: {d["dtype"]}, {d["prompt_tokens"]} prompt tokens in chunks of'
+      f' {d["chunk_size"]}, {d["decode_tokens"]} decoded.',
+      '',
+    ]
+    rows = []
+    for phase, s in d['phases'].items():
+      top = ', '.join(
+        f'{k["name"][:40]} {k["calls"]}x {k["mean_us"]:.1f} us' for k in s['kernels'][:4]
+      )
+      rows.append(
+        [
+          phase,
+          f'{s["wall_us"] / 1e3:,.1f}',
+          f'{s["device_busy_us"] / 1e3:,.1f}',
+          f'{s["kernel_calls"]:,}',
+          top,
+        ]
+      )
+    out += table(('kernels / phase', 'wall ms', 'device busy ms', 'kernels', 'largest'), rows)
   return out
 
 
@@ -475,6 +510,54 @@ def _tiles(r: Result) -> list[str]:
   return [f'**Attention tile sweep**, {_name(r)}: the fastest candidate per shape.', ''] + table(
     header, rows
   )
+
+
+def _matmul_tiles(r: Result) -> list[str]:
+  cases: dict[tuple, dict[str, Any]] = {}
+  for row in r.data['rows']:
+    case = cases.setdefault((row['dtype'], row['M'], row['shape']), {'timed': []})
+    if row['impl'] == 'xla':
+      case['xla'] = row['device_s']
+    elif 'device_s' in row:
+      case['timed'].append(row)
+  default = r.data['settings']['default']
+  rows = []
+  for (dtype, m, shape), case in cases.items():
+    timed = case['timed']
+    if not timed:
+      continue
+    best = min(timed, key=lambda row: row['device_s'])
+    base = next((row['device_s'] for row in timed if row['candidate'] == default), None)
+    rows.append(
+      [
+        dtype,
+        m,
+        shape,
+        num(1e6 * case['xla']),
+        num(1e6 * base) if base else '-',
+        best['candidate'],
+        num(1e6 * best['device_s']),
+        f'{best["device_s"] / case["xla"]:.2f}',
+        f'{sum(row["bits_equal_default"] for row in timed)} / {len(timed)}',
+      ]
+    )
+  header = (
+    'dtype',
+    'rows M',
+    'projection',
+    'xla us',
+    f'default {default} us',
+    'fastest tiles',
+    'us',
+    'vs xla',
+    'byte-equal to default',
+  )
+  intro = (
+    f'**Matmul tile sweep**, {_name(r)}: block_m,block_n,block_k,warps,stages per'
+    ' gemma-3-270m projection (device time per call in a jitted loop, loop included);'
+    " the last column counts the candidates whose output has the default tiles' bytes."
+  )
+  return [intro, ''] + table(header, rows)
 
 
 def _range(values: Sequence[float]) -> str:
