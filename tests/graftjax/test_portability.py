@@ -110,8 +110,11 @@ def test_block_from_another_machine_gives_the_recorded_logit_bytes(request):
   check_against_this_machines_recording(request)
 
 
-def _this_kind_recorded_as(digest: str) -> dict:
-  return {**_bits_fields(determinism.record()), 'logits_sha256': digest}
+def _recordings_with_this_kind_as(digest: str) -> list[dict]:
+  """The recordings, with this kind's (if any) replaced by one of `digest`."""
+  here = _bits_fields(determinism.record())
+  others = [r for r in RECORD['logits_by_cpu_kind'] if _bits_fields(r) != here]
+  return others + [{**here, 'logits_sha256': digest}]
 
 
 @pytest.mark.real_model
@@ -122,18 +125,14 @@ def test_comparison_fails_where_a_recording_of_this_kind_differs(request, monkey
   flipped.view(np.uint32).flat[12345] ^= 1  # one bit of one logit
   for recorded in (flipped, np.zeros_like(logits)):
     monkeypatch.setitem(
-      RECORD,
-      'logits_by_cpu_kind',
-      RECORD['logits_by_cpu_kind'] + [_this_kind_recorded_as(ledger.sha256_array(recorded))],
+      RECORD, 'logits_by_cpu_kind', _recordings_with_this_kind_as(ledger.sha256_array(recorded))
     )
     with pytest.raises(AssertionError, match='recorded on this CPU kind'):
       check_against_this_machines_recording(request)
     monkeypatch.undo()
   # ... and the very bits computed here pass: the comparison can succeed.
   monkeypatch.setitem(
-    RECORD,
-    'logits_by_cpu_kind',
-    RECORD['logits_by_cpu_kind'] + [_this_kind_recorded_as(ledger.sha256_array(logits))],
+    RECORD, 'logits_by_cpu_kind', _recordings_with_this_kind_as(ledger.sha256_array(logits))
   )
   check_against_this_machines_recording(request)
 
