@@ -4,7 +4,8 @@ The library of experiments/profile_model.py. `experiment(...)` traces one prefil
 decode of the model (seeded random weights) under each kernel set, reads the trace with
 `jax.profiler.ProfileData`, and sums the device events by name: calls, total and mean time,
 and how much of the phase's wall time the device was busy (the rest is launch gaps and host).
-On a CPU backend, XLA's CPU threads stand in for the device.
+On a CPU backend, XLA's CPU threads stand in for the device (their events nest: a loop's
+event holds its body's, so per-name totals overlap there).
 """
 
 from __future__ import annotations
