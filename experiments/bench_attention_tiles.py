@@ -62,6 +62,9 @@ _DECODE_LENGTHS = flags.DEFINE_list('decode_lengths', ['1024', '32768'], 'Decode
 _PREFILL_LENGTHS = flags.DEFINE_list('prefill_lengths', ['4096'], 'Prefill T = S.')
 _ITERS = flags.DEFINE_integer('iters', 50, 'Calls per timed loop (decode).')
 _TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip the rest after this long.')
+_TRACE_KERNELS = flags.DEFINE_integer(
+  'trace_kernels', 0, 'Also trace one call per candidate and keep its N largest kernels.'
+)
 _OUT = flags.DEFINE_string('out', None, 'Result JSON (default by backend).')
 
 
@@ -77,6 +80,7 @@ def main(argv):
       time_budget_s=_TIME_BUDGET_S.value,
       interpret=jax.default_backend() != 'gpu',
       quick=_QUICK.value,
+      trace_kernels=_TRACE_KERNELS.value,
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

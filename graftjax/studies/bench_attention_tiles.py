@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax.kernels import attention as attention_lib
+from graftjax.studies import device_trace
 from graftjax.studies import results
 from graftjax.studies import timing
 
@@ -56,6 +57,14 @@ def _case(phase: str, length: int, dtype: str):
   return q, k, v, q_pos, k_pos
 
 
+def _traced(fn, args, top: int) -> dict:
+  """{'kernels': the `top` largest device kernels of one traced call fn(*args)}, or {}."""
+  if top <= 0:
+    return {}
+  events, wall_s = device_trace.trace(lambda: fn(*args))
+  return {'kernels': device_trace.summarize(events, wall_s=wall_s, top=top)['kernels']}
+
+
 def sweep(
   *,
   candidates: dict[str, list[str]],
@@ -67,10 +76,14 @@ def sweep(
   log=print,
   command: str | None = None,
   quick: bool = False,
+  trace_kernels: int = 0,
 ) -> dict:
   """Times every candidate on every case; returns the JSON-ready result.
 
   `quick` (a smoke test) keeps each dtype's first candidate and `QUICK`'s sizes.
+  `trace_kernels` > 0 also traces one call of each (and of XLA) and keeps its largest
+  device kernels by name (`device_trace`): which of the kernels and XLA ops a call runs
+  takes the time.
 
   Raises:
     ValueError: for a malformed candidate (before anything runs).
@@ -106,6 +119,7 @@ def sweep(
           device_s=xla_s,
           over_floor=xla_s / floor_s,
           net_over_floor=(xla_s - overhead_s) / floor_s,
+          **_traced(reference, args, trace_kernels),
         )
       )
       log(
@@ -139,6 +153,7 @@ def sweep(
           vs_xla=seconds / xla_s,
           max_abs_diff_vs_reference=float(np.abs(got - want).max()),
           output_sha256=hashlib.sha256(got.tobytes()).hexdigest(),
+          **_traced(kernel, args, trace_kernels),
         )
         rows.append(row)
         log(
@@ -156,6 +171,7 @@ def sweep(
       decode_lengths=list(decode_lengths),
       prefill_lengths=list(prefill_lengths),
       iters=iters,
+      trace_kernels=trace_kernels,
     ),
     wall_s=time.perf_counter() - started,
     rows=rows,

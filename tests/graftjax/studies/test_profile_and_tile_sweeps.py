@@ -4,18 +4,19 @@ import pytest
 
 from graftjax.studies import bench_attention_tiles
 from graftjax.studies import bench_matmul_tiles
+from graftjax.studies import device_trace
 from graftjax.studies import profile_model
 
 
 def test_busy_time_is_the_union_of_intervals():
   events = [('a', 0, 10), ('b', 5, 10), ('c', 30, 5), ('d', 31, 1)]
-  assert profile_model.busy_ns(events) == 20
-  assert profile_model.busy_ns([]) == 0
+  assert device_trace.busy_ns(events) == 20
+  assert device_trace.busy_ns([]) == 0
 
 
 def test_summary_sums_by_name_largest_first():
   events = [('mm', 0, 4000), ('norm', 5000, 1000), ('mm', 7000, 2000)]
-  s = profile_model.summarize(events, wall_s=1e-5, top=1)
+  s = device_trace.summarize(events, wall_s=1e-5, top=1)
   assert s['kernel_calls'] == 3 and s['device_busy_us'] == 7.0 and s['wall_us'] == 10.0
   assert s['kernels'] == [{'name': 'mm', 'calls': 2, 'total_us': 6.0, 'mean_us': 3.0}]
 
@@ -77,3 +78,20 @@ def test_attention_candidates_take_the_launch_knobs():
   assert knobs == {'num_stages': 2, 'combine_stages': 1, 'combine_unroll': 8, 'combine_block_h': 16}
   with pytest.raises(ValueError, match='combine_unroll'):
     bench_attention_tiles.parse_candidate('4,64,512,4,2')
+
+
+def test_attention_sweep_can_trace_each_call():
+  result = bench_attention_tiles.sweep(
+    candidates={'float32': ['4,32,256,4'], 'bfloat16': []},
+    decode_lengths=[64],
+    prefill_lengths=[],
+    iters=1,
+    time_budget_s=300,
+    interpret=True,
+    quick=True,
+    trace_kernels=3,
+    log=lambda _: None,
+  )
+  timed = [r for r in result['rows'] if 'device_s' in r]
+  assert timed and all(0 < len(r['kernels']) <= 3 for r in timed)
+  assert result['settings']['trace_kernels'] == 3
