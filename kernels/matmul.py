@@ -14,8 +14,8 @@ call. This kernel fixes the arithmetic instead:
 * the precision of each tile product is explicit (`HIGHEST`: IEEE float32 for
   float32 inputs; bfloat16 inputs multiply exactly and add in float32).
 
-On the GPU the tiles do not change the bits either (Triton adds every K step
-into one accumulator in ascending K), so `models/gemma/ops.py` picks them per
+On the GPU the tiles were shown not to change the bits either (natively, at
+the model's shapes), so `models/gemma/ops.py` picks them per
 call size there; in the interpreter `block_k` groups the sums and must stay
 fixed (docs/kernels.md, "Matmul tiles are free on the GPU").
 """

@@ -9,7 +9,6 @@ which change the numerics.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Sequence
 
@@ -17,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax import ledger
 from graftjax.kernels import matmul
 from graftjax.studies import results
 from graftjax.studies import timing
@@ -43,10 +43,6 @@ def parse_candidate(text: str) -> dict[str, int]:
   except ValueError as e:
     raise ValueError(f'candidate {text!r} must be {",".join(keys)}') from e
   return dict(zip(keys, numbers))
-
-
-def _digest(x: jax.Array) -> str:
-  return hashlib.sha256(np.asarray(x).tobytes()).hexdigest()
 
 
 def sweep(
@@ -105,7 +101,7 @@ def sweep(
             out_rows.append(dict(row, error=f'{type(e).__name__}: {e}'[:500]))
             log(f'{dtype} M={m} {name} {text} FAILED: {out_rows[-1]["error"][:200]}')
             continue
-          digest = _digest(got)
+          digest = ledger.sha256_array(got)
           want = digest if text == DEFAULT else want
           row.update(
             device_s=seconds,

@@ -9,9 +9,8 @@ kernels run in the Pallas interpreter.
 
 In the interpreter (CPU) the matmul's tiles are fixed (never per call),
 since there `block_k` decides the order of float32 sums. On the GPU the
-tiles are free: Triton accumulates every K step into one float32
-accumulator in ascending K, so an output's bits do not depend on the tiles
-(shown natively for every entry of `gpu_matmul_tiles`,
+tiles are free: an output's bits do not depend on them (docs/kernels.md says
+why we think so; shown natively for every entry of `gpu_matmul_tiles`,
 tests/models/gemma/test_matmul_tiles.py), and calls of at most 16 rows (decode)
 take smaller tiles than a prefill chunk. Calls of at most 16 rows may also go
 to the decode matmul (`kernels/matmul_decode.py`), whose rows carry the
@@ -30,11 +29,10 @@ import os
 import jax
 import jax.numpy as jnp
 
+from graftjax.kernels import matmul
 from graftjax.kernels import rmsnorm
 from graftjax.models.gemma import layers
 
-_MATMUL_BLOCK_N = 64
-_MATMUL_BLOCK_K = 32
 # A call of at most this many rows is a decode step (its own tiles, and the decode matmul).
 DECODE_ROWS = 16
 # Tied-embedding-sized outputs (N >= this) take wider column tiles.
@@ -79,9 +77,9 @@ def _largest_divisor(n: int, limit: int) -> int:
 class MatmulTiles:
   """`kernels.matmul.matmul`'s tile and launch keywords for one call."""
 
-  block_m: int = 64
-  block_n: int = _MATMUL_BLOCK_N
-  block_k: int = _MATMUL_BLOCK_K
+  block_m: int = matmul.DEFAULT_BLOCK_SIZES.block_m
+  block_n: int = matmul.DEFAULT_BLOCK_SIZES.block_n
+  block_k: int = matmul.DEFAULT_BLOCK_SIZES.block_k
   num_warps: int = 4
   num_stages: int = 3
 
@@ -157,8 +155,6 @@ def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
   if impl == 'xla':
     letters = 'abcdefgh'[: w.ndim - 1]
     return layers.einsum(f'...D,D{letters}->...{letters}', x, w)
-  from graftjax.kernels import matmul  # pylint: disable=g-import-not-at-top
-
   d, out_shape = w.shape[0], w.shape[1:]
   n = math.prod(out_shape)
   rows = x.reshape(-1, d)
