@@ -65,6 +65,9 @@ _TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip the rest after
 _TRACE_KERNELS = flags.DEFINE_integer(
   'trace_kernels', 0, 'Also trace one call per candidate and keep its N largest kernels.'
 )
+_PRECISION = flags.DEFINE_enum(
+  'precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of every dot (kernels/dots.py).'
+)
 _OUT = flags.DEFINE_string('out', None, 'Result JSON (default by backend).')
 
 
@@ -81,6 +84,7 @@ def main(argv):
       interpret=jax.default_backend() != 'gpu',
       quick=_QUICK.value,
       trace_kernels=_TRACE_KERNELS.value,
+      precision=_PRECISION.value,
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

@@ -40,6 +40,9 @@ _CANDIDATES = flags.DEFINE_multi_string(
   ],
   'A candidate block_m,block_n,block_k,num_warps,num_stages (repeat).',
 )
+_PRECISION = flags.DEFINE_enum(
+  'precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of every product (kernels/dots.py).'
+)
 _ITERS = flags.DEFINE_integer('iters', 50, 'Calls per timing loop.')
 _TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip candidates after this.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/bench_matmul_tiles_cpu.json', 'Result JSON.')
@@ -54,6 +57,7 @@ def main(argv):
       rows=_ROWS.value,
       candidates=_CANDIDATES.value,
       shapes=_SHAPES.value,
+      precision=_PRECISION.value,
       iters=_ITERS.value,
       time_budget_s=_TIME_BUDGET_S.value,
       interpret=jax.default_backend() != 'gpu',

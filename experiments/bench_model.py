@@ -60,6 +60,9 @@ _REPEATS = flags.DEFINE_integer('repeats', 1, 'Timed runs per row; the fastest i
 _LLAMACPP_PYTHON = flags.DEFINE_string(
   'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
 )
+_DOT_PRECISION = flags.DEFINE_enum(
+  'dot_precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of float32 products (all sets).'
+)
 _OUT = flags.DEFINE_string('out', 'experiments/results/bench_model_cpu.json', 'Result JSON.')
 
 
@@ -77,6 +80,7 @@ def main(argv):
       decode_tokens=_DECODE_TOKENS.value,
       chunk_size=_CHUNK_SIZE.value,
       repeats=_REPEATS.value,
+      dot_precision=_DOT_PRECISION.value,
       llamacpp_python=_LLAMACPP_PYTHON.value,
     )
   except ValueError as e:

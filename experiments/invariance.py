@@ -32,6 +32,9 @@ from graftjax.studies import results
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _IMPLS = impl_flags.define(default='pallas')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+_DOT_PRECISION = flags.DEFINE_enum(
+  'dot_precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of float32 products.'
+)
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Text samples (over all shards).')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 224, 'Grafted prefix tokens (BOS included).')
 _CONTINUATION_TOKENS = flags.DEFINE_integer('continuation_tokens', 32, 'Tokens after the graft.')
@@ -65,6 +68,7 @@ def main(argv):
       batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value),
       shard=_SHARD.value,
       num_shards=_NUM_SHARDS.value,
+      dot_precision=_DOT_PRECISION.value,
       command=command,
     )
   print(invariance.format_table(result))

@@ -38,6 +38,9 @@ from graftjax.studies import results
 
 _PROMPTS = flags.DEFINE_list('prompts', None, 'Fixture prompt names (default: all).')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 128, 'Tokens per prefill forward call.')
+_DOT_PRECISION = flags.DEFINE_enum(
+  'dot_precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of float32 products.'
+)
 _OUT = flags.DEFINE_string(
   'out', 'experiments/results/reference_agreement.json', 'Result JSON path.'
 )
@@ -49,6 +52,7 @@ def main(argv):
   result = reference_agreement.experiment(
     prompt_names=_PROMPTS.value,
     chunk_size=_CHUNK_SIZE.value,
+    dot_precision=_DOT_PRECISION.value,
   )
   print(json.dumps(result['overall'], indent=1))
   results.write(_OUT.value, result)

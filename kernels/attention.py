@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from graftjax.kernels import _common
+from graftjax.kernels import dots
 from graftjax.kernels.attention_combine import combine_kernel
 from graftjax.kernels.attention_reference import attention_reference  # noqa: F401
 from graftjax.kernels.attention_reference import visible  # noqa: F401
@@ -154,8 +155,8 @@ def _check_arguments(
     raise ValueError(f'cache capacity S={capacity} must be a multiple of block_k={sizes.block_k}')
   if window is not None and window <= 0:
     raise ValueError(f'window must be positive or None, got {window}')
-  if combine_unroll <= 0:
-    raise ValueError(f'combine_unroll must be positive, got {combine_unroll}')
+  if combine_unroll <= 0 or not _common.is_power_of_2(combine_unroll):
+    raise ValueError(f'combine_unroll must be a positive power of 2, got {combine_unroll}')
   combine_cols = min(combine_block_h, head_dim)
   if combine_cols <= 0 or head_dim % combine_cols:
     raise ValueError(
@@ -202,7 +203,7 @@ def attention(
   relative_table: tuple[jax.Array, jax.Array] | None = None,
   window: int | None = None,
   block_sizes: BlockSizes | None = None,
-  precision: lax.Precision = _HIGHEST,
+  precision: dots.Precision = _HIGHEST,
   num_stages: int | None = None,
   combine_stages: int = 1,
   combine_unroll: int = 8,
@@ -236,14 +237,16 @@ def attention(
     block_sizes: tile sizes and warps (numerics-relevant, keep fixed); None =
       the default of q's dtype and G (`default_block_sizes`). S must be a
       multiple of block_k.
-    precision: of both matmuls; HIGHEST = IEEE float32 for float32 inputs.
+    precision: of both matmuls (`dots`); HIGHEST = IEEE float32 for float32
+      inputs; a split name (float32 only) also leaves the relative score,
+      which is no matmul, in IEEE float32.
     num_stages: Triton software pipelining of the split kernel's K/V loads
       (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
-    combine_unroll: splits per step of the combine kernel's loops, whose
-      loads are issued together (speed only: the same additions in the same
-      order).
+    combine_unroll: splits per step of the combine kernel's sum, whose
+      loads are issued together; a power of 2 (speed only: the same additions
+      in the same order).
     combine_block_h: head dims per combine program (speed only: columns are
       independent); min(combine_block_h, H) must divide H.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
@@ -274,6 +277,7 @@ def attention(
     max_query_tokens=max_query_tokens,
     interpret=interpret,
   )
+  dots.check(precision)
   num_q = q.shape[1]
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
@@ -352,9 +356,9 @@ def _attention_blocks(
   tiles_per_split = sizes.block_s // sizes.block_k
   num_splits = pl.cdiv(num_tiles, tiles_per_split)
   unroll, combine_cols = combine
-  # The combine reads splits `unroll` at a time: pad the partials (never
-  # written, never counted) to a whole number of steps.
-  padded_splits = pl.cdiv(num_splits, unroll) * unroll
+  # The combine loads all maxima at once and the rest `unroll` splits at a
+  # time: pad the partials (never written, never counted) to a power of 2.
+  padded_splits = max(unroll, 1 << (num_splits - 1).bit_length())  # a power of 2
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
   # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)

@@ -13,6 +13,8 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from graftjax.kernels import dots
+
 _HIGHEST = lax.Precision.HIGHEST
 _MASKED = -2.3819763e38  # Finite, so a row with no visible key gives 0, not NaN.
 
@@ -119,7 +121,7 @@ def attention_reference(
   alibi_slopes: jax.Array | None = None,
   relative_table: tuple[jax.Array, jax.Array] | None = None,
   window: int | None = None,
-  precision: lax.Precision = _HIGHEST,
+  precision: dots.Precision = _HIGHEST,
   compute_dtype: str | None = 'float32',
 ) -> jax.Array:
   """Masked softmax attention; same contract as `attention.attention`.
@@ -139,9 +141,11 @@ def attention_reference(
   group = num_heads // num_kv_heads
   q = q.reshape(batch, num_q, num_kv_heads, group, head_dim)
   if relative_table is None:
-    scores = jnp.einsum('BTKGH,BSKH->BKGTS', q, k, precision=precision).astype(jnp.float32)
+    scores = dots.einsum('BTKGH,BSKH->BKGTS', q, k, precision).astype(jnp.float32)
   else:
-    scores = relative_scores(q, k, q_positions, k_positions, relative_table, precision=precision)
+    scores = relative_scores(
+      q, k, q_positions, k_positions, relative_table, precision=dots.plain(precision)
+    )
   if alibi_slopes is not None:
     bias = alibi_bias(q_positions, k_positions, alibi_slopes)
     scores = scores + bias.reshape(batch, num_kv_heads, group, *bias.shape[2:])
@@ -150,5 +154,5 @@ def attention_reference(
     q_seg, k_seg = q_segments[:, :, None], k_segments[:, None, :]
   mask = visible(q_positions[:, :, None], k_positions[:, None, :], window, q_seg, k_seg)
   probs = masked_softmax(scores, mask[:, None, None])
-  out = jnp.einsum('BKGTS,BSKH->BTKGH', probs.astype(v.dtype), v, precision=precision)
+  out = dots.einsum('BKGTS,BSKH->BTKGH', probs.astype(v.dtype), v, precision)
   return out.reshape(batch, num_q, num_heads, head_dim).astype(out_dtype)

@@ -11,6 +11,7 @@ from jax import lax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from graftjax.kernels import dots
 from graftjax.kernels.attention_reference import visible
 
 
@@ -65,7 +66,7 @@ def split_kernel(
   block_h: int,
   tiles_per_split: int,
   window: int | None,
-  precision: lax.Precision,
+  precision: dots.Precision,
 ):
   """Online softmax of one query block over the tiles of one split."""
   rows, head_dim = q_ref.shape
@@ -86,13 +87,7 @@ def split_kernel(
     mask = visible(q_pos[:, None], k_pos[None, :], window, q_seg, k_seg)
     distance = q_pos[:, None] - k_pos[None, :]  # [R, block_k] int32
     if table_refs is None:
-      s = lax.dot_general(
-        q,
-        k_ref[slots, :],
-        (((1,), (1,)), ((), ())),
-        precision=precision,
-        preferred_element_type=jnp.float32,
-      )  # [R, block_k]
+      s = dots.dot_general(q, k_ref[slots, :], (((1,), (1,)), ((), ())), precision)  # [R, block_k]
     else:
       s = relative_scores_tile(q_ref, k_ref, slots, distance, *table_refs, block_h=block_h)
     if neg_slope is not None:
@@ -105,13 +100,7 @@ def split_kernel(
     # exact 0 whatever their (finite or not) logits.
     alpha = jnp.exp(m - m_next)
     p = jnp.where(mask, jnp.exp(s - m_next[:, None]), 0.0)
-    pv = lax.dot_general(
-      p.astype(v.dtype),
-      v,
-      (((1,), (0,)), ((), ())),
-      precision=precision,
-      preferred_element_type=jnp.float32,
-    )  # [R, H]
+    pv = dots.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())), precision)  # [R, H]
     l_next = jnp.where(row_live, alpha * l + jnp.sum(p, axis=1), l)
     o_next = jnp.where(row_live[:, None], alpha[:, None] * o + pv, o)
     return o_next, m_next, l_next

@@ -31,8 +31,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from graftjax.kernels import _common
+from graftjax.kernels import dots
 
 _HIGHEST = lax.Precision.HIGHEST
+_DIMS = (((1,), (0,)), ((), ()))  # x [M, K] . w [K, N]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,20 +61,14 @@ def _matmul_kernel(
   o_ref,  # [block_m, block_n]
   *,
   block_k: int,
-  precision: lax.Precision,
+  precision: dots.Precision,
 ):
   block_m, depth = x_ref.shape
   block_n = w_ref.shape[1]
 
   def body(step, acc):
     cols = pl.ds(pl.multiple_of(step * block_k, block_k), block_k)
-    return acc + lax.dot_general(
-      x_ref[:, cols],
-      w_ref[cols, :],
-      (((1,), (0,)), ((), ())),
-      precision=precision,
-      preferred_element_type=jnp.float32,
-    )
+    return acc + dots.dot_general(x_ref[:, cols], w_ref[cols, :], _DIMS, precision)
 
   acc = jnp.zeros((block_m, block_n), jnp.float32)
   acc = lax.fori_loop(0, depth // block_k, body, acc)
@@ -99,7 +95,7 @@ def matmul(
   block_m: int = DEFAULT_BLOCK_SIZES.block_m,
   block_n: int = DEFAULT_BLOCK_SIZES.block_n,
   block_k: int = DEFAULT_BLOCK_SIZES.block_k,
-  precision: lax.Precision = _HIGHEST,
+  precision: dots.Precision = _HIGHEST,
   out_dtype: jnp.dtype | None = None,
   num_warps: int = 4,
   num_stages: int = 3,
@@ -113,7 +109,7 @@ def matmul(
     block_m: rows per program (M is padded to a multiple).
     block_n: columns per program (N must be a multiple).
     block_k: contraction step (K must be a multiple).
-    precision: of each tile product; HIGHEST = IEEE float32 for float32.
+    precision: of each tile product (`dots`); HIGHEST = IEEE float32 for float32.
     out_dtype: result dtype, x's by default.
     num_warps: Triton only.
     num_stages: Triton only.
@@ -126,6 +122,7 @@ def matmul(
     raise ValueError(f'need x [M, K] and w [K, N], got {x.shape} and {w.shape}')
   if x.dtype != w.dtype:
     raise ValueError(f'x and w must share a dtype, got {x.dtype} and {w.dtype}')
+  dots.check(precision)
   rows, depth = x.shape
   cols = w.shape[1]
   if min(block_m, block_n, block_k) <= 0:
@@ -164,10 +161,10 @@ def matmul_reference(
   x: jax.Array,
   w: jax.Array,
   *,
-  precision: lax.Precision = _HIGHEST,
+  precision: dots.Precision = _HIGHEST,
   out_dtype: jnp.dtype | None = None,
 ) -> jax.Array:
   """XLA's x [M, K] @ w [K, N] in float32; not row-invariant (see module doc)."""
   out_dtype = x.dtype if out_dtype is None else jnp.dtype(out_dtype)
-  out = jnp.dot(x, w, precision=precision, preferred_element_type=jnp.float32)
+  out = dots.dot_general(x, w, _DIMS, precision)
   return out.astype(out_dtype)

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from graftjax.kernels import _common
+from graftjax.kernels import dots
 from graftjax.kernels import matmul
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -72,7 +73,7 @@ def _decode_kernel(
   block_k: int,
   transposed: bool,
   w_layout: str,
-  precision: lax.Precision,
+  precision: dots.Precision,
 ):
   w_k = 0 if w_layout == 'kn' else 1  # w's contraction axis
   depth = w_ref.shape[w_k]
@@ -84,10 +85,10 @@ def _decode_kernel(
     w = w_ref[cols, :] if w_layout == 'kn' else w_ref[:, cols]
     if transposed:  # [block_n, MAX_ROWS] = w^T x^T
       dims = (((w_k,), (1,)), ((), ()))
-      product = lax.dot_general(w, x, dims, precision=precision, preferred_element_type=jnp.float32)
+      product = dots.dot_general(w, x, dims, precision)
     else:  # [MAX_ROWS, block_n] = x w
       dims = (((1,), (w_k,)), ((), ()))
-      product = lax.dot_general(x, w, dims, precision=precision, preferred_element_type=jnp.float32)
+      product = dots.dot_general(x, w, dims, precision)
     return acc + product
 
   shape = (block_n, MAX_ROWS) if transposed else (MAX_ROWS, block_n)
@@ -117,7 +118,7 @@ def matmul_decode(
   block_k: int = DEFAULT_BLOCK_SIZES.block_k,
   transposed: bool = False,
   w_layout: str = 'kn',
-  precision: lax.Precision = _HIGHEST,
+  precision: dots.Precision = _HIGHEST,
   out_dtype: jnp.dtype | None = None,
   num_warps: int = 4,
   num_stages: int = 5,
@@ -135,7 +136,7 @@ def matmul_decode(
       for equal bits.
     transposed: compute each tile as w^T x^T (see the module doc).
     w_layout: 'kn' or 'nk', how w is laid out.
-    precision: of each tile product; HIGHEST = IEEE float32 for float32.
+    precision: of each tile product (`dots`); HIGHEST = IEEE float32 for float32.
     out_dtype: result dtype, x's by default.
     num_warps: Triton only.
     num_stages: Triton only: tiles loaded ahead (the sums stay in order).
@@ -151,6 +152,7 @@ def matmul_decode(
     raise ValueError(f'need x [M, K] and w {w_layout.upper()}, got {x.shape} and {w.shape}')
   if x.dtype != w.dtype:
     raise ValueError(f'x and w must share a dtype, got {x.dtype} and {w.dtype}')
+  dots.check(precision)
   rows, depth = x.shape
   cols = w.shape[1 - w_k]
   if not 1 <= rows <= MAX_ROWS:

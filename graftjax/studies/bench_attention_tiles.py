@@ -8,6 +8,7 @@ and the XLA reference, and checks each against the reference.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import time
 from typing import Sequence
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax.kernels import attention as attention_lib
+from graftjax.kernels import dots
 from graftjax.studies import device_trace
 from graftjax.studies import results
 from graftjax.studies import timing
@@ -77,13 +79,15 @@ def sweep(
   command: str | None = None,
   quick: bool = False,
   trace_kernels: int = 0,
+  precision: str = 'highest',
 ) -> dict:
   """Times every candidate on every case; returns the JSON-ready result.
 
   `quick` (a smoke test) keeps each dtype's first candidate and `QUICK`'s sizes.
   `trace_kernels` > 0 also traces one call of each (and of XLA) and keeps its largest
   device kernels by name (`device_trace`): which of the kernels and XLA ops a call runs
-  takes the time.
+  takes the time. Every dot (the kernels' and XLA's) is at `precision`, a name in
+  `dots.NAMES`; `max_abs_diff_vs_reference` is against XLA at HIGHEST.
 
   Raises:
     ValueError: for a malformed candidate (before anything runs).
@@ -91,6 +95,7 @@ def sweep(
   for texts in candidates.values():
     for text in texts:
       parse_candidate(text)  # fail early on a malformed one
+  dot_precision = dots.from_name(precision)
   if quick:
     candidates = {dtype: texts[:1] for dtype, texts in candidates.items()}
     decode_lengths, prefill_lengths = QUICK['decode_lengths'], QUICK['prefill_lengths']
@@ -104,10 +109,17 @@ def sweep(
       args = _case(phase, length, dtype)
       floor_s = 2 * length * KV_HEADS * HEAD_DIM * item / HBM_BYTES_PER_S
       loops = iters if phase == 'decode' else max(1, iters // 10)
-      reference = jax.jit(attention_lib.attention_reference)
-      want = np.asarray(reference(*args).astype(jnp.float32))
+      want = np.asarray(jax.jit(attention_lib.attention_reference)(*args).astype(jnp.float32))
+      reference = jax.jit(
+        functools.partial(attention_lib.attention_reference, precision=dot_precision)
+      )
       base = dict(
-        dtype=dtype, phase=phase, S=length, T=1 if phase == 'decode' else length, floor_s=floor_s
+        dtype=dtype,
+        phase=phase,
+        S=length,
+        T=1 if phase == 'decode' else length,
+        floor_s=floor_s,
+        precision=precision,
       )
       overhead_s = timing.loop_overhead(args, iters=loops)
       base.update(loop_overhead_s=overhead_s)
@@ -136,7 +148,7 @@ def sweep(
           continue
         kernel = jax.jit(
           lambda *a, sizes=sizes, stages=stages: attention_lib.attention(
-            *a, block_sizes=sizes, interpret=interpret, **stages
+            *a, block_sizes=sizes, precision=dot_precision, interpret=interpret, **stages
           )
         )
         try:
@@ -172,6 +184,7 @@ def sweep(
       prefill_lengths=list(prefill_lengths),
       iters=iters,
       trace_kernels=trace_kernels,
+      precision=precision,
     ),
     wall_s=time.perf_counter() - started,
     rows=rows,

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax import ledger
+from graftjax.kernels import dots
 from graftjax.kernels import matmul
 from graftjax.studies import results
 from graftjax.studies import timing
@@ -45,12 +46,17 @@ def parse_candidate(text: str) -> dict[str, int]:
   return dict(zip(keys, numbers))
 
 
+def _max_error(got: jax.Array, exact: np.ndarray) -> float:
+  return float(np.abs(np.asarray(got, np.float64) - exact).max())
+
+
 def sweep(
   *,
   dtypes: Sequence[str],
   rows: Sequence[int],
   candidates: Sequence[str],
   shapes: Sequence[str] | None = None,
+  precision: str = 'highest',
   iters: int,
   time_budget_s: float,
   interpret: bool = False,
@@ -60,13 +66,16 @@ def sweep(
   """Times every candidate (and XLA) per dtype, row count and shape; the result.
 
   The default tiles (`DEFAULT`) run first in each case; every candidate's
-  `bits_equal_default` says whether its output has the same bytes.
+  `bits_equal_default` says whether its output has the same bytes. Every
+  product (XLA's too) is at `precision` (a name in `dots.NAMES`); each row's
+  `max_abs_error` is against the float64 product.
 
   Raises:
     ValueError: for a malformed candidate or an unknown shape name.
   """
   for text in (DEFAULT, *candidates):
     parse_candidate(text)
+  dot_precision = dots.from_name(precision)
   known = {name for name, _, _ in SHAPES}
   if shapes and set(shapes) - known:
     raise ValueError(f'unknown shapes {sorted(set(shapes) - known)}; known: {sorted(known)}')
@@ -79,10 +88,13 @@ def sweep(
         rng = np.random.default_rng(0)
         x = jnp.asarray(rng.standard_normal((m, k)), dtype)
         w = jnp.asarray(rng.standard_normal((k, n)) * k**-0.5, dtype)
-        base = dict(dtype=dtype, M=m, shape=name, K=k, N=n)
-        xla = jax.jit(lambda x, w: matmul.matmul_reference(x, w))
+        base = dict(dtype=dtype, M=m, shape=name, K=k, N=n, precision=precision)
+        exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+        xla = jax.jit(lambda x, w: matmul.matmul_reference(x, w, precision=dot_precision))
         xla_s = timing.time_in_loop(lambda a: xla(*a), (x, w), iters=iters)
-        out_rows.append(dict(base, impl='xla', device_s=xla_s))
+        out_rows.append(
+          dict(base, impl='xla', device_s=xla_s, max_abs_error=_max_error(xla(x, w), exact))
+        )
         log(f'{dtype:8s} M={m:4d} {name:8s} xla {1e6 * xla_s:9.2f} us')
         want = None
         for text in dict.fromkeys((DEFAULT, *candidates)):
@@ -92,7 +104,9 @@ def sweep(
             continue
           knobs = parse_candidate(text)
           kernel = jax.jit(
-            lambda x, w, knobs=knobs: matmul.matmul(x, w, interpret=interpret, **knobs)
+            lambda x, w, knobs=knobs: matmul.matmul(
+              x, w, precision=dot_precision, interpret=interpret, **knobs
+            )
           )
           try:
             got = kernel(x, w)
@@ -108,6 +122,7 @@ def sweep(
             vs_xla=seconds / xla_s,
             output_sha256=digest,
             bits_equal_default=digest == want,
+            max_abs_error=_max_error(got, exact),
           )
           out_rows.append(row)
           log(
@@ -123,6 +138,7 @@ def sweep(
       candidates=list(candidates),
       default=DEFAULT,
       shapes=[s[0] for s in cases],
+      precision=precision,
       iters=iters,
     ),
     'rows': out_rows,

@@ -125,11 +125,15 @@ def experiment(
   decode_tokens: int,
   chunk_size: int,
   repeats: int = 1,
+  dot_precision: str = 'highest',
   llamacpp_python: str | None = None,
   command: str | None = None,
   log: Callable[[str], None] = functools.partial(print, flush=True),
 ) -> dict:
   """Prefill and decode speed of every dtype under every kernel set; the result.
+
+  Every kernel set, XLA's too, computes float32 products at `dot_precision`
+  (`GemmaConfig.dot_precision`).
 
   Raises:
     ValueError: for per_op without 'xla' in impls, llama.cpp with random weights, or
@@ -155,6 +159,7 @@ def experiment(
       base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
       if prompt is None:
         prompt = long_prompt(base.tokenizer, prompt_tokens)
+    base = base.with_dot_precision(dot_precision)
     for name, (impl, ops_impl) in kernel_sets(impls, per_op).items():
       row = f'graftjax_{dtype}_{name}'
       rows[row] = measure(
@@ -208,6 +213,7 @@ def experiment(
     'chunk_size': chunk_size,
     'weights': weights,
     'repeats': repeats,
+    'dot_precision': dot_precision,
     'impls': list(impls),
     'rows': rows,
     'invariance_cost': invariance_cost,

@@ -274,13 +274,15 @@ def experiment(
   batch_sizes: tuple[int, ...],
   shard: int = 0,
   num_shards: int = 1,
+  dot_precision: str = 'highest',
   command: str,
 ) -> dict:
-  """experiments/invariance.py: loads the model with the given kernels, runs shard `shard`
-  of `num_shards` of the samples; the result with its header."""
+  """experiments/invariance.py: loads the model with the given kernels (float32 products at
+  `dot_precision`), runs shard `shard` of `num_shards` of the samples; the result."""
   if not 0 <= shard < num_shards:
     raise ValueError(f'shard {shard} must be in [0, num_shards={num_shards})')
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype)).with_impl(impl, **per_op)
+  model = model.with_dot_precision(dot_precision)
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   texts = corpus.text_samples(
     tokenizer,
@@ -316,6 +318,7 @@ def experiment(
     'impl': impl,
     'impls': {op: per_op.get(op, impl) for op in config_lib.OPS},
     'dtype': dtype,
+    'dot_precision': dot_precision,
     'capacity': capacity,
     'settings': {
       'samples': samples,
@@ -337,7 +340,7 @@ def format_table(result: dict[str, Any]) -> str:
   """Per chunk size and batch size: byte-equal samples, KL max, argmax agreement, max |Δ|."""
   lines = [
     f'{result["model"]} impl={result["impl"]} {result["dtype"]}'
-    f' on {result["determinism"]["device_kind"]}',
+    f' dots={result.get("dot_precision", "highest")} on {result["determinism"]["device_kind"]}',
     'chunk  batch  samples byte-equal  KL max  argmax  max|Δ|',
   ]
   for cell in result['cells']:

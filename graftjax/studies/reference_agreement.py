@@ -273,11 +273,12 @@ def experiment(
   *,
   prompt_names: Sequence[str] | None,
   chunk_size: int,
+  dot_precision: str = 'highest',
   command: str | None = None,
   log: Callable[[str], None] = functools.partial(print, flush=True),
 ) -> dict:
-  """Loads the model and fixtures, compares; returns the result dict."""
-  model = gemma_model.load('gemma3-270m', dtype=jnp.float32)
+  """Loads the model (products at `dot_precision`) and fixtures, compares; the result."""
+  model = gemma_model.load('gemma3-270m', dtype=jnp.float32).with_dot_precision(dot_precision)
   hf_fixture, llamacpp_fixture = load_fixture(HF_FIXTURE), load_fixture(LLAMACPP_FIXTURE)
   started = time.time()
   figures = compare(
@@ -301,6 +302,7 @@ def experiment(
     **results.header('reference_agreement', inputs=inputs, command=command),
     'model': 'gemma3-270m',
     'dtype': 'float32',
+    'dot_precision': dot_precision,
     'model_fingerprint': model.fingerprint,
     'params_sha256': model.params_digest,
     'schedule': {'chunk_size': chunk_size, 'capacity': CAPACITY},

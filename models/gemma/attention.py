@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from graftjax.kernels import attention_reference
+from graftjax.kernels import dots
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import ops
@@ -52,10 +53,11 @@ def attention_block(
     (out [B, T, D], cache with this layer's new keys/values).
   """
   scheme, matmul_impl = config.position_scheme, config.impl_of('matmul')
+  precision = config.dot_precision
   theta = config.rope_theta(layer)
-  q = ops.dense(x, params['q'], impl=matmul_impl)  # [B, T, N, H]
-  k = ops.dense(x, params['k'], impl=matmul_impl)  # [B, T, K, H]
-  v = ops.dense(x, params['v'], impl=matmul_impl)
+  q = ops.dense(x, params['q'], impl=matmul_impl, precision=precision)  # [B, T, N, H]
+  k = ops.dense(x, params['k'], impl=matmul_impl, precision=precision)  # [B, T, K, H]
+  v = ops.dense(x, params['v'], impl=matmul_impl, precision=precision)
   q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   if scheme == Scheme.ROPE:
@@ -80,7 +82,16 @@ def attention_block(
     relative_table=None if tab is None else (tab['cos'], tab['sin']),
   )
   if config.impl_of('attention') == 'pallas':
-    out = ops.attention(q, keys, values, q_positions, k_positions, config.window(layer), **kwargs)
+    out = ops.attention(
+      q,
+      keys,
+      values,
+      q_positions,
+      k_positions,
+      config.window(layer),
+      precision=precision,
+      **kwargs,
+    )
   else:
     out = attention_reference.attention_reference(
       q,
@@ -89,7 +100,10 @@ def attention_block(
       q_positions,
       k_positions,
       window=config.window(layer),
+      precision=dots.from_name(precision),
       compute_dtype=None,
       **kwargs,
     )
-  return ops.dense(out.reshape(batch, length, -1), w_out, impl=matmul_impl), cache
+  return ops.dense(
+    out.reshape(batch, length, -1), w_out, impl=matmul_impl, precision=precision
+  ), cache

@@ -13,6 +13,8 @@ import hashlib
 import json
 from typing import Any
 
+from graftjax.kernels import dots
+
 
 class AttentionType(enum.Enum):
   """Which keys a layer's queries may see."""
@@ -74,6 +76,10 @@ class GemmaConfig:
       of one op, or None for `impl`. Normalized on construction (a setting
       equal to `impl` becomes None; four equal settings become `impl`), so
       one computation has one config digest.
+    dot_precision: of every float32 matrix product, a name in
+      `kernels.dots.NAMES`: 'highest' (IEEE float32, the default) or a split
+      into bfloat16 pieces ('bf16x3', 'bf16x6'; tensor cores on a GPU, and
+      other bits). bfloat16 products are exact either way.
   """
 
   vocab_size: int
@@ -98,6 +104,7 @@ class GemmaConfig:
   matmul_impl: str | None = None
   norm_impl: str | None = None
   rotary_impl: str | None = None
+  dot_precision: str = 'highest'
 
   def __post_init__(self):
     if self.impl not in IMPLS:
@@ -111,6 +118,8 @@ class GemmaConfig:
       object.__setattr__(self, 'impl', per_op['attention'])
     for op, value in per_op.items():
       object.__setattr__(self, f'{op}_impl', None if value == self.impl else value)
+    if self.dot_precision not in dots.NAMES:
+      raise ValueError(f'dot_precision must be one of {dots.NAMES}, got {self.dot_precision!r}')
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
         f'num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}'
@@ -164,6 +173,8 @@ class GemmaConfig:
     for op in OPS:  # absent unless set: digests of single-impl configs stay as they were
       if out[f'{op}_impl'] is None:
         del out[f'{op}_impl']
+    if out['dot_precision'] == 'highest':  # likewise
+      del out['dot_precision']
     return out
 
   def digest(self) -> str:

@@ -1,7 +1,8 @@
 """Elementwise and dense building blocks of the Gemma 3 decoder.
 
-Every matrix product states its precision: float32 products are computed
-at HIGHEST precision, so a GPU never silently falls back to TF32. The ops
+Every matrix product states its precision (`GemmaConfig.dot_precision`):
+float32 products are IEEE float32 unless a bfloat16 split is asked for, so a
+GPU never silently falls back to TF32. The ops
 with a kernel (norm, rotary, attention) have their one pure-jnp reference in
 `graftjax.kernels`, reached through `ops.py`.
 """
@@ -11,12 +12,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-PRECISION = jax.lax.Precision.HIGHEST
+from graftjax.kernels import dots
 
 
-def einsum(spec: str, *operands: jax.Array) -> jax.Array:
-  """`jnp.einsum` at explicit HIGHEST precision."""
-  return jnp.einsum(spec, *operands, precision=PRECISION)
+def einsum(spec: str, x: jax.Array, w: jax.Array, precision: str) -> jax.Array:
+  """`jnp.einsum` of two operands at an explicit precision (a name in `dots.NAMES`)."""
+  return dots.einsum(spec, x, w, dots.from_name(precision))
 
 
 def embed(table: jax.Array, tokens: jax.Array, embed_dim: int) -> jax.Array:

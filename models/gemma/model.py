@@ -89,6 +89,10 @@ class Gemma:
     scheme = config_lib.PositionScheme(scheme)
     return dataclasses.replace(self, config=self.config.replace(position_scheme=scheme))
 
+  def with_dot_precision(self, precision: str) -> Gemma:
+    """The same weights with float32 products at `precision` (another fingerprint)."""
+    return dataclasses.replace(self, config=self.config.replace(dot_precision=precision))
+
   def with_impl(self, impl: str, **per_op: str) -> Gemma:
     """The same model computed by other kernels (another fingerprint).
 

@@ -29,6 +29,7 @@ import os
 import jax
 import jax.numpy as jnp
 
+from graftjax.kernels import dots
 from graftjax.kernels import matmul
 from graftjax.kernels import rmsnorm
 from graftjax.models.gemma import layers
@@ -90,12 +91,21 @@ class MatmulTiles:
     )
 
 
-def gpu_matmul_tiles(dtype, rows: int, k: int, n: int) -> MatmulTiles:
+def gpu_matmul_tiles(dtype, rows: int, k: int, n: int, precision: str = 'highest') -> MatmulTiles:
   """The GPU tiles of x [rows, K] @ w [K, N] (speed only: see the module doc).
 
   The fastest candidates at gemma-3-270m's shapes on the H200
-  (experiments/results/bench_matmul_tiles_h200*.json).
+  (experiments/results/bench_matmul_tiles_h200*.json). Under a bfloat16
+  split (`dots`) each K step sums its piece products before adding them to
+  the accumulator, so block_k groups the sums: it stays the fixed one.
   """
+  tiles = _gpu_tiles(dtype, rows, n)
+  if precision in dots.SPLITS:
+    tiles = dataclasses.replace(tiles, block_k=MatmulTiles().block_k)
+  return tiles.fit(k, n)
+
+
+def _gpu_tiles(dtype, rows: int, n: int) -> MatmulTiles:
   wide = n >= _WIDE_N
   if jnp.dtype(dtype) == jnp.float32:
     if rows <= DECODE_ROWS:
@@ -106,14 +116,14 @@ def gpu_matmul_tiles(dtype, rows: int, k: int, n: int) -> MatmulTiles:
     tiles = MatmulTiles(16, 128 if wide else 32, 128)
   else:
     tiles = MatmulTiles(128, 128, 64, num_warps=8) if wide else MatmulTiles(64, 64, 128)
-  return tiles.fit(k, n)
+  return tiles
 
 
-def matmul_tiles(dtype, rows: int, k: int, n: int) -> MatmulTiles:
+def matmul_tiles(dtype, rows: int, k: int, n: int, precision: str = 'highest') -> MatmulTiles:
   """The tiles of a Pallas matmul call: `gpu_matmul_tiles` on the GPU, else the fixed ones."""
   if _interpret():
     return MatmulTiles().fit(k, n)
-  return gpu_matmul_tiles(dtype, rows, k, n)
+  return gpu_matmul_tiles(dtype, rows, k, n, precision)
 
 
 def matmul_decode_variant(dtype) -> str | None:
@@ -124,11 +134,14 @@ def matmul_decode_variant(dtype) -> str | None:
   return MATMUL_DECODE_SHOWN.get((jax.default_backend(), jnp.dtype(dtype).name))
 
 
-def _decode_block_n(rows: jax.Array, n: int) -> tuple[str, int] | tuple[None, None]:
-  """(variant, block_n) when rows [M, D] go to the decode matmul, else (None, None)."""
+def _decode_block_n(rows: jax.Array, n: int, precision: str) -> tuple[str, int] | tuple[None, None]:
+  """(variant, block_n) when rows [M, D] go to the decode matmul, else (None, None).
+
+  Only IEEE products go there: its bits were shown at 'highest' only.
+  """
   from graftjax.kernels import matmul_decode  # pylint: disable=g-import-not-at-top
 
-  if not 1 <= rows.shape[0] <= matmul_decode.MAX_ROWS:
+  if precision != 'highest' or not 1 <= rows.shape[0] <= matmul_decode.MAX_ROWS:
     return None, None
   variant = matmul_decode_variant(rows.dtype)
   block_n = variant and matmul_decode.block_n_for(n, transposed=variant == 'transposed')
@@ -150,32 +163,38 @@ def _decode(rows, w, variant, block_n, w_layout):
   )
 
 
-def dense(x: jax.Array, w: jax.Array, *, impl: str) -> jax.Array:
-  """Contracts x [..., D] with w [D, *out] -> [..., *out]."""
+def dense(x: jax.Array, w: jax.Array, *, impl: str, precision: str) -> jax.Array:
+  """Contracts x [..., D] with w [D, *out] -> [..., *out] at `precision` (`dots.NAMES`)."""
   if impl == 'xla':
     letters = 'abcdefgh'[: w.ndim - 1]
-    return layers.einsum(f'...D,D{letters}->...{letters}', x, w)
+    return layers.einsum(f'...D,D{letters}->...{letters}', x, w, precision)
   d, out_shape = w.shape[0], w.shape[1:]
   n = math.prod(out_shape)
   rows = x.reshape(-1, d)
-  variant, block_n = _decode_block_n(rows, n)
+  variant, block_n = _decode_block_n(rows, n, precision)
   if variant:
     y = _decode(rows, w.reshape(d, n), variant, block_n, 'kn')
   else:
-    tiles = matmul_tiles(rows.dtype, rows.shape[0], d, n)
-    y = matmul.matmul(rows, w.reshape(d, n), **dataclasses.asdict(tiles), interpret=_interpret())
+    tiles = matmul_tiles(rows.dtype, rows.shape[0], d, n, precision)
+    y = matmul.matmul(
+      rows,
+      w.reshape(d, n),
+      **dataclasses.asdict(tiles),
+      precision=dots.from_name(precision),
+      interpret=_interpret(),
+    )
   return y.reshape(x.shape[:-1] + out_shape)
 
 
-def unembed(x: jax.Array, table: jax.Array, *, impl: str) -> jax.Array:
+def unembed(x: jax.Array, table: jax.Array, *, impl: str, precision: str) -> jax.Array:
   """x [..., D] against the tied table [V, D] -> [..., V]: `dense(x, table.T)`,
   except that the decode matmul reads the table as stored (no transposed copy)."""
   if impl == 'pallas':
     rows = x.reshape(-1, table.shape[1])
-    variant, block_n = _decode_block_n(rows, table.shape[0])
+    variant, block_n = _decode_block_n(rows, table.shape[0], precision)
     if variant:
       return _decode(rows, table, variant, block_n, 'nk').reshape(x.shape[:-1] + table.shape[:1])
-  return dense(x, table.T, impl=impl)
+  return dense(x, table.T, impl=impl, precision=precision)
 
 
 def rms_norm(x: jax.Array, weight: jax.Array, eps: float, *, impl: str) -> jax.Array:
@@ -210,6 +229,7 @@ def attention(
   k_segments=None,
   alibi_slopes=None,
   relative_table=None,
+  precision: str,
 ):
   """The Pallas attention kernel: q [B, T, N, H], k/v [B, S, K, H] -> [B, T, N, H].
 
@@ -229,5 +249,6 @@ def attention(
     alibi_slopes=alibi_slopes,
     relative_table=relative_table,
     window=window,
+    precision=dots.from_name(precision),
     interpret=_interpret(),
   )

@@ -57,16 +57,17 @@ def decoder_layer(
     tables=tables,
   )
   x = x + norm(attn_out, 'post_attn_norm')
-  mlp_out = gated_mlp(params, norm(x, 'ffn_norm'), impl=config.impl_of('matmul'))
+  mlp_out = gated_mlp(
+    params, norm(x, 'ffn_norm'), impl=config.impl_of('matmul'), precision=config.dot_precision
+  )
   return x + norm(mlp_out, 'post_ffn_norm'), cache
 
 
-def gated_mlp(params: Params, x: jax.Array, *, impl: str) -> jax.Array:
+def gated_mlp(params: Params, x: jax.Array, *, impl: str, precision: str) -> jax.Array:
   """down(gelu_tanh(gate(x)) * up(x)): x [B, T, D] -> [B, T, D]."""
-  hidden = layers.gelu_gate(
-    ops.dense(x, params['gate'], impl=impl), ops.dense(x, params['up'], impl=impl)
-  )
-  return ops.dense(hidden, params['down'], impl=impl)
+  dense = functools.partial(ops.dense, impl=impl, precision=precision)
+  hidden = layers.gelu_gate(dense(x, params['gate']), dense(x, params['up']))
+  return dense(hidden, params['down'])
 
 
 def forward(
@@ -121,7 +122,9 @@ def forward(
   x = ops.rms_norm(x, params['final_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   if logits == 'hidden':
     return x.astype(jnp.float32), cache
-  out = ops.unembed(x, params['embedding'], impl=config.impl_of('matmul')).astype(jnp.float32)
+  out = ops.unembed(
+    x, params['embedding'], impl=config.impl_of('matmul'), precision=config.dot_precision
+  ).astype(jnp.float32)
   return (out[:, 0] if logits == 'last' else out), cache
 
 

@@ -9,6 +9,7 @@ import pytest
 import kernel_testing
 
 from graftjax import determinism
+from graftjax.kernels import dots
 from graftjax.kernels import matmul as mm
 
 INTERPRET = kernel_testing.INTERPRET
@@ -31,8 +32,8 @@ def _data(rng, rows, dtype):
   return x, w
 
 
-def _run(x, w):
-  return np.asarray(_kernel()(x, w).astype(jnp.float32))
+def _run(x, w, precision=lax.Precision.HIGHEST):
+  return np.asarray(_kernel(precision=precision)(x, w).astype(jnp.float32))
 
 
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
@@ -46,14 +47,23 @@ def test_matches_reference(dtype):
   np.testing.assert_allclose(out, exact, **TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
-def test_rows_do_not_depend_on_m(dtype):
+@pytest.mark.parametrize(
+  'dtype,precision',
+  [
+    (jnp.float32, 'highest'),
+    (jnp.bfloat16, 'highest'),
+    (jnp.float32, 'bf16x3'),
+    (jnp.float32, 'bf16x6'),
+  ],
+)
+def test_rows_do_not_depend_on_m(dtype, precision):
   x, w = _data(np.random.default_rng(1), 70, dtype)
-  full = _run(x, w)
+  precision = dots.from_name(precision)
+  full = _run(x, w, precision)
   for rows in (1, 7, 64):
-    np.testing.assert_array_equal(_run(x[:rows], w), full[:rows])
+    np.testing.assert_array_equal(_run(x[:rows], w, precision), full[:rows])
   # A row moved to another place in the batch keeps its bits.
-  np.testing.assert_array_equal(_run(x[5:12], w), full[5:12])
+  np.testing.assert_array_equal(_run(x[5:12], w, precision), full[5:12])
 
 
 def test_xla_matmul_is_not_row_invariant():

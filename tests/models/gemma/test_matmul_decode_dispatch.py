@@ -54,10 +54,10 @@ def test_few_rows_go_to_the_decode_kernel_with_the_same_bits(monkeypatch):
   xs = [jnp.asarray(rng.standard_normal((1, t, 32)), jnp.float32) for t in (1, 5, 17)]
   monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
   calls = _spy(monkeypatch)
-  want = [ops.dense(x, w, impl='pallas') for x in xs]
+  want = [ops.dense(x, w, impl='pallas', precision='highest') for x in xs]
   assert not calls
   monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'rows')
-  got = [ops.dense(x, w, impl='pallas') for x in xs]
+  got = [ops.dense(x, w, impl='pallas', precision='highest') for x in xs]
   assert calls == [((1, 32), 'kn'), ((5, 32), 'kn')]  # 17 rows stay on the prefill kernel
   for g, h in zip(got, want):
     assert g.shape == h.shape

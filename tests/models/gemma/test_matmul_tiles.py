@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from graftjax.kernels import dots
 from graftjax.kernels import matmul
 from graftjax.models.gemma import ops
 
@@ -28,9 +29,17 @@ def _operands(dtype, k, n):
   return x, w
 
 
-def _fixed(x, w):
+def _fixed(x, w, precision='highest'):
   tiles = ops.MatmulTiles().fit(*w.shape)
-  return np.asarray(matmul.matmul(x, w, **dataclasses.asdict(tiles), interpret=not GPU))
+  return np.asarray(
+    matmul.matmul(
+      x,
+      w,
+      **dataclasses.asdict(tiles),
+      precision=dots.from_name(precision),
+      interpret=not GPU,
+    )
+  )
 
 
 def _bytes(a) -> bytes:
@@ -46,14 +55,19 @@ def _forget_programs_traced_here():
 @pytest.mark.skipif(
   not GPU, reason='GPU tiles run natively only (the interpreter keeps fixed tiles)'
 )
-@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+@pytest.mark.parametrize(
+  ('dtype', 'precision'),
+  [('float32', 'highest'), ('bfloat16', 'highest'), ('float32', 'bf16x3'), ('float32', 'bf16x6')],
+)
 @pytest.mark.parametrize(('k', 'n'), SHAPES, ids=[f'{k}x{n}' for k, n in SHAPES])
-def test_gpu_tiles_keep_the_fixed_tiles_bits(dtype, k, n):
+def test_gpu_tiles_keep_the_fixed_tiles_bits(dtype, precision, k, n):
   x, w = _operands(dtype, k, n)
-  want = _fixed(x, w)
+  want = _fixed(x, w, precision)
   for rows in ROWS:
-    got = ops.dense(x[:rows], w, impl='pallas')
-    assert _bytes(got) == _bytes(want[:rows]), f'{rows} rows: {ops.matmul_tiles(dtype, rows, k, n)}'
+    got = ops.dense(x[:rows], w, impl='pallas', precision=precision)
+    assert _bytes(got) == _bytes(want[:rows]), (
+      f'{rows} rows: {ops.matmul_tiles(dtype, rows, k, n, precision)}'
+    )
 
 
 def test_comparison_catches_another_reduction_order():
@@ -64,15 +78,19 @@ def test_comparison_catches_another_reduction_order():
   assert _bytes(split) != _bytes(_fixed(x, w))
 
 
-@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+@pytest.mark.parametrize(
+  ('dtype', 'precision'), [('float32', 'highest'), ('bfloat16', 'highest'), ('float32', 'bf16x3')]
+)
 @pytest.mark.parametrize('rows', ROWS)
 @pytest.mark.parametrize(('k', 'n'), SHAPES, ids=[f'{k}x{n}' for k, n in SHAPES])
-def test_gpu_tiles_fit_the_kernel(dtype, rows, k, n):
-  tiles = ops.gpu_matmul_tiles(dtype, rows, k, n)
+def test_gpu_tiles_fit_the_kernel(dtype, precision, rows, k, n):
+  tiles = ops.gpu_matmul_tiles(dtype, rows, k, n, precision)
   assert k % tiles.block_k == 0 and n % tiles.block_n == 0
   for size in (tiles.block_m, tiles.block_n, tiles.block_k):
     assert size >= 16 and size & (size - 1) == 0
   assert (tiles.block_m == 16) == (rows <= ops.DECODE_ROWS)
+  if precision != 'highest':  # a split's block_k groups its sums (natively shown above)
+    assert tiles.block_k == ops.MatmulTiles().block_k
 
 
 @pytest.mark.skipif(GPU, reason='checks the interpreter path')

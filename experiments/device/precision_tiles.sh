@@ -1,0 +1,29 @@
+# Issue 14 on the H200, no model. About 6 minutes.
+# 1. The GPU tile test again: under a bfloat16 split block_k stays fixed.
+# 2. bench_matmul_tiles, float32 at bf16x3, block_k 32: decode (1 row) and prefill (128).
+# 3. bench_model float32 at bf16x3 (xla, pallas) with those tiles.
+# 4. attention_trace.sh: where bfloat16 attention decode at 32k spends its time.
+source experiments/device/env.sh
+set +e
+T0=$SECONDS
+say() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/log.txt"; }
+timeout 100 python -m pytest -q -p no:cacheprovider tests/models/gemma/test_matmul_tiles.py \
+  > "$OUT/tests.log" 2>&1
+say "tile tests exit $?: $(tail -1 "$OUT/tests.log")"
+M1="16,32,32,4,3 16,64,32,4,3 16,128,32,4,3 16,256,32,4,3 16,64,32,2,3 16,128,32,4,4 16,128,32,8,3"
+M128="64,128,32,4,3 128,64,32,4,3 128,128,32,8,3 64,256,32,8,3 128,128,32,4,3 32,64,32,4,3"
+timeout 80 python experiments/bench_matmul_tiles.py --time_budget_s=65 --dtype=float32 --rows=1 \
+  --precision=bf16x3 $(for c in $M1; do echo --candidate=$c; done) \
+  --out="$OUT/bench_matmul_tiles_h200_float32_bf16x3_rows1.json" > "$OUT/mt1.log" 2>&1
+say "matmul tiles rows=1 exit $?"
+timeout 80 python experiments/bench_matmul_tiles.py --time_budget_s=65 --dtype=float32 --rows=128 \
+  --precision=bf16x3 --shape=q --shape=kv --shape=o --shape=gate_up --shape=down \
+  $(for c in $M128; do echo --candidate=$c; done) \
+  --out="$OUT/bench_matmul_tiles_h200_float32_bf16x3_rows128.json" > "$OUT/mt128.log" 2>&1
+say "matmul tiles rows=128 exit $?"
+timeout 80 python experiments/bench_model.py --weights=random --dtype=float32 --prompt_tokens=1024 \
+  --decode_tokens=64 --chunk_size=128 --repeats=3 --impl=xla --impl=pallas --dot_precision=bf16x3 \
+  --out="$OUT/bench_model_h200_float32_bf16x3.json" > "$OUT/bm.log" 2>&1
+say "bench_model bf16x3 exit $?: $(grep -E '^float32' "$OUT/bm.log" | tr '\n' ' ')"
+bash experiments/device/attention_trace.sh
+say "attention trace done"
