@@ -43,7 +43,7 @@ _FLOAT32 = flags.DEFINE_multi_string(
     '4,16,128,8',
     '4,32,512,8',
   ],
-  'A float32 candidate q,k,s,warps[,stages,combine_stages[,combine_unroll,combine_block_h]] (repeat).',
+  'A float32 candidate q,k,s,warps[,stages,combine_stages[,combine_unroll,combine_block_h[,combine_tree]]] (repeat).',
 )
 _BFLOAT16 = flags.DEFINE_multi_string(
   'bfloat16',
@@ -56,7 +56,7 @@ _BFLOAT16 = flags.DEFINE_multi_string(
     '4,32,256,4',
     '4,32,128,4',
   ],
-  'A bfloat16 candidate q,k,s,warps[,stages,combine_stages[,combine_unroll,combine_block_h]] (repeat).',
+  'A bfloat16 candidate q,k,s,warps[,stages,combine_stages[,combine_unroll,combine_block_h[,combine_tree]]] (repeat).',
 )
 _DECODE_LENGTHS = flags.DEFINE_list('decode_lengths', ['1024', '32768'], 'Decode S.')
 _PREFILL_LENGTHS = flags.DEFINE_list('prefill_lengths', ['4096'], 'Prefill T = S.')

@@ -185,6 +185,7 @@ def _check_arguments(
     'combine_stages',
     'combine_unroll',
     'combine_block_h',
+    'combine_tree',
     'skip_masked_tiles',
     'max_query_tokens',
     'interpret',
@@ -208,6 +209,7 @@ def attention(
   combine_stages: int = 1,
   combine_unroll: int = 8,
   combine_block_h: int = 64,
+  combine_tree: bool = False,
   skip_masked_tiles: bool = True,
   max_query_tokens: int = 2048,
   interpret: bool = False,
@@ -245,10 +247,13 @@ def attention(
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
     combine_unroll: splits per step of the combine kernel's sum, whose
-      loads are issued together; a power of 2 (speed only: the same additions
-      in the same order).
+      loads are issued together; a power of 2 (speed only without
+      combine_tree: the same additions in the same order).
     combine_block_h: head dims per combine program (speed only: columns are
       independent); min(combine_block_h, H) must divide H.
+    combine_tree: sum each combine step's splits pairwise before adding them
+      (`combine_kernel`): other bits once 3 or more splits are live, and
+      combine_unroll then fixes them like the block sizes.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
@@ -282,7 +287,7 @@ def attention(
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
   stages = (num_stages, combine_stages)
-  combine = (combine_unroll, combine_cols)
+  combine = (combine_unroll, combine_cols, combine_tree)
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
@@ -355,7 +360,7 @@ def _attention_blocks(
   num_tiles = capacity // sizes.block_k
   tiles_per_split = sizes.block_s // sizes.block_k
   num_splits = pl.cdiv(num_tiles, tiles_per_split)
-  unroll, combine_cols = combine
+  unroll, combine_cols, tree = combine
   # The combine loads all maxima at once and the rest `unroll` splits at a
   # time: pad the partials (never written, never counted) to a power of 2.
   padded_splits = max(unroll, 1 << (num_splits - 1).bit_length())  # a power of 2
@@ -440,7 +445,7 @@ def _attention_blocks(
   # per `combine_cols` head dims.
   all_stats = pl.BlockSpec((None, None, padded_splits, rows), lambda i, b, h, j: (b, h, 0, i))
   out = pl.pallas_call(
-    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, unroll=unroll),
+    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, unroll=unroll, tree=tree),
     grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
     in_specs=[
       pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),

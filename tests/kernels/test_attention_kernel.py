@@ -112,25 +112,26 @@ def _cache_case(tokens_k, tokens_v, filled, garbage_seed, dtype):
 
 
 @pytest.mark.parametrize(
-  'dtype,window,precision',
+  'dtype,window,precision,combine',
   [
-    (jnp.float32, None, 'highest'),
-    (jnp.bfloat16, WINDOW, 'highest'),
-    (jnp.float32, None, 'bf16x3'),
+    (jnp.float32, None, 'highest', {}),
+    (jnp.bfloat16, WINDOW, 'highest', {}),
+    (jnp.float32, None, 'bf16x3', {}),
+    (jnp.float32, None, 'highest', dict(combine_tree=True, combine_unroll=2)),
   ],
 )
-def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precision):
+def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precision, combine):
   """A query row gives the same bits alone, in a chunk of 7 or 64, at batch 1
   or 8, whether its prefix was written with it or restored from pieces, and
   whatever the empty slots hold; also with float32 dots split into bfloat16
-  pieces (`dots`)."""
+  pieces (`dots`), and with the combine's pairwise sum."""
   rng = np.random.default_rng(1)
   prefix, chunk = 40, 64  # prompt 0..39, continuation 40..103
   total = prefix + chunk
   tok_q = _normal(rng, (total, HEADS, HEAD_DIM), dtype, HEAD_DIM**-0.5)
   tok_k = _normal(rng, (total, KV_HEADS, HEAD_DIM), dtype)
   tok_v = _normal(rng, (total, KV_HEADS, HEAD_DIM), dtype)
-  kwargs = dict(window=window, precision=dots.from_name(precision))
+  kwargs = dict(window=window, precision=dots.from_name(precision), **combine)
 
   # Fresh: the 64-token continuation written in one call; the cache slots are
   # written with dynamic_update_slice into zeros (empty slots stay zero).
@@ -177,7 +178,7 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
   np.testing.assert_array_equal(out7[0], out64[0, lo - prefix : hi - prefix])
   np.testing.assert_array_equal(out_b8[5], out7[0])
   np.testing.assert_array_equal(out1[0, 0], out64[0, target - prefix])
-  if dtype == jnp.float32 and precision == 'highest':  # (one case is enough; saves compiles)
+  if dtype == jnp.float32 and precision == 'highest' and not combine:  # (one case is enough)
     # Walking only the tiles a program may see is only a speed knob.
     out7_all_tiles = _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, skip_masked_tiles=False, **kwargs)
     np.testing.assert_array_equal(out7_all_tiles, out7)
@@ -204,6 +205,26 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
   )
   tolerance = TOLERANCE[dtype] if precision == 'highest' else SPLIT_TOLERANCE
   np.testing.assert_allclose(out64, np.asarray(ref.astype(jnp.float32)), **tolerance)
+
+
+def test_combine_tree_sums_pairwise():
+  """The pairwise combine: one split per step is the ascending sum, bit for
+  bit; over all 4 splits at once it moves bits (so the row-bits test above
+  checks another order) but stays as close to the reference."""
+  rng = np.random.default_rng(5)
+  q = _normal(rng, (1, 1, HEADS, HEAD_DIM), jnp.float32, HEAD_DIM**-0.5)
+  k = _normal(rng, (1, CAPACITY, KV_HEADS, HEAD_DIM), jnp.float32)
+  v = _normal(rng, (1, CAPACITY, KV_HEADS, HEAD_DIM), jnp.float32)
+  q_pos = np.array([[CAPACITY - 1]], np.int32)  # sees all 4 splits
+  k_pos = np.arange(CAPACITY, dtype=np.int32)[None]
+  serial = _run(q, k, v, q_pos, k_pos)
+  np.testing.assert_array_equal(
+    _run(q, k, v, q_pos, k_pos, combine_tree=True, combine_unroll=1), serial
+  )
+  tree = _run(q, k, v, q_pos, k_pos, combine_tree=True, combine_unroll=4)
+  assert not np.array_equal(tree, serial)
+  ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos))
+  np.testing.assert_allclose(tree, np.asarray(ref), **TOLERANCE[jnp.float32])
 
 
 def test_empty_slot_contents_do_not_matter():
