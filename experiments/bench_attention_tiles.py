@@ -27,6 +27,7 @@ from absl import app
 from absl import flags
 import jax
 
+from graftjax.kernels import dots
 from graftjax.studies import bench_attention_tiles
 from graftjax.studies import cli
 from graftjax.studies import results
@@ -66,7 +67,7 @@ _TRACE_KERNELS = flags.DEFINE_integer(
   'trace_kernels', 0, 'Also trace one call per candidate and keep its N largest kernels.'
 )
 _PRECISION = flags.DEFINE_enum(
-  'precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of every dot (kernels/dots.py).'
+  'precision', 'highest', list(dots.NAMES), 'Of every dot (kernels/dots.py).'
 )
 _OUT = flags.DEFINE_string('out', None, 'Result JSON (default by backend).')
 

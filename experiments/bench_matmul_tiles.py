@@ -15,6 +15,7 @@ determinism.pin()
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
+from graftjax.kernels import dots
 from graftjax.studies import bench_matmul_tiles
 from graftjax.studies import cli
 from graftjax.studies import results
@@ -41,7 +42,7 @@ _CANDIDATES = flags.DEFINE_multi_string(
   'A candidate block_m,block_n,block_k,num_warps,num_stages (repeat).',
 )
 _PRECISION = flags.DEFINE_enum(
-  'precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of every product (kernels/dots.py).'
+  'precision', 'highest', list(dots.NAMES), 'Of every product (kernels/dots.py).'
 )
 _ITERS = flags.DEFINE_integer('iters', 50, 'Calls per timing loop.')
 _TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip candidates after this.')

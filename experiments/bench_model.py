@@ -31,6 +31,7 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
+from graftjax.kernels import dots
 from graftjax.models.gemma import config as config_lib
 from graftjax.studies import bench_model
 from graftjax.studies import cli
@@ -61,7 +62,7 @@ _LLAMACPP_PYTHON = flags.DEFINE_string(
   'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
 )
 _DOT_PRECISION = flags.DEFINE_enum(
-  'dot_precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of float32 products (all sets).'
+  'dot_precision', 'highest', list(dots.NAMES), 'Of float32 products (all sets).'
 )
 _OUT = flags.DEFINE_string('out', 'experiments/results/bench_model_cpu.json', 'Result JSON.')
 

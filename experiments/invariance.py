@@ -24,6 +24,7 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags
 
 from graftjax import ledger
+from graftjax.kernels import dots
 from graftjax.studies import cli
 from graftjax.studies import impl_flags
 from graftjax.studies import invariance
@@ -33,7 +34,7 @@ _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Mod
 _IMPLS = impl_flags.define(default='pallas')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _DOT_PRECISION = flags.DEFINE_enum(
-  'dot_precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of float32 products.'
+  'dot_precision', 'highest', list(dots.NAMES), 'Of float32 products.'
 )
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Text samples (over all shards).')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 224, 'Grafted prefix tokens (BOS included).')

@@ -32,6 +32,7 @@ import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 
+from graftjax.kernels import dots
 from graftjax.studies import cli
 from graftjax.studies import reference_agreement
 from graftjax.studies import results
@@ -39,7 +40,7 @@ from graftjax.studies import results
 _PROMPTS = flags.DEFINE_list('prompts', None, 'Fixture prompt names (default: all).')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 128, 'Tokens per prefill forward call.')
 _DOT_PRECISION = flags.DEFINE_enum(
-  'dot_precision', 'highest', ['highest', 'bf16x3', 'bf16x6'], 'Of float32 products.'
+  'dot_precision', 'highest', list(dots.NAMES), 'Of float32 products.'
 )
 _OUT = flags.DEFINE_string(
   'out', 'experiments/results/reference_agreement.json', 'Result JSON path.'

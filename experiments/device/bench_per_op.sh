@@ -5,12 +5,7 @@ source experiments/device/env.sh
 set +e
 T0=$SECONDS
 say() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$OUT/log.txt"; }
-for dtype in bfloat16 float32; do
-  timeout 150 python experiments/bench_model.py --weights=random --impl=xla --impl=pallas --per_op \
-    --dtype=$dtype --prompt_tokens=1024 --decode_tokens=64 --chunk_size=128 --repeats=3 \
-    --out="$OUT/bench_model_per_op_h200_$dtype.json" > "$OUT/bench_$dtype.log" 2>&1
-  say "bench $dtype exit $?: $(python -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['invariance_cost'], d['per_op_cost'])" "$OUT/bench_model_per_op_h200_$dtype.json")"
-done
+source experiments/device/per_op.sh
 M1="16,32,32,4,3 16,64,32,4,3 16,128,32,4,3 16,256,32,4,3 16,64,32,2,3 16,128,32,8,3"
 M128="64,128,32,4,3 128,64,32,4,3 128,128,32,8,3 64,256,32,8,3 32,64,32,4,3"
 timeout 80 python experiments/bench_matmul_tiles.py --time_budget_s=65 --dtype=float32 --rows=1 \

@@ -17,16 +17,8 @@ timeout 240 $INV --out="$OUT/invariance_h200_shard0of10_maxonce.json" > "$OUT/in
 PID=$!
 wait $TESTS; say "native kernel tests exit $?: $(tail -1 "$OUT/test_native.log")"
 wait $PID; say "invariance shard 0 exit $?"
-python - "$OUT/invariance_h200_shard0of10_maxonce.json" \
-  experiments/results/runs/invariance_h200_shard0of10_combine.json <<'PY' | tee -a "$V"
-import json, sys
-new, old = (json.load(open(p)) for p in sys.argv[1:])
-def digests(d):
-  return [(s['sha256_single_pass'], [c['sha256_rows'] for c in s['cells']]) for s in d['samples']]
-a, b = digests(new), digests(old)
-print('samples new', len(a), 'committed', len(b), 'INVARIANCE DIGESTS EQUAL' if a == b else 'DIGESTS DIFFER')
-print('cells byte-equal:', all(c['rows_byte_equal'] == c['rows'] for s in new['samples'] for c in s['cells']))
-PY
+python experiments/device/same_digests.py "$OUT/invariance_h200_shard0of10_maxonce.json" \
+  experiments/results/runs/invariance_h200_shard0of10_combine.json | tee -a "$V"
 timeout 200 $INV --dot_precision=bf16x3 --out="$OUT/invariance_h200_shard0of10_bf16x3.json" \
   > "$OUT/invariance_bf16x3.log" 2>&1
 say "invariance shard 0 bf16x3 exit $?: $(grep -iE 'byte|equal' "$OUT/invariance_bf16x3.log" | tail -3 | tr '\n' ' ')"

@@ -19,19 +19,6 @@ timeout 260 python experiments/invariance.py --impl=pallas --samples=50 --chunk_
 INV=$!
 wait $TESTS; say "native tests exit $?: $(tail -1 "$OUT/test_native.log")"
 wait $INV; say "invariance shard 0 exit $?"
-python - "$OUT/invariance_h200_shard0of10_tiles.json" \
-  experiments/results/runs/invariance_h200_shard0of10_combine.json <<'PY' | tee -a "$V"
-import json, sys
-new, old = (json.load(open(p)) for p in sys.argv[1:])
-def digests(d):
-  return [(s['sha256_single_pass'], [c['sha256_rows'] for c in s['cells']]) for s in d['samples']]
-a, b = digests(new), digests(old)
-print('samples new', len(a), 'committed', len(b), 'INVARIANCE DIGESTS EQUAL' if a == b else 'DIGESTS DIFFER')
-print('cells byte-equal:', all(c['rows_byte_equal'] == c['rows'] for s in new['samples'] for c in s['cells']))
-PY
-for dtype in bfloat16 float32; do
-  timeout 150 python experiments/bench_model.py --weights=random --impl=xla --impl=pallas --per_op \
-    --dtype=$dtype --prompt_tokens=1024 --decode_tokens=64 --chunk_size=128 --repeats=3 \
-    --out="$OUT/bench_model_per_op_h200_$dtype.json" > "$OUT/bench_$dtype.log" 2>&1
-  say "bench $dtype exit $?: $(python -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['invariance_cost'], d['per_op_cost'])" "$OUT/bench_model_per_op_h200_$dtype.json")"
-done
+python experiments/device/same_digests.py "$OUT/invariance_h200_shard0of10_tiles.json" \
+  experiments/results/runs/invariance_h200_shard0of10_combine.json | tee -a "$V"
+source experiments/device/per_op.sh

@@ -25,8 +25,8 @@ SAMPLE = corpus.TextSample(
 )
 
 
-def cells(impl, tmp_path):
-  model = gemma_model.tiny(impl=impl)
+def cells(impl, tmp_path, dot_precision='highest'):
+  model = gemma_model.tiny(impl=impl).with_dot_precision(dot_precision)
   return invariance.run_invariance(
     model=model,
     samples=[SAMPLE],
@@ -37,8 +37,9 @@ def cells(impl, tmp_path):
   )['cells']
 
 
-def test_pallas_grafted_equals_single_pass(tmp_path):
-  for cell in cells('pallas', tmp_path):
+@pytest.mark.parametrize('dot_precision', ['highest', 'bf16x3'])
+def test_pallas_grafted_equals_single_pass(tmp_path, dot_precision):
+  for cell in cells('pallas', tmp_path, dot_precision):
     assert cell['samples_byte_equal'] == 1, cell
     assert cell['rows_kl_max'] == 0.0
 
