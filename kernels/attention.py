@@ -6,7 +6,7 @@ over the visible slots j (`visible`), with dot-product, relative-rotary
 (`relative_table`) or ALiBi (`alibi_slopes`) scores. Two Pallas kernels,
 chunk-invariant by construction: `attention_split` (a partial online
 softmax per query block and split of the cache) and `attention_combine`
-(the splits summed in ascending order). The pure-jnp reference is
+(the splits summed in a fixed order). The pure-jnp reference is
 `attention_reference`. docs/kernels.md says why the bits of a query row
 depend only on that row and the keys it sees.
 """
@@ -51,6 +51,11 @@ class BlockSizes:
       multiple.
     num_warps: Triton warps per program; the layout, hence the order of the
       cross-thread sums, depends on it.
+    combine_group: splits per step of the combine, loaded together and
+      summed in one reduction before the steps are added in ascending order
+      (`combine_kernel`); a power of 2, 1 = the plain ascending sum.
+    combine_block_h: head dims per combine program; with it the group's
+      reduction (so its bits) may change, but not with combine_group 1.
   """
 
   block_q: int = 4
@@ -58,17 +63,20 @@ class BlockSizes:
   block_s: int = 512
   block_h: int = 8
   num_warps: int = 4
+  combine_group: int = 1
+  combine_block_h: int = 64
 
 
 # Query rows per program (block_q * G). Few rows suit decode (one token) and
 # keep float32 operands, whose IEEE dots run on CUDA cores, in registers.
 _ROWS = 16
 # Per compute dtype, measured with experiments/bench_attention_tiles.py
-# (experiments/results/bench_attention_tiles_h200.json); block_q follows from G.
+# (experiments/results/bench_attention_tiles_h200.json, the combine from
+# runs/bench_attention_tiles_h200_grouped.json); block_q follows from G.
 _DEFAULTS = {
-  'bfloat16': BlockSizes(block_k=64, block_s=512),
-  'float16': BlockSizes(block_k=64, block_s=512),
-  'float32': BlockSizes(block_k=32, block_s=256),
+  'bfloat16': BlockSizes(block_k=64, block_s=512, combine_group=16, combine_block_h=16),
+  'float16': BlockSizes(block_k=64, block_s=512, combine_group=16, combine_block_h=16),
+  'float32': BlockSizes(block_k=32, block_s=256, combine_group=32, combine_block_h=16),
 }
 
 
@@ -100,8 +108,6 @@ def _check_arguments(
   *,
   window,
   block_sizes,
-  combine_unroll,
-  combine_block_h,
   max_query_tokens,
   interpret,
 ) -> tuple[BlockSizes, int]:
@@ -155,12 +161,12 @@ def _check_arguments(
     raise ValueError(f'cache capacity S={capacity} must be a multiple of block_k={sizes.block_k}')
   if window is not None and window <= 0:
     raise ValueError(f'window must be positive or None, got {window}')
-  if combine_unroll <= 0 or not _common.is_power_of_2(combine_unroll):
-    raise ValueError(f'combine_unroll must be a positive power of 2, got {combine_unroll}')
-  combine_cols = min(combine_block_h, head_dim)
+  if not _common.is_power_of_2(sizes.combine_group):
+    raise ValueError(f'combine_group={sizes.combine_group} must be a positive power of 2')
+  combine_cols = min(sizes.combine_block_h, head_dim)
   if combine_cols <= 0 or head_dim % combine_cols:
     raise ValueError(
-      f'combine_block_h={combine_block_h} must be positive and divide the'
+      f'combine_block_h={sizes.combine_block_h} must be positive and divide the'
       f' head dim H={head_dim} (or exceed it)'
     )
   if max_query_tokens < sizes.block_q:
@@ -183,9 +189,6 @@ def _check_arguments(
     'precision',
     'num_stages',
     'combine_stages',
-    'combine_unroll',
-    'combine_block_h',
-    'combine_tree',
     'skip_masked_tiles',
     'max_query_tokens',
     'interpret',
@@ -207,9 +210,6 @@ def attention(
   precision: dots.Precision = _HIGHEST,
   num_stages: int | None = None,
   combine_stages: int = 1,
-  combine_unroll: int = 8,
-  combine_block_h: int = 64,
-  combine_tree: bool = False,
   skip_masked_tiles: bool = True,
   max_query_tokens: int = 2048,
   interpret: bool = False,
@@ -246,14 +246,6 @@ def attention(
       (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
-    combine_unroll: splits per step of the combine kernel's sum, whose
-      loads are issued together; a power of 2 (speed only without
-      combine_tree: the same additions in the same order).
-    combine_block_h: head dims per combine program (speed only: columns are
-      independent); min(combine_block_h, H) must divide H.
-    combine_tree: sum each combine step's splits pairwise before adding them
-      (`combine_kernel`): other bits once 3 or more splits are live, and
-      combine_unroll then fixes them like the block sizes.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
@@ -277,8 +269,6 @@ def attention(
     relative_table,
     window=window,
     block_sizes=block_sizes,
-    combine_unroll=combine_unroll,
-    combine_block_h=combine_block_h,
     max_query_tokens=max_query_tokens,
     interpret=interpret,
   )
@@ -287,7 +277,7 @@ def attention(
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
   stages = (num_stages, combine_stages)
-  combine = (combine_unroll, combine_cols, combine_tree)
+  combine = (sizes.combine_group, combine_cols)
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
@@ -360,10 +350,10 @@ def _attention_blocks(
   num_tiles = capacity // sizes.block_k
   tiles_per_split = sizes.block_s // sizes.block_k
   num_splits = pl.cdiv(num_tiles, tiles_per_split)
-  unroll, combine_cols, tree = combine
-  # The combine loads all maxima at once and the rest `unroll` splits at a
-  # time: pad the partials (never written, never counted) to a power of 2.
-  padded_splits = max(unroll, 1 << (num_splits - 1).bit_length())  # a power of 2
+  combine_group, combine_cols = combine
+  # The combine loads all maxima at once and the rest `combine_group` splits
+  # at a time: pad the partials (never written, never read) to a power of 2.
+  padded_splits = max(combine_group, 1 << (num_splits - 1).bit_length())
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
   # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)
@@ -445,7 +435,7 @@ def _attention_blocks(
   # per `combine_cols` head dims.
   all_stats = pl.BlockSpec((None, None, padded_splits, rows), lambda i, b, h, j: (b, h, 0, i))
   out = pl.pallas_call(
-    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, unroll=unroll, tree=tree),
+    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, group=combine_group),
     grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
     in_specs=[
       pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),

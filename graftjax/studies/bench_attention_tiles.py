@@ -29,24 +29,24 @@ HEADS, KV_HEADS, HEAD_DIM = 4, 1, 256  # gemma-3-270m
 QUICK = dict(decode_lengths=[64], prefill_lengths=[64], iters=2)
 
 
-# Launch knobs after the tile sizes, in this order (`attention`'s doc: all are
-# speed only but combine_tree, which sums each combine step pairwise).
-LAUNCH_KNOBS = ('num_stages', 'combine_stages', 'combine_unroll', 'combine_block_h', 'combine_tree')
+# Launch knobs after the tile sizes (speed only, `attention`'s doc).
+LAUNCH_KNOBS = ('num_stages', 'combine_stages')
+CANDIDATE_FORM = (
+  'block_q,block_k,block_s,num_warps[,num_stages,combine_stages[,combine_group,combine_block_h]]'
+)
 
 
 def parse_candidate(text: str) -> tuple[attention_lib.BlockSizes, dict[str, int]]:
-  """(tile sizes, launch knobs) of 'q,k,s,warps[,stages,combine_stages[,unroll,block_h[,tree]]]'."""
+  """(tile sizes, launch knobs) of a candidate of the form CANDIDATE_FORM."""
   try:
     numbers = [int(x) for x in text.split(',')]
-    if len(numbers) not in (4, 6, 8, 9):
+    if len(numbers) not in (4, 6, 8):
       raise ValueError
   except ValueError as e:
-    raise ValueError(
-      f'candidate {text!r} must be block_q,block_k,block_s,num_warps'
-      '[,num_stages,combine_stages[,combine_unroll,combine_block_h[,combine_tree]]]'
-    ) from e
-  sizes = attention_lib.BlockSizes(*numbers[:3], num_warps=numbers[3])
-  return sizes, dict(zip(LAUNCH_KNOBS, numbers[4:]))
+    raise ValueError(f'candidate {text!r} must be {CANDIDATE_FORM}') from e
+  combine = dict(zip(('combine_group', 'combine_block_h'), numbers[6:]))
+  sizes = attention_lib.BlockSizes(*numbers[:3], num_warps=numbers[3], **combine)
+  return sizes, dict(zip(LAUNCH_KNOBS, numbers[4:6]))
 
 
 def _case(phase: str, length: int, dtype: str):

@@ -46,9 +46,10 @@ def _sizes(dtype, group):
   )
 
 
-def _run(q, k, v, q_pos, k_pos, options=None, **static):
-  """The kernel's output in float32; `options` are its optional array operands."""
-  sizes = _sizes(q.dtype, q.shape[2] // k.shape[2])
+def _run(q, k, v, q_pos, k_pos, options=None, combine=None, **static):
+  """The kernel's output in float32; `options` are its optional array operands,
+  `combine` replaces the combine's block sizes (combine_group, combine_block_h)."""
+  sizes = dataclasses.replace(_sizes(q.dtype, q.shape[2] // k.shape[2]), **(combine or {}))
   static = dict(dict(block_sizes=sizes, window=None), **static)
   out = _kernel(**static)(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos), **(options or {}))
   return np.asarray(out.astype(jnp.float32))
@@ -117,21 +118,22 @@ def _cache_case(tokens_k, tokens_v, filled, garbage_seed, dtype):
     (jnp.float32, None, 'highest', {}),
     (jnp.bfloat16, WINDOW, 'highest', {}),
     (jnp.float32, None, 'bf16x3', {}),
-    (jnp.float32, None, 'highest', dict(combine_tree=True, combine_unroll=2)),
+    (jnp.float32, None, 'highest', dict(combine_group=1)),
+    (jnp.float32, None, 'highest', dict(combine_group=2)),
   ],
 )
 def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precision, combine):
   """A query row gives the same bits alone, in a chunk of 7 or 64, at batch 1
   or 8, whether its prefix was written with it or restored from pieces, and
   whatever the empty slots hold; also with float32 dots split into bfloat16
-  pieces (`dots`), and with the combine's pairwise sum."""
+  pieces (`dots`), and with the combine's splits summed one by one or in pairs."""
   rng = np.random.default_rng(1)
   prefix, chunk = 40, 64  # prompt 0..39, continuation 40..103
   total = prefix + chunk
   tok_q = _normal(rng, (total, HEADS, HEAD_DIM), dtype, HEAD_DIM**-0.5)
   tok_k = _normal(rng, (total, KV_HEADS, HEAD_DIM), dtype)
   tok_v = _normal(rng, (total, KV_HEADS, HEAD_DIM), dtype)
-  kwargs = dict(window=window, precision=dots.from_name(precision), **combine)
+  kwargs = dict(window=window, precision=dots.from_name(precision), combine=combine)
 
   # Fresh: the 64-token continuation written in one call; the cache slots are
   # written with dynamic_update_slice into zeros (empty slots stay zero).
@@ -193,12 +195,19 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
       **kwargs,
     )
     np.testing.assert_array_equal(out64_sliced, out64)
-    # Nor how the combine walks the 4 splits: 1 or 2 per step (the default 8
-    # walks over padding it never counts), all head dims in one program.
-    for combine in (dict(combine_unroll=1), dict(combine_unroll=2), dict(combine_block_h=HEAD_DIM)):
-      np.testing.assert_array_equal(
-        _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, **combine, **kwargs), out7, err_msg=str(combine)
-      )
+    # Nor, when the combine adds one split at a time, its head dims per program.
+    one_by_one = dict(kwargs, combine=dict(combine_group=1))
+    np.testing.assert_array_equal(
+      _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, **one_by_one),
+      _run(
+        tok_q[None, lo:hi],
+        k7,
+        v7,
+        qp7,
+        kp7,
+        **dict(one_by_one, combine=dict(combine_group=1, combine_block_h=HEAD_DIM)),
+      ),
+    )
   # ...and the common rows are right, not merely consistent.
   ref = attn.attention_reference(
     tok_q[None, prefix:], k64, v64, jnp.asarray(qp64), jnp.asarray(kp64), window=window
@@ -207,24 +216,19 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
   np.testing.assert_allclose(out64, np.asarray(ref.astype(jnp.float32)), **tolerance)
 
 
-def test_combine_tree_sums_pairwise():
-  """The pairwise combine: one split per step is the ascending sum, bit for
-  bit; over all 4 splits at once it moves bits (so the row-bits test above
-  checks another order) but stays as close to the reference."""
+@pytest.mark.parametrize('group', [1, 2, 4, 8])
+def test_combine_groups_stay_close_to_the_reference(group):
+  """The combine's sum by groups of splits (4 live here; 8 walks padding it
+  never reads) is as close to the reference as the ascending sum."""
   rng = np.random.default_rng(5)
   q = _normal(rng, (1, 1, HEADS, HEAD_DIM), jnp.float32, HEAD_DIM**-0.5)
   k = _normal(rng, (1, CAPACITY, KV_HEADS, HEAD_DIM), jnp.float32)
   v = _normal(rng, (1, CAPACITY, KV_HEADS, HEAD_DIM), jnp.float32)
   q_pos = np.array([[CAPACITY - 1]], np.int32)  # sees all 4 splits
   k_pos = np.arange(CAPACITY, dtype=np.int32)[None]
-  serial = _run(q, k, v, q_pos, k_pos)
-  np.testing.assert_array_equal(
-    _run(q, k, v, q_pos, k_pos, combine_tree=True, combine_unroll=1), serial
-  )
-  tree = _run(q, k, v, q_pos, k_pos, combine_tree=True, combine_unroll=4)
-  assert not np.array_equal(tree, serial)
+  got = _run(q, k, v, q_pos, k_pos, combine=dict(combine_group=group))
   ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos))
-  np.testing.assert_allclose(tree, np.asarray(ref), **TOLERANCE[jnp.float32])
+  np.testing.assert_allclose(got, np.asarray(ref), **TOLERANCE[jnp.float32])
 
 
 def test_empty_slot_contents_do_not_matter():
@@ -522,9 +526,21 @@ def test_tile_ranges_cover_every_visible_tile(window):
       'block_s=96 must be a multiple of block_k=64',
     ),
     (((1, 4, 4, 256), (1, 128, 1, 256)), {'max_query_tokens': 2}, 'must be at least block_q'),
-    (((1, 4, 4, 256), (1, 128, 1, 256)), {'combine_unroll': 0}, 'positive power of 2, got 0'),
-    (((1, 4, 4, 256), (1, 128, 1, 256)), {'combine_unroll': 3}, 'positive power of 2, got 3'),
-    (((1, 4, 4, 256), (1, 128, 1, 256)), {'combine_block_h': 48}, 'divide the head dim H=256'),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'block_sizes': attn.BlockSizes(block_k=64, combine_group=0)},
+      'combine_group=0 must be a positive power of 2',
+    ),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'block_sizes': attn.BlockSizes(block_k=64, combine_group=3)},
+      'combine_group=3 must be a positive power of 2',
+    ),
+    (
+      ((1, 4, 4, 256), (1, 128, 1, 256)),
+      {'block_sizes': attn.BlockSizes(block_k=64, combine_block_h=48)},
+      'divide the head dim H=256',
+    ),
   ],
 )
 def test_shape_errors(shapes, kwargs, match):

@@ -75,10 +75,12 @@ def test_matmul_sweep_compares_bytes_with_the_default_tiles():
 def test_attention_candidates_take_the_launch_knobs():
   sizes, knobs = bench_attention_tiles.parse_candidate('4,64,512,4,2,1,8,16')
   assert (sizes.block_k, sizes.block_s, sizes.num_warps) == (64, 512, 4)
-  assert knobs == {'num_stages': 2, 'combine_stages': 1, 'combine_unroll': 8, 'combine_block_h': 16}
-  assert bench_attention_tiles.parse_candidate('4,64,512,4,2,1,8,16,1')[1]['combine_tree'] == 1
-  with pytest.raises(ValueError, match='combine_unroll'):
-    bench_attention_tiles.parse_candidate('4,64,512,4,2')
+  assert (sizes.combine_group, sizes.combine_block_h) == (8, 16)
+  assert knobs == {'num_stages': 2, 'combine_stages': 1}
+  assert bench_attention_tiles.parse_candidate('4,64,512,4')[1] == {}
+  for bad in ('4,64,512,4,2', '4,64,512,4,2,1,8,16,1', '4,64,512,x'):
+    with pytest.raises(ValueError, match='combine_group'):
+      bench_attention_tiles.parse_candidate(bad)
 
 
 def test_attention_sweep_can_trace_each_call():
