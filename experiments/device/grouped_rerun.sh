@@ -3,6 +3,7 @@
 # call; the model parts are staged by the next calls, the last of which
 # touches /root/stage/STAGED. Results land in /root/out4 (poll with
 # `tar -czf $OUT/out4.tgz -C /root/out4 .`); `DONE` marks the end. About 14 minutes.
+# (Its run had the shard loops of shards.sh inline: the same commands.)
 # A. No model, the GPU to itself: the attention defaults traced (grouped against
 #    the former ascending defaults), then bench_kernels.
 # B. Model staged, the GPU to itself: bench_model --per_op in both dtypes, and
@@ -36,20 +37,9 @@ timeout 200 python experiments/bench_model.py --weights=random --dtype=float32 -
 say "bench bf16x3 exit $?"
 timeout 400 python -m pytest -q -p no:cacheprovider tests/kernels tests/models/gemma/test_matmul_tiles.py \
   > "$OUT/test_native.log" 2>&1 &
-for i in 0 1 2 3 4 5 6 7 8 9; do
-  python experiments/invariance.py --impl=pallas --samples=50 \
-      --chunk_sizes=1,7,64,512 --batch_sizes=1,8 --shard=$i --num_shards=10 \
-      --out="$OUT/invariance_h200_shard${i}of10.json" > "$OUT/invariance_$i.log" 2>&1 &
-done
-for dtype in float32 bfloat16; do
-  for i in 0 1 2 3 4; do
-    python experiments/invariance.py --impl=pallas --dtype=$dtype --samples=10 \
-        --prefix_tokens=992 --continuation_tokens=32 --chunk_sizes=1,7,64,512 \
-        --batch_sizes=1,8 --shard=$i --num_shards=5 \
-        --out="$OUT/invariance_long_${dtype}_shard${i}of5.json" \
-        > "$OUT/invariance_long_${dtype}_$i.log" 2>&1 &
-  done
-done
+source experiments/device/shards.sh
+invariance_shards "$OUT"
+invariance_long_shards "$OUT"
 for label in a b; do
   python experiments/kernel_determinism.py --label=call_$label \
       --out="$OUT/det_$label.json" > "$OUT/det_$label.log" 2>&1

@@ -8,14 +8,7 @@ source experiments/device/setup.sh
 set +e
 R=/root/out3
 mkdir -p "$R"
-for dtype in float32 bfloat16; do
-  for i in 0 1 2 3 4; do
-    python experiments/invariance.py --impl=pallas --dtype=$dtype --samples=10 \
-        --prefix_tokens=992 --continuation_tokens=32 --chunk_sizes=1,7,64,512 \
-        --batch_sizes=1,8 --shard=$i --num_shards=5 \
-        --out="$R/invariance_long_${dtype}_shard${i}of5.json" \
-        > "$R/invariance_long_${dtype}_$i.log" 2>&1 &
-  done
-done
+source experiments/device/shards.sh
+invariance_long_shards "$R"
 wait
 touch "$R/DONE_LONG"

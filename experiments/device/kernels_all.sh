@@ -22,11 +22,8 @@ fi
 python experiments/bench_model.py --impl=xla --impl=pallas --prompt_tokens=1024 \
     --decode_tokens=64 --chunk_size=128 --out="$R/bench_model_h200.json" \
     > "$R/bench_model.log" 2>&1
-for i in 0 1 2 3 4 5 6 7 8 9; do
-  python experiments/invariance.py --impl=pallas --samples=50 \
-      --chunk_sizes=1,7,64,512 --batch_sizes=1,8 --shard=$i --num_shards=10 \
-      --out="$R/invariance_h200_shard${i}of10.json" > "$R/invariance_$i.log" 2>&1 &
-done
+source experiments/device/shards.sh
+invariance_shards "$R"
 for label in a b; do
   python experiments/kernel_determinism.py --label=call_$label \
       --out="$R/det_$label.json" > "$R/det_$label.log" 2>&1

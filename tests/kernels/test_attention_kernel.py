@@ -124,8 +124,8 @@ def _cache_case(tokens_k, tokens_v, filled, garbage_seed, dtype):
 )
 def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precision, combine):
   """A query row gives the same bits alone, in a chunk of 7 or 64, at batch 1
-  or 8, whether its prefix was written with it or restored from pieces, and
-  whatever the empty slots hold; also with float32 dots split into bfloat16
+  or 8, whether its prefix was written with it or restored from pieces, in a
+  cache of either capacity, and whatever the empty slots hold; also with float32 dots split into bfloat16
   pieces (`dots`), and with the combine's splits summed one by one or in pairs."""
   rng = np.random.default_rng(1)
   prefix, chunk = 40, 64  # prompt 0..39, continuation 40..103
@@ -147,6 +147,15 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
   kp64[0, :total] = np.arange(total)
   qp64 = np.arange(prefix, total, dtype=np.int32)[None]
   out64 = _run(tok_q[None, prefix:], k64, v64, qp64, kp64, **kwargs)
+
+  # The same cache twice as large (slots past 128 empty, holding garbage):
+  # the combine walks more splits, and the rows' last ones see 4 of them.
+  junk = np.random.default_rng(6)
+  rest = (1, CAPACITY, KV_HEADS, HEAD_DIM)
+  k_big = jnp.concatenate([k64, _garbage(junk, rest, dtype)], axis=1)
+  v_big = jnp.concatenate([v64, _garbage(junk, rest, dtype)], axis=1)
+  kp_big = np.concatenate([kp64, np.full((1, CAPACITY), -1, np.int32)], axis=1)
+  out_big = _run(tok_q[None, prefix:], k_big, v_big, qp64, kp_big, **kwargs)
 
   # Grafted: the prompt restored (a separate array concatenated in), then a
   # chunk of 7 (positions 47..53) written; garbage beyond.
@@ -177,6 +186,7 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
   out_b8 = _run(qb, kb, vb, qpb, kpb, **kwargs)
 
   # Same rows, same bits.
+  np.testing.assert_array_equal(out_big, out64)
   np.testing.assert_array_equal(out7[0], out64[0, lo - prefix : hi - prefix])
   np.testing.assert_array_equal(out_b8[5], out7[0])
   np.testing.assert_array_equal(out1[0, 0], out64[0, target - prefix])
