@@ -45,7 +45,7 @@ class BlockSizes:
       (G = query heads per kv head).
     block_k: cache slots per KV tile; the capacity S must be a multiple.
     block_s: cache slots per split (a multiple of block_k): the unit of
-      parallelism over S, summed in ascending order.
+      parallelism over S, summed in a fixed order (combine_group).
     block_h: head-dim pairs per step of the relative (`relative_table`)
       score, a [block_q * G, block_k, block_h] gather; H / 2 must be a
       multiple.
