@@ -189,7 +189,6 @@ def _check_arguments(
     'precision',
     'num_stages',
     'combine_stages',
-    'value_splits',
     'skip_masked_tiles',
     'max_query_tokens',
     'interpret',
@@ -211,7 +210,6 @@ def attention(
   precision: dots.Precision = _HIGHEST,
   num_stages: int | None = None,
   combine_stages: int = 1,
-  value_splits: int = 1,
   skip_masked_tiles: bool = True,
   max_query_tokens: int = 2048,
   interpret: bool = False,
@@ -248,10 +246,6 @@ def attention(
       (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
-    value_splits: programs per split, each computing H / value_splits of the
-      output's columns (each recomputes the scores; a row's bits do not
-      depend on it, shown natively by the kernel tests): more programs for a
-      decode over few splits.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
@@ -278,12 +272,6 @@ def attention(
     max_query_tokens=max_query_tokens,
     interpret=interpret,
   )
-  head_dim = q.shape[3]
-  if value_splits <= 0 or head_dim % value_splits:
-    raise ValueError(f'value_splits={value_splits} must be positive and divide H={head_dim}')
-  value_cols = head_dim // value_splits
-  if not interpret and (not _common.is_power_of_2(value_cols) or value_cols < 16):
-    raise ValueError(f'H / value_splits = {value_cols} must be a power of 2 >= 16 on the GPU')
   dots.check(precision)
   num_q = q.shape[1]
   if num_stages is None:
@@ -327,7 +315,6 @@ def attention(
         skip_masked_tiles=skip_masked_tiles,
         stages=stages,
         combine=combine,
-        value_splits=value_splits,
         interpret=interpret,
       )
     )
@@ -352,7 +339,6 @@ def _attention_blocks(
   skip_masked_tiles,
   stages,
   combine,
-  value_splits,
   interpret,
 ):
   """`attention` of whole query blocks: q [B, Tp, N, H], Tp % block_q == 0."""
@@ -405,30 +391,24 @@ def _attention_blocks(
     whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h, c: (0, 0))
     table_spec = (whole, whole)
   stat_shape = (batch, num_kv_heads, padded_splits, padded * group)
-  # Program c of the last axis is split c // vs over value columns c % vs.
-  vs, value_cols = value_splits, head_dim // value_splits
-  stat_spec = pl.BlockSpec((None, None, None, rows), lambda i, b, h, c: (b, h, c // vs, i))
-  value_spec = pl.BlockSpec(
-    (None, capacity, None, value_cols), lambda i, b, h, c: (b, 0, h, c % vs)
-  )
+  stat_spec = pl.BlockSpec((None, None, None, rows), lambda i, b, h, c: (b, h, c, i))
   m, l, o = pl.pallas_call(
     functools.partial(
       split_kernel,
       block_k=sizes.block_k,
       block_h=sizes.block_h,
       tiles_per_split=tiles_per_split,
-      value_splits=value_splits,
       window=window,
       precision=precision,
     ),
-    grid=(num_blocks, batch, num_kv_heads, num_splits * value_splits),
+    grid=(num_blocks, batch, num_kv_heads, num_splits),
     in_specs=[
       pl.BlockSpec((None, None, rows, head_dim), lambda i, b, h, c: (b, h, i, 0)),
       row_spec,
       None if q_seg_rows is None else row_spec,
       None if slope_rows is None else pl.BlockSpec((None, rows), lambda i, b, h, c: (h, 0)),
       cache_spec,
-      value_spec,
+      cache_spec,
       slot_spec,
       None if k_segments is None else slot_spec,
       table_spec,
@@ -437,9 +417,7 @@ def _attention_blocks(
     out_specs=[
       stat_spec,
       stat_spec,
-      pl.BlockSpec(
-        (None, None, None, rows, value_cols), lambda i, b, h, c: (b, h, c // vs, i, c % vs)
-      ),
+      pl.BlockSpec((None, None, None, rows, head_dim), lambda i, b, h, c: (b, h, c, i, 0)),
     ],
     out_shape=[
       jax.ShapeDtypeStruct(stat_shape, jnp.float32),

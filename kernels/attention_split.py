@@ -53,29 +53,24 @@ def split_kernel(
   q_seg_ref,  # [R] int32, or None
   slope_ref,  # [R] float32 ALiBi slope of each row's head, or None
   k_ref,  # [S, H]
-  v_ref,  # [S, Hv]: Hv = H / value_splits columns of v
+  v_ref,  # [S, H]
   k_pos_ref,  # [S] int32
   k_seg_ref,  # [S] int32, or None
   table_refs,  # (cos, sin) [D, H/2] float32, or None
   tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
   m_ref,  # [R] float32 out: running max of the split
   l_ref,  # [R] float32 out: sum of exp(s - m) of the split
-  o_ref,  # [R, Hv] float32 out: unnormalised output of the split, those columns
+  o_ref,  # [R, H] float32 out: unnormalised output of the split
   *,
   block_k: int,
   block_h: int,
   tiles_per_split: int,
-  value_splits: int,
   window: int | None,
   precision: dots.Precision,
 ):
-  """Online softmax of one query block over the tiles of one split.
-
-  Program c of the last grid axis is split c // value_splits; the scores,
-  maxima and sums are the same in each of its value_splits programs.
-  """
-  rows = q_ref.shape[0]
-  split = pl.program_id(3) // value_splits
+  """Online softmax of one query block over the tiles of one split."""
+  rows, head_dim = q_ref.shape
+  split = pl.program_id(3)
   q = q_ref[...] if table_refs is None else None
   lo = jnp.maximum(tiles_ref[0], split * tiles_per_split)
   hi = jnp.minimum(tiles_ref[1], (split + 1) * tiles_per_split)
@@ -113,7 +108,7 @@ def split_kernel(
   # Splits outside [lo, hi) write nothing: the sum never counts them.
   @pl.when(lo < hi)
   def _():
-    o = jnp.zeros((rows, v_ref.shape[1]), jnp.float32)
+    o = jnp.zeros((rows, head_dim), jnp.float32)
     m = jnp.full((rows,), -jnp.inf, jnp.float32)
     l = jnp.zeros((rows,), jnp.float32)
     o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))

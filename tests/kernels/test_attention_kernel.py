@@ -205,11 +205,6 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
       **kwargs,
     )
     np.testing.assert_array_equal(out64_sliced, out64)
-    # Nor the programs per split over the value columns.
-    for value_splits in (2, 4):
-      np.testing.assert_array_equal(
-        _run(tok_q[None, lo:hi], k7, v7, qp7, kp7, value_splits=value_splits, **kwargs), out7
-      )
     # Nor, when the combine adds one split at a time, its head dims per program.
     one_by_one = dict(kwargs, combine=dict(combine_group=1))
     np.testing.assert_array_equal(
@@ -541,7 +536,6 @@ def test_tile_ranges_cover_every_visible_tile(window):
       'block_s=96 must be a multiple of block_k=64',
     ),
     (((1, 4, 4, 256), (1, 128, 1, 256)), {'max_query_tokens': 2}, 'must be at least block_q'),
-    (((1, 4, 4, 256), (1, 128, 1, 256)), {'value_splits': 3}, 'must be positive and divide H'),
     (
       ((1, 4, 4, 256), (1, 128, 1, 256)),
       {'block_sizes': attn.BlockSizes(block_k=64, combine_group=0)},

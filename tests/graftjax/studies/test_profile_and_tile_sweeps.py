@@ -78,8 +78,7 @@ def test_attention_candidates_take_the_launch_knobs():
   assert (sizes.combine_group, sizes.combine_block_h) == (8, 16)
   assert knobs == {'num_stages': 2, 'combine_stages': 1}
   assert bench_attention_tiles.parse_candidate('4,64,512,4')[1] == {}
-  assert bench_attention_tiles.parse_candidate('4,64,512,4,2,1,8,16,2')[1]['value_splits'] == 2
-  for bad in ('4,64,512,4,2', '4,64,512,4,2,1,8', '4,64,512,x'):
+  for bad in ('4,64,512,4,2', '4,64,512,4,2,1,8,16,1', '4,64,512,x'):
     with pytest.raises(ValueError, match='combine_group'):
       bench_attention_tiles.parse_candidate(bad)
 
