@@ -277,7 +277,6 @@ def attention(
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
   stages = (num_stages, combine_stages)
-  combine = (sizes.combine_group, combine_cols)
 
   q_positions = q_positions.astype(jnp.int32)
   k_positions = k_positions.astype(jnp.int32)
@@ -314,7 +313,7 @@ def attention(
         precision=precision,
         skip_masked_tiles=skip_masked_tiles,
         stages=stages,
-        combine=combine,
+        combine_cols=combine_cols,
         interpret=interpret,
       )
     )
@@ -338,7 +337,7 @@ def _attention_blocks(
   precision,
   skip_masked_tiles,
   stages,
-  combine,
+  combine_cols,
   interpret,
 ):
   """`attention` of whole query blocks: q [B, Tp, N, H], Tp % block_q == 0."""
@@ -350,10 +349,9 @@ def _attention_blocks(
   num_tiles = capacity // sizes.block_k
   tiles_per_split = sizes.block_s // sizes.block_k
   num_splits = pl.cdiv(num_tiles, tiles_per_split)
-  combine_group, combine_cols = combine
   # The combine loads all maxima at once and the rest `combine_group` splits
   # at a time: pad the partials (never written, never read) to a power of 2.
-  padded_splits = max(combine_group, 1 << (num_splits - 1).bit_length())
+  padded_splits = max(sizes.combine_group, 1 << (num_splits - 1).bit_length())
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
   # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)
@@ -435,7 +433,7 @@ def _attention_blocks(
   # per `combine_cols` head dims.
   all_stats = pl.BlockSpec((None, None, padded_splits, rows), lambda i, b, h, j: (b, h, 0, i))
   out = pl.pallas_call(
-    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, group=combine_group),
+    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, group=sizes.combine_group),
     grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
     in_specs=[
       pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),

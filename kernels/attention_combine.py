@@ -35,8 +35,11 @@ def combine_kernel(
   first = lo // tiles_per_split
   last = jnp.where(lo < hi, pl.cdiv(hi, tiles_per_split), first)
 
+  def in_range(split):
+    return (split >= first) & (split < last)
+
   def live(split, l):
-    return (split >= first) & (split < last) & (l > 0.0)
+    return in_range(split) & (l > 0.0)
 
   splits = lax.broadcasted_iota(jnp.int32, l_ref.shape, 0)  # [Cp, R]
   m_max = jnp.max(jnp.where(live(splits, l_ref[...]), m_ref[...], -jnp.inf), axis=0)  # [R]
@@ -48,10 +51,9 @@ def combine_kernel(
     seen = live(split, l_part)
     w = jnp.exp(jnp.where(seen, m_ref[part] - m_max[None, :], 0.0))
     # Splits out of the block's range are never written: their lanes load 0.
-    in_range = (split >= first) & (split < last)
     o_part = plt.load(
       o_ref.at[part],
-      mask=jnp.broadcast_to(in_range[:, :, None], (group, rows, head_dim)),
+      mask=jnp.broadcast_to(in_range(split)[:, :, None], (group, rows, head_dim)),
       other=0.0,
     )
     o_terms = jnp.where(seen[:, :, None], w[:, :, None] * o_part, 0.0)  # [U, R, Hc]
