@@ -2,9 +2,10 @@
 
 Apart from blocks.py because it needs the store, and the store needs blocks. A restore
 reads the block's chunk files into host staging buffers (`Staging`: reused from one
-restore to the next; pinned host memory on a GPU), every byte SHA-256 verified as it
-lands, checks the block against the model and the cache, and only then copies the staged
-rows into the cache (one host-to-device copy, then one in-place write). Why each step,
+restore to the next; pinned host memory on a GPU), every byte hashed and checked against
+its digest as it lands; k is copied to the device while v is still read (into new device
+arrays, not the cache). It then checks the block against the model and the cache, and only
+then writes the copied rows into the cache (one in-place write). Why each step,
 and the floor it is measured against: docs/store_format.md, "Restoring into a cache".
 """
 
@@ -56,9 +57,15 @@ class Staging:
     if memory == 'pinned_host' and self.memory != 'pinned_host':
       raise ValueError(f'cannot write pinned_host memory of {self.device} through a host view')
     self._buffers: dict[str, tuple[np.ndarray, jax.Array | None]] = {}
+    self._copies: list[jax.Array] = []  # copies out of the buffers that may be in flight
 
   def buffer(self, name: str, shape: Sequence[int], dtype) -> np.ndarray:
-    """A writable host array of `shape` and `dtype` kept under `name` (reused if it fits)."""
+    """A writable host array of `shape` and `dtype` kept under `name` (reused if it fits).
+
+    Waits first for every copy out of this staging still in flight.
+    """
+    jax.block_until_ready(self._copies)
+    self._copies = []
     shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
     held = self._buffers.get(name)
     if held is None or held[0].shape != shape or held[0].dtype != dtype:
@@ -79,7 +86,9 @@ class Staging:
       return jax.device_put(
         np.ascontiguousarray(view[(slice(None),) * axis + (slice(rows),)]), self.device
       )
-    return jax.device_put(view if pinned is None else pinned, device_memory(self.device))
+    copy = jax.device_put(view if pinned is None else pinned, device_memory(self.device))
+    self._copies.append(copy)
+    return copy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,12 +101,14 @@ class Staged:
     layout: the page layout, or None for a plain block.
     rows: the rows staged per layer, m >= n (rows n..m are not installed).
     staging: where it lies.
+    copies: k and v [L, m, K, H] already on the device, by name.
   """
 
   block: blocks.KVBlock
   layout: tuple[tuple[int, int], ...] | None
   rows: int
   staging: Staging
+  copies: dict[str, jax.Array] = dataclasses.field(default_factory=dict)
 
 
 def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: int) -> Staged:
@@ -105,12 +116,13 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
 
   Rows are staged as `blocks.graft` pads them (to a multiple of
   `blocks.INSTALL_BUCKET`, within the capacity), so installs of any length
-  share a few compiled programs.
+  share a few compiled programs. k and v are each copied to the device as
+  soon as all their chunks verified (`Staged.copies`).
 
   Raises:
     store.StoreError: if the block is missing or does not verify.
   """
-  rows = {}
+  rows, copies = {}, {}
 
   def into(meta: blocks.BlockMeta, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     num_layers, n, kv_heads, head_dim = shapes['k']
@@ -123,8 +135,12 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
     positions[n:] = cache_lib.EMPTY_POSITION
     return {**out, 'positions': positions[:n]}
 
-  block, layout = store.get_page(key, into=into)
-  return Staged(block=block, layout=layout, rows=rows['m'], staging=staging)
+  def copy(name: str) -> None:
+    if name in ('k', 'v'):
+      copies[name] = staging.to_device(name, rows['m'])
+
+  block, layout = store.get_page(key, into=into, on_verified=copy)
+  return Staged(block=block, layout=layout, rows=rows['m'], staging=staging, copies=copies)
 
 
 def install(
@@ -140,8 +156,8 @@ def install(
 
   Every refusal of `graft` is checked first (the cache is untouched on any
   error, even with `donate=True`); then the staged rows are copied to the
-  device and written in place. Returns when the cache is ready (the staging
-  may then be reused).
+  device (unless `read` copied them already) and written in place. Returns
+  when the cache is ready (the staging may then be reused).
 
   Raises:
     blocks.GraftError: as `blocks.graft`.
@@ -152,13 +168,19 @@ def install(
   )
   # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
   m = min(staged.rows, cache.capacity - block.meta.start)
-  k, v, positions = (staged.staging.to_device(name, m) for name in ('k', 'v', 'positions'))
+  copied = staged.copies if m == staged.rows else {}
+  k, v, positions = (
+    copied[name] if name in copied else staged.staging.to_device(name, m)
+    for name in ('k', 'v', 'positions')
+  )
   meta = block.meta
-  return jax.block_until_ready(
+  cache = jax.block_until_ready(
     blocks.install_rows(
       cache, k, v, positions, segment=meta.segment, start=meta.start, n=len(block), donate=donate
     )
   )
+  staged.staging._copies = []  # pylint: disable=protected-access  # all landed: none in flight
+  return cache
 
 
 def restore(

@@ -2,7 +2,7 @@
 
 `BlockStore(root)` keeps each `KVBlock` under its content key (`key_for`).
 `put` deposits a block so that it appears whole or not at all; `get` and
-`verify` check every byte against its SHA-256 as it is read. Every failure
+`verify` check every byte against its digest (BLAKE3) as it is read. Every failure
 raises a `StoreError` naming the path and the cause. The on-disk format,
 and what each guarantee rests on, is specified in docs/store_format.md.
 """
@@ -90,7 +90,7 @@ class BlockStore:
     for _ in range(3):  # a block deleted under us is deposited again
       if self._exists(key):
         try:
-          self._check_stored(key, manifest)
+          self._check_stored(key, manifest, block, page_layout)
           return key
         except MissingBlockError:
           continue
@@ -121,13 +121,21 @@ class BlockStore:
     return self._read(self._checked_key(key), into)[1]
 
   def get_page(
-    self, key: str, *, into: store_read.Into | None = None
+    self,
+    key: str,
+    *,
+    into: store_read.Into | None = None,
+    on_verified: store_read.OnVerified | None = None,
   ) -> tuple[blocks.KVBlock, tuple[tuple[int, int], ...] | None]:
     """(block, page_layout) under `key`: as `get`, with the rows each layer keeps.
 
     page_layout is None for a plain block (every row of every layer).
+    `on_verified(name)`, if given, is called on this thread as each array's
+    chunks have all landed and verified, before the block as a whole is
+    checked (`store_read.OnVerified`): a restore starts copying k to the
+    device while v is still read.
     """
-    manifest, block = self._read(self._checked_key(key), into)
+    manifest, block = self._read(self._checked_key(key), into, on_verified)
     return block, store_pages.layout_of(manifest)
 
   def verify(self, key: str) -> None:
@@ -214,17 +222,21 @@ class BlockStore:
       and os.path.isfile(manifest)
     )
 
-  def _read(self, key: str, into: store_read.Into | None = None):
+  def _read(self, key: str, into=None, on_verified=None):
     """(manifest, block) of `key`, read and verified."""
     local = None if self._local is None else os.path.join(self._local, key)
-    return store_read.read_block(self._kv / f'{key}/', self._where(key), key, local, into)
+    return store_read.read_block(
+      self._kv / f'{key}/', self._where(key), key, local, into, on_verified
+    )
 
   def _check_writable(self) -> None:
     if self.read_only:
       raise ReadOnlyStoreError(self.root, 'the store was opened read-only')
 
-  def _check_stored(self, key: str, manifest: dict[str, Any]) -> None:
+  def _check_stored(self, key: str, manifest: dict[str, Any], block, page_layout) -> None:
     stored, _ = self._read(key)
+    if stored['format'] != manifest['format']:  # stored in an older format this code reads
+      _, manifest = store_encode.block_files(block, self.root, page_layout, stored['format'])
     differences = store_manifest.differences(stored, manifest)
     if differences:
       raise ConflictingBlockError(

@@ -76,17 +76,37 @@ def flat_bytes(array: np.ndarray) -> np.ndarray:
   return array.reshape(-1).view(np.uint8)
 
 
-def map_threads(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+def map_threads(
+  fn: Callable[[_T], _R],
+  items: Sequence[_T],
+  *,
+  after: dict[int, Callable[[], None]] | None = None,
+) -> list[_R]:
   """`[fn(x) for x in items]` on a thread per CPU; raises the first error, after all end.
 
   The threads are made once and shared (a restore should not pay for
   starting them); a call from one of them runs in that thread. Every call
   has ended when this returns or raises, so none writes into its arrays later.
+  `after[i]()` runs on the calling thread as soon as items[0..i] have all ended
+  without error (while later items are still worked on), in order of i.
   """
+  after = after or {}
   if len(items) < 2 or threading.current_thread().name.startswith(_POOL_NAME):
-    return [fn(x) for x in items]
+    out = []
+    for i, x in enumerate(items):
+      out.append(fn(x))
+      if i in after:
+        after[i]()
+    return out
   futures = [_pool().submit(fn, x) for x in items]
-  concurrent.futures.wait(futures)
+  try:
+    for i in sorted(after):
+      concurrent.futures.wait(futures[: i + 1])
+      if any(future.exception() is not None for future in futures[: i + 1]):
+        break
+      after[i]()
+  finally:
+    concurrent.futures.wait(futures)
   return [future.result() for future in futures]
 
 

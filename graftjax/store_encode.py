@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -19,9 +18,13 @@ _T = TypeVar('_T')
 
 
 def block_files(
-  block: blocks.KVBlock, root: str, page_layout: Sequence[Sequence[int]] | None = None
+  block: blocks.KVBlock,
+  root: str,
+  page_layout: Sequence[Sequence[int]] | None = None,
+  store_format: str = store_manifest.FORMAT,
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
-  """The block's (or page's) files (relative path -> bytes) and its manifest, checked.
+  """The block's (or page's) files (relative path -> bytes) and its manifest in
+  `store_format` (an older one only to compare with a stored block), checked.
 
   Raises:
     InvalidBlockError: naming the first thing that cannot be stored exactly.
@@ -50,10 +53,7 @@ def block_files(
       lambda c: store_chunks.flat_bytes(arrays[c.name])[c.start : c.stop].tobytes(),
       [c for name in names for c in chunks[name]],
     )
-    digests = store_chunks.map_threads(lambda data: hashlib.sha256(data).hexdigest(), payload)
-    manifest = store_manifest.build_manifest(
-      key, meta_json, arrays, _by_array(chunks, digests), layout
-    )
+    manifest = _manifest(key, meta_json, arrays, chunks, payload, layout, store_format)
     store_manifest.check_manifest(manifest)
   except (store_errors.Malformed, blocks.GraftError) as e:
     raise store_errors.InvalidBlockError(root, f'cannot store the block: {e}') from e
@@ -63,6 +63,28 @@ def block_files(
   text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
   files[store_manifest.MANIFEST] = text.encode('ascii')
   return files, manifest
+
+
+def _manifest(
+  key: str,
+  meta_json: dict[str, Any],
+  arrays: dict[str, np.ndarray],
+  chunks: dict[str, list[store_chunks.Chunk]],
+  payload: Sequence[bytes],
+  layout: store_pages.Layout | None,
+  store_format: str,
+) -> dict[str, Any]:
+  """The manifest in `store_format` of arrays whose chunk files are `payload` (hashed here)."""
+
+  def digest(data: bytes) -> str:
+    hasher = store_manifest.new_hash(store_format)
+    hasher.update(data)
+    return hasher.hexdigest()
+
+  digests = store_chunks.map_threads(digest, payload)
+  return store_manifest.build_manifest(
+    key, meta_json, arrays, _by_array(chunks, digests), layout, store_format=store_format
+  )
 
 
 def _by_array(

@@ -17,6 +17,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
+import blake3
 import numpy as np
 
 from graftjax import blocks
@@ -24,7 +25,10 @@ from graftjax import store_chunks
 from graftjax import store_errors
 from graftjax import store_pages
 
-FORMAT = 'graftjax.blockstore/2'
+FORMAT = 'graftjax.blockstore/3'
+# Each format this code reads, and the hash its digests use: blocks of format 2 are still read.
+DIGEST_OF_FORMAT = {'graftjax.blockstore/2': 'sha256', FORMAT: 'blake3'}
+_HASHES = {'sha256': hashlib.sha256, 'blake3': blake3.blake3}
 KEY_SCHEME = 'graftjax.block-key/3'
 MANIFEST = 'manifest.json'
 ARRAY_NAMES = ('k', 'v', 'positions')
@@ -32,10 +36,9 @@ ARRAY_NAMES = ('k', 'v', 'positions')
 # kept whole, k_tail, v_tail the last rows of the trimmed layers.
 PAGE_ARRAY_NAMES = ('k', 'v', 'k_tail', 'v_tail', 'positions')
 KV_DTYPES = ('float32', 'bfloat16')
-SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests
+SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests (both hashes give 32 bytes)
 
 _MANIFEST_FIELDS = {'format', 'key', 'layout_version', 'meta', 'arrays'}
-_ENTRY_FIELDS = {'dtype', 'shape', 'chunk_shape', 'chunk_sha256', 'sha256'}
 _UNSUPPORTED_LAYOUT = getattr(blocks, 'UnsupportedLayoutError', ())
 
 
@@ -70,19 +73,36 @@ def key_for(meta: blocks.BlockMeta, page_layout: Sequence[Sequence[int]] | None 
   return hashlib.sha256(canonical.encode('ascii')).hexdigest()
 
 
-def array_digest(dtype: str, shape: Sequence[int], chunk_digests: Sequence[str]) -> str:
-  """The two-level SHA-256 hex of an array, from its chunks' digests.
+def new_hash(store_format: str = FORMAT):
+  """A fresh hash object (`update`, `hexdigest`) of the digests of `store_format`."""
+  return _HASHES[DIGEST_OF_FORMAT[store_format]]()
+
+
+def digest_fields(store_format: str = FORMAT) -> tuple[str, str]:
+  """The names of an array entry's chunk digests and array digest in `store_format`:
+  ('chunk_blake3', 'blake3') for format 3, ('chunk_sha256', 'sha256') for format 2."""
+  name = DIGEST_OF_FORMAT[store_format]
+  return f'chunk_{name}', name
+
+
+def array_digest(
+  dtype: str, shape: Sequence[int], chunk_digests: Sequence[str], *, store_format: str = FORMAT
+) -> str:
+  """The two-level digest hex of an array, from its chunks' digests.
 
   Args:
     dtype: numpy name of the array's dtype, e.g. 'bfloat16'.
     shape: the array's shape.
-    chunk_digests: SHA-256 hex of each chunk file's bytes, in chunk order.
+    chunk_digests: digest hex of each chunk file's bytes, in chunk order.
+    store_format: the manifest format, which names the hash (`DIGEST_OF_FORMAT`).
 
   Returns:
-    SHA-256 hex over `f'{dtype}[{d0},{d1},...]\\n'` (ASCII) followed by the
-    32 raw bytes of each chunk digest.
+    The hash (BLAKE3 in format 3, SHA-256 in format 2) hex over
+    `f'{dtype}[{d0},{d1},...]\\n'` (ASCII) followed by the 32 raw bytes of each
+    chunk digest.
   """
-  digest = hashlib.sha256(f'{dtype}[{",".join(map(str, shape))}]\n'.encode())
+  digest = new_hash(store_format)
+  digest.update(f'{dtype}[{",".join(map(str, shape))}]\n'.encode())
   for chunk_digest in chunk_digests:
     digest.update(bytes.fromhex(chunk_digest))
   return digest.hexdigest()
@@ -94,10 +114,13 @@ def build_manifest(
   arrays: dict[str, np.ndarray],
   digests: dict[str, list[str]],
   page_layout: Sequence[Sequence[int]] | None = None,
+  *,
+  store_format: str = FORMAT,
 ) -> dict[str, Any]:
-  """The manifest of a block (or page), from its arrays' chunk digests (no hashing)."""
+  """The manifest of a block (or page) in `store_format`, from its arrays' chunk digests."""
+  chunk_field, array_field = digest_fields(store_format)
   manifest = {
-    'format': FORMAT,
+    'format': store_format,
     'key': key,
     'layout_version': meta_json['layout_version'],
     'meta': meta_json,
@@ -106,8 +129,10 @@ def build_manifest(
         'dtype': array.dtype.name,
         'shape': list(array.shape),
         'chunk_shape': store_chunks.chunk_shape(name, array.shape),
-        'chunk_sha256': digests[name],
-        'sha256': array_digest(array.dtype.name, array.shape, digests[name]),
+        chunk_field: digests[name],
+        array_field: array_digest(
+          array.dtype.name, array.shape, digests[name], store_format=store_format
+        ),
       }
       for name, array in arrays.items()
     },
@@ -136,14 +161,15 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   manifest rebuilt from the bytes read.
 
   Raises:
-    UnsupportedFormatError: (from the caller) if `format` is not FORMAT.
+    OtherFormat: if `format` is not one of DIGEST_OF_FORMAT.
     Malformed: naming the first field that is missing, extra, of the wrong
       type or out of range.
   """
   paged = type(manifest) is dict and 'page_layout' in manifest
   _check_object(manifest, _MANIFEST_FIELDS | ({'page_layout'} if paged else set()), 'manifest')
-  if manifest['format'] != FORMAT:
+  if type(manifest['format']) is not str or manifest['format'] not in DIGEST_OF_FORMAT:
     raise OtherFormat(manifest['format'])
+  chunk_field, array_field = digest_fields(manifest['format'])
   if not (type(manifest['key']) is str and SHA256_HEX.fullmatch(manifest['key'])):
     raise store_errors.Malformed(
       f'key is {store_errors.short(manifest["key"])}: expected 64 lowercase hex digits'
@@ -180,7 +206,9 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   _check_object(entries, set(names), 'arrays')
   for name in names:
     entry = entries[name]
-    _check_object(entry, _ENTRY_FIELDS, f'arrays.{name}')
+    _check_object(
+      entry, {'dtype', 'shape', 'chunk_shape', chunk_field, array_field}, f'arrays.{name}'
+    )
     dtype = 'int32' if name == 'positions' else meta.dtype
     if entry['dtype'] != dtype:
       raise store_errors.Malformed(f'arrays.{name}.dtype is {entry["dtype"]!r}, expected {dtype!r}')
@@ -222,7 +250,7 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
       raise store_errors.Malformed(
         f'arrays.k_tail.shape {shape} and arrays.k.shape differ in [K, H]'
       )
-    digests = entry['chunk_sha256']
+    digests = entry[chunk_field]
     count = shape[0] // store_chunks.chunk_shape(name, shape)[0]
     if not (
       type(digests) is list
@@ -233,9 +261,10 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
         f'array {name!r} of shape {shape} needs {count} chunk digests (64 lowercase hex'
         f' digits each), got {store_errors.short(digests)}'
       )
-    if not (type(entry['sha256']) is str and SHA256_HEX.fullmatch(entry['sha256'])):
+    if not (type(entry[array_field]) is str and SHA256_HEX.fullmatch(entry[array_field])):
       raise store_errors.Malformed(
-        f'arrays.{name}.sha256 is {store_errors.short(entry["sha256"])}: expected 64 hex digits'
+        f'arrays.{name}.{array_field} is {store_errors.short(entry[array_field])}:'
+        ' expected 64 hex digits'
       )
   return meta
 
@@ -353,7 +382,10 @@ def parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], bl
     if isinstance(found, str) and found.startswith('meta.layout_version'):
       cause = f'{MANIFEST} has {found}; this code reads only {blocks.LAYOUT_VERSION}'
     else:
-      cause = f'{MANIFEST} has format {store_errors.short(found)}; this code reads only {FORMAT!r}'
+      cause = (
+        f'{MANIFEST} has format {store_errors.short(found)}; this code reads only'
+        f' {", ".join(map(repr, DIGEST_OF_FORMAT))}'
+      )
     raise store_errors.UnsupportedFormatError(path, cause) from None
   except store_errors.Malformed as e:
     raise store_errors.CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
@@ -367,7 +399,7 @@ def differences(a: Any, b: Any, where: str = '') -> list[str]:
   """Where two JSON values differ, as 'path: a != b' lines.
 
   Dicts are compared key by key and lists of one length item by item, so a
-  path such as 'arrays.k.chunk_sha256.3' names the differing chunk.
+  path such as 'arrays.k.chunk_blake3.3' names the differing chunk.
   """
   if a == b:
     return []

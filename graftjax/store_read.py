@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import stat
 from collections.abc import Callable
@@ -19,12 +19,18 @@ from graftjax import store_kvstore
 from graftjax import store_manifest
 from graftjax import store_pages
 
-# Bytes read, then hashed while they are still in (L2) cache, at a time.
-_PIECE = 1 << 18
+# Bytes read, then hashed while they are still in cache, at a time (4 MiB: the fastest
+# verified read of 256 KiB to 4 MiB pieces on the H200's host, logs/restore_probe_h200.txt).
+PIECE = 1 << 22
 
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name
 # ('k', 'v' [L, n, K, H] with each layer C-contiguous, 'positions' [n] int32).
 Into = Callable[[blocks.BlockMeta, dict[str, tuple[int, ...]]], dict[str, np.ndarray]]
+# Called with the name of an array read into ('k', 'v', 'positions') once all of it is in
+# place (a page's k: its whole layers, its tails and its zeros) and every chunk matched its
+# digest, while the rest is still read; the block as a whole is checked only after (a read
+# that then fails raises, and the arrays must not be used).
+OnVerified = Callable[[str], None]
 
 
 class _Vanished(Exception):
@@ -32,7 +38,12 @@ class _Vanished(Exception):
 
 
 def read_block(
-  kv: ts.KvStore, where: str, key: str, local: str | None, into: Into | None = None
+  kv: ts.KvStore,
+  where: str,
+  key: str,
+  local: str | None,
+  into: Into | None = None,
+  on_verified: OnVerified | None = None,
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies the block under `kv`; returns (manifest, block).
 
@@ -48,10 +59,11 @@ def read_block(
       None.
     into: where to read the arrays to (e.g. reused staging buffers; a page's
       rows not kept are zeroed there); new arrays if None.
+    on_verified: called as each array is verified (`OnVerified`), or None.
   """
   for _ in range(3):
     try:
-      return _read_once(kv, where, key, local, into)
+      return _read_once(kv, where, key, local, into, on_verified)
     except _Vanished:
       with store_errors.io_errors(where, 'cannot read the block'):
         if store_kvstore.result(kv.read(store_manifest.MANIFEST)).state != 'value':
@@ -62,7 +74,12 @@ def read_block(
 
 
 def _read_once(
-  kv: ts.KvStore, where: str, key: str, local: str | None, into: Into | None
+  kv: ts.KvStore,
+  where: str,
+  key: str,
+  local: str | None,
+  into: Into | None,
+  on_verified: OnVerified | None,
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies a block once (arguments as `read_block`).
 
@@ -102,14 +119,23 @@ def _read_once(
       )
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
-    zeros, reads = _jobs(chunks, entries, names, layout, arrays)
+    store_format = manifest['format']
+    zeros, reads = _jobs(chunks, entries, names, layout, arrays, store_format)
     if local is None:  # every read in flight at once; tensorstore overlaps them
       pending = [kv.read(chunk.path) for chunk, _, _ in reads]
-      jobs = [lambda r=r, p=p: _take_value(where, *r, p) for r, p in zip(reads, pending)]
+      jobs = [
+        lambda r=r, p=p: _take_value(where, *r, p, store_format) for r, p in zip(reads, pending)
+      ]
     else:  # on `file`, straight from each file into its place: one copy
-      jobs = [lambda r=r: _read_file(where, local, *r) for r in reads]
-    jobs += [lambda z=z: z.fill(0) for z in zeros]
-    found = store_chunks.map_threads(lambda job: job(), jobs)[: len(reads)]
+      jobs = [lambda r=r: _read_file(where, local, *r, store_format) for r in reads]
+    jobs = [lambda z=z: z.fill(0) for z in zeros] + jobs  # a page's zeros before its arrays
+    after = {}
+    if on_verified is not None:  # each array after the last chunk read into it
+      last = {
+        chunk.name.removesuffix('_tail'): len(zeros) + i for i, (chunk, _, _) in enumerate(reads)
+      }
+      after = {i: functools.partial(on_verified, name) for name, i in last.items()}
+    found = store_chunks.map_threads(lambda job: job(), jobs, after=after)[len(zeros) :]
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
@@ -119,7 +145,7 @@ def _read_once(
     digests[chunk.name].append(digest)
   shapes = {name: _shape_only(entry) for name, entry in entries.items()}
   rebuilt = store_manifest.build_manifest(
-    key, store_manifest.meta_json(meta), shapes, digests, layout
+    key, store_manifest.meta_json(meta), shapes, digests, layout, store_format=store_format
   )
   differences = store_manifest.differences(manifest, rebuilt)
   if differences:
@@ -200,6 +226,7 @@ def _jobs(
   names: list[str],
   layout: store_pages.Layout | None,
   arrays: dict[str, np.ndarray],
+  store_format: str,
 ) -> tuple[list[np.ndarray], list[tuple[store_chunks.Chunk, str, np.ndarray]]]:
   """What to zero (a page's rows not kept) and what to read: (chunk, digest, its bytes' place)."""
   zeros, reads = [], []
@@ -209,7 +236,8 @@ def _jobs(
     tail = [(i, first) for i, (first, _) in enumerate(layout) if first != 0]
     zeros = [arrays[name][i, :first] for name in ('k', 'v') for i, first in tail]
   for name in names:
-    for chunk, digest in zip(chunks[name], entries[name]['chunk_sha256']):
+    chunk_field, _ = store_manifest.digest_fields(store_format)
+    for chunk, digest in zip(chunks[name], entries[name][chunk_field]):
       if name == 'positions':
         place = arrays[name]
       elif layout is None:
@@ -223,7 +251,9 @@ def _jobs(
   return zeros, reads
 
 
-def _read_file(where: str, local: str, chunk: store_chunks.Chunk, expected: str, out) -> str:
+def _read_file(
+  where: str, local: str, chunk: store_chunks.Chunk, expected: str, out, store_format: str
+) -> str:
   """Reads a chunk file straight into `out` ([size] uint8), hashing each piece as it lands.
 
   One copy, from the file into the array returned: the bytes returned are
@@ -231,17 +261,17 @@ def _read_file(where: str, local: str, chunk: store_chunks.Chunk, expected: str,
   changed after the listing is caught here.
 
   Returns:
-    The chunk's SHA-256 hex, which is `expected`.
+    The chunk's digest hex (the hash of `store_format`), which is `expected`.
   """
   fd = os.open(os.path.join(local, chunk.path), os.O_RDONLY | os.O_NOFOLLOW)
   with open(fd, 'rb', buffering=0) as f:
     size = os.fstat(fd).st_size
     if size != out.size:
       raise _wrong_size(where, chunk, size, out.size, expected)
-    digest = hashlib.sha256()
+    digest = store_manifest.new_hash(store_format)
     done = 0
     while done < out.size:
-      count = f.readinto(out[done : done + _PIECE])
+      count = f.readinto(out[done : done + PIECE])
       if not count:
         raise _wrong_size(where, chunk, done, out.size, expected)
       digest.update(out[done : done + count])
@@ -250,19 +280,24 @@ def _read_file(where: str, local: str, chunk: store_chunks.Chunk, expected: str,
 
 
 def _take_value(
-  where: str, chunk: store_chunks.Chunk, expected: str, out: np.ndarray, read: Any
+  where: str,
+  chunk: store_chunks.Chunk,
+  expected: str,
+  out: np.ndarray,
+  read: Any,
+  store_format: str,
 ) -> str:
   """Copies a kvstore value just read into `out` ([size] uint8), hashing each piece as copied.
 
   Returns:
-    The chunk's SHA-256 hex, which is `expected`.
+    The chunk's digest hex (the hash of `store_format`), which is `expected`.
   """
   data = np.frombuffer(store_kvstore.value(read, chunk.path), np.uint8)
   if data.size != out.size:
     raise _wrong_size(where, chunk, data.size, out.size, expected)
-  digest = hashlib.sha256()
-  for offset in range(0, out.size, _PIECE):
-    piece = data[offset : offset + _PIECE]
+  digest = store_manifest.new_hash(store_format)
+  for offset in range(0, out.size, PIECE):
+    piece = data[offset : offset + PIECE]
     digest.update(piece)
     out[offset : offset + piece.size] = piece
   return _checked(where, chunk, expected, digest.hexdigest())
@@ -270,14 +305,14 @@ def _take_value(
 
 def _wrong_size(where, chunk, found: int, size: int, expected: str):
   return store_errors.CorruptBlockError(
-    where, f'{chunk}: holds {found} bytes, expected {size} (sha256 expected {expected})'
+    where, f'{chunk}: holds {found} bytes, expected {size} (digest expected {expected})'
   )
 
 
 def _checked(where: str, chunk: store_chunks.Chunk, expected: str, found: str) -> str:
   if found != expected:
     raise store_errors.CorruptBlockError(
-      where, f'{chunk}: sha256 expected {expected}, found {found}'
+      where, f'{chunk}: digest expected {expected}, found {found}'
     )
   return found
 

@@ -1,6 +1,6 @@
 """Graft -> answer: a routed block at its own slots, then the query, then a short decode.
 
-`answer` grafts the block (read and SHA-256 verified by the store) into a
+`answer` grafts the block (read and digest-verified by the store) into a
 cache of the library's shape, prefills the query after it (optionally after a
 preamble, such as the base model's few-shot examples) and decodes under a
 small budget. `answer_prompted` computes the same text as a plain prompt

@@ -3,7 +3,7 @@
 Exact because a block computed alone moves only by whole Pallas splits (tiles and their fold order
 are anchored at absolute slots), under rope_relative (keys carry no position): docs/composition.md.
 
-`compose(model, store, keys, capacity=..., page=...)` reads each block (SHA-256 verified), places
+`compose(model, store, keys, capacity=..., page=...)` reads each block (digest-verified), places
 block i at the start of a free page in segment i + 1 (it sees only itself), its positions right
 after the previous block's, and grafts them; a query appended in segment 0 sees them all.
 `fresh_layout` is the reference: the same texts prefilled at the same slots, positions and

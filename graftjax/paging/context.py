@@ -96,7 +96,7 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 class HostTier:
   """An LRU of verified pages in host memory in front of `store`, bounded by `max_bytes`.
 
-  A miss reads the page from the store (every chunk's SHA-256 verified), keeps a copy of its
+  A miss reads the page from the store (every chunk's digest verified), keeps a copy of its
   kept rows (evicting the least recently used pages until it fits; a page larger than
   `max_bytes` is returned but not kept) and returns it. A hit rebuilds the page from host
   memory, re-hashing it first when `verify_hits`.

@@ -4,10 +4,12 @@ For a block whose files lie under `folder` (warm in the page cache), each the fa
 `repeats` runs, with as many threads as the store reads with (one per CPU):
 
 - read: the files read into host memory touched beforehand (no page faults), each thread a
-  file at a time, or one thread in order, or in 16 MiB `read`s on one thread (the old
-  floor's read), whichever is fastest;
-- verified read: the same, each piece SHA-256 hashed as it lands (what a verified read must do);
-- hash: SHA-256 of the bytes already in memory;
+  file at a time in the store's pieces or in one `readinto` per file, or one thread in
+  order, or in 16 MiB `read`s on one thread (the old floor's read), whichever is fastest;
+- verified read: the same in the store's pieces, each piece hashed as it lands with the hash
+  of the block's format (BLAKE3 in format 3; what a verified read must do), and with SHA-256
+  (format 2's hash) for comparison;
+- hash: the format's hash (and SHA-256) of the bytes already in memory;
 - device copy: the block's bytes into the device's memory. On a GPU, `jax.device_put` from an
   array already in pinned host memory (`memory_kind='pinned_host'`) to the device; and the
   pageable copy from a numpy array, the old floor's. On CPU the device is host memory: a
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import pathlib
 import time
@@ -31,8 +34,8 @@ import jax
 import numpy as np
 
 from graftjax import restore
-
-_PIECE = 1 << 18  # as the store reads
+from graftjax import store_manifest
+from graftjax import store_read
 
 
 def _fastest(fn: Callable[[], object], repeats: int) -> float:
@@ -46,12 +49,12 @@ def _fastest(fn: Callable[[], object], repeats: int) -> float:
   return best
 
 
-def _read_into(path: pathlib.Path, out: np.ndarray, hashed: bool) -> None:
+def _read_into(path: pathlib.Path, out: np.ndarray, new_hash, piece: int) -> None:
   with open(path, 'rb', buffering=0) as f:
-    digest = hashlib.sha256() if hashed else None
+    digest = new_hash() if new_hash else None
     done = 0
     while done < out.size:
-      count = f.readinto(out[done : done + _PIECE])
+      count = f.readinto(out[done : done + piece])
       if digest is not None:
         digest.update(out[done : done + count])
       done += count
@@ -65,21 +68,31 @@ def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
   starts = np.cumsum([0, *sizes])
   memory = np.ones(nbytes, np.uint8)  # touched: no page faults while timed
   places = [memory[a:b] for a, b in zip(starts, starts[1:])]
+  store_format = json.loads((folder / store_manifest.MANIFEST).read_text())['format']
+  new_hash = lambda: store_manifest.new_hash(store_format)
   threads = os.cpu_count() or 1
+  pieces = (store_read.PIECE, max(sizes))
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
 
-    def read(hashed: bool, parallel: bool):
+    def read(hashing, parallel: bool, piece: int = store_read.PIECE):
       jobs = list(zip(files, places))
       if parallel:
-        return list(pool.map(lambda job: _read_into(*job, hashed), jobs))
-      return [_read_into(*job, hashed) for job in jobs]
+        return list(pool.map(lambda job: _read_into(*job, hashing, piece), jobs))
+      return [_read_into(*job, hashing, piece) for job in jobs]
 
-    def hash_all():
-      return list(pool.map(lambda place: hashlib.sha256(place).digest(), places))
+    def hash_all(hashing):
+      return list(pool.map(lambda place: _hashed(hashing, place), places))
 
-    into_s = min(_fastest(lambda p=p: read(False, p), repeats) for p in (False, True))
-    verified_read_s = min(_fastest(lambda p=p: read(True, p), repeats) for p in (False, True))
-    hash_s = _fastest(hash_all, repeats)
+    into_s = min(
+      _fastest(lambda p=p, n=n: read(None, p, n), repeats) for p in (False, True) for n in pieces
+    )
+    verified = {
+      name: min(_fastest(lambda p=p, h=h: read(h, p), repeats) for p in (False, True))
+      for name, h in (('format', new_hash), ('sha256', hashlib.sha256))
+    }
+    verified_read_s = verified['format']
+    hash_s = _fastest(lambda: hash_all(new_hash), repeats)
+    sha256_hash_s = _fastest(lambda: hash_all(hashlib.sha256), repeats)
   sequential_read_s = _fastest(lambda: read_sequential(files), repeats)
   read_s = min(into_s, sequential_read_s)
   device = jax.devices()[0]
@@ -92,15 +105,24 @@ def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
   return {
     'floor_bytes': nbytes,
     'threads': threads,
+    'digest': store_manifest.DIGEST_OF_FORMAT[store_format],
     'read_s': read_s,
     'verified_read_s': verified_read_s,
+    'verified_read_sha256_s': verified['sha256'],
     'hash_s': hash_s,
+    'hash_sha256_s': sha256_hash_s,
     'sequential_read_s': sequential_read_s,
     'read_bandwidth_Bps': nbytes / read_s,
     'hash_bandwidth_Bps': nbytes / hash_s,
     **copy,
     **floors,
   }
+
+
+def _hashed(new_hash, data: np.ndarray) -> bytes:
+  digest = new_hash()
+  digest.update(data)
+  return digest.digest()
 
 
 def read_sequential(files: list[pathlib.Path]) -> None:

@@ -727,13 +727,15 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
     'llama.cpp restore + first token s',
   )
   intro = (
-    'Time to the first token after reading a block (SHA-256 verified) and grafting it, against'
-    " a prefill of the same prefix; float32. The restore floor: the block's files read into"
-    ' touched host memory (the fastest of one and of all threads) plus the copy into the device'
-    ' (from pinned host'
-    ' memory on a GPU, a memcpy on CPU); the verified floor also SHA-256s every byte, as a'
-    ' restore must (docs/store_format.md, "Restoring into a cache"). Files without a verified'
-    ' floor used the old one: a one-thread read plus a pageable host-to-device copy.'
+    'Time to the first token after reading a block (every byte checked against its digest:'
+    ' SHA-256 in store format 2, BLAKE3 in format 3) and grafting it, against a prefill of the'
+    " same prefix; float32. The restore floor: the block's files read into touched host memory"
+    ' (the fastest of one and of all threads, in pieces or one read per file) plus the copy into'
+    ' the device (from pinned host memory on a GPU, a memcpy on CPU); the verified floor also'
+    " hashes every byte with its format's hash, as a restore must (docs/store_format.md,"
+    ' "Restoring into a cache"). Files without a verified floor used the old one: a one-thread'
+    ' read plus a pageable host-to-device copy. Rows before format 3 (all but'
+    ' `bench_graft_h200.json`) were read with SHA-256.'
   )
   return [intro, ''] + table(header, rows)
 

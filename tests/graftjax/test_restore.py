@@ -211,3 +211,42 @@ def test_a_pinned_host_array_moves_to_device_memory_as_written_through_its_view(
   assert moved.sharding.memory_kind == 'device'
   assert np.asarray(moved).tobytes() == np.arange(32, dtype=np.float32).tobytes()
   assert restore_lib._pinned_view_works(device)
+
+
+def test_read_copies_k_and_v_to_the_device_as_each_verifies(tiny_model, deposited):
+  store, key, _ = deposited
+  verified = []
+  store.get_page(key, on_verified=verified.append)
+  assert verified == ['k', 'v', 'positions']
+
+  staged = restore_lib.read(store, key, restore_lib.Staging(), capacity=CAPACITY)
+  assert sorted(staged.copies) == ['k', 'v']
+  for name in ('k', 'v'):
+    rows = np.asarray(staged.copies[name])[:, : PREFIX.size]
+    assert rows.tobytes() == np.asarray(getattr(staged.block, name)).tobytes()
+
+  ids = np.random.default_rng(5).integers(3, 256, 20).astype(np.int32)
+  _, cache = tiny_model.prefill(
+    ids, cache=tiny_model.init_cache(capacity=CAPACITY), chunk_size=4, logits='none'
+  )
+  page = pages.to_page(
+    blocks.capture(cache, blocks.Span(0, ids.size), token_ids=ids, target=tiny_model.graft_target),
+    tiny_model.config,
+  )
+  page_key = pages.put(store, page)
+  verified.clear()
+  store.get_page(page_key, on_verified=verified.append)
+  assert verified == ['k', 'v', 'positions']  # a page's k once its tails are in place too
+  staged = restore_lib.read(store, page_key, restore_lib.Staging(), capacity=CAPACITY)
+  for name in ('k', 'v'):
+    rows = np.asarray(staged.copies[name])[:, : ids.size]
+    assert rows.tobytes() == np.asarray(getattr(page.block, name)).tobytes()
+
+
+def test_a_damaged_array_is_never_reported_verified(deposited):
+  store, key, _ = deposited
+  _corrupt(store, key)  # a chunk of v
+  verified = []
+  with pytest.raises(store_lib.CorruptBlockError, match=key):
+    store.get_page(key, on_verified=verified.append)
+  assert 'v' not in verified and 'positions' not in verified

@@ -10,12 +10,15 @@ import sys
 import textwrap
 import time
 
+import blake3
 import ml_dtypes
 import numpy as np
 import pytest
 
 from graftjax import blocks
 from graftjax import store as store_lib
+from graftjax import store_chunks
+from graftjax import store_encode
 from graftjax import store_files
 from graftjax import store_kvstore
 from graftjax import store_read
@@ -73,13 +76,13 @@ def _assert_same_block(got, want):
   np.testing.assert_array_equal(got.positions, want.positions)
 
 
-def _sha256(data):
-  return hashlib.sha256(data).hexdigest()
+def _blake3(data):
+  return blake3.blake3(data).hexdigest()
 
 
 def _layer_digests(array):
   """SHA-256 hex of each layer's raw bytes: the chunk digests of k or v."""
-  return [_sha256(np.asarray(layer).tobytes()) for layer in array]
+  return [_blake3(np.asarray(layer).tobytes()) for layer in array]
 
 
 def _flip_byte(path, offset):
@@ -118,7 +121,7 @@ def test_round_trip_reading_chunks_in_small_uneven_pieces(store, monkeypatch):
   block = make_block(0)
   key = store.put(block)
   # Each 48-byte chunk in six 7-byte pieces and one of 6 bytes.
-  monkeypatch.setattr(store_read, '_PIECE', 7)
+  monkeypatch.setattr(store_read, 'PIECE', 7)
 
   _assert_same_block(store.get(key), block)
   _flip_byte(os.path.join(store.root, key, 'k', 'c', '1', '0', '0', '0'), 44)
@@ -174,7 +177,7 @@ def test_manifest_records_meta_shapes_and_documented_digests(store):
 
   with open(os.path.join(store.root, key, 'manifest.json')) as f:
     manifest = json.load(f)
-  assert manifest['format'] == 'graftjax.blockstore/2'
+  assert manifest['format'] == 'graftjax.blockstore/3'
   assert manifest['key'] == key
   assert manifest['layout_version'] == blocks.LAYOUT_VERSION
   assert manifest['meta'] == block.meta.to_json()
@@ -182,23 +185,23 @@ def test_manifest_records_meta_shapes_and_documented_digests(store):
   assert len(set(layers)) == _SHAPE[0]
   for layer, digest in enumerate(layers):
     with open(os.path.join(store.root, key, f'k/c/{layer}/0/0/0'), 'rb') as f:
-      assert _sha256(f.read()) == digest
-  two_level = _sha256(b'bfloat16[3,3,1,4]\n' + b''.join(bytes.fromhex(d) for d in layers))
+      assert _blake3(f.read()) == digest
+  two_level = _blake3(b'bfloat16[3,3,1,4]\n' + b''.join(bytes.fromhex(d) for d in layers))
   assert manifest['arrays']['k'] == {
     'dtype': 'bfloat16',
     'shape': list(_SHAPE),
     'chunk_shape': [1, *_SHAPE[1:]],
-    'chunk_sha256': layers,
-    'sha256': two_level,
+    'chunk_blake3': layers,
+    'blake3': two_level,
   }
   assert store_lib.array_digest('bfloat16', _SHAPE, layers) == two_level
-  positions_digest = _sha256(np.asarray(block.positions).tobytes())
+  positions_digest = _blake3(np.asarray(block.positions).tobytes())
   assert manifest['arrays']['positions'] == {
     'dtype': 'int32',
     'shape': [_SHAPE[1]],
     'chunk_shape': [_SHAPE[1]],
-    'chunk_sha256': [positions_digest],
-    'sha256': store_lib.array_digest('int32', [3], [positions_digest]),
+    'chunk_blake3': [positions_digest],
+    'blake3': store_lib.array_digest('int32', [3], [positions_digest]),
   }
 
 
@@ -287,15 +290,49 @@ def test_flipped_byte_in_k_is_named_with_both_digests(store):
   _flip_byte(chunk, 5)
   expected = _layer_digests(block.k)[0]
   with open(chunk, 'rb') as f:
-    found = _sha256(f.read())
+    found = _blake3(f.read())
   assert found != expected
 
   for read in (store.verify, store.get):
     with pytest.raises(store_lib.CorruptBlockError) as error:
       read(key)
-    assert (f"array 'k' layer 0 ({_CHUNK}): sha256 expected {expected}, found {found}") in str(
+    assert (f"array 'k' layer 0 ({_CHUNK}): digest expected {expected}, found {found}") in str(
       error.value
     )
+
+
+def _as_format_2(store, block):
+  """Stores `block` as format 2 wrote it (SHA-256 digests); returns its key."""
+  key = store.put(block)
+  _, manifest = store_encode.block_files(block, store.root, None, 'graftjax.blockstore/2')
+  with open(os.path.join(store.root, key, 'manifest.json'), 'w') as f:
+    f.write(json.dumps(manifest, sort_keys=True, indent=2) + '\n')
+  return key
+
+
+def test_format_2_blocks_are_read_and_checked_by_sha256(store):
+  block = make_block(0, 'bfloat16')
+  key = _as_format_2(store, block)
+  with open(os.path.join(store.root, key, 'manifest.json')) as f:
+    manifest = json.load(f)
+  layers = [hashlib.sha256(np.asarray(layer).tobytes()).hexdigest() for layer in block.k]
+  assert manifest['format'] == 'graftjax.blockstore/2'
+  assert manifest['arrays']['k']['chunk_sha256'] == layers
+  _assert_same_block(store.get(key), block)
+  assert store.put(block) == key  # the same payload: a no-op, not a conflict
+
+  k = np.asarray(block.k).copy()
+  k[1, 0, 0, 0] = -k[1, 0, 0, 0]
+  with pytest.raises(store_lib.ConflictingBlockError, match=r'arrays\.k\.chunk_sha256\.1'):
+    store.put(dataclasses.replace(block, k=k))
+
+  chunk = os.path.join(store.root, key, _CHUNK)
+  _flip_byte(chunk, 5)
+  with open(chunk, 'rb') as f:
+    found = hashlib.sha256(f.read()).hexdigest()
+  with pytest.raises(store_lib.CorruptBlockError) as error:
+    store.get(key)
+  assert f'digest expected {layers[0]}, found {found}' in str(error.value)
 
 
 @pytest.mark.parametrize('offset', [0, _CHUNK_BYTES - 1])
@@ -306,13 +343,13 @@ def test_flipped_byte_in_a_middle_layer_names_that_layer(store, offset):
   _flip_byte(os.path.join(store.root, key, chunk), offset)
   expected = _layer_digests(block.v)[1]
   with open(os.path.join(store.root, key, chunk), 'rb') as f:
-    found = _sha256(f.read())
+    found = _blake3(f.read())
 
   for read in (store.verify, store.get):
     with pytest.raises(store_lib.CorruptBlockError) as error:
       read(key)
     assert str(error.value) == (
-      f"{store.root}/{key}: array 'v' layer 1 ({chunk}): sha256 expected {expected}, found {found}"
+      f"{store.root}/{key}: array 'v' layer 1 ({chunk}): digest expected {expected}, found {found}"
     )
     assert error.value.path == f'{store.root}/{key}'
 
@@ -323,7 +360,7 @@ def test_flipped_byte_in_positions_is_named(store):
 
   with pytest.raises(
     store_lib.CorruptBlockError,
-    match=r"array 'positions' \(positions/c/0\): sha256 expected",
+    match=r"array 'positions' \(positions/c/0\): digest expected",
   ):
     store.get(key)
 
@@ -414,7 +451,7 @@ def test_other_format_is_refused_by_name(store):
       store_lib.UnsupportedFormatError,
       match=(
         f"{key}: manifest.json has format 'graftjax.blockstore/1';"
-        " this code reads only 'graftjax.blockstore/2'"
+        " this code reads only 'graftjax.blockstore/2', 'graftjax.blockstore/3'"
       ),
     ):
       read(key)
@@ -424,7 +461,7 @@ def test_manifest_with_a_missing_chunk_digest_is_malformed(store):
   key = store.put(make_block(0))
   _edit_json(
     os.path.join(store.root, key, 'manifest.json'),
-    lambda m: m['arrays']['v']['chunk_sha256'].pop(),
+    lambda m: m['arrays']['v']['chunk_blake3'].pop(),
   )
 
   with pytest.raises(
@@ -440,7 +477,7 @@ def test_manifest_with_a_missing_chunk_digest_is_malformed(store):
 @pytest.mark.parametrize(
   'field, value',
   [
-    ('sha256', '0' * 64),
+    ('blake3', '0' * 64),
     ('chunk_shape', [3, 3, 1, 4]),
   ],
 )
@@ -594,8 +631,8 @@ def test_put_of_another_payload_under_a_stored_key_names_the_difference(store):
     store.put(other)
   assert str(error.value) == (
     f'{store.root}/{key}: the block is already stored with another payload (stored != new):'
-    f" arrays.k.chunk_sha256.1: '{old[1]}' != '{new[1]}';"
-    f" arrays.k.sha256: '{old_k}' != '{new_k}'"
+    f" arrays.k.blake3: '{old_k}' != '{new_k}';"
+    f" arrays.k.chunk_blake3.1: '{old[1]}' != '{new[1]}'"
   )
   _assert_same_block(store.get(key), block)
 
@@ -729,7 +766,7 @@ def test_loser_of_a_race_on_one_key_verifies_the_winner(store, monkeypatch, winn
   if winner_seed == 0:
     assert store.put(mine) == store_lib.key_for(mine.meta)
   else:
-    with pytest.raises(store_lib.ConflictingBlockError, match='arrays.k.sha256'):
+    with pytest.raises(store_lib.ConflictingBlockError, match='arrays.k.blake3'):
       store.put(mine)
   assert raced
   _assert_same_block(store.get(store_lib.key_for(mine.meta)), winner)
@@ -828,3 +865,32 @@ def test_unstorable_blocks_are_refused(store, make, message):
   with pytest.raises(store_lib.StoreError, match=message):
     store.put(make())
   assert not store.list()
+
+
+def test_map_threads_calls_after_in_order_once_each_prefix_ended():
+  ended, seen = [], []
+
+  def work(i):
+    time.sleep(0.01 * (5 - i))  # later items end first
+    ended.append(i)
+    return i * i
+
+  after = {1: lambda: seen.append((1, sorted(ended))), 4: lambda: seen.append((4, sorted(ended)))}
+  assert store_chunks.map_threads(work, range(5), after=after) == [0, 1, 4, 9, 16]
+  assert [i for i, _ in seen] == [1, 4]
+  assert set(seen[0][1]) >= {0, 1} and seen[1][1] == [0, 1, 2, 3, 4]
+
+
+def test_map_threads_after_an_error_calls_no_later_after_and_raises_once_all_ended():
+  ended, seen = [], []
+
+  def work(i):
+    if i == 1:
+      raise ValueError('item 1')
+    time.sleep(0.02)
+    ended.append(i)
+
+  after = {0: lambda: seen.append(0), 2: lambda: seen.append(2)}
+  with pytest.raises(ValueError, match='item 1'):
+    store_chunks.map_threads(work, range(4), after=after)
+  assert 2 not in seen and sorted(ended) == [0, 2, 3]

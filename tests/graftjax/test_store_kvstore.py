@@ -55,7 +55,7 @@ def test_memory_flipped_byte_is_named(store, kv):
   data[3] ^= 1
   kv[name] = bytes(data)
 
-  with pytest.raises(store_lib.CorruptBlockError, match=r"array 'v' layer 1 .*sha256 expected"):
+  with pytest.raises(store_lib.CorruptBlockError, match=r"array 'v' layer 1 .*digest expected"):
     store.verify(key)
 
 
