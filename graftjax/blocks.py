@@ -176,7 +176,7 @@ def _check_meta_fields(fields: dict[str, Any]) -> None:
     if not isinstance(token_ids, tuple):
       raise BlockMetaError('token_ids', f'expected a tuple, got {type(token_ids).__name__}')
     # One pass over the types, then min/max: blocks hold up to ~10^5 tokens.
-    if {type(t) for t in token_ids} - {int} or (
+    if set(map(type, token_ids)) - {int} or (
       token_ids and not 0 <= min(token_ids) <= max(token_ids) <= _INT32_MAX
     ):
       i, t = next(

@@ -291,7 +291,7 @@ def check_meta(data: Any) -> blocks.BlockMeta:
     _check_type(value, hints.get(name), f'meta.{name}')
   if data['start'] < 0:
     raise store_errors.Malformed(f'meta.start is {data["start"]}: a slot cannot be negative')
-  if any(t < 0 for t in data['token_ids']):
+  if min(data['token_ids'], default=0) < 0:  # ints, checked above
     raise store_errors.Malformed(f'meta.token_ids holds a negative id {min(data["token_ids"])}')
   if meta_json(meta) != data:
     raise store_errors.Malformed('meta does not read back as written')
@@ -332,7 +332,7 @@ def _check_type(value: Any, hint: Any, where: str) -> None:
       raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected a list')
     item = typing.get_args(hint)[0]
     low, high = store_chunks.INT32
-    if item is int and all(type(x) is int for x in value) and low <= min(value, default=0):
+    if item is int and set(map(type, value)) <= {int} and low <= min(value, default=0):
       if max(value, default=0) <= high:  # all fine: skip the item-by-item walk (32k token ids)
         return
     for i, x in enumerate(value):
