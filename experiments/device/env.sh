@@ -1,5 +1,5 @@
 # Sourced at the start of a device (H200) command that needs no model:
-# installs the two wheels the GPU image lacks (carried in .whl), installs
+# installs the three wheels the GPU image lacks (carried in .whl), installs
 # graftjax editable without network, and sets the run environment.
 set -e
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
