@@ -90,6 +90,10 @@ class Staging:
     self._copies.append(copy)
     return copy
 
+  def landed(self) -> None:
+    """Says that every copy out of this staging has reached the device."""
+    self._copies = []
+
 
 @dataclasses.dataclass(frozen=True)
 class Staged:
@@ -179,7 +183,7 @@ def install(
       cache, k, v, positions, segment=meta.segment, start=meta.start, n=len(block), donate=donate
     )
   )
-  staged.staging._copies = []  # pylint: disable=protected-access  # all landed: none in flight
+  staged.staging.landed()  # the cache is ready, so every copy it was written from landed
   return cache
 
 

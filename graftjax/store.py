@@ -222,7 +222,12 @@ class BlockStore:
       and os.path.isfile(manifest)
     )
 
-  def _read(self, key: str, into=None, on_verified=None):
+  def _read(
+    self,
+    key: str,
+    into: store_read.Into | None = None,
+    on_verified: store_read.OnVerified | None = None,
+  ):
     """(manifest, block) of `key`, read and verified."""
     local = None if self._local is None else os.path.join(self._local, key)
     return store_read.read_block(
@@ -233,7 +238,13 @@ class BlockStore:
     if self.read_only:
       raise ReadOnlyStoreError(self.root, 'the store was opened read-only')
 
-  def _check_stored(self, key: str, manifest: dict[str, Any], block, page_layout) -> None:
+  def _check_stored(
+    self,
+    key: str,
+    manifest: dict[str, Any],
+    block: blocks.KVBlock,
+    page_layout: Sequence[Sequence[int]] | None,
+  ) -> None:
     stored, _ = self._read(key)
     if stored['format'] != manifest['format']:  # stored in an older format this code reads
       _, manifest = store_encode.block_files(block, self.root, page_layout, stored['format'])

@@ -20,7 +20,7 @@ from graftjax import store_manifest
 from graftjax import store_pages
 
 # Bytes read, then hashed while they are still in cache, at a time (4 MiB: the fastest
-# verified read of 256 KiB to 4 MiB pieces on the H200's host, logs/restore_probe_h200.txt).
+# verified read of 256 KiB to 4 MiB pieces on the H200's host, logs/blake3_pieces_probe_h200.txt).
 PIECE = 1 << 22
 
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name
@@ -235,8 +235,8 @@ def _jobs(
     whole = [i for i, (first, _) in enumerate(layout) if first == 0]
     tail = [(i, first) for i, (first, _) in enumerate(layout) if first != 0]
     zeros = [arrays[name][i, :first] for name in ('k', 'v') for i, first in tail]
+  chunk_field, _ = store_manifest.digest_fields(store_format)
   for name in names:
-    chunk_field, _ = store_manifest.digest_fields(store_format)
     for chunk, digest in zip(chunks[name], entries[name][chunk_field]):
       if name == 'positions':
         place = arrays[name]

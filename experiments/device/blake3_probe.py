@@ -6,7 +6,17 @@
 Results: experiments/results/logs/blake3_probe_h200.txt.
 """
 
-import blake3, hashlib, time, os, tempfile, pathlib, concurrent.futures, numpy as np, json, sys
+import concurrent.futures
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+import blake3
+import numpy as np
 
 PIECE = 1 << 18
 
