@@ -372,8 +372,8 @@ def load_json(data: bytes) -> Any:
     raise store_errors.Malformed(str(e)) from e
 
 
-def parse_manifest(data: bytes, path: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
-  """The manifest and its BlockMeta, checked by `check_manifest` (see `check_key` too)."""
+def parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
+  """The manifest and its BlockMeta, checked by `check_manifest` and for `key`."""
   try:
     manifest = load_json(data)
     meta = check_manifest(manifest)
@@ -389,14 +389,10 @@ def parse_manifest(data: bytes, path: str) -> tuple[dict[str, Any], blocks.Block
     raise store_errors.UnsupportedFormatError(path, cause) from None
   except store_errors.Malformed as e:
     raise store_errors.CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
-  return manifest, meta
-
-
-def check_key(manifest: dict[str, Any], meta: blocks.BlockMeta, key: str, path: str) -> None:
-  """Raises CorruptBlockError unless the parsed manifest describes the block `key`."""
   described = key_for(meta, store_pages.layout_of(manifest))
   if described != key:
     raise store_errors.CorruptBlockError(path, f'{MANIFEST} describes block {described}')
+  return manifest, meta
 
 
 def differences(a: Any, b: Any, where: str = '') -> list[str]:

@@ -83,27 +83,20 @@ def _read_once(
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies a block once (arguments as `read_block`).
 
-  Checks: manifest.json passes `store_manifest.check_manifest`; beside the
-  chunk reads (one job, first in order, so its errors come first), the block
-  holds exactly the expected files (regular files, on `file`), the manifest
-  describes `key`, and each zarr.json describes the layout the manifest
+  Checks, in order: the block holds exactly the expected files (regular
+  files, on `file`); manifest.json passes `store_manifest.check_manifest`
+  and describes `key`; each zarr.json describes the layout the manifest
   implies; each chunk has the expected size and its recorded digest (hashed
   once, as read); and the manifest is exactly what those chunk digests and
-  the arrays' dtypes and shapes produce. A manifest that cannot be read or
-  parsed is reported after what the listing alone finds (no block, a symlink,
-  no manifest.json).
+  the arrays' dtypes and shapes produce.
   """
   try:
-    try:
-      manifest, meta = store_manifest.parse_manifest(
-        store_kvstore.read_value(kv, store_manifest.MANIFEST), where
-      )
-    except (OSError, store_errors.StoreError):
-      if store_manifest.MANIFEST not in _listing(kv, where, local):
-        raise store_errors.CorruptBlockError(
-          where, f'missing file {store_manifest.MANIFEST}'
-        ) from None
-      raise
+    files = _listing(kv, where, local)
+    if store_manifest.MANIFEST not in files:
+      raise store_errors.CorruptBlockError(where, f'missing file {store_manifest.MANIFEST}')
+    manifest, meta = store_manifest.parse_manifest(
+      store_kvstore.read_value(kv, store_manifest.MANIFEST), where, key
+    )
     entries = manifest['arrays']
     chunks = {
       name: store_chunks.chunks(name, entry['dtype'], entry['shape'])
@@ -114,21 +107,16 @@ def _read_once(
     for name in names:
       expected_files.add(f'{name}/zarr.json')
       expected_files.update(chunk.path for chunk in chunks[name])
-
-    def check_block() -> None:  # runs beside the chunk reads
-      files = _listing(kv, where, local)
-      store_manifest.check_key(manifest, meta, key, where)
-      missing = sorted(expected_files - files)
-      if missing:
-        raise store_errors.CorruptBlockError(where, f'missing file {", ".join(missing)}')
-      unexpected = sorted(files - expected_files)
-      if unexpected:
-        raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
-      for name in names:
-        _check_zarr_metadata(
-          store_kvstore.read_value(kv, f'{name}/zarr.json'), where, name, entries[name]
-        )
-
+    missing = sorted(expected_files - files)
+    if missing:
+      raise store_errors.CorruptBlockError(where, f'missing file {", ".join(missing)}')
+    unexpected = sorted(files - expected_files)
+    if unexpected:
+      raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
+    for name in names:
+      _check_zarr_metadata(
+        store_kvstore.read_value(kv, f'{name}/zarr.json'), where, name, entries[name]
+      )
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
     store_format = manifest['format']
@@ -140,14 +128,14 @@ def _read_once(
       ]
     else:  # on `file`, straight from each file into its place: one copy
       jobs = [lambda r=r: _read_file(where, local, *r, store_format) for r in reads]
-    # The checks first, then a page's zeros, then the chunks (each array's in order).
-    jobs = [check_block] + [lambda z=z: z.fill(0) for z in zeros] + jobs
-    first = 1 + len(zeros)
+    jobs = [lambda z=z: z.fill(0) for z in zeros] + jobs  # a page's zeros before its arrays
     after = {}
     if on_verified is not None:  # each array after the last chunk read into it
-      last = {chunk.name.removesuffix('_tail'): first + i for i, (chunk, _, _) in enumerate(reads)}
+      last = {
+        chunk.name.removesuffix('_tail'): len(zeros) + i for i, (chunk, _, _) in enumerate(reads)
+      }
       after = {i: functools.partial(on_verified, name) for name, i in last.items()}
-    found = store_chunks.map_threads(lambda job: job(), jobs, after=after)[first:]
+    found = store_chunks.map_threads(lambda job: job(), jobs, after=after)[len(zeros) :]
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
