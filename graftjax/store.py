@@ -149,7 +149,7 @@ class BlockStore:
 
   def list(self) -> list[str]:
     """Sorted keys of the complete blocks (not verified; see `verify`)."""
-    is_key = store_manifest.SHA256_HEX.fullmatch
+    is_key = store_manifest.HEX64.fullmatch
     if self._local is not None:
       with store_errors.io_errors(self.root, 'cannot list the store'):
         names = os.listdir(self._local)
@@ -197,7 +197,7 @@ class BlockStore:
       return store_kvstore.result(self._kv.read(f'{key}/{MANIFEST}')).state == 'value'
 
   def _checked_key(self, key: str) -> str:
-    if not isinstance(key, str) or not store_manifest.SHA256_HEX.fullmatch(key):
+    if not isinstance(key, str) or not store_manifest.HEX64.fullmatch(key):
       raise InvalidKeyError(
         self.root, f'invalid block key {key!r}: expected 64 lowercase hex digits'
       )

@@ -36,7 +36,7 @@ ARRAY_NAMES = ('k', 'v', 'positions')
 # kept whole, k_tail, v_tail the last rows of the trimmed layers.
 PAGE_ARRAY_NAMES = ('k', 'v', 'k_tail', 'v_tail', 'positions')
 KV_DTYPES = ('float32', 'bfloat16')
-SHA256_HEX = re.compile(r'[0-9a-f]{64}')  # keys and digests (both hashes give 32 bytes)
+HEX64 = re.compile(r'[0-9a-f]{64}')  # keys (SHA-256) and digests (BLAKE3 or SHA-256): 32 bytes
 
 _MANIFEST_FIELDS = {'format', 'key', 'layout_version', 'meta', 'arrays'}
 _UNSUPPORTED_LAYOUT = getattr(blocks, 'UnsupportedLayoutError', ())
@@ -170,7 +170,7 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   if type(manifest['format']) is not str or manifest['format'] not in DIGEST_OF_FORMAT:
     raise OtherFormat(manifest['format'])
   chunk_field, array_field = digest_fields(manifest['format'])
-  if not (type(manifest['key']) is str and SHA256_HEX.fullmatch(manifest['key'])):
+  if not (type(manifest['key']) is str and HEX64.fullmatch(manifest['key'])):
     raise store_errors.Malformed(
       f'key is {store_errors.short(manifest["key"])}: expected 64 lowercase hex digits'
     )
@@ -255,13 +255,13 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
     if not (
       type(digests) is list
       and len(digests) == count
-      and all(type(d) is str and SHA256_HEX.fullmatch(d) for d in digests)
+      and all(type(d) is str and HEX64.fullmatch(d) for d in digests)
     ):
       raise store_errors.Malformed(
         f'array {name!r} of shape {shape} needs {count} chunk digests (64 lowercase hex'
         f' digits each), got {store_errors.short(digests)}'
       )
-    if not (type(entry[array_field]) is str and SHA256_HEX.fullmatch(entry[array_field])):
+    if not (type(entry[array_field]) is str and HEX64.fullmatch(entry[array_field])):
       raise store_errors.Malformed(
         f'arrays.{name}.{array_field} is {store_errors.short(entry[array_field])}:'
         ' expected 64 hex digits'

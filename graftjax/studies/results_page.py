@@ -734,8 +734,8 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
     ' the device (from pinned host memory on a GPU, a memcpy on CPU); the verified floor also'
     " hashes every byte with its format's hash, as a restore must (docs/store_format.md,"
     ' "Restoring into a cache"). Files without a verified floor used the old one: a one-thread'
-    ' read plus a pageable host-to-device copy. Rows before format 3 (all but'
-    ' `bench_graft_h200.json`) were read with SHA-256.'
+    ' read plus a pageable host-to-device copy. Rows before format 3 (all but the'
+    ' `bench_graft_h200*.json` files) were read with SHA-256.'
   )
   return [intro, ''] + table(header, rows)
 
