@@ -1,7 +1,8 @@
 """A stored array as files: its chunks (one per layer for k, v) and zarr.json.
 
 The files are those a zarr v3 reader (tensorstore included) opens as the
-array: raw little-endian chunks under zarr's default keys.
+array: raw little-endian chunks under zarr's default keys, with '.' between
+the parts of a key (one folder per array; format 4) or '/' (formats 2 and 3).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Chunk:
     ndim: the array's rank.
     start: offset of the chunk's first byte in the array.
     stop: offset just past its last byte.
+    separator: between the parts of its key, '.' or '/'.
   """
 
   name: str
@@ -48,11 +50,12 @@ class Chunk:
   ndim: int
   start: int
   stop: int
+  separator: str = '.'
 
   @property
   def path(self) -> str:
-    """Its path in a block, e.g. 'k/c/3/0/0/0' (zarr v3 default keys)."""
-    return '/'.join([self.name, 'c', str(self.index)] + ['0'] * (self.ndim - 1))
+    """Its path in a block, e.g. 'k/c.3.0.0.0' ('k/c/3/0/0/0' with '/'; zarr v3 default keys)."""
+    return f'{self.name}/' + self.separator.join(['c', str(self.index)] + ['0'] * (self.ndim - 1))
 
   def __str__(self) -> str:
     layer = f' layer {self.index}' if self.name in LAYERED else ''
@@ -64,11 +67,13 @@ def chunk_shape(name: str, shape: Sequence[int]) -> list[int]:
   return [1, *shape[1:]] if name in LAYERED else list(shape)
 
 
-def chunks(name: str, dtype: str, shape: Sequence[int]) -> list[Chunk]:
-  """The chunk files of array `name`, in chunk order."""
+def chunks(name: str, dtype: str, shape: Sequence[int], *, separator: str = '.') -> list[Chunk]:
+  """The chunk files of array `name`, in chunk order, keyed with `separator`."""
   rows = chunk_shape(name, shape)[0]
   size = rows * DTYPES[dtype].itemsize * math.prod(shape[1:])
-  return [Chunk(name, i, len(shape), i * size, (i + 1) * size) for i in range(shape[0] // rows)]
+  return [
+    Chunk(name, i, len(shape), i * size, (i + 1) * size, separator) for i in range(shape[0] // rows)
+  ]
 
 
 def flat_bytes(array: np.ndarray) -> np.ndarray:
@@ -119,8 +124,13 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
   return concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix=_POOL_NAME)
 
 
-def zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]:
-  """The zarr v3 metadata of array `name`: raw little-endian chunk files."""
+def zarr_metadata(
+  name: str, dtype: str, shape: Sequence[int], *, separator: str = '.'
+) -> dict[str, Any]:
+  """The zarr v3 metadata of array `name`: raw little-endian chunk files keyed with `separator`."""
+  keys = {'name': 'default'}  # '/' is the default's own separator, not written
+  if separator != '/':
+    keys['configuration'] = {'separator': separator}
   return {
     'zarr_format': 3,
     'node_type': 'array',
@@ -130,13 +140,13 @@ def zarr_metadata(name: str, dtype: str, shape: Sequence[int]) -> dict[str, Any]
       'name': 'regular',
       'configuration': {'chunk_shape': chunk_shape(name, shape)},
     },
-    'chunk_key_encoding': {'name': 'default'},
+    'chunk_key_encoding': keys,
     'codecs': [{'name': 'bytes', 'configuration': {'endian': 'little'}}],
     'fill_value': 0 if dtype == 'int32' else 0.0,  # as tensorstore writes it
   }
 
 
-def zarr_json(name: str, dtype: str, shape: Sequence[int]) -> bytes:
+def zarr_json(name: str, dtype: str, shape: Sequence[int], *, separator: str = '.') -> bytes:
   """zarr.json of array `name`, byte for byte as tensorstore writes it."""
-  metadata = zarr_metadata(name, dtype, shape)
+  metadata = zarr_metadata(name, dtype, shape, separator=separator)
   return json.dumps(metadata, sort_keys=True, separators=(',', ':')).encode('ascii')

@@ -48,7 +48,11 @@ def block_files(
       arrays = store_pages.page_arrays(arrays, layout)
     key = store_manifest.key_for(meta, layout)
     names = [name for name in store_manifest.PAGE_ARRAY_NAMES if name in arrays]
-    chunks = {name: store_chunks.chunks(name, a.dtype.name, a.shape) for name, a in arrays.items()}
+    separator = store_manifest.chunk_separator(store_format)
+    chunks = {
+      name: store_chunks.chunks(name, a.dtype.name, a.shape, separator=separator)
+      for name, a in arrays.items()
+    }
     payload = store_chunks.map_threads(
       lambda c: store_chunks.flat_bytes(arrays[c.name])[c.start : c.stop].tobytes(),
       [c for name in names for c in chunks[name]],
@@ -59,7 +63,9 @@ def block_files(
     raise store_errors.InvalidBlockError(root, f'cannot store the block: {e}') from e
   files = {c.path: data for c, data in zip((c for n in names for c in chunks[n]), payload)}
   for name, array in arrays.items():
-    files[f'{name}/zarr.json'] = store_chunks.zarr_json(name, array.dtype.name, array.shape)
+    files[f'{name}/zarr.json'] = store_chunks.zarr_json(
+      name, array.dtype.name, array.shape, separator=separator
+    )
   text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
   files[store_manifest.MANIFEST] = text.encode('ascii')
   return files, manifest

@@ -98,8 +98,10 @@ def _read_once(
       store_kvstore.read_value(kv, store_manifest.MANIFEST), where, key
     )
     entries = manifest['arrays']
+    store_format = manifest['format']
+    separator = store_manifest.chunk_separator(store_format)
     chunks = {
-      name: store_chunks.chunks(name, entry['dtype'], entry['shape'])
+      name: store_chunks.chunks(name, entry['dtype'], entry['shape'], separator=separator)
       for name, entry in entries.items()
     }
     names = [name for name in store_manifest.PAGE_ARRAY_NAMES if name in entries]
@@ -115,11 +117,10 @@ def _read_once(
       raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
     for name in names:
       _check_zarr_metadata(
-        store_kvstore.read_value(kv, f'{name}/zarr.json'), where, name, entries[name]
+        store_kvstore.read_value(kv, f'{name}/zarr.json'), where, name, entries[name], separator
       )
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
-    store_format = manifest['format']
     zeros, reads = _jobs(chunks, entries, names, layout, arrays, store_format)
     if local is None:  # every read in flight at once; tensorstore overlaps them
       pending = [kv.read(chunk.path) for chunk, _, _ in reads]
@@ -322,8 +323,11 @@ def _shape_only(entry: dict[str, Any]) -> np.ndarray:
   return np.broadcast_to(np.zeros((), store_chunks.DTYPES[entry['dtype']]), entry['shape'])
 
 
-def _check_zarr_metadata(data: bytes, where: str, name: str, entry: dict[str, Any]) -> None:
-  """Raises unless `data`, `name`/zarr.json, describes the array `entry` describes."""
+def _check_zarr_metadata(
+  data: bytes, where: str, name: str, entry: dict[str, Any], separator: str
+) -> None:
+  """Raises unless `data`, `name`/zarr.json, describes the array `entry` describes, its
+  chunks keyed with `separator`."""
   relative_path = f'{name}/zarr.json'
   try:
     found = store_manifest.load_json(data)
@@ -334,7 +338,7 @@ def _check_zarr_metadata(data: bytes, where: str, name: str, entry: dict[str, An
   # What decides where tensorstore finds the bytes and how it decodes them;
   # other fields (attributes, dimension_names) are free.
   expected = {
-    **store_chunks.zarr_metadata(name, entry['dtype'], entry['shape']),
+    **store_chunks.zarr_metadata(name, entry['dtype'], entry['shape'], separator=separator),
     'storage_transformers': None,
   }
   differences = store_manifest.differences(

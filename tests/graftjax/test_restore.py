@@ -59,7 +59,7 @@ def test_restore_then_continue_is_byte_equal_to_fresh(tiny_model, deposited, don
 
 
 def _corrupt(store, key):
-  chunk = os.path.join(store.root, key, 'v', 'c', '2', '0', '0', '0')
+  chunk = os.path.join(store.root, key, 'v', 'c.2.0.0.0')
   data = bytearray(open(chunk, 'rb').read())
   data[5] ^= 1
   with open(chunk, 'wb') as f:

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,7 @@ FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
 _BITS = {'float32': np.uint32, 'bfloat16': np.uint16}
 _DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16}
 _SHAPE = (3, 3, 1, 4)  # [L, n, K, H]
-_CHUNK = 'k/c/0/0/0/0'  # layer 0 of k
+_CHUNK = 'k/c.0.0.0.0'  # layer 0 of k
 _CHUNK_BYTES = 3 * 1 * 4 * 4  # one float32 layer [1, n, K, H]
 
 # Seeds the two concurrent writers deposit: a shared run, then their own.
@@ -124,7 +125,7 @@ def test_round_trip_reading_chunks_in_small_uneven_pieces(store, monkeypatch):
   monkeypatch.setattr(store_read, 'PIECE', 7)
 
   _assert_same_block(store.get(key), block)
-  _flip_byte(os.path.join(store.root, key, 'k', 'c', '1', '0', '0', '0'), 44)
+  _flip_byte(os.path.join(store.root, key, 'k', 'c.1.0.0.0'), 44)
   with pytest.raises(store_lib.CorruptBlockError, match="array 'k' layer 1"):
     store.get(key)
 
@@ -177,14 +178,14 @@ def test_manifest_records_meta_shapes_and_documented_digests(store):
 
   with open(os.path.join(store.root, key, 'manifest.json')) as f:
     manifest = json.load(f)
-  assert manifest['format'] == 'graftjax.blockstore/3'
+  assert manifest['format'] == 'graftjax.blockstore/4'
   assert manifest['key'] == key
   assert manifest['layout_version'] == blocks.LAYOUT_VERSION
   assert manifest['meta'] == block.meta.to_json()
   layers = _layer_digests(block.k)
   assert len(set(layers)) == _SHAPE[0]
   for layer, digest in enumerate(layers):
-    with open(os.path.join(store.root, key, f'k/c/{layer}/0/0/0'), 'rb') as f:
+    with open(os.path.join(store.root, key, f'k/c.{layer}.0.0.0'), 'rb') as f:
       assert _blake3(f.read()) == digest
   two_level = _blake3(b'bfloat16[3,3,1,4]\n' + b''.join(bytes.fromhex(d) for d in layers))
   assert manifest['arrays']['k'] == {
@@ -301,45 +302,57 @@ def test_flipped_byte_in_k_is_named_with_both_digests(store):
     )
 
 
-def _as_format_2(store, block):
-  """Stores `block` as format 2 wrote it (SHA-256 digests); returns its key."""
+def _stored_in_format(store, block, store_format):
+  """Stores `block` as `store_format` wrote it (its digests, its chunk keys); returns its key."""
   key = store.put(block)
-  _, manifest = store_encode.block_files(block, store.root, None, 'graftjax.blockstore/2')
-  with open(os.path.join(store.root, key, 'manifest.json'), 'w') as f:
-    f.write(json.dumps(manifest, sort_keys=True, indent=2) + '\n')
+  files, _ = store_encode.block_files(block, store.root, None, store_format)
+  shutil.rmtree(os.path.join(store.root, key))
+  for name, data in files.items():
+    path = os.path.join(store.root, key, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'wb') as f:
+      f.write(data)
   return key
 
 
-def test_format_2_blocks_are_read_and_checked_by_sha256(store):
+@pytest.mark.parametrize(
+  'store_format, digest, new_hash',
+  [('graftjax.blockstore/2', 'sha256', hashlib.sha256), ('graftjax.blockstore/3', 'blake3', None)],
+)
+def test_older_format_blocks_are_read_and_checked_by_their_hash(
+  store, store_format, digest, new_hash
+):
+  """Formats 2 (SHA-256) and 3 (BLAKE3) keep chunks under '/'-separated keys."""
+  hex_digest = lambda data: new_hash(data).hexdigest() if new_hash else _blake3(data)
   block = make_block(0, 'bfloat16')
-  key = _as_format_2(store, block)
+  key = _stored_in_format(store, block, store_format)
   with open(os.path.join(store.root, key, 'manifest.json')) as f:
     manifest = json.load(f)
-  layers = [hashlib.sha256(np.asarray(layer).tobytes()).hexdigest() for layer in block.k]
-  assert manifest['format'] == 'graftjax.blockstore/2'
-  assert manifest['arrays']['k']['chunk_sha256'] == layers
+  layers = [hex_digest(np.asarray(layer).tobytes()) for layer in block.k]
+  assert manifest['format'] == store_format
+  assert manifest['arrays']['k'][f'chunk_{digest}'] == layers
   _assert_same_block(store.get(key), block)
   assert store.put(block) == key  # the same payload: a no-op, not a conflict
 
   k = np.asarray(block.k).copy()
   k[1, 0, 0, 0] = -k[1, 0, 0, 0]
-  with pytest.raises(store_lib.ConflictingBlockError, match=r'arrays\.k\.chunk_sha256\.1'):
+  with pytest.raises(store_lib.ConflictingBlockError, match=rf'arrays\.k\.chunk_{digest}\.1'):
     store.put(dataclasses.replace(block, k=k))
 
-  chunk = os.path.join(store.root, key, _CHUNK)
+  chunk = os.path.join(store.root, key, 'k/c/0/0/0/0')
   _flip_byte(chunk, 5)
   with open(chunk, 'rb') as f:
-    found = hashlib.sha256(f.read()).hexdigest()
+    found = hex_digest(f.read())
   with pytest.raises(store_lib.CorruptBlockError) as error:
     store.get(key)
-  assert f'digest expected {layers[0]}, found {found}' in str(error.value)
+  assert f'(k/c/0/0/0/0): digest expected {layers[0]}, found {found}' in str(error.value)
 
 
 @pytest.mark.parametrize('offset', [0, _CHUNK_BYTES - 1])
 def test_flipped_byte_in_a_middle_layer_names_that_layer(store, offset):
   block = make_block(0)
   key = store.put(block)
-  chunk = 'v/c/1/0/0/0'
+  chunk = 'v/c.1.0.0.0'
   _flip_byte(os.path.join(store.root, key, chunk), offset)
   expected = _layer_digests(block.v)[1]
   with open(os.path.join(store.root, key, chunk), 'rb') as f:
@@ -356,18 +369,18 @@ def test_flipped_byte_in_a_middle_layer_names_that_layer(store, offset):
 
 def test_flipped_byte_in_positions_is_named(store):
   key = store.put(make_block(0))
-  _flip_byte(os.path.join(store.root, key, 'positions', 'c', '0'), 0)
+  _flip_byte(os.path.join(store.root, key, 'positions', 'c.0'), 0)
 
   with pytest.raises(
     store_lib.CorruptBlockError,
-    match=r"array 'positions' \(positions/c/0\): digest expected",
+    match=r"array 'positions' \(positions/c.0\): digest expected",
   ):
     store.get(key)
 
 
 def test_swapped_layer_chunks_are_caught(store):
   key = store.put(make_block(0))
-  layer = lambda i: os.path.join(store.root, key, f'k/c/{i}/0/0/0')
+  layer = lambda i: os.path.join(store.root, key, f'k/c.{i}.0.0.0')
   os.rename(layer(0), layer(0) + '.swap')
   os.rename(layer(2), layer(0))
   os.rename(layer(0) + '.swap', layer(2))
@@ -398,14 +411,14 @@ def test_chunk_size_is_checked_on_the_bytes_read(store, monkeypatch):
 
   def list_then_truncate(*args):
     files = listing(*args)
-    os.truncate(os.path.join(store.root, key, 'v', 'c', '2', '0', '0', '0'), 5)
+    os.truncate(os.path.join(store.root, key, 'v', 'c.2.0.0.0'), 5)
     return files
 
   monkeypatch.setattr(store_read, '_listing', list_then_truncate)
 
   with pytest.raises(
     store_lib.CorruptBlockError,
-    match=rf"array 'v' layer 2 \(v/c/2/0/0/0\): holds 5 bytes, expected {_CHUNK_BYTES}",
+    match=rf"array 'v' layer 2 \(v/c.2.0.0.0\): holds 5 bytes, expected {_CHUNK_BYTES}",
   ):
     store.get(key)
 
@@ -423,21 +436,19 @@ def test_missing_manifest_is_named_and_block_is_not_listed(store):
 
 def test_missing_chunk_file_is_named(store):
   key = store.put(make_block(0, k=np.zeros(_SHAPE, np.float32)))
-  os.remove(os.path.join(store.root, key, 'k', 'c', '2', '0', '0', '0'))
+  os.remove(os.path.join(store.root, key, 'k', 'c.2.0.0.0'))
 
   # Without the file check, tensorstore could read back the zeros it lost.
-  with pytest.raises(store_lib.CorruptBlockError, match='missing file k/c/2/0/0/0$'):
+  with pytest.raises(store_lib.CorruptBlockError, match='missing file k/c.2.0.0.0$'):
     store.verify(key)
 
 
 def test_extra_chunk_file_is_named(store):
   key = store.put(make_block(0))
-  extra = os.path.join(store.root, key, 'k', 'c', '3', '0', '0')
-  os.makedirs(extra)
-  with open(os.path.join(extra, '0'), 'wb') as f:
+  with open(os.path.join(store.root, key, 'k', 'c.3.0.0.0'), 'wb') as f:
     f.write(bytes(_CHUNK_BYTES))
 
-  with pytest.raises(store_lib.CorruptBlockError, match='unexpected file k/c/3/0/0/0$'):
+  with pytest.raises(store_lib.CorruptBlockError, match='unexpected file k/c.3.0.0.0$'):
     store.verify(key)
 
 
@@ -451,7 +462,8 @@ def test_other_format_is_refused_by_name(store):
       store_lib.UnsupportedFormatError,
       match=(
         f"{key}: manifest.json has format 'graftjax.blockstore/1';"
-        " this code reads only 'graftjax.blockstore/2', 'graftjax.blockstore/3'"
+        " this code reads only 'graftjax.blockstore/2', 'graftjax.blockstore/3',"
+        " 'graftjax.blockstore/4'"
       ),
     ):
       read(key)
@@ -665,16 +677,16 @@ def test_same_block_gives_byte_identical_files(tmp_path, dtype):
     files[0]
     == files[1]
     == [
-      'k/c/0/0/0/0',
-      'k/c/1/0/0/0',
-      'k/c/2/0/0/0',
+      'k/c.0.0.0.0',
+      'k/c.1.0.0.0',
+      'k/c.2.0.0.0',
       'k/zarr.json',
       'manifest.json',
-      'positions/c/0',
+      'positions/c.0',
       'positions/zarr.json',
-      'v/c/0/0/0/0',
-      'v/c/1/0/0/0',
-      'v/c/2/0/0/0',
+      'v/c.0.0.0.0',
+      'v/c.1.0.0.0',
+      'v/c.2.0.0.0',
       'v/zarr.json',
     ]
   )

@@ -35,7 +35,7 @@ def test_memory_round_trip_list_and_delete(store, kv, dtype):
   assert store.put(block) == key
   # The same files, byte for byte, as on `file`: zarr v3 chunks and manifest last.
   names = sorted(n.decode() for n in kv.list().result() if n.startswith(key.encode()))
-  assert names[0] == f'{key}/k/c/0/0/0/0' and f'{key}/manifest.json' in names
+  assert names[0] == f'{key}/k/c.0.0.0.0' and f'{key}/manifest.json' in names
 
   store.delete(key)
   assert store.list() == [other]
@@ -50,7 +50,7 @@ def test_memory_round_trip_list_and_delete(store, kv, dtype):
 def test_memory_flipped_byte_is_named(store, kv):
   block = make_block(0)
   key = store.put(block)
-  name = f'{key}/v/c/1/0/0/0'
+  name = f'{key}/v/c.1.0.0.0'
   data = bytearray(kv[name])
   data[3] ^= 1
   kv[name] = bytes(data)
@@ -144,13 +144,14 @@ def test_file_url_and_spec_open_the_same_directory(tmp_path):
     store.verify(key)
 
 
+@pytest.mark.parametrize('separator', ['.', '/'])
 @pytest.mark.parametrize(
   'name, dtype, shape',
   [('k', 'float32', [2, 3, 1, 4]), ('v', 'bfloat16', [2, 3, 1, 4]), ('positions', 'int32', [3])],
 )
-def test_zarr_json_is_byte_for_byte_what_tensorstore_writes(name, dtype, shape):
+def test_zarr_json_is_byte_for_byte_what_tensorstore_writes(name, dtype, shape, separator):
   context = ts.Context()
-  metadata = store_chunks.zarr_metadata(name, dtype, shape)
+  metadata = store_chunks.zarr_metadata(name, dtype, shape, separator=separator)
   ts.open(
     {'driver': 'zarr3', 'kvstore': {'driver': 'memory'}, 'metadata': metadata},
     create=True,
@@ -158,5 +159,5 @@ def test_zarr_json_is_byte_for_byte_what_tensorstore_writes(name, dtype, shape):
   ).result()
   written = ts.KvStore.open({'driver': 'memory'}, context=context).result()[b'zarr.json']
 
-  assert store_chunks.zarr_json(name, dtype, shape) == written
+  assert store_chunks.zarr_json(name, dtype, shape, separator=separator) == written
   assert json.loads(written) == metadata

@@ -21,6 +21,7 @@ from test_store import _assert_same_block, make_block
 
 from graftjax import store as store_lib
 from graftjax import store_kvstore
+from graftjax import store_manifest
 from graftjax import store_read
 
 
@@ -159,6 +160,43 @@ def test_malformed_manifest_is_a_corrupt_block_naming_path_and_field(store, edit
     ) as error:
       read(key)
     assert error.value.path == os.path.join(store.root, key)
+
+
+def test_a_manifest_is_parsed_again_only_when_its_bytes_change(store, monkeypatch):
+  """The parse memo: read twice, parsed once; the same key with a changed manifest (still
+  valid JSON, describing another block) is parsed again and refused."""
+  parses = []
+  parse = store_manifest._parse_manifest
+  monkeypatch.setattr(
+    store_manifest, '_parse_manifest', lambda *args: parses.append(args[2]) or parse(*args)
+  )
+  block = make_block(0)
+  key = store.put(block)
+  parses.clear()
+  for _ in range(2):
+    _assert_same_block(store.get(key), block)
+  assert parses == []  # parsed when put verified the deposit
+  path = _manifest_path(store, key)
+  with open(path, encoding='utf-8') as f:
+    text = _edit_meta(start=6, capacity=64)(f.read())
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(text)
+
+  with pytest.raises(store_lib.CorruptBlockError, match='manifest.json describes block '):
+    store.get(key)
+  assert parses == [key]
+
+
+def test_parsed_manifests_drop_the_least_recently_used_beyond_their_bytes():
+  held = store_manifest._ParsedManifests(max_bytes=10)
+  for key in 'abc':
+    held.put(key, b'1234', (key, None))
+  assert held.get('a', b'1234') is None  # 12 bytes > 10: a dropped
+  assert held.get('b', b'1234') == ('b', None)
+  held.put('d', b'1234', ('d', None))  # c is now the least recently used
+  assert held.get('c', b'1234') is None
+  assert held.get('b', b'1234') == ('b', None)
+  assert held.get('b', b'12345') is None  # other bytes: not this manifest
 
 
 def test_root_that_is_a_file_is_refused_by_name(tmp_path):

@@ -247,7 +247,7 @@ def test_a_page_missing_mid_query_is_refused_naming_it(damaged, no_install):
 
 def test_a_page_corrupted_mid_query_is_refused_naming_it(damaged, no_install):
   bad = damaged.keys['orchard']
-  chunk = os.path.join(damaged.store.root, bad, 'k', 'c', '0', '0', '0', '0')
+  chunk = os.path.join(damaged.store.root, bad, 'k', 'c.0.0.0.0')
   with open(chunk, 'r+b') as f:
     data = bytearray(f.read())
     data[5] ^= 1

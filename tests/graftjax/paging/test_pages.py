@@ -145,7 +145,7 @@ def test_corrupt_page_is_refused_and_cache_untouched(tmp_path):
   model = _model()
   store = store_lib.BlockStore(tmp_path / 'store')
   key = pages.put(store, pages.to_page(_block(model), model.config))
-  chunk = os.path.join(store.root, key, 'k_tail', 'c', '1', '0', '0', '0')
+  chunk = os.path.join(store.root, key, 'k_tail', 'c.1.0.0.0')
   with open(chunk, 'r+b') as f:
     first = f.read(1)
     f.seek(0)
@@ -197,8 +197,6 @@ def test_bytes_per_token_of_the_real_config():
 
 def _payload_on_disk(root, key) -> int:
   total = 0
-  for directory, _, files in os.walk(os.path.join(root, key)):
-    total += sum(
-      os.path.getsize(os.path.join(directory, f)) for f in files if '/c' in directory[len(root) :]
-    )
+  for directory, _, files in os.walk(os.path.join(root, key)):  # chunks: 'c.<i>.0.0.0'
+    total += sum(os.path.getsize(os.path.join(directory, f)) for f in files if f.startswith('c.'))
   return total
