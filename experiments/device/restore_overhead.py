@@ -9,6 +9,11 @@ read stage), beside each fixed step of it timed alone (the listing, the manifest
 zarr.json checks, the rebuilt manifest, the thread pool with no work, one copy's dispatch),
 the chunk reads alone, the same read with a shorter GIL switch interval and with fewer
 threads, and the block's floors (`restore_floor.measure`).
+
+The committed log (logs/restore_overhead_h200.json, on format 3) timed each step through
+`jax.block_until_ready(result)`, which walked the manifest's token-id list as a pytree: its
+manifest_* figures are inflated by that walk (manifest_check_s even came out negative);
+logs/restore_timeline_h200.json has the manifest's own time. Only the read is waited for now.
 """
 
 import concurrent.futures
@@ -36,7 +41,7 @@ def median_s(fn, repeats=15):
   times = []
   for _ in range(repeats):
     t0 = time.perf_counter()
-    jax.block_until_ready(fn())
+    fn()
     times.append(time.perf_counter() - t0)
   return float(np.median(times))
 
@@ -59,7 +64,9 @@ def main():
       k = rng.standard_normal((18, n, 1, 256), dtype=np.float32)
       key = store.put(blocks.KVBlock(meta=meta, k=k, v=-k, positions=np.arange(n, dtype=np.int32)))
       staging = restore.Staging()
-      read = lambda: list(restore.read(store, key, staging, capacity=n + 1024).copies.values())
+      read = lambda: jax.block_until_ready(
+        list(restore.read(store, key, staging, capacity=n + 1024).copies.values())
+      )
       local = str(pathlib.Path(store.root) / key)
       kv = store._kv / f'{key}/'  # pylint: disable=protected-access
       data = store_kvstore.read_value(kv, store_manifest.MANIFEST)
