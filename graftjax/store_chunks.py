@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
@@ -86,8 +87,10 @@ def map_threads(
   items: Sequence[_T],
   *,
   after: dict[int, Callable[[], None]] | None = None,
+  threads: int | None = None,
 ) -> list[_R]:
-  """`[fn(x) for x in items]` on a thread per CPU; raises the first error, after all end.
+  """`[fn(x) for x in items]` on up to `threads` threads (default: one per CPU), each taking
+  the next item in order; raises the first error (in item order), after all end.
 
   The threads are made once and shared (a restore should not pay for
   starting them); a call from one of them runs in that thread. Every call
@@ -96,23 +99,47 @@ def map_threads(
   without error (while later items are still worked on), in order of i.
   """
   after = after or {}
-  if len(items) < 2 or threading.current_thread().name.startswith(_POOL_NAME):
+  workers = min(len(items), threads or os.cpu_count() or 1)
+  if workers < 2 or threading.current_thread().name.startswith(_POOL_NAME):
     out = []
     for i, x in enumerate(items):
       out.append(fn(x))
       if i in after:
         after[i]()
     return out
-  futures = [_pool().submit(fn, x) for x in items]
+  results, errors, ended = [None] * len(items), [None] * len(items), [False] * len(items)
+  claims = itertools.count()  # its next() is atomic: each item is taken once
+  changed = threading.Condition()
+
+  def work() -> None:
+    while (i := next(claims)) < len(items):
+      try:
+        results[i] = fn(items[i])
+      except BaseException as e:  # pylint: disable=broad-except  # raised on the caller
+        errors[i] = e
+      with changed:
+        ended[i] = True
+        changed.notify()
+
+  workers = [_pool().submit(work) for _ in range(workers)]
   try:
+    prefix = 0  # items[:prefix] have all ended
     for i in sorted(after):
-      concurrent.futures.wait(futures[: i + 1])
-      if any(future.exception() is not None for future in futures[: i + 1]):
+      with changed:
+        while prefix <= i:
+          if ended[prefix]:
+            prefix += 1
+          else:
+            changed.wait()
+      if any(e is not None for e in errors[: i + 1]):
         break
       after[i]()
   finally:
-    concurrent.futures.wait(futures)
-  return [future.result() for future in futures]
+    concurrent.futures.wait(workers)
+  for e in errors:
+    if e is not None:
+      raise e
+  return results
 
 
 _POOL_NAME = 'graftjax-store'

@@ -23,6 +23,11 @@ from graftjax import store_pages
 # verified read of 256 KiB to 4 MiB pieces on the H200's host, logs/blake3_pieces_probe_h200.txt).
 PIECE = 1 << 22
 
+# Threads a read takes: one per this many bytes of chunks, at most one per CPU. On the H200's
+# host, 37 MB (1k tokens of gemma-3-270m in float32) read sooner on 8 threads than on 16
+# (logs/restore_overhead_h200.json); the pool's wake-ups and the GIL cost more than they gain.
+BYTES_PER_THREAD = 4 << 20
+
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name
 # ('k', 'v' [L, n, K, H] with each layer C-contiguous, 'positions' [n] int32).
 Into = Callable[[blocks.BlockMeta, dict[str, tuple[int, ...]]], dict[str, np.ndarray]]
@@ -136,7 +141,9 @@ def _read_once(
         chunk.name.removesuffix('_tail'): len(zeros) + i for i, (chunk, _, _) in enumerate(reads)
       }
       after = {i: functools.partial(on_verified, name) for name, i in last.items()}
-    found = store_chunks.map_threads(lambda job: job(), jobs, after=after)[len(zeros) :]
+    threads = -(-sum(out.size for _, _, out in reads) // BYTES_PER_THREAD)
+    found = store_chunks.map_threads(lambda job: job(), jobs, after=after, threads=threads)
+    found = found[len(zeros) :]
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
@@ -237,7 +244,8 @@ def _jobs(
     tail = [(i, first) for i, (first, _) in enumerate(layout) if first != 0]
     zeros = [arrays[name][i, :first] for name in ('k', 'v') for i, first in tail]
   chunk_field, _ = store_manifest.digest_fields(store_format)
-  for name in names:
+  # positions first (one small chunk), so the last chunk read is v's: k, v each verify sooner.
+  for name in sorted(names, key=lambda name: name != 'positions'):
     for chunk, digest in zip(chunks[name], entries[name][chunk_field]):
       if name == 'positions':
         place = arrays[name]

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import blake3
@@ -891,6 +892,23 @@ def test_map_threads_calls_after_in_order_once_each_prefix_ended():
   assert store_chunks.map_threads(work, range(5), after=after) == [0, 1, 4, 9, 16]
   assert [i for i, _ in seen] == [1, 4]
   assert set(seen[0][1]) >= {0, 1} and seen[1][1] == [0, 1, 2, 3, 4]
+
+
+def test_map_threads_runs_at_most_threads_at_once():
+  running, peak = [0], [0]
+  lock = threading.Lock()
+
+  def work(i):
+    with lock:
+      running[0] += 1
+      peak[0] = max(peak[0], running[0])
+    time.sleep(0.02)
+    with lock:
+      running[0] -= 1
+    return -i
+
+  assert store_chunks.map_threads(work, range(6), threads=2) == [0, -1, -2, -3, -4, -5]
+  assert peak[0] == 2
 
 
 def test_map_threads_after_an_error_calls_no_later_after_and_raises_once_all_ended():
