@@ -169,9 +169,9 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   """Checks a manifest's every field, type and size; returns its BlockMeta.
 
   The one validation of a manifest, for what `put` writes and `get` reads.
-  What it cannot check alone (the digests against the payload, chunk
-  shapes against the layout) `store_read.read_block` compares with a
-  manifest rebuilt from the bytes read.
+  What it does not check (array digests and chunk shapes against the chunk
+  digests) `parse_manifest` does, and `store_read.read_block` checks every
+  chunk against its digest.
 
   Raises:
     OtherFormat: if `format` is not one of DIGEST_OF_FORMAT.
@@ -390,7 +390,8 @@ def load_json(data: bytes) -> Any:
 
 
 def parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
-  """The manifest and its BlockMeta, checked by `check_manifest` and for `key`.
+  """The manifest and its BlockMeta, checked by `check_manifest`, for `key`, and against its
+  own chunk digests (its array digests and chunk shapes must be what they give).
 
   A manifest parsed before under the same key from the same bytes is not parsed again (the
   checks depend on those two alone): the earlier result is returned, shared, so it must
@@ -449,10 +450,35 @@ def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], b
     raise store_errors.UnsupportedFormatError(path, cause) from None
   except store_errors.Malformed as e:
     raise store_errors.CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
-  described = key_for(meta, store_pages.layout_of(manifest))
+  layout = store_pages.layout_of(manifest)
+  described = key_for(meta, layout)
   if described != key:
     raise store_errors.CorruptBlockError(path, f'{MANIFEST} describes block {described}')
+  # Its array digests and chunk shapes, from its chunk digests (each chunk is then checked
+  # against its digest as it is read, so this is the payload's manifest if all pass).
+  chunk_field, _ = digest_fields(manifest['format'])
+  entries = manifest['arrays']
+  rebuilt = build_manifest(
+    key,
+    meta_json(meta),
+    {name: _shape_only(entry) for name, entry in entries.items()},
+    {name: entry[chunk_field] for name, entry in entries.items()},
+    layout,
+    store_format=manifest['format'],
+  )
+  found = differences(manifest, rebuilt)
+  if found:
+    raise store_errors.CorruptBlockError(
+      path,
+      f'{MANIFEST} disagrees with its chunk digests (manifest != rebuilt from them):'
+      f' {"; ".join(found)}',
+    )
   return manifest, meta
+
+
+def _shape_only(entry: dict[str, Any]) -> np.ndarray:
+  """A zero-byte array of an entry's dtype and shape (what `build_manifest` looks at)."""
+  return np.broadcast_to(np.zeros((), store_chunks.DTYPES[entry['dtype']]), entry['shape'])
 
 
 def differences(a: Any, b: Any, where: str = '') -> list[str]:

@@ -89,18 +89,18 @@ def _read_once(
   """Reads and verifies a block once (arguments as `read_block`).
 
   Checks, in order: the block holds exactly the expected files (regular
-  files, on `file`); manifest.json passes `store_manifest.check_manifest`
-  and describes `key`; each zarr.json describes the layout the manifest
-  implies; each chunk has the expected size and its recorded digest (hashed
-  once, as read); and the manifest is exactly what those chunk digests and
-  the arrays' dtypes and shapes produce.
+  files, on `file`); manifest.json passes `store_manifest.parse_manifest`
+  (`check_manifest`, describes `key`, and is exactly what its chunk digests
+  and the arrays' dtypes and shapes produce); each zarr.json describes the
+  layout the manifest implies; and each chunk has the expected size and its
+  recorded digest (hashed once, as read).
   """
   try:
     files = _listing(kv, where, local)
     if store_manifest.MANIFEST not in files:
       raise store_errors.CorruptBlockError(where, f'missing file {store_manifest.MANIFEST}')
     manifest, meta = store_manifest.parse_manifest(
-      store_kvstore.read_value(kv, store_manifest.MANIFEST), where, key
+      _small_file(kv, local, store_manifest.MANIFEST), where, key
     )
     entries = manifest['arrays']
     store_format = manifest['format']
@@ -122,7 +122,7 @@ def _read_once(
       raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
     for name in names:
       _check_zarr_metadata(
-        store_kvstore.read_value(kv, f'{name}/zarr.json'), where, name, entries[name], separator
+        _small_file(kv, local, f'{name}/zarr.json'), where, name, entries[name], separator
       )
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
@@ -142,25 +142,11 @@ def _read_once(
       }
       after = {i: functools.partial(on_verified, name) for name, i in last.items()}
     threads = -(-sum(out.size for _, _, out in reads) // BYTES_PER_THREAD)
-    found = store_chunks.map_threads(lambda job: job(), jobs, after=after, threads=threads)
-    found = found[len(zeros) :]
+    store_chunks.map_threads(lambda job: job(), jobs, after=after, threads=threads)
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
     raise store_errors.StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
-  digests = {name: [] for name in names}
-  for (chunk, _, _), digest in zip(reads, found):
-    digests[chunk.name].append(digest)
-  shapes = {name: _shape_only(entry) for name, entry in entries.items()}
-  rebuilt = store_manifest.build_manifest(
-    key, store_manifest.meta_json(meta), shapes, digests, layout, store_format=store_format
-  )
-  differences = store_manifest.differences(manifest, rebuilt)
-  if differences:
-    raise store_errors.CorruptBlockError(
-      where,
-      f'manifest.json disagrees with its payload (manifest != payload): {"; ".join(differences)}',
-    )
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
   except ValueError as e:
@@ -184,6 +170,16 @@ def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
   if not stat.S_ISDIR(mode):
     raise store_errors.CorruptBlockError(where, 'the block is not a directory')
   return store_files.regular_files(local)
+
+
+def _small_file(kv: ts.KvStore, local: str | None, name: str) -> bytes:
+  """The bytes of file `name` of the block: straight from `local` on `file` (a tenth of
+  the time of a kvstore read: ~0.1 ms a file on the H200's host), else from `kv`."""
+  if local is None:
+    return store_kvstore.read_value(kv, name)
+  fd = os.open(os.path.join(local, name), os.O_RDONLY | os.O_NOFOLLOW)
+  with open(fd, 'rb', buffering=0) as f:
+    return f.readall()
 
 
 def _destinations(
@@ -324,11 +320,6 @@ def _checked(where: str, chunk: store_chunks.Chunk, expected: str, found: str) -
       where, f'{chunk}: digest expected {expected}, found {found}'
     )
   return found
-
-
-def _shape_only(entry: dict[str, Any]) -> np.ndarray:
-  """A zero-byte array of an entry's dtype and shape (what `build_manifest` looks at)."""
-  return np.broadcast_to(np.zeros((), store_chunks.DTYPES[entry['dtype']]), entry['shape'])
 
 
 def _check_zarr_metadata(

@@ -503,7 +503,7 @@ def test_manifest_disagreeing_with_its_chunks_is_named(store, field, value):
 
   with pytest.raises(
     store_lib.CorruptBlockError,
-    match=f'manifest.json disagrees with its payload .*arrays.k.{field}',
+    match=f'manifest.json disagrees with its chunk digests .*arrays.k.{field}',
   ):
     store.verify(key)
 
