@@ -9,9 +9,10 @@ prefilled in chunks of 8), deposited in tests/fixtures/portable_store/;
 tests/fixtures/portable_block.json records its key and the SHA-256 of its
 stored files. With --rewrite_block the block is computed again on this
 machine and every logits recording is dropped. With --rewrite_manifest only
-the block's manifest (and so its key) is written again, in the current
-block layout, from the committed arrays: their files stay byte for byte, and
-so do the logits recordings. It needs no model.
+the block's manifest (and so its key) and file names are written again, in
+the current block layout and store format, from the committed arrays: every
+chunk file keeps its bytes (under its new name), and so do the logits
+recordings. It needs no model.
 
 The logits: the float32 logits of the next 4 tokens processed after grafting
 the committed block. XLA's CPU code picks its kernels from the processor, so
@@ -47,8 +48,9 @@ _REWRITE_BLOCK = flags.DEFINE_bool(
 _REWRITE_MANIFEST = flags.DEFINE_bool(
   'rewrite_manifest',
   False,
-  "Write only the committed block's manifest again, in the current layout, from its"
-  ' committed arrays (their files and the logits recordings are kept).',
+  "Write only the committed block's manifest and file names again, in the current layout"
+  ' and store format, from its committed arrays (their bytes and the logits recordings'
+  ' are kept).',
 )
 
 TEXT = (
@@ -107,11 +109,12 @@ def deposit_block(model, ids) -> dict:
 
 
 def rewrite_manifest() -> dict:
-  """The committed block under its current-layout key; every array file kept.
+  """The committed block under its current-layout key and format; every chunk's bytes kept.
 
   Reads the arrays with tensorstore, stores them again with the metadata the
   block was computed under (batch 1, segment 0, the record's capacity), and
-  refuses unless every file but manifest.json is byte-identical.
+  refuses unless every chunk file is byte-identical to the old one of its array
+  and index, and every zarr.json the same but for its chunk keys.
   """
   import tensorstore as ts  # pylint: disable=g-import-not-at-top
 
@@ -141,14 +144,15 @@ def rewrite_manifest() -> dict:
   shutil.rmtree(staging, ignore_errors=True)
   key = store_lib.BlockStore(staging).put(blocks.KVBlock(meta=meta, **arrays))
   new_dir = staging / key
-  old_files = sorted(p.relative_to(old_dir) for p in old_dir.rglob('*') if p.is_file())
-  new_files = sorted(p.relative_to(new_dir) for p in new_dir.rglob('*') if p.is_file())
-  if old_files != new_files:
+  old_files = _files_by_chunk(old_dir)
+  new_files = _files_by_chunk(new_dir)
+  if old_files.keys() != new_files.keys():
     raise ValueError(f'the rewritten block has other files: {old_files} != {new_files}')
   changed = [
-    str(f)
+    str(old_files[f])
     for f in old_files
-    if str(f) != store_lib.MANIFEST and (old_dir / f).read_bytes() != (new_dir / f).read_bytes()
+    if f != store_lib.MANIFEST
+    and _comparable(old_dir / old_files[f]) != _comparable(new_dir / new_files[f])
   ]
   if changed:
     raise ValueError(
@@ -161,6 +165,28 @@ def rewrite_manifest() -> dict:
   record['block_tree_sha256'] = store_lib.digest_tree(STORE_ROOT / key)
   record['manifest_command'] = 'python scripts/make_portable_block_fixture.py --rewrite_manifest'
   return record
+
+
+def _files_by_chunk(block_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+  """A block's files by what they hold ('k/c 3' for chunk 3 of k, whatever separates its
+  key's parts), as paths relative to `block_dir`."""
+  files = {}
+  for path in block_dir.rglob('*'):
+    if path.is_file():
+      relative = path.relative_to(block_dir)
+      name, rest = relative.parts[0], '/'.join(relative.parts[1:])
+      chunk = rest.replace('.', '/').split('/') if rest.startswith('c') else None
+      files[f'{name}/c {chunk[1]}' if chunk else str(relative)] = relative
+  return files
+
+
+def _comparable(path: pathlib.Path) -> bytes:
+  """A file's bytes; a zarr.json's without its chunk key encoding."""
+  if path.name != 'zarr.json':
+    return path.read_bytes()
+  metadata = json.loads(path.read_text())
+  metadata.pop('chunk_key_encoding')
+  return json.dumps(metadata, sort_keys=True).encode()
 
 
 def main(argv):
