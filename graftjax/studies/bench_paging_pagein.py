@@ -20,6 +20,7 @@ import numpy as np
 
 from graftjax import ledger
 from graftjax import restore as restore_lib
+from graftjax import store_manifest
 from graftjax.paging import pages
 from graftjax.paging import policy as policy_lib
 from graftjax.studies import bench_graft
@@ -27,12 +28,14 @@ from graftjax.studies import results
 
 
 def chunk_bytes(root: str, key: str) -> int:
-  """Bytes of a stored block's chunk files (its payload, no metadata)."""
-  total = 0
-  for directory, _, files in os.walk(os.path.join(root, key)):
-    if f'{os.sep}c' in directory[len(os.path.join(root, key)) :]:
-      total += sum(os.path.getsize(os.path.join(directory, f)) for f in files)
-  return total
+  """Bytes of a stored block's chunk files (its payload: every file but the metadata)."""
+  metadata = ('zarr.json', store_manifest.MANIFEST)
+  return sum(
+    os.path.getsize(os.path.join(d, f))
+    for d, _, fs in os.walk(os.path.join(root, key))
+    for f in fs
+    if f not in metadata
+  )
 
 
 def tree_bytes(root: str, key: str) -> int:

@@ -12,6 +12,7 @@ from graftjax.models.gemma import model as gemma_model
 from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.paging import pages
+from graftjax.studies import bench_paging_pagein
 
 L, G = config_lib.AttentionType.LOCAL_SLIDING, config_lib.AttentionType.GLOBAL
 PATTERN = (L, L, G, L, L, G)  # two global layers of six
@@ -131,7 +132,7 @@ def test_stored_page_round_trip_is_smaller_and_exact(tmp_path):
       np.asarray(getattr(page.block, name)).tobytes()
     )
   assert pages.get(store, block_key).layout is None
-  sizes = {k: _payload_on_disk(store.root, k) for k in (key, block_key)}
+  sizes = {k: bench_paging_pagein.chunk_bytes(store.root, k) for k in (key, block_key)}
   # 2 global layers x 24 rows + 4 local layers x 7 rows, against 6 x 24 rows.
   row = 2 * 16 * 4  # k and v, K=1, H=16, float32
   assert sizes[key] == (2 * N + 4 * 7) * row + 4 * N
@@ -193,10 +194,3 @@ def test_bytes_per_token_of_the_real_config():
   assert pages.bytes_per_token(config, 'float32')['page'] == 6_144.0
   at_2k = pages.bytes_per_token(config, 'bfloat16', 2048)
   assert at_2k['page'] == (3 * 2048 + 15 * 511) * 1024 / 2048
-
-
-def _payload_on_disk(root, key) -> int:
-  total = 0
-  for directory, _, files in os.walk(os.path.join(root, key)):  # chunks: 'c.<i>.0.0.0'
-    total += sum(os.path.getsize(os.path.join(directory, f)) for f in files if f.startswith('c.'))
-  return total
