@@ -10,10 +10,11 @@ zarr.json checks, the rebuilt manifest, the thread pool with no work, one copy's
 the chunk reads alone, the same read with a shorter GIL switch interval and with fewer
 threads, and the block's floors (`restore_floor.measure`).
 
-The committed log (logs/restore_overhead_h200.json, on format 3) timed each step through
-`jax.block_until_ready(result)`, which walked the manifest's token-id list as a pytree: its
-manifest_* figures are inflated by that walk (manifest_check_s even came out negative);
-logs/restore_timeline_h200.json has the manifest's own time. Only the read is waited for now.
+Results: experiments/results/logs/restore_overhead_h200.txt. That log (store format 3) timed
+each step through `jax.block_until_ready(result)`, which walked the manifest's token-id list
+as a pytree: its manifest_* figures are inflated by that walk (manifest_check_s even came out
+negative); logs/restore_timeline_h200.txt has the manifest's own time. Only the read is
+waited for now.
 """
 
 import concurrent.futures

@@ -7,6 +7,7 @@ For synthetic float32 blocks of gemma-3-270m's shape (18 layers, 1 kv head of 25
 waited for on the device, the median of 15 after a warm-up, for several
 `store_read.BYTES_PER_THREAD` (one thread per that many bytes of chunks, at most one per
 CPU; 1 byte: always one per CPU), beside the block's floors (`restore_floor.measure`).
+Results: experiments/results/logs/restore_threads_h200.txt.
 """
 
 import json

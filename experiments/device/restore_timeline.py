@@ -7,6 +7,8 @@ and 32k tokens (warm in the page cache), `restore.read` into one pinned `Staging
 after a warm-up, with k and v waited for on the device; each step of the calling thread is
 marked by wrapping the store's functions, and each chunk read's start and end on the pool's
 threads. Medians of each mark (ms from the start), with 16 and with 4 pool threads.
+Results: experiments/results/logs/restore_timeline_h200.txt (format 3) and
+restore_timeline_format4_h200.txt.
 """
 
 import concurrent.futures

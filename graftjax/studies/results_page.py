@@ -684,7 +684,7 @@ def _cpu_speed(results: list[Result]) -> list[str]:
   return out
 
 
-RESTORE_GOAL = 2.0  # README: restore within 2x of its floor
+RESTORE_GOALS = (2.0, 1.5)  # restore within 2x of its floor (issue 13), 1.5x pinned (issue 14)
 
 
 @family('Is grafting faster than recomputing the prefix?', 'bench_graft_*.json')
@@ -706,9 +706,9 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
           if row.get('graft_logits_equal_recompute') is not None
           else '-',
           f'{row["restore_s"]:.3f}',
-          f'{row["restore_over_floor"]:.1f}',
-          yes(row['restore_over_floor'] <= RESTORE_GOAL),
-          f'{row["restore_over_verified_floor"]:.1f}' if 'floor' in row else '-',
+          f'{row["restore_over_floor"]:.2f}',
+          *(yes(row['restore_over_floor'] <= goal) for goal in RESTORE_GOALS),
+          f'{row["restore_over_verified_floor"]:.2f}' if 'floor' in row else '-',
           f'{lc:.3f}' if lc is not None else '-',
         ]
       )
@@ -722,20 +722,25 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
     'logits byte-equal',
     'restore s',
     'restore / floor',
-    f'within {RESTORE_GOAL:.0f}x',
+    *(f'within {goal:g}x' for goal in RESTORE_GOALS),
     'restore / verified floor',
     'llama.cpp restore + first token s',
   )
   intro = (
     'Time to the first token after reading a block (every byte checked against its digest:'
-    ' SHA-256 in store format 2, BLAKE3 in format 3) and grafting it, against a prefill of the'
+    ' SHA-256 in store format 2, BLAKE3 in formats 3 and 4) and grafting it, against a prefill of'
+    ' the'
     " same prefix; float32. The restore floor: the block's files read into touched host memory"
     ' (the fastest of one and of all threads, in pieces or one read per file) plus the copy into'
     ' the device (from pinned host memory on a GPU, a memcpy on CPU); the verified floor also'
     " hashes every byte with its format's hash, as a restore must (docs/store_format.md,"
     ' "Restoring into a cache"). Files without a verified floor used the old one: a one-thread'
     ' read plus a pageable host-to-device copy. Rows before format 3 (all but the'
-    ' `bench_graft_h200*.json` files) were read with SHA-256.'
+    ' `bench_graft_h200*.json` files) were read with SHA-256; `bench_graft_h200.json` is format 4'
+    ' (one folder per array), `bench_graft_h200_run1.json` format 3. Each timed restore reads a'
+    ' manifest the process parsed before (when the block was stored): a first read of one adds'
+    ' its parse, about 0.7 ms at 1k tokens and 14 ms at 32k on the H200'
+    ' (logs/restore_timeline_h200.txt).'
   )
   return [intro, ''] + table(header, rows)
 
