@@ -19,7 +19,7 @@ import time
 import jax
 import numpy as np
 
-from graftjax import blocks
+import synthetic_block
 from graftjax import restore
 from graftjax import store as store_lib
 
@@ -27,18 +27,9 @@ from graftjax import store as store_lib
 def main():
   n = 1024
   rng = np.random.default_rng(0)
-  meta = blocks.BlockMeta(
-    model_fingerprint='0' * 64,
-    token_ids=tuple(int(t) for t in rng.integers(3, 9999, n)),
-    start=0,
-    dtype='float32',
-    position_scheme='rope',
-    capacity=n + 1024,
-  )
-  k = rng.standard_normal((18, n, 1, 256), dtype=np.float32)
   with tempfile.TemporaryDirectory() as tmp:
     store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
-    key = store.put(blocks.KVBlock(meta=meta, k=k, v=-k, positions=np.arange(n, dtype=np.int32)))
+    key = synthetic_block.put(store, n, rng)
     staging = restore.Staging()
     read = lambda: jax.block_until_ready(
       list(restore.read(store, key, staging, capacity=n + 1024).copies.values())

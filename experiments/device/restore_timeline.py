@@ -22,7 +22,7 @@ import time
 import jax
 import numpy as np
 
-from graftjax import blocks
+import synthetic_block
 from graftjax import restore
 from graftjax import store as store_lib
 from graftjax import store_chunks
@@ -82,16 +82,7 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
     for n in (1024, 4096, 32768):
-      meta = blocks.BlockMeta(
-        model_fingerprint='0' * 64,
-        token_ids=tuple(int(t) for t in rng.integers(3, 9999, n)),
-        start=0,
-        dtype='float32',
-        position_scheme='rope',
-        capacity=n + 1024,
-      )
-      k = rng.standard_normal((18, n, 1, 256), dtype=np.float32)
-      key = store.put(blocks.KVBlock(meta=meta, k=k, v=-k, positions=np.arange(n, dtype=np.int32)))
+      key = synthetic_block.put(store, n, rng)
       staging = restore.Staging()
       for threads in (16, 4):
         pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix='graftjax-store')
