@@ -201,7 +201,7 @@ def restore(
 ) -> cache_lib.KVCache:
   """`cache` with the block stored under `key` grafted in (see `blocks.graft`).
 
-  The store checks every chunk's SHA-256 and that the manifest describes
+  The store checks every chunk against its digest and that the manifest describes
   `key`; `graft`'s checks then hold the block against `target` and `cache`.
   All of it happens before the cache is touched, so on any error `cache` is
   left as it was, even with `donate=True`.

@@ -121,7 +121,7 @@ def map_threads(
         ended[i] = True
         changed.notify()
 
-  workers = [_pool().submit(work) for _ in range(workers)]
+  running = [_pool().submit(work) for _ in range(workers)]
   try:
     prefix = 0  # items[:prefix] have all ended
     for i in sorted(after):
@@ -135,7 +135,7 @@ def map_threads(
         break
       after[i]()
   finally:
-    concurrent.futures.wait(workers)
+    concurrent.futures.wait(running)
   for e in errors:
     if e is not None:
       raise e

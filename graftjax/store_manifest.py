@@ -93,7 +93,7 @@ def chunk_separator(store_format: str = FORMAT) -> str:
 
 def digest_fields(store_format: str = FORMAT) -> tuple[str, str]:
   """The names of an array entry's chunk digests and array digest in `store_format`:
-  ('chunk_blake3', 'blake3') for format 3, ('chunk_sha256', 'sha256') for format 2."""
+  ('chunk_blake3', 'blake3') for formats 3 and 4, ('chunk_sha256', 'sha256') for format 2."""
   name = DIGEST_OF_FORMAT[store_format]
   return f'chunk_{name}', name
 
@@ -110,7 +110,7 @@ def array_digest(
     store_format: the manifest format, which names the hash (`DIGEST_OF_FORMAT`).
 
   Returns:
-    The hash (BLAKE3 in format 3, SHA-256 in format 2) hex over
+    The hash (BLAKE3 in formats 3 and 4, SHA-256 in format 2) hex over
     `f'{dtype}[{d0},{d1},...]\\n'` (ASCII) followed by the 32 raw bytes of each
     chunk digest.
   """

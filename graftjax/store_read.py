@@ -174,8 +174,8 @@ def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
 
 
 def _small_file(kv: ts.KvStore, local: str | None, name: str) -> bytes:
-  """The bytes of file `name` of the block: straight from `local` on `file` (a tenth of
-  the time of a kvstore read: ~0.1 ms a file on the H200's host), else from `kv`."""
+  """The bytes of file `name` of the block: straight from `local` on `file` (a kvstore
+  read of a small file costs several times more), else from `kv`."""
   if local is None:
     return store_kvstore.read_value(kv, name)
   fd = os.open(os.path.join(local, name), os.O_RDONLY | os.O_NOFOLLOW)
