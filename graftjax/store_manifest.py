@@ -430,8 +430,19 @@ class _ParsedManifests:
         _, (dropped, _) = self._held.popitem(last=False)
         self._bytes -= len(dropped)
 
+  def clear(self) -> None:
+    with self._lock:
+      self._held.clear()
+      self._bytes = 0
+
 
 _PARSED = _ParsedManifests(16 << 20)  # a 32k-token manifest is ~450 kB
+
+
+def forget_parsed() -> None:
+  """Drops every manifest `parse_manifest` kept: the next read of each parses it again (to
+  time a block's first read)."""
+  _PARSED.clear()
 
 
 def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:

@@ -33,3 +33,4 @@ def test_bench_graft_smoke(tmp_path):
     stages = row['graft_stages_median_s']
     assert row['restore_s'] == stages['read_s'] + stages['install_s']
     assert row['restore_over_floor'] > 0 and row['speedup'] > 0
+    assert row['restore_first_read_over_floor'] > 0

@@ -197,6 +197,8 @@ def test_parsed_manifests_drop_the_least_recently_used_beyond_their_bytes():
   assert held.get('c', b'1234') is None
   assert held.get('b', b'1234') == ('b', None)
   assert held.get('b', b'12345') is None  # other bytes: not this manifest
+  held.clear()
+  assert held.get('d', b'1234') is None
 
 
 def test_root_that_is_a_file_is_refused_by_name(tmp_path):
