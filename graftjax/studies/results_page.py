@@ -732,9 +732,8 @@ def _graft_vs_recompute(results: list[Result]) -> list[str]:
   )
   intro = (
     'Time to the first token after reading a block (every byte checked against its digest:'
-    ' SHA-256 in store format 2, BLAKE3 in formats 3 and 4) and grafting it, against a prefill of'
-    ' the'
-    " same prefix; float32. The restore floor: the block's files read into touched host memory"
+    ' SHA-256 in store format 2, BLAKE3 in formats 3 and 4) and grafting it, against a prefill'
+    " of the same prefix; float32. The restore floor: the block's files read into touched host memory"
     ' (the fastest of one and of all threads, in pieces or one read per file) plus the copy into'
     ' the device (from pinned host memory on a GPU, a memcpy on CPU); the verified floor also'
     " hashes every byte with its format's hash, as a restore must (docs/store_format.md,"
