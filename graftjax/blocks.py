@@ -495,7 +495,9 @@ def install_rows(
   cache: cache_lib.KVCache, k, v, positions, *, segment: int, start: int, n: int, donate: bool
 ) -> cache_lib.KVCache:
   """Writes the first n of k, v [L, m, K, H] and positions [m] at slots [start, start+n) of
-  every row (m = `install_bucket(n, ...)`), unchecked: call `check_graft` first."""
+  every row (m = `install_bucket(n, ...)`), unchecked: call `check_graft` first. k and v may
+  each be given as a sequence of parts [L_i, m, K, H], its layers in order."""
+  k, v = (tuple(a) if isinstance(a, (tuple, list)) else (a,) for a in (k, v))
   write = _install_donating if donate else _install
   # numpy scalars: passed to the jit as they are, no eager ops
   return write(cache, k, v, positions, np.int32(segment), np.int32(start), np.int32(n))
@@ -511,8 +513,10 @@ def _pad_rows(a, *, extra: int):
 def _install_rows(
   cache: cache_lib.KVCache, k, v, positions, segment, start, n
 ) -> cache_lib.KVCache:
-  """Writes the first n of k, v [L, m, K, H] and positions [m] (and `segment`) at slots
-  [start, start+n) of every row; slots [start+n, start+m) keep what they hold."""
+  """Writes the first n of k, v (tuples of parts [L_i, m, K, H], layers in order) and
+  positions [m] (and `segment`) at slots [start, start+n) of every row; slots
+  [start+n, start+m) keep what they hold."""
+  k, v = (jnp.concatenate(parts, axis=0) for parts in (k, v))
   m = positions.shape[0]
   keep = jnp.arange(m) < n  # [m]
 

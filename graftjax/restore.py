@@ -3,8 +3,8 @@
 Apart from blocks.py because it needs the store, and the store needs blocks. A restore
 reads the block's chunk files into host staging buffers (`Staging`: reused from one
 restore to the next; pinned host memory on a GPU), every byte hashed and checked against
-its digest as it lands; k is copied to the device while v is still read (into new device
-arrays, not the cache). It then checks the block against the model and the cache, and only
+its digest as it lands; verified layers of k and v are copied to the device while later
+ones are still read (into new device arrays, not the cache). It then checks the block against the model and the cache, and only
 then writes the copied rows into the cache (one in-place write). Why each step,
 and the floor it is measured against: docs/store_format.md, "Restoring into a cache".
 """
@@ -24,6 +24,11 @@ from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
 
 _ALIGN = 64  # XLA on CPU takes a host buffer aligned so without copying it
+
+# Verified layers of k or v are copied to the device once they hold this many bytes (and
+# the rest when the array is complete): few enough copies that their dispatch (tens of us
+# each on the H200) stays small, and a small last copy after the last chunk verifies.
+COPY_BYTES = 4 << 20
 
 
 class Staging:
@@ -74,19 +79,23 @@ class Staging:
       self._buffers[name] = held
     return held[0]
 
-  def to_device(self, name: str, rows: int) -> jax.Array:
-    """The first `rows` along axis 0 (positions) or 1 (k, v) of buffer `name`, on `device`.
+  def to_device(self, name: str, rows: int, layers: slice = slice(None)) -> jax.Array:
+    """The first `rows` along axis 0 (positions) or 1 (k, v: of `layers` only) of buffer
+    `name`, on `device`.
 
-    All of it is one host-to-device copy (from pinned memory: a DMA; on CPU:
-    none, XLA takes the buffer); fewer rows are copied out first.
+    Whole rows go in one host-to-device copy straight from the buffer (from
+    pinned memory a DMA, also for a numpy view of part of it; on CPU none, XLA
+    takes the buffer); fewer rows are copied out first.
     """
-    view, pinned = self._buffers[name]
+    buffer, pinned = self._buffers[name]
+    view = buffer if buffer.ndim == 1 else buffer[layers]
     axis = 0 if view.ndim == 1 else 1
     if rows != view.shape[axis]:
       return jax.device_put(
         np.ascontiguousarray(view[(slice(None),) * axis + (slice(rows),)]), self.device
       )
-    copy = jax.device_put(view if pinned is None else pinned, device_memory(self.device))
+    whole = pinned is not None and view.shape == buffer.shape
+    copy = jax.device_put(pinned if whole else view, device_memory(self.device))
     self._copies.append(copy)
     return copy
 
@@ -105,14 +114,15 @@ class Staged:
     layout: the page layout, or None for a plain block.
     rows: the rows staged per layer, m >= n (rows n..m are not installed).
     staging: where it lies.
-    copies: k and v [L, m, K, H] already on the device, by name.
+    copies: k, v and positions already on the device, by name: k and v each as
+      parts [L_i, m, K, H], layers in order (sum of L_i = L); positions as ([m],).
   """
 
   block: blocks.KVBlock
   layout: tuple[tuple[int, int], ...] | None
   rows: int
   staging: Staging
-  copies: dict[str, jax.Array] = dataclasses.field(default_factory=dict)
+  copies: dict[str, tuple[jax.Array, ...]] = dataclasses.field(default_factory=dict)
 
 
 def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: int) -> Staged:
@@ -120,17 +130,21 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
 
   Rows are staged as `blocks.graft` pads them (to a multiple of
   `blocks.INSTALL_BUCKET`, within the capacity), so installs of any length
-  share a few compiled programs. k and v are each copied to the device as
-  soon as all their chunks verified (`Staged.copies`).
+  share a few compiled programs. Layers of k and v are copied to the device
+  as they verify, `COPY_BYTES` or more at a time, and positions once verified
+  (`Staged.copies`).
 
   Raises:
     store.StoreError: if the block is missing or does not verify.
   """
-  rows, copies = {}, {}
+  sizes, parts, copied = {}, {'k': [], 'v': [], 'positions': []}, {'k': 0, 'v': 0, 'positions': 0}
+  total = lambda name: 1 if name == 'positions' else sizes['layers']  # layers to copy
 
   def into(meta: blocks.BlockMeta, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     num_layers, n, kv_heads, head_dim = shapes['k']
-    rows['m'] = m = blocks.install_bucket(n, start=meta.start, capacity=capacity)
+    sizes['m'] = m = blocks.install_bucket(n, start=meta.start, capacity=capacity)
+    sizes['layers'] = num_layers
+    sizes['layer_bytes'] = m * kv_heads * head_dim * np.dtype(meta.dtype).itemsize
     out = {
       name: staging.buffer(name, (num_layers, m, kv_heads, head_dim), meta.dtype)[:, :n]
       for name in ('k', 'v')
@@ -139,12 +153,17 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
     positions[n:] = cache_lib.EMPTY_POSITION
     return {**out, 'positions': positions[:n]}
 
-  def copy(name: str) -> None:
-    if name in ('k', 'v'):
-      copies[name] = staging.to_device(name, rows['m'])
+  def copy(name: str, stop: int | None) -> None:
+    stop = total(name) if stop is None else stop
+    start = copied[name]
+    if stop < total(name) and (stop - start) * sizes['layer_bytes'] < COPY_BYTES:
+      return
+    parts[name].append(staging.to_device(name, sizes['m'], slice(start, stop)))
+    copied[name] = stop
 
   block, layout = store.get_page(key, into=into, on_verified=copy)
-  return Staged(block=block, layout=layout, rows=rows['m'], staging=staging, copies=copies)
+  copies = {name: tuple(parts[name]) for name in parts if copied[name] == total(name)}
+  return Staged(block=block, layout=layout, rows=sizes['m'], staging=staging, copies=copies)
 
 
 def install(
@@ -173,9 +192,8 @@ def install(
   # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
   m = min(staged.rows, cache.capacity - block.meta.start)
   copied = staged.copies if m == staged.rows else {}
-  k, v, positions = (
-    copied[name] if name in copied else staged.staging.to_device(name, m)
-    for name in ('k', 'v', 'positions')
+  k, v, (positions,) = (
+    copied.get(name) or (staged.staging.to_device(name, m),) for name in ('k', 'v', 'positions')
   )
   meta = block.meta
   cache = jax.block_until_ready(

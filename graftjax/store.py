@@ -130,10 +130,10 @@ class BlockStore:
     """(block, page_layout) under `key`: as `get`, with the rows each layer keeps.
 
     page_layout is None for a plain block (every row of every layer).
-    `on_verified(name)`, if given, is called on this thread as each array's
-    chunks have all landed and verified, before the block as a whole is
-    checked (`store_read.OnVerified`): a restore starts copying k to the
-    device while v is still read.
+    `on_verified(name, stop)`, if given, is called on this thread as the
+    layers [0, stop) of an array (stop None: all of it) have landed and
+    verified, before the block as a whole is checked (`store_read.OnVerified`):
+    a restore copies layers to the device while later ones are still read.
     """
     manifest, block = self._read(self._checked_key(key), into, on_verified)
     return block, store_pages.layout_of(manifest)

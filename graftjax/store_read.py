@@ -32,11 +32,12 @@ BYTES_PER_THREAD = 4 << 20
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name
 # ('k', 'v' [L, n, K, H] with each layer C-contiguous, 'positions' [n] int32).
 Into = Callable[[blocks.BlockMeta, dict[str, tuple[int, ...]]], dict[str, np.ndarray]]
-# Called with the name of an array read into ('k', 'v', 'positions') once all of it is in
-# place (a page's k: its whole layers, its tails and its zeros) and every chunk matched its
-# digest, while the rest is still read; the block as a whole is checked only after (a read
-# that then fails raises, and the arrays must not be used).
-OnVerified = Callable[[str], None]
+# Called as `(name, stop)` once layers [0, stop) of array `name` ('k', 'v' of a plain block,
+# layer by layer) or all of it (stop None: positions, and a page's k and v once its whole
+# layers, tails and zeros are in place) are in place and every chunk matched its digest, while
+# the rest is still read; the block as a whole is checked only after (a read that then fails
+# raises, and the arrays must not be used).
+OnVerified = Callable[[str, int | None], None]
 
 
 class _Vanished(Exception):
@@ -65,7 +66,7 @@ def read_block(
       None.
     into: where to read the arrays to (e.g. reused staging buffers; a page's
       rows not kept are zeroed there); new arrays if None.
-    on_verified: called as each array is verified (`OnVerified`), or None.
+    on_verified: called as layers of each array verify (`OnVerified`), or None.
   """
   for _ in range(3):
     try:
@@ -136,12 +137,7 @@ def _read_once(
     else:  # on `file`, straight from each file into its place: one copy
       jobs = [lambda r=r: _read_file(where, local, *r, store_format) for r in reads]
     jobs = [lambda z=z: z.fill(0) for z in zeros] + jobs  # a page's zeros before its arrays
-    after = {}
-    if on_verified is not None:  # each array after the last chunk read into it
-      last = {
-        chunk.name.removesuffix('_tail'): len(zeros) + i for i, (chunk, _, _) in enumerate(reads)
-      }
-      after = {i: functools.partial(on_verified, name) for name, i in last.items()}
+    after = {} if on_verified is None else _reports(reads, len(zeros), layout, on_verified)
     threads = -(-sum(out.size for _, _, out in reads) // BYTES_PER_THREAD)
     store_chunks.map_threads(lambda job: job(), jobs, after=after, threads=threads)
   except FileNotFoundError as e:
@@ -153,6 +149,25 @@ def _read_once(
   except ValueError as e:
     raise store_errors.CorruptBlockError(where, f'not a valid block: {e}') from e
   return manifest, block
+
+
+def _reports(
+  reads: list[tuple[store_chunks.Chunk, str, np.ndarray]],
+  first: int,
+  layout: store_pages.Layout | None,
+  on_verified: OnVerified,
+) -> dict[int, Callable[[], None]]:
+  """`map_threads`' `after`: the `on_verified` call each job index (reads from `first`)
+  completes. A plain block's k and v layer by layer; positions and a page's arrays whole."""
+  if layout is None:
+    return {
+      first + i: functools.partial(
+        on_verified, chunk.name, None if chunk.name == 'positions' else chunk.index + 1
+      )
+      for i, (chunk, _, _) in enumerate(reads)
+    }
+  last = {chunk.name.removesuffix('_tail'): first + i for i, (chunk, _, _) in enumerate(reads)}
+  return {i: functools.partial(on_verified, name, None) for name, i in last.items()}
 
 
 def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
@@ -328,25 +343,36 @@ def _check_zarr_metadata(
 ) -> None:
   """Raises unless `data`, `name`/zarr.json, describes the array `entry` describes, its
   chunks keyed with `separator`."""
+  problem = _zarr_problem(data, name, entry['dtype'], tuple(entry['shape']), separator)
+  if problem is not None:
+    raise store_errors.CorruptBlockError(where, problem)
+
+
+@functools.lru_cache(maxsize=1024)
+def _zarr_problem(
+  data: bytes, name: str, dtype: str, shape: tuple[int, ...], separator: str
+) -> str | None:
+  """What is wrong with `data` as `name`/zarr.json of such an array, or None. Memoized: the
+  same bytes are checked once per process (a restore reads three of these)."""
   relative_path = f'{name}/zarr.json'
   try:
     found = store_manifest.load_json(data)
     if not isinstance(found, dict):
       raise store_errors.Malformed(f'not a JSON object: {store_errors.short(found)}')
   except store_errors.Malformed as e:
-    raise store_errors.CorruptBlockError(where, f'malformed {relative_path}: {e}') from e
+    return f'malformed {relative_path}: {e}'
   # What decides where tensorstore finds the bytes and how it decodes them;
   # other fields (attributes, dimension_names) are free.
   expected = {
-    **store_chunks.zarr_metadata(name, entry['dtype'], entry['shape'], separator=separator),
+    **store_chunks.zarr_metadata(name, dtype, list(shape), separator=separator),
     'storage_transformers': None,
   }
   differences = store_manifest.differences(
     {field: found.get(field) for field in expected}, expected
   )
   if differences:
-    raise store_errors.CorruptBlockError(
-      where,
+    return (
       f'{relative_path} disagrees with {store_manifest.MANIFEST} (zarr.json != manifest):'
-      f' {"; ".join(differences)}',
+      f' {"; ".join(differences)}'
     )
+  return None

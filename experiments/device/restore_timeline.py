@@ -69,9 +69,9 @@ def main():
   store_read._read_file = timed_read
   to_device = restore.Staging.to_device
 
-  def timed_to_device(self, name, rows):
-    MARKS[f'copy_{name}_start'] = time.perf_counter()
-    out = to_device(self, name, rows)
+  def timed_to_device(self, name, rows, layers=slice(None)):
+    MARKS.setdefault(f'copy_{name}_start', time.perf_counter())
+    out = to_device(self, name, rows, layers)
     MARKS[f'copy_{name}_end'] = time.perf_counter()
     return out
 

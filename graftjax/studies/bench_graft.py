@@ -174,6 +174,7 @@ def bench_one(
     'graft_stages_median_s': medians,
     'restore_s': restore_s,
     'staging_memory': staging.memory,
+    'restore_copy_bytes': restore_lib.COPY_BYTES,
     'graft_logits_equal_recompute': bool(np.asarray(logits).tobytes() == reference.tobytes()),
     'floor': floor,
     'floor_s': floor['floor_s'],

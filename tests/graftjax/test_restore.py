@@ -215,16 +215,34 @@ def test_a_pinned_host_array_moves_to_device_memory_as_written_through_its_view(
   assert restore_lib._pinned_view_works(device)
 
 
-def test_read_copies_k_and_v_to_the_device_as_each_verifies(tiny_model, deposited):
-  store, key, _ = deposited
+def _reported(store, key):
   verified = []
-  store.get_page(key, on_verified=verified.append)
-  assert verified == ['positions', 'k', 'v']
+  store.get_page(key, on_verified=lambda name, stop: verified.append((name, stop)))
+  return verified
 
+
+@pytest.mark.parametrize('copy_bytes', [1, 1 << 40])
+def test_read_copies_layers_of_k_and_v_to_the_device_as_they_verify(
+  tiny_model, deposited, monkeypatch, copy_bytes
+):
+  """Layer by layer (a copy per layer at copy_bytes=1), or whole arrays: the same bytes."""
+  store, key, _ = deposited
+  layers = tiny_model.config.num_layers
+  assert _reported(store, key) == [
+    ('positions', None),
+    *[('k', i + 1) for i in range(layers)],
+    *[('v', i + 1) for i in range(layers)],
+  ]
+
+  monkeypatch.setattr(restore_lib, 'COPY_BYTES', copy_bytes)
   staged = restore_lib.read(store, key, restore_lib.Staging(), capacity=CAPACITY)
-  assert sorted(staged.copies) == ['k', 'v']
+  assert sorted(staged.copies) == ['k', 'positions', 'v']
+  (positions,) = staged.copies['positions']
+  assert np.asarray(positions)[: PREFIX.size].tobytes() == staged.block.positions.tobytes()
   for name in ('k', 'v'):
-    rows = np.asarray(staged.copies[name])[:, : PREFIX.size]
+    parts = staged.copies[name]
+    assert [part.shape[0] for part in parts] == ([1] * layers if copy_bytes == 1 else [layers])
+    rows = np.concatenate([np.asarray(part) for part in parts])[:, : PREFIX.size]
     assert rows.tobytes() == np.asarray(getattr(staged.block, name)).tobytes()
 
   ids = np.random.default_rng(5).integers(3, 256, 20).astype(np.int32)
@@ -236,19 +254,39 @@ def test_read_copies_k_and_v_to_the_device_as_each_verifies(tiny_model, deposite
     tiny_model.config,
   )
   page_key = pages.put(store, page)
-  verified.clear()
-  store.get_page(page_key, on_verified=verified.append)
-  assert verified == ['positions', 'k', 'v']  # a page's k once its tails are in place too
+  # a page's k once its tails are in place too, whole
+  assert _reported(store, page_key) == [('positions', None), ('k', None), ('v', None)]
   staged = restore_lib.read(store, page_key, restore_lib.Staging(), capacity=CAPACITY)
   for name in ('k', 'v'):
-    rows = np.asarray(staged.copies[name])[:, : ids.size]
-    assert rows.tobytes() == np.asarray(getattr(page.block, name)).tobytes()
+    (whole,) = staged.copies[name]
+    assert (
+      np.asarray(whole)[:, : ids.size].tobytes() == np.asarray(getattr(page.block, name)).tobytes()
+    )
 
 
-def test_a_damaged_array_is_never_reported_verified(deposited):
+def test_restore_from_layer_by_layer_copies_is_byte_equal_to_fresh(
+  tiny_model, deposited, monkeypatch
+):
+  monkeypatch.setattr(restore_lib, 'COPY_BYTES', 1)
+  store, key, fresh = deposited
+  cache = restore_lib.restore(
+    store,
+    key,
+    tiny_model.init_cache(capacity=CAPACITY),
+    target=tiny_model.graft_target,
+    staging=restore_lib.Staging(),
+  )
+  grafted, _ = continued(tiny_model, cache)
+  assert np.asarray(grafted).tobytes() == fresh.tobytes()
+
+
+def test_a_damaged_layer_is_never_reported_verified(tiny_model, deposited):
   store, key, _ = deposited
-  _corrupt(store, key)  # a chunk of v
+  _corrupt(store, key)  # v's layer 2
   verified = []
   with pytest.raises(store_lib.CorruptBlockError, match=key):
-    store.get_page(key, on_verified=verified.append)
-  assert verified == ['positions', 'k']  # read in that order, v last
+    store.get_page(key, on_verified=lambda name, stop: verified.append((name, stop)))
+  # read in that order, v last: v's layers before the damaged one at most
+  layers = tiny_model.config.num_layers
+  assert verified[: 1 + layers] == [('positions', None), *[('k', i + 1) for i in range(layers)]]
+  assert all(stop <= 2 for _, stop in verified[1 + layers :])
