@@ -160,9 +160,10 @@ def test_a_kind_with_no_recording_is_skipped_with_its_reason(request, monkeypatc
 
 
 def test_the_fixture_records_logits_from_more_than_one_kind_of_cpu():
-  """The recordings really differ by CPU kind, which is why they are kept per kind."""
+  """The recordings differ between kinds of CPU, which is why they are kept per kind (not
+  between every two kinds: two kinds may run the same kernels)."""
   digests = {r['logits_sha256'] for r in RECORD['logits_by_cpu_kind']}
-  assert len(digests) == len(RECORD['logits_by_cpu_kind']) >= 2
+  assert len(digests) >= 2
 
 
 @pytest.mark.real_model
