@@ -7,7 +7,9 @@ from graftjax import determinism
 
 determinism.pin()
 
+import concurrent.futures  # pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
+import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -49,3 +51,20 @@ class ByteTokenizer:
 @pytest.fixture(scope='session')
 def text_model():
   return dataclasses.replace(gemma_model.tiny(), tokenizer=ByteTokenizer())
+
+
+@pytest.fixture(scope='session')
+def run_together():
+  """A function that runs each command (an argv list) in a process of its own, all at once,
+  and returns their `subprocess.CompletedProcess`es (text output captured) in order."""
+
+  def run(*commands):
+    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
+      return list(
+        pool.map(
+          lambda argv: subprocess.run(argv, capture_output=True, text=True, check=False),
+          commands,
+        )
+      )
+
+  return run

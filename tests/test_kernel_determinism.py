@@ -17,17 +17,15 @@ def _run(*flags):
   return proc
 
 
-def test_two_processes_agree_and_a_changed_digest_is_found(tmp_path):
+def test_two_processes_agree_and_a_changed_digest_is_found(tmp_path, run_together):
   paths = [tmp_path / f'{label}.json' for label in ('a', 'b')]
-  for label, path in zip('ab', paths):
-    proc = _run(
-      '--model=tiny',
-      '--quick',
-      '--samples=1',
-      '--prefix_tokens=16',
-      f'--label={label}',
-      f'--out={path}',
-    )
+  flags = ['--model=tiny', '--quick', '--samples=1', '--prefix_tokens=16']
+  for proc in run_together(
+    *[
+      [sys.executable, str(SCRIPT), *flags, f'--label={label}', f'--out={path}']
+      for label, path in zip('ab', paths)
+    ]
+  ):
     assert proc.returncode == 0, proc.stderr[-3000:]
   merged = tmp_path / 'merged.json'
   proc = _run(f'--merge={paths[0]},{paths[1]}', f'--out={merged}')

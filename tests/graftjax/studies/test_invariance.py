@@ -6,7 +6,6 @@ impl='xla' the same comparison fails, so the test can fail.
 """
 
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -66,17 +65,12 @@ def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
   assert cell['sha256_rows'] == [record['sha256_single_pass']]
 
 
-def _run_script(*flags):
+def _command(*flags):
   script = pathlib.Path(__file__).parents[3] / 'experiments' / 'invariance.py'
-  return subprocess.run(
-    [sys.executable, str(script), '--model=tiny', '--impl=xla', *flags],
-    capture_output=True,
-    text=True,
-    check=False,
-  )
+  return [sys.executable, str(script), '--model=tiny', '--impl=xla', *flags]
 
 
-def test_shards_merge_into_the_unsharded_table(tmp_path):
+def test_shards_merge_into_the_unsharded_table(tmp_path, run_together):
   common = [
     '--samples=3',
     '--prefix_tokens=12',
@@ -85,14 +79,14 @@ def test_shards_merge_into_the_unsharded_table(tmp_path):
     '--batch_sizes=1,2',
   ]
   paths = [tmp_path / f'{name}.json' for name in ('whole', 'a', 'b', 'merged')]
-  runs = [
-    _run_script(*common, f'--out={paths[0]}'),
-    _run_script(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
-    _run_script(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}'),
-  ]
+  runs = run_together(
+    _command(*common, f'--out={paths[0]}'),
+    _command(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
+    _command(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}'),
+  )
   for proc in runs:
     assert proc.returncode == 0, proc.stderr[-2000:]
-  proc = _run_script(f'--merge={paths[2]},{paths[1]}', f'--out={paths[3]}')
+  (proc,) = run_together(_command(f'--merge={paths[2]},{paths[1]}', f'--out={paths[3]}'))
   assert proc.returncode == 0, proc.stderr[-2000:]
   whole, a, b, merged = (ledger.verify_result(p) for p in paths)
   assert merged['cells'] == whole['cells']
