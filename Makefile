@@ -19,5 +19,7 @@ demo: setup
 	$(PY) experiments/exactness.py --model=gemma3-270m --samples=3 \
 	    --out=experiments/results/exactness_demo.json
 
+# Two workers: CI has 2 cores. Not in addopts, so a native pytest run on the
+# GPU stays one process (two would each claim the device's memory).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
