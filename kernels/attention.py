@@ -27,6 +27,7 @@ from graftjax.kernels.attention_combine import combine_kernel
 from graftjax.kernels.attention_reference import attention_reference  # noqa: F401
 from graftjax.kernels.attention_reference import visible  # noqa: F401
 from graftjax.kernels.attention_split import split_kernel
+from graftjax.kernels.attention_split import tile_ranges
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -245,9 +246,9 @@ def attention(
       (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
-    skip_masked_tiles: walk only the KV tiles of a split that a program's rows
-      may see (`split_tile_range`) instead of all of them (a pure speed knob:
-      the bits are the same either way).
+    skip_masked_tiles: walk only the KV tiles that a program's rows may see
+      (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
+      are the same either way).
     max_query_tokens: queries are processed in slices of at most this many
       tokens, bounding the float32 partials ([T * N, S / block_s, H]); rows
       are independent, so a pure memory knob.
@@ -367,10 +368,13 @@ def _attention_blocks(
       alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group), (1, sizes.block_q)
     )
 
-  # Whole splits of slot positions for `split_tile_range` (pad slots are empty).
-  k_pos_splits = jnp.pad(
-    k_positions, ((0, 0), (0, num_splits * sizes.block_s - capacity)), constant_values=-1
-  )
+  # Which KV tiles each program walks: only a speed matter, never the bits.
+  if skip_masked_tiles:
+    tiles = tile_ranges(
+      q_positions, k_positions, window=window, block_q=sizes.block_q, block_k=sizes.block_k
+    )
+  else:
+    tiles = jnp.broadcast_to(jnp.array([0, num_tiles], jnp.int32), (batch, num_blocks, 2))
   split_params, combine_params = (
     (None, None) if interpret else (_common.gpu_compiler_params(sizes.num_warps, n) for n in stages)
   )
@@ -379,7 +383,6 @@ def _attention_blocks(
   # vary fastest, so programs that share KV tiles run together (L2).
   row_spec = pl.BlockSpec((None, rows), lambda i, b, h, c: (b, i))
   slot_spec = pl.BlockSpec((None, capacity), lambda i, b, h, c: (b, 0))
-  split_slot_spec = pl.BlockSpec((None, num_splits * sizes.block_s), lambda i, b, h, c: (b, 0))
   cache_spec = pl.BlockSpec((None, capacity, None, head_dim), lambda i, b, h, c: (b, 0, h, 0))
   table_spec = None
   if relative_table is not None:  # whole tables, read by gather
@@ -394,7 +397,6 @@ def _attention_blocks(
       block_h=sizes.block_h,
       tiles_per_split=tiles_per_split,
       window=window,
-      skip_masked_tiles=skip_masked_tiles,
       precision=precision,
     ),
     grid=(num_blocks, batch, num_kv_heads, num_splits),
@@ -405,9 +407,10 @@ def _attention_blocks(
       None if slope_rows is None else pl.BlockSpec((None, rows), lambda i, b, h, c: (h, 0)),
       cache_spec,
       cache_spec,
-      split_slot_spec,
+      slot_spec,
       None if k_segments is None else slot_spec,
       table_spec,
+      pl.BlockSpec((None, None, 2), lambda i, b, h, c: (b, i, 0)),
     ],
     out_specs=[
       stat_spec,
@@ -422,15 +425,18 @@ def _attention_blocks(
     compiler_params=split_params,
     interpret=interpret,
     name='graftjax_attention_splits',
-  )(q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_pos_splits, k_segments, relative_table)
+  )(
+    q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments, relative_table, tiles
+  )
 
   # Kernel 2: sum each query block's splits in ascending order, a program
   # per `combine_cols` head dims.
   all_stats = pl.BlockSpec((None, None, padded_splits, rows), lambda i, b, h, j: (b, h, 0, i))
   out = pl.pallas_call(
-    functools.partial(combine_kernel, num_splits=num_splits, group=sizes.combine_group),
+    functools.partial(combine_kernel, tiles_per_split=tiles_per_split, group=sizes.combine_group),
     grid=(num_blocks, batch, num_kv_heads, head_dim // combine_cols),
     in_specs=[
+      pl.BlockSpec((None, None, 2), lambda i, b, h, j: (b, i, 0)),
       all_stats,
       all_stats,
       pl.BlockSpec(
@@ -442,6 +448,6 @@ def _attention_blocks(
     compiler_params=combine_params,
     interpret=interpret,
     name='graftjax_attention_combine',
-  )(m, l, o)
+  )(tiles, m, l, o)
   out = out.reshape(batch, num_kv_heads, padded, group, head_dim)
   return out.transpose(0, 2, 1, 3, 4).reshape(batch, padded, num_heads, head_dim)

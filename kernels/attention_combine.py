@@ -9,41 +9,40 @@ from jax.experimental.pallas import triton as plt
 
 
 def combine_kernel(
+  tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
   m_ref,  # [Cp, R] float32 split maxima (Cp: C splits padded, see `attention`)
   l_ref,  # [Cp, R] float32 split sums
   o_ref,  # [Cp, R, Hc] float32 unnormalised split outputs, Hc head dims
   out_ref,  # [R, Hc]
   *,
-  num_splits: int,
+  tiles_per_split: int,
   group: int,
 ):
   """Sums the splits of one query block in a fixed order, then normalises.
 
-  A split c is live for a row if c < C and l_c > 0 (`split_kernel` writes m
-  and l of every split, o only where l may be > 0). With M the largest
-  maximum among a row's live splits (exact in any order, so taken over all
-  Cp splits in one reduction), out = sum_c w_c o_c / sum_c w_c l_c,
-  w_c = exp(m_c - M). The splits are summed in aligned groups of `group`:
-  each group is one [group, R, Hc] load reduced by one `sum` (the
-  compiler's fixed order for that shape), and the group sums are added one
-  after the other from the first; group 1 is the plain ascending sum.
-  Splits a row did not see are exact 0s in fixed places (not read), so a
-  row's bits depend on the row, `group`, Hc and the warps, not on which
-  superset of groups is walked: the groups from the first to the last
-  with a live split of any row.
+  With M the largest maximum among the splits a row saw (exact in any
+  order, so taken over all Cp splits in one reduction), out = sum_c w_c o_c
+  / sum_c w_c l_c, w_c = exp(m_c - M). The splits are summed in aligned
+  groups of `group`: each group is one [group, R, Hc] load reduced by one
+  `sum` (the compiler's fixed order for that shape), and the group sums are
+  added one after the other from the first; group 1 is the plain ascending
+  sum. Splits a row did not see (out of the block's tile range, not read; or
+  l_c = 0) are exact 0s in fixed places, so a row's bits depend on the row,
+  `group`, Hc and the warps, not on which superset of groups is walked.
   """
   rows, head_dim = out_ref.shape
+  lo, hi = tiles_ref[0], tiles_ref[1]
+  first = lo // tiles_per_split
+  last = jnp.where(lo < hi, pl.cdiv(hi, tiles_per_split), first)
+
+  def in_range(split):
+    return (split >= first) & (split < last)
 
   def live(split, l):
-    return (split < num_splits) & (l > 0.0)
+    return in_range(split) & (l > 0.0)
 
   splits = lax.broadcasted_iota(jnp.int32, l_ref.shape, 0)  # [Cp, R]
-  seen_all = live(splits, l_ref[...])
-  m_max = jnp.max(jnp.where(seen_all, m_ref[...], -jnp.inf), axis=0)  # [R]
-  any_row = jnp.max(seen_all.astype(jnp.int32), axis=1) > 0  # [Cp]
-  index = lax.broadcasted_iota(jnp.int32, any_row.shape, 0)
-  first = jnp.min(jnp.where(any_row, index, l_ref.shape[0]))
-  last = jnp.max(jnp.where(any_row, index + 1, 0))
+  m_max = jnp.max(jnp.where(live(splits, l_ref[...]), m_ref[...], -jnp.inf), axis=0)  # [R]
 
   def sum_group(step, carry):
     part = pl.ds(pl.multiple_of(step * group, group), group)
@@ -51,10 +50,10 @@ def combine_kernel(
     l_part = l_ref[part]
     seen = live(split, l_part)
     w = jnp.exp(jnp.where(seen, m_ref[part] - m_max[None, :], 0.0))
-    # o of splits a row did not see may be unwritten: those lanes load 0.
+    # Splits out of the block's range are never written: their lanes load 0.
     o_part = plt.load(
       o_ref.at[part],
-      mask=jnp.broadcast_to(seen[:, :, None], (group, rows, head_dim)),
+      mask=jnp.broadcast_to(in_range(split)[:, :, None], (group, rows, head_dim)),
       other=0.0,
     )
     o_terms = jnp.where(seen[:, :, None], w[:, :, None] * o_part, 0.0)  # [U, R, Hc]

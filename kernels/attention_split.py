@@ -1,8 +1,7 @@
 """The split kernel: a partial online softmax of one query block over one split of S.
 
-Also `split_tile_range`, the KV tiles of a split that a program walks (a
-superset of those its rows see). See docs/kernels.md for why the bits depend
-on nothing else.
+Also `tile_ranges`, the KV tiles each query block walks (a superset of those
+its rows see). See docs/kernels.md for why the bits depend on nothing else.
 """
 
 from __future__ import annotations
@@ -48,35 +47,6 @@ def relative_scores_tile(
   return lax.fori_loop(0, half // block_h, step, jnp.zeros((rows, index.shape[1]), jnp.float32))
 
 
-def split_tile_range(
-  q_pos: jax.Array, k_pos: jax.Array, *, window: int | None, block_k: int
-) -> tuple[jax.Array, jax.Array]:
-  """(lo, hi) int32: the tiles of a split, counted from its first, to walk.
-
-  A superset of the tiles any query row can see: the span of the slots that
-  are written, not after the block's last position and (windowed) not
-  before its first position's window. Visiting it is exact: tiles in
-  [lo, hi) that a row cannot see are exact no-ops for that row, and tiles
-  outside it are invisible to every row. lo >= hi when none may be seen.
-
-  Args:
-    q_pos: [R] int32 positions of the block's rows, -1 for padding.
-    k_pos: [block_s] int32 positions of the split's slots, -1 if empty.
-    window: sliding-window length or None.
-    block_k: slots per tile.
-  """
-  big = jnp.iinfo(jnp.int32).max
-  q_max = jnp.max(q_pos)  # -1 if the block is all padding
-  maybe = (k_pos >= 0) & (k_pos <= q_max)
-  if window is not None:
-    q_min = jnp.min(jnp.where(q_pos >= 0, q_pos, big))
-    maybe &= k_pos > q_min - window
-  slots = lax.broadcasted_iota(jnp.int32, k_pos.shape, 0)
-  first = jnp.min(jnp.where(maybe, slots, k_pos.shape[0]))
-  last = jnp.max(jnp.where(maybe, slots + 1, 0))
-  return first // block_k, (last + block_k - 1) // block_k
-
-
 def split_kernel(
   q_ref,  # [R, H], R = block_q * G query rows
   q_pos_ref,  # [R] int32
@@ -84,9 +54,10 @@ def split_kernel(
   slope_ref,  # [R] float32 ALiBi slope of each row's head, or None
   k_ref,  # [S, H]
   v_ref,  # [S, H]
-  k_pos_ref,  # [Sp] int32, S padded with -1 to whole splits
+  k_pos_ref,  # [S] int32
   k_seg_ref,  # [S] int32, or None
   table_refs,  # (cos, sin) [D, H/2] float32, or None
+  tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
   m_ref,  # [R] float32 out: running max of the split
   l_ref,  # [R] float32 out: sum of exp(s - m) of the split
   o_ref,  # [R, H] float32 out: unnormalised output of the split
@@ -95,27 +66,15 @@ def split_kernel(
   block_h: int,
   tiles_per_split: int,
   window: int | None,
-  skip_masked_tiles: bool,
   precision: dots.Precision,
 ):
-  """Online softmax of one query block over the tiles of one split.
-
-  m and l are always written (-inf and 0 if the block sees nothing here); o
-  only where l may be > 0, so the combine reads o only where l > 0.
-  """
+  """Online softmax of one query block over the tiles of one split."""
   rows, head_dim = q_ref.shape
-  capacity = k_ref.shape[0]
-  block_s = block_k * tiles_per_split
   split = pl.program_id(3)
   q = q_ref[...] if table_refs is None else None
+  lo = jnp.maximum(tiles_ref[0], split * tiles_per_split)
+  hi = jnp.minimum(tiles_ref[1], (split + 1) * tiles_per_split)
   q_pos = q_pos_ref[...]
-  first = split * tiles_per_split
-  if skip_masked_tiles:
-    k_pos = k_pos_ref[pl.ds(pl.multiple_of(split * block_s, block_s), block_s)]
-    lo, hi = split_tile_range(q_pos, k_pos, window=window, block_k=block_k)
-    lo, hi = first + lo, first + hi
-  else:
-    lo, hi = first, jnp.minimum(first + tiles_per_split, capacity // block_k)
   q_seg = None if q_seg_ref is None else q_seg_ref[...][:, None]
   neg_slope = None if slope_ref is None else -slope_ref[...][:, None]
 
@@ -146,13 +105,50 @@ def split_kernel(
     o_next = jnp.where(row_live[:, None], alpha[:, None] * o + pv, o)
     return o_next, m_next, l_next
 
-  o = jnp.zeros((rows, head_dim), jnp.float32)
-  m = jnp.full((rows,), -jnp.inf, jnp.float32)
-  l = jnp.zeros((rows,), jnp.float32)
-  o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))
-  m_ref[...] = m
-  l_ref[...] = l
-
+  # Splits outside [lo, hi) write nothing: the sum never counts them.
   @pl.when(lo < hi)
   def _():
+    o = jnp.zeros((rows, head_dim), jnp.float32)
+    m = jnp.full((rows,), -jnp.inf, jnp.float32)
+    l = jnp.zeros((rows,), jnp.float32)
+    o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))
+    m_ref[...] = m
+    l_ref[...] = l
     o_ref[...] = o
+
+
+def tile_ranges(
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  *,
+  window: int | None,
+  block_q: int,
+  block_k: int,
+) -> jax.Array:
+  """[B, T / block_q, 2] int32: the KV tiles [lo, hi) each query block visits.
+
+  A superset of the tiles any row of the block can see (bounds from the
+  blocks' and tiles' min/max positions), so visiting it is exact: tiles in
+  [lo, hi) that a row cannot see are exact no-ops for that row, and tiles
+  outside it are invisible to every row of the block. (B, T) must already be
+  padded to a multiple of block_q; S to a multiple of block_k.
+  """
+  batch, num_q = q_positions.shape
+  big = jnp.iinfo(jnp.int32).max
+  qb = q_positions.reshape(batch, num_q // block_q, block_q)
+  q_max = jnp.max(qb, axis=-1)  # -1 if the block is all padding
+  q_min = jnp.min(jnp.where(qb >= 0, qb, big), axis=-1)
+  kb = k_positions.reshape(batch, -1, block_k)
+  k_any = jnp.any(kb >= 0, axis=-1)
+  k_min = jnp.min(jnp.where(kb >= 0, kb, big), axis=-1)
+  k_max = jnp.max(kb, axis=-1)
+  maybe = k_any[:, None, :] & (q_max[:, :, None] >= 0)
+  maybe &= k_min[:, None, :] <= q_max[:, :, None]
+  if window is not None:
+    maybe &= k_max[:, None, :] > q_min[:, :, None] - window
+  num_tiles = kb.shape[1]
+  tiles = jnp.arange(num_tiles, dtype=jnp.int32)
+  lo = jnp.min(jnp.where(maybe, tiles, num_tiles), axis=-1)
+  hi = jnp.max(jnp.where(maybe, tiles + 1, 0), axis=-1)
+  lo = jnp.minimum(lo, hi)  # an empty range is [hi, hi)
+  return jnp.stack([lo, hi], axis=-1).astype(jnp.int32)

@@ -16,7 +16,6 @@ import pytest
 import kernel_testing
 
 from graftjax.kernels import attention as attn
-from graftjax.kernels import attention_split as split_kernel
 from graftjax.kernels import dots
 from graftjax.kernels import rotary
 
@@ -470,56 +469,34 @@ def test_variant_row_bits_depend_only_on_the_row_and_distances(variant, dtype, w
 
 
 @pytest.mark.parametrize('window', [None, 5])
-def test_split_tile_range_covers_every_visible_tile(window):
+def test_tile_ranges_cover_every_visible_tile(window):
   rng = np.random.default_rng(7)
-  rows, block_s, block_k = 16, 64, 16
-  for trial in range(200):
-    q_pos = rng.integers(-1, 100, rows).astype(np.int32)
-    k_pos = rng.integers(-1, 100, block_s).astype(np.int32)
-    if trial % 4 == 0:
-      k_pos[rng.integers(0, block_s) :] = -1  # an empty tail
-    lo, hi = (
-      int(x)
-      for x in split_kernel.split_tile_range(
-        jnp.asarray(q_pos), jnp.asarray(k_pos), window=window, block_k=block_k
-      )
+  batch, num_q, block_q, block_k = 3, 32, 8, 16
+  k_pos = rng.integers(-1, 100, (batch, CAPACITY)).astype(np.int32)
+  q_pos = rng.integers(-1, 100, (batch, num_q)).astype(np.int32)
+  q_pos[0] = np.arange(60, 60 + num_q)
+  k_pos[0] = np.where(np.arange(CAPACITY) < 92, np.arange(CAPACITY), -1)
+  ranges = np.asarray(
+    attn.tile_ranges(
+      jnp.asarray(q_pos), jnp.asarray(k_pos), window=window, block_q=block_q, block_k=block_k
     )
-    vis = np.asarray(attn.visible(q_pos[:, None], k_pos[None, :], window))
-    seen = np.flatnonzero(vis.reshape(rows, -1, block_k).any(axis=(0, 2)))
-    if seen.size:  # (a superset: a range may hold tiles no row sees)
-      assert 0 <= lo <= seen[0] and seen[-1] < hi <= block_s // block_k
-  # Slots hold positions 40..103 (4 tiles of 16): queries at 60..75 see up to
-  # slot 35 (tile 2); with a window of 5, from slot 16 (position 56 > 60 - 5).
-  q_pos = jnp.arange(60, 76, dtype=jnp.int32)
-  k_pos = jnp.arange(40, 104, dtype=jnp.int32)
-  lo, hi = split_kernel.split_tile_range(q_pos, k_pos, window=window, block_k=block_k)
-  assert (int(lo), int(hi)) == ((0, 3) if window is None else (1, 3))
-  # A block of padding rows, or an empty split, walks nothing.
-  none = split_kernel.split_tile_range(
-    jnp.full((rows,), -1, jnp.int32), k_pos, window=window, block_k=block_k
   )
-  empty = split_kernel.split_tile_range(
-    q_pos, jnp.full((block_s,), -1, jnp.int32), window=window, block_k=block_k
-  )
-  for lo, hi in (none, empty):
-    assert int(lo) >= int(hi)
-
-
-def test_capacity_ending_inside_a_split():
-  """S = 7 tiles in splits of 2: the last split has one tile (positions padded)."""
-  rng = np.random.default_rng(3)
-  capacity = 7 * BLOCK_K
-  q = _normal(rng, (2, 5, HEADS, HEAD_DIM), jnp.float32, HEAD_DIM**-0.5)
-  k = _normal(rng, (2, capacity, KV_HEADS, HEAD_DIM), jnp.float32)
-  v = _normal(rng, (2, capacity, KV_HEADS, HEAD_DIM), jnp.float32)
-  k_pos = np.tile(np.arange(capacity, dtype=np.int32), (2, 1))
-  q_pos = np.array(
-    [[capacity - 5 + i for i in range(5)], [10, 40, 70, 100, capacity - 1]], np.int32
-  )
-  out = _run(q, k, v, q_pos, k_pos)
-  ref = attn.attention_reference(q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos))
-  np.testing.assert_allclose(out, np.asarray(ref), **TOLERANCE[jnp.float32])
-  np.testing.assert_array_equal(_run(q, k, v, q_pos, k_pos, skip_masked_tiles=False), out)
+  assert ranges.shape == (batch, num_q // block_q, 2)
+  vis = np.asarray(attn.visible(q_pos[:, :, None], k_pos[:, None, :], window))
+  vis = vis.reshape(batch, num_q // block_q, block_q, -1, block_k)
+  vis = vis.any(axis=(2, 4))  # [B, query blocks, tiles]
+  for b in range(batch):
+    for i in range(num_q // block_q):
+      lo, hi = ranges[b, i]
+      seen = np.flatnonzero(vis[b, i])
+      assert 0 <= lo <= hi <= CAPACITY // block_k
+      if seen.size:
+        assert lo <= seen[0] and seen[-1] < hi
+  # Sorted causal cache: a block walks only the tiles up to its positions.
+  if window is None:
+    np.testing.assert_array_equal(ranges[0, :, 1], [5, 5, 6, 6])
+  else:
+    np.testing.assert_array_equal(ranges[0, :, 0], [3, 4, 4, 5])
 
 
 @pytest.mark.parametrize(
