@@ -2,8 +2,9 @@
 # (`split_tile_range`; the two XLA reductions of `tile_ranges` gone; commit
 # 5d06e33, reverted after this run), side by side with the kernels before
 # (experiments/device/ab_old: kernels/attention{,_split,_combine}.py of 54f574b,
-# untracked), on one machine. To rerun: check out 5d06e33 and copy those files. A speed-only change: each candidate's output digest must be the same
-# in both runs. Also bfloat16 candidates with splits of 256 slots, then the
+# untracked), on one machine. To rerun: check out 5d06e33 and copy those files.
+# A speed-only change: each candidate's output digest must be the same in both
+# runs. Also bfloat16 candidates with splits of 256 slots, then the
 # attention kernel tests natively. No model needed. About 4 minutes.
 source experiments/device/env.sh
 set +e
