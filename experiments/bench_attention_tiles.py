@@ -14,9 +14,8 @@ candidate is also checked against the reference (max |difference|).
 A candidate is "block_q,block_k,block_s,num_warps" or, with the pipelining
 stages of the two kernels (speed knobs: the rows' output digests show whether
 they change bits), "...,num_stages,combine_stages", then optionally
-"...,combine_group,combine_block_h" (the combine's sum), then optionally
-"...,splits_per_program" (a speed knob; without it decode gets 1 and prefill
-the kernel's default) (--float32 / --bfloat16 lists). Writes experiments/results/bench_attention_tiles_<backend>.json.
+"...,combine_group,combine_block_h" (the combine's sum; --float32 / --bfloat16
+lists). Writes experiments/results/bench_attention_tiles_<backend>.json.
 """
 
 from graftjax import determinism
@@ -46,7 +45,7 @@ _FLOAT32 = flags.DEFINE_multi_string(
     '4,16,128,8',
     '4,32,512,8',
   ],
-  'A float32 candidate of the form of bench_attention_tiles.CANDIDATE_FORM (repeat).',
+  'A float32 candidate q,k,s,warps[,stages,combine_stages[,combine_group,combine_block_h]] (repeat).',
 )
 _BFLOAT16 = flags.DEFINE_multi_string(
   'bfloat16',
@@ -59,7 +58,7 @@ _BFLOAT16 = flags.DEFINE_multi_string(
     '4,32,256,4',
     '4,32,128,4',
   ],
-  'A bfloat16 candidate of the form of bench_attention_tiles.CANDIDATE_FORM (repeat).',
+  'A bfloat16 candidate q,k,s,warps[,stages,combine_stages[,combine_group,combine_block_h]] (repeat).',
 )
 _DECODE_LENGTHS = flags.DEFINE_list('decode_lengths', ['1024', '32768'], 'Decode S.')
 _PREFILL_LENGTHS = flags.DEFINE_list('prefill_lengths', ['4096'], 'Prefill T = S.')

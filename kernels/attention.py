@@ -80,11 +80,6 @@ _DEFAULTS = {
 }
 
 
-# Splits per split-kernel program when a call has several query blocks
-# (prefill); a decoded token gets one split per program. Speed only.
-PREFILL_SPLITS_PER_PROGRAM = 1
-
-
 def default_block_sizes(dtype, group: int) -> BlockSizes:
   """The tile sizes every path of this dtype and grouping G uses."""
   name = jnp.dtype(dtype).name
@@ -194,7 +189,6 @@ def _check_arguments(
     'precision',
     'num_stages',
     'combine_stages',
-    'splits_per_program',
     'skip_masked_tiles',
     'max_query_tokens',
     'interpret',
@@ -216,7 +210,6 @@ def attention(
   precision: dots.Precision = _HIGHEST,
   num_stages: int | None = None,
   combine_stages: int = 1,
-  splits_per_program: int | None = None,
   skip_masked_tiles: bool = True,
   max_query_tokens: int = 2048,
   interpret: bool = False,
@@ -253,11 +246,6 @@ def attention(
       (speed only); None = 2 for 16-bit inputs, 1 for float32 (two stages of
       float32 K and V tiles may overflow shared memory).
     combine_stages: the same for the combine kernel's loads of partials.
-    splits_per_program: splits of `block_s` slots each split-kernel program
-      computes one after the other (speed only: each split's partial is the
-      same whichever program computes it); a power of 2. None = 1 when the
-      call has one query block per batch row and kv head (decode: every
-      split its own program), else `PREFILL_SPLITS_PER_PROGRAM`.
     skip_masked_tiles: walk only the KV tiles that a program's rows may see
       (`tile_ranges`) instead of all S / block_k (a pure speed knob: the bits
       are the same either way).
@@ -286,11 +274,6 @@ def attention(
   )
   dots.check(precision)
   num_q = q.shape[1]
-  if splits_per_program is None:
-    one_block = num_q <= sizes.block_q
-    splits_per_program = 1 if one_block else PREFILL_SPLITS_PER_PROGRAM
-  if not _common.is_power_of_2(splits_per_program):
-    raise ValueError(f'{splits_per_program=} must be a positive power of 2')
   if num_stages is None:
     num_stages = 1 if q.dtype.itemsize > 2 else 2
   stages = (num_stages, combine_stages)
@@ -330,7 +313,6 @@ def attention(
         precision=precision,
         skip_masked_tiles=skip_masked_tiles,
         stages=stages,
-        splits_per_program=splits_per_program,
         combine_cols=combine_cols,
         interpret=interpret,
       )
@@ -355,7 +337,6 @@ def _attention_blocks(
   precision,
   skip_masked_tiles,
   stages,
-  splits_per_program,
   combine_cols,
   interpret,
 ):
@@ -370,7 +351,7 @@ def _attention_blocks(
   num_splits = pl.cdiv(num_tiles, tiles_per_split)
   # The combine loads all maxima at once and the rest `combine_group` splits
   # at a time: pad the partials (never written, never read) to a power of 2.
-  padded_splits = max(sizes.combine_group, splits_per_program, 1 << (num_splits - 1).bit_length())
+  padded_splits = max(sizes.combine_group, 1 << (num_splits - 1).bit_length())
   # [B, Tp, K*G, H] -> [B, K, Tp*G, H]: row t*G + g is head g of token t
   # (a pure reshape when K == 1); per-row operands follow the same layout.
   q_rows = q.reshape(batch, padded, num_kv_heads, group, head_dim)
@@ -408,8 +389,7 @@ def _attention_blocks(
     whole = pl.BlockSpec(relative_table[0].shape, lambda i, b, h, c: (0, 0))
     table_spec = (whole, whole)
   stat_shape = (batch, num_kv_heads, padded_splits, padded * group)
-  per_program = splits_per_program
-  stat_spec = pl.BlockSpec((None, None, per_program, rows), lambda i, b, h, c: (b, h, c, i))
+  stat_spec = pl.BlockSpec((None, None, None, rows), lambda i, b, h, c: (b, h, c, i))
   m, l, o = pl.pallas_call(
     functools.partial(
       split_kernel,
@@ -419,7 +399,7 @@ def _attention_blocks(
       window=window,
       precision=precision,
     ),
-    grid=(num_blocks, batch, num_kv_heads, pl.cdiv(num_splits, per_program)),
+    grid=(num_blocks, batch, num_kv_heads, num_splits),
     in_specs=[
       pl.BlockSpec((None, None, rows, head_dim), lambda i, b, h, c: (b, h, i, 0)),
       row_spec,
@@ -435,7 +415,7 @@ def _attention_blocks(
     out_specs=[
       stat_spec,
       stat_spec,
-      pl.BlockSpec((None, None, per_program, rows, head_dim), lambda i, b, h, c: (b, h, c, i, 0)),
+      pl.BlockSpec((None, None, None, rows, head_dim), lambda i, b, h, c: (b, h, c, i, 0)),
     ],
     out_shape=[
       jax.ShapeDtypeStruct(stat_shape, jnp.float32),

@@ -1,4 +1,4 @@
-"""The split kernel: partial online softmaxes of one query block over splits of S.
+"""The split kernel: a partial online softmax of one query block over one split of S.
 
 Also `tile_ranges`, the KV tiles each query block walks (a superset of those
 its rows see). See docs/kernels.md for why the bits depend on nothing else.
@@ -58,9 +58,9 @@ def split_kernel(
   k_seg_ref,  # [S] int32, or None
   table_refs,  # (cos, sin) [D, H/2] float32, or None
   tiles_ref,  # [2] int32: the query block may see KV tiles [lo, hi)
-  m_ref,  # [P, R] float32 out: running max of each of the program's P splits
-  l_ref,  # [P, R] float32 out: sum of exp(s - m) of each split
-  o_ref,  # [P, R, H] float32 out: unnormalised output of each split
+  m_ref,  # [R] float32 out: running max of the split
+  l_ref,  # [R] float32 out: sum of exp(s - m) of the split
+  o_ref,  # [R, H] float32 out: unnormalised output of the split
   *,
   block_k: int,
   block_h: int,
@@ -68,13 +68,12 @@ def split_kernel(
   window: int | None,
   precision: dots.Precision,
 ):
-  """Online softmax of one query block over the tiles of each of P splits.
-
-  Program c computes splits c * P .. c * P + P - 1, one after the other, each
-  from a fresh state: a split's partial is the same whichever P computes it.
-  """
+  """Online softmax of one query block over the tiles of one split."""
   rows, head_dim = q_ref.shape
+  split = pl.program_id(3)
   q = q_ref[...] if table_refs is None else None
+  lo = jnp.maximum(tiles_ref[0], split * tiles_per_split)
+  hi = jnp.minimum(tiles_ref[1], (split + 1) * tiles_per_split)
   q_pos = q_pos_ref[...]
   q_seg = None if q_seg_ref is None else q_seg_ref[...][:, None]
   neg_slope = None if slope_ref is None else -slope_ref[...][:, None]
@@ -106,21 +105,16 @@ def split_kernel(
     o_next = jnp.where(row_live[:, None], alpha[:, None] * o + pv, o)
     return o_next, m_next, l_next
 
-  for unit in range(m_ref.shape[0]):
-    split = pl.program_id(3) * m_ref.shape[0] + unit
-    lo = jnp.maximum(tiles_ref[0], split * tiles_per_split)
-    hi = jnp.minimum(tiles_ref[1], (split + 1) * tiles_per_split)
-
-    # Splits outside [lo, hi) write nothing: the sum never counts them.
-    @pl.when(lo < hi)
-    def _(lo=lo, hi=hi, unit=unit):
-      o = jnp.zeros((rows, head_dim), jnp.float32)
-      m = jnp.full((rows,), -jnp.inf, jnp.float32)
-      l = jnp.zeros((rows,), jnp.float32)
-      o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))
-      m_ref[unit] = m
-      l_ref[unit] = l
-      o_ref[unit] = o
+  # Splits outside [lo, hi) write nothing: the sum never counts them.
+  @pl.when(lo < hi)
+  def _():
+    o = jnp.zeros((rows, head_dim), jnp.float32)
+    m = jnp.full((rows,), -jnp.inf, jnp.float32)
+    l = jnp.zeros((rows,), jnp.float32)
+    o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))
+    m_ref[...] = m
+    l_ref[...] = l
+    o_ref[...] = o
 
 
 def tile_ranges(

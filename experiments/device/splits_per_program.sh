@@ -1,7 +1,8 @@
 # Issue 14, attention: splits of 256 slots for bfloat16 decode (twice the programs
 # at 32k) with several splits per program for prefill (`splits_per_program`, a speed
-# knob), side by side with today's defaults on one machine. No model needed; about
-# 6 minutes:
+# knob), side by side with today's defaults on one machine. It ran once, against
+# commit dec1ade (the knob; reverted after the run, as it gave no speed: docs/kernels.md);
+# to rerun, check that commit out. No model needed; about 4 minutes:
 #
 #   bash experiments/device/splits_per_program.sh
 #

@@ -32,8 +32,7 @@ QUICK = dict(decode_lengths=[64], prefill_lengths=[64], iters=2)
 # Launch knobs after the tile sizes (speed only, `attention`'s doc).
 LAUNCH_KNOBS = ('num_stages', 'combine_stages')
 CANDIDATE_FORM = (
-  'block_q,block_k,block_s,num_warps[,num_stages,combine_stages'
-  '[,combine_group,combine_block_h[,splits_per_program]]]'
+  'block_q,block_k,block_s,num_warps[,num_stages,combine_stages[,combine_group,combine_block_h]]'
 )
 
 
@@ -41,16 +40,13 @@ def parse_candidate(text: str) -> tuple[attention_lib.BlockSizes, dict[str, int]
   """(tile sizes, launch knobs) of a candidate of the form CANDIDATE_FORM."""
   try:
     numbers = [int(x) for x in text.split(',')]
-    if len(numbers) not in (4, 6, 8, 9):
+    if len(numbers) not in (4, 6, 8):
       raise ValueError
   except ValueError as e:
     raise ValueError(f'candidate {text!r} must be {CANDIDATE_FORM}') from e
-  combine = dict(zip(('combine_group', 'combine_block_h'), numbers[6:8]))
+  combine = dict(zip(('combine_group', 'combine_block_h'), numbers[6:]))
   sizes = attention_lib.BlockSizes(*numbers[:3], num_warps=numbers[3], **combine)
-  knobs = dict(zip(LAUNCH_KNOBS, numbers[4:6]))
-  if len(numbers) == 9:
-    knobs['splits_per_program'] = numbers[8]
-  return sizes, knobs
+  return sizes, dict(zip(LAUNCH_KNOBS, numbers[4:6]))
 
 
 def _case(phase: str, length: int, dtype: str):

@@ -205,17 +205,6 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
       **kwargs,
     )
     np.testing.assert_array_equal(out64_sliced, out64)
-    # Nor how many splits each program computes (the 4 splits of the cache
-    # in 2 programs or 1; 8 splits of the larger cache in 2).
-    for per_program in (2, 4):
-      np.testing.assert_array_equal(
-        _run(tok_q[None, prefix:], k64, v64, qp64, kp64, splits_per_program=per_program, **kwargs),
-        out64,
-      )
-    np.testing.assert_array_equal(
-      _run(tok_q[None, prefix:], k_big, v_big, qp64, kp_big, splits_per_program=4, **kwargs),
-      out64,
-    )
     # Nor, when the combine adds one split at a time, its head dims per program.
     one_by_one = dict(kwargs, combine=dict(combine_group=1))
     np.testing.assert_array_equal(
@@ -547,11 +536,6 @@ def test_tile_ranges_cover_every_visible_tile(window):
       'block_s=96 must be a multiple of block_k=64',
     ),
     (((1, 4, 4, 256), (1, 128, 1, 256)), {'max_query_tokens': 2}, 'must be at least block_q'),
-    (
-      ((1, 4, 4, 256), (1, 128, 1, 256)),
-      {'splits_per_program': 3},
-      'must be a positive power of 2',
-    ),
     (
       ((1, 4, 4, 256), (1, 128, 1, 256)),
       {'block_sizes': attn.BlockSizes(block_k=64, combine_group=0)},
