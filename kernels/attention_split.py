@@ -10,6 +10,7 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
 
 from graftjax.kernels import dots
 from graftjax.kernels.attention_reference import visible
@@ -114,7 +115,8 @@ def split_kernel(
     o, m, l = lax.fori_loop(lo, hi, body, (o, m, l))
     m_ref[...] = m
     l_ref[...] = l
-    o_ref[...] = o
+    # Rows that saw nothing here (l = 0: padding, or masked) are never read.
+    plt.store(o_ref, o, mask=jnp.broadcast_to((l > 0.0)[:, None], o.shape))
 
 
 def tile_ranges(
