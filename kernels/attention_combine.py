@@ -50,10 +50,11 @@ def combine_kernel(
     l_part = l_ref[part]
     seen = live(split, l_part)
     w = jnp.exp(jnp.where(seen, m_ref[part] - m_max[None, :], 0.0))
-    # Only the rows a split saw are loaded (the split kernel writes no others):
-    # a decoded token fills G of the R rows.
+    # Splits out of the block's range are never written: their lanes load 0.
     o_part = plt.load(
-      o_ref.at[part], mask=jnp.broadcast_to(seen[:, :, None], (group, rows, head_dim)), other=0.0
+      o_ref.at[part],
+      mask=jnp.broadcast_to(in_range(split)[:, :, None], (group, rows, head_dim)),
+      other=0.0,
     )
     o_terms = jnp.where(seen[:, :, None], w[:, :, None] * o_part, 0.0)  # [U, R, Hc]
     o, l = carry
