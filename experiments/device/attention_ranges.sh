@@ -22,15 +22,4 @@ timeout 200 python -m pytest -q -p no:cacheprovider tests/kernels/test_attention
 echo "pytest exit $?"; tail -1 "$OUT/attention_ranges_pytest.log"
 cp experiments/device/ab_old/*.py kernels/
 bench before
-python - "$OUT" <<'PY'
-import json, sys
-rows = {}
-for label in ('before', 'ranges'):
-  for r in json.load(open(f'{sys.argv[1]}/bench_attention_tiles_h200_{label}.json'))['rows']:
-    if r['impl'] == 'pallas' and 'device_s' in r:
-      rows.setdefault((r['dtype'], r['phase'], r['S'], r['candidate']), {})[label] = r
-for key, pair in rows.items():
-  if len(pair) == 2:
-    same = pair['before']['output_sha256'] == pair['ranges']['output_sha256']
-    print(*key, 'before %.1f us, ranges %.1f us' % tuple(1e6 * pair[x]['device_s'] for x in ('before', 'ranges')), 'same bits' if same else 'BITS DIFFER')
-PY
+python experiments/device/tiles_ab.py "$OUT" before ranges
