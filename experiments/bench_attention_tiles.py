@@ -15,7 +15,7 @@ A candidate is "block_q,block_k,block_s,num_warps" or, with the pipelining
 stages of the two kernels (speed knobs: the rows' output digests show whether
 they change bits), "...,num_stages,combine_stages", then optionally
 "...,combine_group,combine_block_h" (the combine's sum; --float32 / --bfloat16
-lists). Writes experiments/results/bench_attention_tiles_<backend>.json.
+lists). Writes experiments/results/invariance_cost/bench_attention_tiles_<backend>.json.
 """
 
 from graftjax import determinism
@@ -91,7 +91,8 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   out = pathlib.Path(
-    _OUT.value or f'experiments/results/bench_attention_tiles_{jax.default_backend()}.json'
+    _OUT.value
+    or f'experiments/results/invariance_cost/bench_attention_tiles_{jax.default_backend()}.json'
   )
   failed = [r for r in result['rows'] if 'error' in r]
   print(f'{len(result["rows"])} rows, {len(failed)} failed, {result["wall_s"]:.1f} s')

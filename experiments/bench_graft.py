@@ -2,7 +2,7 @@ r"""Time to first continuation token: graft a stored prefix vs recompute it.
 
     python experiments/bench_graft.py --prefix_tokens=1024,4096,8192 --repeats=5 \
         --recompute_repeats=1 --recompute_max=4096 \
-        --out=experiments/results/bench_graft_cpu.json
+        --out=experiments/results/graft_speed/bench_graft_cpu.json
 
 For each prefix length N (real text from the Python standard library):
   recompute  new cache, prefill N tokens in chunks, forward the next token;
@@ -48,7 +48,9 @@ _RECOMPUTE_REPEATS = flags.DEFINE_integer(
 _LLAMACPP_PYTHON = flags.DEFINE_string(
   'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
 )
-_OUT = flags.DEFINE_string('out', 'experiments/results/bench_graft.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/graft_speed/bench_graft.json', 'Result JSON.'
+)
 
 
 def main(argv):

@@ -24,7 +24,7 @@ records the largest |pallas - xla| difference. A case that fails (e.g. a
 lowering error) is recorded with its error and the run goes on; cases past
 --time_budget_s are recorded as skipped.
 
-Writes experiments/results/bench_kernels_<backend>.json with the pinned
+Writes experiments/results/invariance_cost/bench_kernels_<backend>.json with the pinned
 configuration (graftjax.determinism), jax version and device kind.
 """
 
@@ -72,7 +72,9 @@ _TIME_BUDGET_S = flags.DEFINE_float(
   'time_budget_s', 170.0, 'Skip the remaining cases after this long.'
 )
 _OUT = flags.DEFINE_string(
-  'out', None, 'Result JSON (default experiments/results/bench_kernels_<backend>.json).'
+  'out',
+  None,
+  'Result JSON (default experiments/results/invariance_cost/bench_kernels_<backend>.json).',
 )
 
 
@@ -93,7 +95,7 @@ def main(argv):
     quick=_QUICK.value,
   )
   out = pathlib.Path(
-    _OUT.value or f'experiments/results/bench_kernels_{jax.default_backend()}.json'
+    _OUT.value or f'experiments/results/invariance_cost/bench_kernels_{jax.default_backend()}.json'
   )
   failed = [c for c in result['cases'] if 'error' in c]
   print(f'{len(result["cases"])} cases, {len(failed)} failed, {result["wall_s"]:.1f} s')

@@ -1,6 +1,6 @@
 r"""A sweep of the matmul kernel's tiles at gemma-3-270m's projection shapes.
 
-    python experiments/bench_matmul_tiles.py --out=experiments/results/bench_matmul_tiles_h200.json
+    python experiments/bench_matmul_tiles.py --out=experiments/results/invariance_cost/bench_matmul_tiles_h200.json
 
 Each candidate is block_m,block_n,block_k,num_warps,num_stages; per dtype, row
 count (--rows: 1 for decode, a prefill chunk) and projection, it is timed in a
@@ -46,7 +46,9 @@ _PRECISION = flags.DEFINE_enum(
 )
 _ITERS = flags.DEFINE_integer('iters', 50, 'Calls per timing loop.')
 _TIME_BUDGET_S = flags.DEFINE_float('time_budget_s', 300.0, 'Skip candidates after this.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/bench_matmul_tiles_cpu.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/invariance_cost/bench_matmul_tiles_cpu.json', 'Result JSON.'
+)
 
 
 def main(argv):

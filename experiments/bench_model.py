@@ -1,9 +1,9 @@
 r"""Speed of the model: prefill and decode tokens/s, float32 and bfloat16.
 
     python experiments/bench_model.py --llamacpp_python=/path/to/python-with-llama-cpp \
-        --out=experiments/results/bench_model_cpu.json
+        --out=experiments/results/cpu_speed/bench_model_cpu.json
     python experiments/bench_model.py --impl=xla --impl=pallas --prompt_tokens=4096 \
-        --decode_tokens=128 --out=experiments/results/bench_model_h200.json
+        --decode_tokens=128 --out=experiments/results/invariance_cost/bench_model_h200.json
 
 With several --impl, each dtype runs under each kernel set side by side, and
 `invariance_cost` gives how much slower the chunk-invariant Pallas kernels
@@ -64,7 +64,9 @@ _LLAMACPP_PYTHON = flags.DEFINE_string(
 _DOT_PRECISION = flags.DEFINE_enum(
   'dot_precision', 'highest', list(dots.NAMES), 'Of float32 products (all sets).'
 )
-_OUT = flags.DEFINE_string('out', 'experiments/results/bench_model_cpu.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/cpu_speed/bench_model_cpu.json', 'Result JSON.'
+)
 
 
 def main(argv):

@@ -1,7 +1,7 @@
 r"""Paged attention context (issue 13, item 4): host-tier hit/miss and open latency.
 
     python experiments/bench_paging_context.py --model=tiny --pages=32 --page_tokens=200 \
-        --k=3 --capacity=1024 --out=experiments/results/paging_context_cpu.json
+        --k=3 --capacity=1024 --out=experiments/results/paging/paging_context_cpu.json
 
 Standard-library source cut into pages, each prefilled alone (rope_relative, Pallas kernels),
 stored window-trimmed and catalogued; then, per page, a store read, a host-tier miss and a
@@ -30,7 +30,7 @@ _CAPACITY = flags.DEFINE_integer('capacity', 1024, 'Slots of the context (32768:
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 8, 'Prefill chunk (deposits and the query).')
 _QUERIES = flags.DEFINE_integer('queries', 16, 'Queries timed (cold and warm).')
 _TIER_PAGES = flags.DEFINE_integer('tier_pages', 64, 'Pages the host tier has room for.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/paging_context.json', 'Result JSON.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_context.json', 'Result JSON.')
 
 
 def main(argv):

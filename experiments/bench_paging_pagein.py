@@ -2,7 +2,7 @@ r"""Page-in against re-prefill for blocks of 32 to 8k tokens (issue 13, items 2 
 
     python experiments/bench_paging_pagein.py \
         --tokens=32,64,128,256,512,1024,2048,4096,8192 \
-        --out=experiments/results/paging_pagein_cpu.json
+        --out=experiments/results/paging/paging_pagein_cpu.json
 
 For each block size n (real text: standard-library sources, concatenated):
 the block is prefilled in chunks of `--chunk_size` into a cache of capacity
@@ -47,10 +47,10 @@ _RECOMPUTE_REPEATS = flags.DEFINE_integer(
 )
 _LLAMACPP_RESULT = flags.DEFINE_string(
   'llamacpp_result',
-  'experiments/results/bench_graft_cpu.json',
+  'experiments/results/graft_speed/bench_graft_cpu.json',
   "bench_graft result holding llama.cpp's state file sizes.",
 )
-_OUT = flags.DEFINE_string('out', 'experiments/results/paging_pagein.json', 'Result JSON.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_pagein.json', 'Result JSON.')
 
 
 def main(argv):

@@ -1,7 +1,7 @@
 r"""Catalog lookup cost against the number of catalogued pages (issue 13, item 3).
 
     python experiments/bench_paging_route.py --entries=10,100,1000,10000 \
-        --out=experiments/results/paging_route_cpu.json
+        --out=experiments/results/paging/paging_route_cpu.json
 
 Entries are real text: the Python standard library's .py files cut into
 pieces of `--lines` lines, shuffled with a fixed seed, so each catalog size
@@ -27,7 +27,7 @@ _ENTRIES = flags.DEFINE_list('entries', ['10', '100', '1000', '10000'], 'Catalog
 _QUERIES = flags.DEFINE_integer('queries', 200, 'Queries per size and router.')
 _LINES = flags.DEFINE_integer('lines', 25, 'Lines of source per catalogued piece.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Shuffle and query seed.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/paging_route.json', 'Result JSON.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_route.json', 'Result JSON.')
 
 
 def main(argv):

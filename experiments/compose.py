@@ -1,7 +1,7 @@
 r"""Composition of routed library blocks, measured (issue 12, item 5): exactness and what it buys.
 
     python experiments/compose.py --model=gemma3-270m --impl=pallas --templates=0,1,2 \
-        --queries=3 --held_out=0 --out=experiments/results/flywheel_compose_cpu.json
+        --queries=3 --held_out=0 --out=experiments/results/flywheel_compose/flywheel_compose_cpu.json
 
 The GSM8K items of the chosen GSM-Symbolic templates are deposited (the base
 model's own verified solution with --base_tokens > 0, else the dataset's
@@ -29,7 +29,9 @@ from graftjax.studies import results
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'pallas', ['xla', 'pallas'], 'Kernels (xla is refused).')
-_OUT = flags.DEFINE_string('out', 'experiments/results/flywheel_compose.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/flywheel_compose/flywheel_compose.json', 'Result JSON.'
+)
 _TEMPLATES = flags.DEFINE_list(
   'templates', None, 'GSM-Symbolic template ids (0-99).', required=True
 )

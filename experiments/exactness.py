@@ -1,7 +1,7 @@
 r"""Byte-exact graft: fresh vs grafted logits on real text, with the fresh-vs-fresh floor.
 
     python experiments/exactness.py --model=gemma3-270m --samples=50 \
-        --dtype=float32 --dtype=bfloat16 --out=experiments/results/exactness_cpu.json
+        --dtype=float32 --dtype=bfloat16 --out=experiments/results/exactness/exactness_cpu.json
 
 For each sample (prefix and continuation from a Python standard-library
 file), a fresh context prefills the prefix and processes the continuation;
@@ -46,7 +46,9 @@ _DTYPES = flags.DEFINE_multi_enum(
 )
 _OTHER_PROCESS = flags.DEFINE_bool('other_process', True, 'Also graft in a separate process.')
 _STORE = flags.DEFINE_string('store', None, 'BlockStore folder (default: a temporary one).')
-_OUT = flags.DEFINE_string('out', 'experiments/results/exactness.json', 'Result JSON path.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/exactness/exactness.json', 'Result JSON path.'
+)
 
 
 def main(argv):

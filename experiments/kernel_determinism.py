@@ -5,7 +5,7 @@ r"""Do the Pallas kernels give the same bits in another process and another devi
     # ... in a later device call:
     python experiments/kernel_determinism.py --label=call2 --out=/tmp/det_c.json
     python experiments/kernel_determinism.py --merge=/tmp/det_a.json,/tmp/det_b.json,/tmp/det_c.json \
-        --out=experiments/results/kernel_determinism_h200.json
+        --out=experiments/results/kernel_determinism/kernel_determinism_h200.json
 
 A run computes, from inputs drawn with fixed seeds, the SHA-256 of every
 kernel's output bytes (attention plain, sliding-window, with segments, ALiBi
@@ -35,7 +35,9 @@ _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 64, 'Tokens per sample.')
 _LABEL = flags.DEFINE_string('label', 'run', 'Name of this run (e.g. which call and process).')
 _QUICK = flags.DEFINE_bool('quick', False, 'Small kernel shapes (CPU interpret mode).')
 _MERGE = flags.DEFINE_list('merge', [], 'Run files to compare (runs nothing).')
-_OUT = flags.DEFINE_string('out', 'experiments/results/kernel_determinism.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/kernel_determinism/kernel_determinism.json', 'Result JSON.'
+)
 
 
 def main(argv):

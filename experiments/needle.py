@@ -1,7 +1,7 @@
 r"""Needles in a paged store: routed page-in against the base model over a window (issue 13, item 7).
 
     python experiments/needle.py --model=gemma3-270m --needles=50 --page_tokens=512 \
-        --pages_per_window=4 --out=experiments/results/paging_needle_cpu.json
+        --pages_per_window=4 --out=experiments/results/paging/paging_needle_cpu.json
 
 Distinct facts ("The access code of <name> is <number>.") are planted, one
 per page, in pages of `--page_tokens` tokens of standard-library source;
@@ -40,7 +40,7 @@ _ANSWER_TOKENS = flags.DEFINE_integer('answer_tokens', 6, 'Greedy answer tokens.
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk of pages and windows.')
 _QUESTION_CHUNK = flags.DEFINE_integer('question_chunk', 8, 'Prefill chunk of the question.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/paging_needle.json', 'Result JSON.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_needle.json', 'Result JSON.')
 
 
 def main(argv):

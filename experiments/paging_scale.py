@@ -2,7 +2,7 @@ r"""A page store grown from real text: access latency and device memory by size 
 
     python experiments/paging_scale.py --model=tiny-270m-layout --dtype=bfloat16 \
         --page_tokens=128 --local_rows=0 --window_slots=4096 --sizes=10,100,1000,10000 \
-        --out=experiments/results/paging_scale_cpu.json
+        --out=experiments/results/paging/paging_scale_cpu.json
 
     # H200 (experiments/device/paging_scale.sh): the real model, resumable over calls
     python experiments/paging_scale.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
@@ -56,7 +56,7 @@ _PLAN_ONLY = flags.DEFINE_bool(
   'plan_only', False, 'Only tokenize the corpus into the plan in --store (to carry it elsewhere).'
 )
 _PLOT = flags.DEFINE_bool('plot', True, 'Write the figure next to --out (PNG).')
-_OUT = flags.DEFINE_string('out', 'experiments/results/paging_scale.json', 'Result JSON.')
+_OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_scale.json', 'Result JSON.')
 
 
 def main(argv):

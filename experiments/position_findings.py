@@ -1,10 +1,10 @@
 r"""Markdown summary of committed relocation and training results (numbers only from the files).
 
     python experiments/position_findings.py \
-        --relocation=experiments/results/relocation_270m_rope.json \
-        --relocation=experiments/results/relocation_small_alibi.json \
-        --training=experiments/results/small_alibi_model.json \
-        --out=experiments/results/position_findings_tables.md
+        --relocation=experiments/results/relocation/relocation_270m_rope.json \
+        --relocation=experiments/results/relocation/relocation_small_alibi.json \
+        --training=experiments/results/relocation/small_alibi_model.json \
+        --out=experiments/results/relocation/position_findings_tables.md
 
 Every file is checked against its own `result_sha256` (`ledger.verify_result`)
 before a number is read, and each section cites that digest. Relocation

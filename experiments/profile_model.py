@@ -1,7 +1,7 @@
 r"""Where prefill and decode spend their time: device kernels summed by name.
 
     python experiments/profile_model.py --dtype=bfloat16 --impl=xla --impl=pallas \
-        --out=experiments/results/profile_model_h200_bfloat16.json
+        --out=experiments/results/profile/profile_model_h200_bfloat16.json
 
 Traces one prefill (--prompt_tokens in chunks of --chunk_size) and one decode
 (--decode_tokens greedy steps) of the --model architecture with seeded random
@@ -30,7 +30,9 @@ _MODEL = flags.DEFINE_enum(
   'model', 'gemma3-270m', sorted(config_lib.NAMED_CONFIGS), 'Architecture.'
 )
 _TOP = flags.DEFINE_integer('top', 30, 'Kernels kept per phase, largest total first.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/profile_model_cpu.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/profile/profile_model_cpu.json', 'Result JSON.'
+)
 
 
 def main(argv):

@@ -1,7 +1,7 @@
 r"""Does graftjax's float32 gemma-3-270m compute what HF and llama.cpp compute?
 
     python experiments/reference_agreement.py \
-        --out=experiments/results/reference_agreement.json
+        --out=experiments/results/reference_agreement/reference_agreement.json
 
 Reads the reference fixtures made by `scripts/reference/` (token ids of real
 text from files on the build machine, with Hugging Face transformers' float32
@@ -43,7 +43,7 @@ _DOT_PRECISION = flags.DEFINE_enum(
   'dot_precision', 'highest', list(dots.NAMES), 'Of float32 products.'
 )
 _OUT = flags.DEFINE_string(
-  'out', 'experiments/results/reference_agreement.json', 'Result JSON path.'
+  'out', 'experiments/results/reference_agreement/reference_agreement.json', 'Result JSON path.'
 )
 
 

@@ -2,7 +2,7 @@ r"""Position sensitivity: relocated grafts vs fresh computation, per scheme, dty
 
     python experiments/relocation.py --model=gemma3-270m --scheme=rope --scheme=rope_f64 \
         --scheme=rope_relative --dtype=float32 --dtype=bfloat16 --samples=3 \
-        --out=experiments/results/relocation_270m.json
+        --out=experiments/results/relocation/relocation_270m.json
 
 For each scheme, dtype, offset M and sample (a block of --block_tokens
 tokens of a Python standard-library file, then --continuation_tokens more):
@@ -56,7 +56,9 @@ _COMPOSITION_OFFSETS = flags.DEFINE_list(
   ['64:4096', '512:32000'],
   'A:B offsets of the two half-blocks grafted side by side (empty: no composition).',
 )
-_OUT = flags.DEFINE_string('out', 'experiments/results/relocation.json', 'Result JSON path.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/relocation/relocation.json', 'Result JSON path.'
+)
 
 
 def main(argv):

@@ -1,10 +1,11 @@
-"""Writes the results page, experiments/results/README.md, from the committed result JSON.
+"""Writes the results page, experiments/results/README.md, study by study.
 
     python experiments/results_page.py             # rewrite the page
     python experiments/results_page.py --check     # exit 1 if the committed page is stale
 
-Every figure on the page is read from a result file after `ledger.verify_result`; the
-sections live in `graftjax.studies.results_page` (one registered function per family).
+Every figure on the page is read from a result file after `ledger.verify_result`. Each
+folder `experiments/results/<study>/` declares its section in `study.toml`
+(`graftjax.studies.results_page` says how); adding a study edits nothing here.
 """
 
 import pathlib
@@ -18,7 +19,7 @@ from graftjax.studies import results_page
 
 RESULTS = pathlib.Path(__file__).resolve().parent / 'results'
 
-_RESULTS_DIR = flags.DEFINE_string('results_dir', str(RESULTS), 'Folder of result JSON files.')
+_RESULTS_DIR = flags.DEFINE_string('results_dir', str(RESULTS), 'Folder of study folders.')
 _CHECK = flags.DEFINE_bool('check', False, 'Only compare: exit 1 if the page on disk is stale.')
 
 

@@ -1,7 +1,7 @@
 r"""How far each position scheme's computation is from the trained `rope` on the same weights.
 
     python experiments/scheme_agreement.py --scheme=rope_f64 --scheme=rope_relative \
-        --samples=3 --out=experiments/results/scheme_agreement_cpu.json
+        --samples=3 --out=experiments/results/relocation/scheme_agreement_cpu.json
 
 `rope_f64` and `rope_relative` compute the same function as `rope` in exact
 arithmetic; this measures their float differences on real text (logits of
@@ -27,7 +27,9 @@ _SCHEMES = flags.DEFINE_multi_enum(
 _SAMPLES = flags.DEFINE_integer('samples', 3, 'Text samples.')
 _TOKENS = flags.DEFINE_integer('tokens', 160, 'Tokens per sample (BOS included).')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
-_OUT = flags.DEFINE_string('out', 'experiments/results/scheme_agreement.json', 'Result JSON.')
+_OUT = flags.DEFINE_string(
+  'out', 'experiments/results/relocation/scheme_agreement.json', 'Result JSON.'
+)
 
 
 def main(argv):

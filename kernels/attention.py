@@ -71,7 +71,7 @@ class BlockSizes:
 # keep float32 operands, whose IEEE dots run on CUDA cores, in registers.
 _ROWS = 16
 # Per compute dtype, measured with experiments/bench_attention_tiles.py
-# (experiments/results/bench_attention_tiles_h200.json, the combine from
+# (experiments/results/invariance_cost/bench_attention_tiles_h200.json, the combine from
 # runs/bench_attention_tiles_h200_grouped.json); block_q follows from G.
 _DEFAULTS = {
   'bfloat16': BlockSizes(block_k=64, block_s=512, combine_group=16, combine_block_h=16),

@@ -181,3 +181,104 @@ def test_a_script_rejects_stray_arguments():
     check=False,
   )
   assert proc.returncode != 0 and "unexpected arguments: ['stray']" in proc.stderr
+
+
+# ---------------------------------------------------------------------------- every file is used
+
+# Where a script counts as referenced: text a reader or a run goes through.
+REFERRERS = (
+  'README.md',
+  'Makefile',
+  'setup.cfg',
+  'docs',
+  'tests',
+  'notebooks',
+  'graftjax',
+  'models',
+  'kernels',
+  'scripts',
+  'experiments',
+)
+EXPERIMENT_FILES = sorted(
+  p
+  for p in (REPO / 'experiments').rglob('*')
+  if p.is_file()
+  and p.suffix in ('.py', '.sh')
+  and 'results' not in p.relative_to(REPO).parts
+  and '__pycache__' not in p.parts
+)
+DEVICE_SCRIPTS = sorted((REPO / 'experiments' / 'device').glob('*.sh'))
+
+
+def _referring_text(skip: pathlib.Path) -> str:
+  texts = []
+  for name in REFERRERS:
+    root = REPO / name
+    paths = [root] if root.is_file() else root.rglob('*')
+    for path in paths:
+      if (
+        path.is_file()
+        and path != skip
+        and path.suffix in ('', '.md', '.py', '.sh', '.toml', '.cfg', '.ipynb')
+        and not {'logs', '__pycache__'} & set(path.parts)
+      ):
+        texts.append(path.read_text(errors='replace'))
+  return '\n'.join(texts)
+
+
+@pytest.mark.parametrize('path', EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_experiment_file_is_referenced(path):
+  """A script under experiments/ is named by a doc, a test, a study's declaration or a script."""
+  name = path.relative_to(REPO).as_posix()
+  text = _referring_text(path)
+  # A top-level experiment by its path; one in a sub-folder (device/, peers/) may be named
+  # by the folder's code beside it, by file name.
+  named = (name, name.split('/', 1)[1]) + ((path.name,) if name.count('/') > 1 else ())
+  assert any(n in text for n in named), f'{name} is referenced nowhere'
+
+
+@pytest.mark.parametrize('path', EXPERIMENT_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_experiment_file_parses(path):
+  if path.suffix == '.py':
+    compile(path.read_text(), str(path), 'exec')
+    return
+  proc = subprocess.run(['bash', '-n', str(path)], capture_output=True, text=True, check=False)
+  assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+  'path', [p for p in DEVICE_SCRIPTS if p.name != 'common.sh'], ids=lambda p: p.name
+)
+def test_a_device_script_makes_one_study_that_names_it(path):
+  text = path.read_text()
+  assert 'source experiments/device/common.sh' in text
+  (study,) = re.findall(r'^study_out (\w+)$', text, flags=re.M)
+  declaration = REPO / 'experiments' / 'results' / study / 'study.toml'
+  assert f'experiments/device/{path.name}' in declaration.read_text()
+
+
+def _device_commands() -> dict[str, set[str]]:
+  """The flags each experiment is given by the device scripts: {script: {flag}}."""
+  found: dict[str, set[str]] = {}
+  for path in DEVICE_SCRIPTS:
+    text = path.read_text().replace('\\\n', ' ')
+    for script, args in re.findall(r'python (experiments/\w+\.py)([^\n;|>]*)', text):
+      found.setdefault(script, set()).update(re.findall(r'--(\w+)', args))
+  return found
+
+
+@pytest.mark.slow  # one process per experiment script, about 90 s on 2 cores
+@pytest.mark.parametrize('script', sorted(_device_commands()))
+def test_device_scripts_pass_only_flags_their_experiment_defines(script):
+  proc = subprocess.run(
+    [sys.executable, str(REPO / script), '--helpfull'],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+    cwd=REPO,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+  )
+  known = set(re.findall(r'--(?:\[no\])?(\w+)', proc.stdout))
+  assert known, proc.stderr[-2000:]
+  assert not _device_commands()[script] - known

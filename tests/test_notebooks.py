@@ -55,6 +55,5 @@ def test_flywheel_notebook_runs_and_grafted_equals_prompted():
   assert re.search(r'decode tokens per answer: base [\d.]+, recurrence [\d.]+ \(\d+ items\)', out)
   assert re.search(r'grafted == prompted: ([1-9]\d*)/\1 byte-equal', out), out
   images = [o for c in nb.cells for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
-  results = (NOTEBOOKS.parent / 'experiments' / 'results').glob('flywheel_*.json')
-  committed = [p for p in results if not p.name.startswith('flywheel_compose')]
+  committed = list((NOTEBOOKS.parent / 'experiments' / 'results' / 'flywheel').glob('*.json'))
   assert len(images) == 1 + len(committed)

@@ -1,6 +1,7 @@
-"""The committed results page is what the committed result files generate, byte for byte."""
+"""The results page: generated study by study, the committed page current byte for byte."""
 
 import copy
+import dataclasses
 import json
 import pathlib
 
@@ -12,6 +13,18 @@ from graftjax.studies import results_page
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'results'
 
 
+def _study(root, folder, declaration=None, **fields):
+  """Makes `root`/`folder` a study declared by `fields` (or by the raw `declaration` text)."""
+  where = root / folder
+  (where / 'runs').mkdir(parents=True, exist_ok=True)
+  fields = {'title': f'The {folder} study', 'order': 1, **fields}
+  text = declaration
+  if text is None:
+    text = ''.join(f'{k} = {json.dumps(v)}\n' for k, v in fields.items())
+  (where / results_page.DECLARATION).write_text(text)
+  return where
+
+
 def test_committed_page_is_current():
   committed = (RESULTS / results_page.PAGE_NAME).read_text()
   assert committed == results_page.page(RESULTS), (
@@ -20,45 +33,109 @@ def test_committed_page_is_current():
 
 
 def test_page_is_deterministic():
-  results = results_page.load(RESULTS)
-  assert results_page.render(results) == results_page.render(list(reversed(results)))
+  found = results_page.studies(RESULTS)
+  assert results_page.render(found) == results_page.render(list(reversed(found)))
 
 
-def test_every_committed_result_file_is_on_the_page():
+def test_every_committed_file_is_on_the_page():
   page = results_page.page(RESULTS)
-  for path in RESULTS.rglob('*.json'):
+  for path in RESULTS.rglob('*'):
     name = path.relative_to(RESULTS).as_posix()
-    if not name.endswith('_demo.json'):
-      result = ledger.verify_result(path)
-      assert f'`{name}`' in page and result['result_sha256'][:12] in page, name
+    if path.is_dir() or name == results_page.PAGE_NAME or path.name == results_page.DECLARATION:
+      continue
+    assert f'`{name}`' in page or f'`{name.split("/", 1)[1]}`' in page, name
+    if path.suffix == '.json' and '/logs/' not in name:
+      assert ledger.verify_result(path)['result_sha256'][:12] in page, name
+
+
+def test_every_study_is_declared_with_a_section_and_a_command():
+  for study in results_page.studies(RESULTS):
+    assert study.section and study.commands, study.folder
 
 
 def test_a_figure_on_the_page_follows_its_file():
-  results = results_page.load(RESULTS)
-  page = results_page.render(results)
-  edited = [copy.deepcopy(r) for r in results]
-  (cpu,) = [r for r in edited if r.name == 'bench_model_cpu.json']
-  cpu.data['rows']['llamacpp']['prefill_tokens_per_s'] = 123456.0
+  found = results_page.studies(RESULTS)
+  page = results_page.render(found)
+  (cpu,) = [s for s in found if s.folder == 'cpu_speed']
+  (result,) = [copy.deepcopy(r) for r in cpu.results if r.name.endswith('bench_model_cpu.json')]
+  result.data['rows']['llamacpp']['prefill_tokens_per_s'] = 123456.0
+  edited = [dataclasses.replace(s, results=(result,)) if s is cpu else s for s in found]
   assert '123,456.0' not in page
   assert '123,456.0' in results_page.render(edited)
 
 
-def test_unknown_family_is_listed_with_its_command(tmp_path):
-  ledger.write_result(tmp_path / 'novel_gsm8k.json', {'command': 'python x.py --out=y', 'n': 1})
+def test_a_study_is_a_folder_and_its_declaration(tmp_path):
+  first = _study(tmp_path, 'novel', order=2, commands=['python x.py --out=y'])
+  ledger.write_result(first / 'novel_gsm8k.json', {'command': 'python x.py', 'summary': {'n': 7}})
+  ledger.write_result(first / 'runs' / 'novel_shard0.json', {'command': 'python x.py --shard=0'})
+  (first / 'logs').mkdir()
+  (first / 'logs' / 'run.json').write_text('{"not": "a result"}')  # logs are never read
+  (first / 'plot.png').write_bytes(b'png')
+  _study(tmp_path, 'earlier', order=1)
   ledger.write_result(tmp_path / 'exactness_demo.json', {'command': 'make demo'})
   page = results_page.page(tmp_path)
-  assert '## Other result files' in page
-  assert '`novel_gsm8k.json`' in page and '`python x.py --out=y`' in page
-  assert 'exactness_demo.json' not in page
+  assert page.index('## The earlier study') < page.index('## The novel study')
+  for named in (
+    '`novel/novel_gsm8k.json`',
+    '| summary field | value |',
+    '| `n` | 7 |',
+    '`novel/runs/novel_shard0.json`',
+    '[`novel/logs/run.json`](novel/logs/run.json)',
+    '[`novel/plot.png`](novel/plot.png)',
+    '- `python x.py --out=y`',
+  ):
+    assert named in page, named
+  assert 'exactness_demo' not in page
+
+
+@pytest.mark.parametrize(
+  ('declaration', 'says'),
+  [
+    (None, 'no study.toml'),
+    ('title = "t"\n', '`order` is missing'),
+    ('title = "t"\norder = "1"\n', "`order` must be a int, found '1'"),
+    ('title = "t"\norder = true\n', '`order` must be a int, found True'),
+    ('title = "t"\norder = 1\nfamily = "x"\n', "unknown keys ['family']"),
+    ('title = "t"\norder = 1\ncommands = [1]\n', 'other than strings'),
+    ('title = t\n', 'not TOML'),
+    ('title = "t"\norder = 1\nsection = "graftjax.studies.sections.nope"\n', 'sections.nope'),
+  ],
+)
+def test_a_folder_that_does_not_declare_its_study_is_refused(tmp_path, declaration, says):
+  where = tmp_path / 'study'
+  where.mkdir()
+  ledger.write_result(where / 'x.json', {'command': 'c'})
+  if declaration is not None:
+    (where / results_page.DECLARATION).write_text(declaration)
+  with pytest.raises(results_page.StudyError, match=says.replace('[', r'\[').replace(']', r'\]')):
+    results_page.page(tmp_path)
+
+
+def test_a_file_outside_every_study_is_refused(tmp_path):
+  ledger.write_result(tmp_path / 'exactness_cpu.json', {'command': 'c'})
+  with pytest.raises(results_page.StudyError, match='exactness_cpu.json'):
+    results_page.page(tmp_path)
 
 
 def test_edited_result_file_is_refused(tmp_path):
-  ledger.write_result(tmp_path / 'x.json', {'command': 'c', 'n': 1})
-  data = json.loads((tmp_path / 'x.json').read_text())
+  where = _study(tmp_path, 'x')
+  ledger.write_result(where / 'x.json', {'command': 'c', 'n': 1})
+  data = json.loads((where / 'x.json').read_text())
   data['n'] = 2
-  (tmp_path / 'x.json').write_text(json.dumps(data))
+  (where / 'x.json').write_text(json.dumps(data))
   with pytest.raises(ValueError, match='x.json'):
     results_page.page(tmp_path)
+
+
+def test_a_recorded_output_path_resolves_in_its_study(tmp_path):
+  where = _study(tmp_path, 'paging')
+  (where / 'plot.png').write_bytes(b'png')
+  ledger.write_result(where / 'r.json', {'outputs': {'/scratch/plot.png': 'x'}})
+  (study,) = results_page.studies(tmp_path)
+  (result,) = study.results
+  assert results_page.resolve(tmp_path, result, '/scratch/plot.png') == where / 'plot.png'
+  with pytest.raises(results_page.StudyError, match='other.png'):
+    results_page.resolve(tmp_path, result, 'experiments/results/other.png')
 
 
 def _rate(successes, trials, low, high):
@@ -138,7 +215,7 @@ def _flywheel(energy):
   }
 
 
-def test_flywheel_family_renders_a_minimal_file(tmp_path):
+def test_flywheel_section_renders_a_minimal_file(tmp_path):
   energy = {
     'device': 'Toy GPU',
     'scope': 'GPU board only (toy)',
@@ -148,10 +225,11 @@ def test_flywheel_family_renders_a_minimal_file(tmp_path):
       'recurrence': {'joules_per_answer': 9.75},
     },
   }
-  ledger.write_result(tmp_path / 'flywheel_toy_h200.json', _flywheel(energy))
-  ledger.write_result(tmp_path / 'flywheel_toy_cpu.json', _flywheel(None))
+  where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
+  ledger.write_result(where / 'flywheel_toy_h200.json', _flywheel(energy))
+  ledger.write_result(where / 'flywheel_toy_cpu.json', _flywheel(None))
   page = results_page.page(tmp_path)
-  assert '(flywheel)' in page and 'Other result files' not in page
+  assert 'Re-scored now' in page
   for figure in (
     '51/57 = 89.5% [79.0%, 95.0%]',  # recurrence accuracy, Wilson interval
     '| 9.25 |',  # decode tokens per answer
@@ -176,13 +254,14 @@ def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path)
   data = _flywheel(None)
   data['summary']['transfer_base'] = _phase(7, _rate(6, 7, 0.4869, 0.9743), 256)
   data['summary']['transfer_flywheel'] = _phase(7, _rate(0, 7, 0.0, 0.3543), 77)
-  ledger.write_result(tmp_path / 'flywheel_toy.json', data)
+  where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
+  ledger.write_result(where / 'flywheel_toy.json', data)
   page = results_page.page(tmp_path)
   assert '**base higher**' in page  # a negative result is kept
   assert 'No file here was measured' in page
 
 
-def test_compose_family_claims_its_files_before_the_flywheel_family(tmp_path):
+def test_compose_section_renders_a_minimal_file(tmp_path):
   exact = {'total': 5, 'logits_byte_equal': 4, 'cache_byte_equal': 5, 'max_abs_logit_diff': 0.25}
   data = {
     'command': 'python experiments/compose.py --templates=0',
@@ -202,9 +281,10 @@ def test_compose_family_claims_its_files_before_the_flywheel_family(tmp_path):
       'paired': {'k1 vs k3': {'items': 5, 'only_first': 2, 'only_second': 1}},
     },
   }
-  ledger.write_result(tmp_path / 'flywheel_compose_toy.json', data)
+  where = _study(tmp_path, 'compose', section='graftjax.studies.sections.flywheel_compose')
+  ledger.write_result(where / 'flywheel_compose_toy.json', data)
   page = results_page.page(tmp_path)
-  assert '(flywheel)' in page and 'Re-scored now' not in page  # not given to rescore
+  assert 'Re-scored now' not in page  # not given to rescore
   for figure in (
     '| k3/shifted | 4/5 | 5/5 | 0.25 |',
     '| recurring (recall) | k1 | 5 | 5/5 = 100.0% [56.5%, 100.0%] | 4 |',
@@ -219,7 +299,8 @@ def test_compose_family_claims_its_files_before_the_flywheel_family(tmp_path):
     assert figure in page, figure
 
 
-def test_paging_family_renders_minimal_files(tmp_path):
+def test_paging_section_renders_minimal_files(tmp_path):
+  where = _study(tmp_path, 'paging', section='graftjax.studies.sections.paging')
   route_row = lambda router, n, us: {
     'router': router,
     'entries': n,
@@ -233,7 +314,7 @@ def test_paging_family_renders_minimal_files(tmp_path):
     'top1_own_piece': 1.0,
   }
   ledger.write_result(
-    tmp_path / 'paging_route_toy.json',
+    where / 'paging_route_toy.json',
     {
       'command': 'python experiments/bench_paging_route.py',
       'experiment': 'bench_paging_route',
@@ -254,7 +335,7 @@ def test_paging_family_renders_minimal_files(tmp_path):
     'block_bytes_per_token': 18432.0,
   }
   ledger.write_result(
-    tmp_path / 'paging_pagein_toy.json',
+    where / 'paging_pagein_toy.json',
     {
       'command': 'python experiments/bench_paging_pagein.py',
       'experiment': 'bench_paging_pagein',
@@ -279,7 +360,7 @@ def test_paging_family_renders_minimal_files(tmp_path):
     },
   )
   ledger.write_result(
-    tmp_path / 'paging_scale_toy.json',
+    where / 'paging_scale_toy.json',
     {
       'command': 'python experiments/bench_paging_scale.py',
       'experiment': 'paging_scale',
@@ -293,7 +374,7 @@ def test_paging_family_renders_minimal_files(tmp_path):
     },
   )
   ledger.write_result(
-    tmp_path / 'paging_needle_toy.json',
+    where / 'paging_needle_toy.json',
     {
       'command': 'python experiments/paging_needle.py',
       'experiment': 'paging_needle',
@@ -302,7 +383,6 @@ def test_paging_family_renders_minimal_files(tmp_path):
     },
   )
   page = results_page.page(tmp_path)
-  assert '(paging)' in page and 'Other result files' not in page
   for figure in (
     '| bm25 | 10,000 | 91 | 182 |',
     'bm25 1.30x',

@@ -49,7 +49,7 @@ MATMUL_DECODE_VARIANTS = ('rows', 'transposed')
 # H200 both variants were shown in both dtypes; float32 'rows' cut decode's
 # invariance cost from 3.38 to 2.55, while in bfloat16 'rows' (0.97) and
 # 'transposed' (1.09) were slower than the prefill kernel (0.58), so bfloat16
-# keeps it (experiments/results/runs/matmul_decode_h200_bfloat16_*.json).
+# keeps it (experiments/results/invariance_cost/runs/matmul_decode_h200_bfloat16_*.json).
 MATMUL_DECODE_SHOWN: dict[tuple[str, str], str] = {('gpu', 'float32'): 'rows'}
 # Overrides the table for every dtype, read once at import: 'off', or a
 # variant (to measure it before it is shown; bits may then differ).
@@ -95,7 +95,7 @@ def gpu_matmul_tiles(dtype, rows: int, k: int, n: int, precision: str = 'highest
   """The GPU tiles of x [rows, K] @ w [K, N] (speed only: see the module doc).
 
   The fastest candidates at gemma-3-270m's shapes on the H200
-  (experiments/results/bench_matmul_tiles_h200*.json). Under a bfloat16
+  (experiments/results/invariance_cost/bench_matmul_tiles_h200*.json). Under a bfloat16
   split (`dots`) each K step sums its piece products before adding them to
   the accumulator, so block_k groups the sums: it stays the fixed one.
   """

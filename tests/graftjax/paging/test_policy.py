@@ -41,7 +41,13 @@ def test_page_in_always_faster_and_round_trip():
 
 
 def test_the_committed_page_in_result_picks_as_its_summary_says():
-  path = pathlib.Path(__file__).parents[3] / 'experiments' / 'results' / 'paging_pagein_cpu.json'
+  path = (
+    pathlib.Path(__file__).parents[3]
+    / 'experiments'
+    / 'results'
+    / 'paging'
+    / 'paging_pagein_cpu.json'
+  )
   result = ledger.verify_result(path)
   policy = policy_lib.Policy.from_json(result['policy'])
   assert policy.crossover_tokens == result['summary']['crossover_tokens']

@@ -24,25 +24,25 @@ RESULTS = pathlib.Path(__file__).resolve().parents[3] / 'experiments' / 'results
 
 @pytest.mark.parametrize('stem', ['exactness_cpu', 'exactness_cpu_bfloat16', 'exactness_h200'])
 def test_exactness_table_is_the_committed_one(stem):
-  result = ledger.verify_result(RESULTS / f'{stem}.json')
+  result = ledger.verify_result(RESULTS / 'exactness' / f'{stem}.json')
   table = '\n\n'.join(graft_gate.format_table(run) for run in result['runs']) + '\n'
-  assert table == (RESULTS / f'{stem}.txt').read_text()
+  assert table == (RESULTS / 'exactness' / f'{stem}.txt').read_text()
 
 
 def test_tables_of_committed_results_name_every_row():
-  inv = ledger.verify_result(RESULTS / 'invariance_h200.json')
+  inv = ledger.verify_result(RESULTS / 'invariance' / 'invariance_h200.json')
   assert len(invariance.format_table(inv).splitlines()) == 3 + len(inv['cells'])
-  reloc = ledger.verify_result(RESULTS / 'relocation_270m_cpu.json')
+  reloc = ledger.verify_result(RESULTS / 'relocation' / 'relocation_270m_cpu.json')
   lines = position_sweep.format_table(reloc).splitlines()
   assert len(lines) == 2 + len(reloc['cells']) + len(reloc['composition'])
-  graft = ledger.verify_result(RESULTS / 'bench_graft_cpu.json')
+  graft = ledger.verify_result(RESULTS / 'graft_speed' / 'bench_graft_cpu.json')
   assert len(bench_graft.format_rows(graft).splitlines()) == len(graft['rows'])
 
 
 def test_position_findings_cite_each_file_digest():
   reloc, trained = (
-    RESULTS / 'relocation_trained_tiny_alibi.json',
-    RESULTS / 'trained_tiny_alibi_model.json',
+    RESULTS / 'relocation' / 'relocation_trained_tiny_alibi.json',
+    RESULTS / 'relocation' / 'trained_tiny_alibi_model.json',
   )
   text = position_findings.findings(relocation_paths=[reloc], training_paths=[trained])
   for path in (reloc, trained):

@@ -11,7 +11,7 @@ Running all 24 fixture prompts (13,437 tokens plus 24 x 32 greedy steps)
 takes ~12 minutes on two CPU cores, so pytest runs the deterministic subset
 `SUBSET` (1,225 tokens: tiny prompts, a mid-sized one and two beyond the
 512-token sliding window); `experiments/reference_agreement.py` runs the full
-set and commits its figures to experiments/results/reference_agreement.json.
+set and commits its figures to experiments/results/reference_agreement/reference_agreement.json.
 
 The negative tests check that the comparison has teeth: adding the RMSNorm
 +1 a second time (max |Δ| ~53), dropping the sliding window (~9.9) or letting

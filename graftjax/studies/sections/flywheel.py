@@ -1,0 +1,259 @@
+"""The results page on the `flywheel` study:
+
+Does a library of verified solutions make the frozen model better and cheaper?
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graftjax.studies.results_page import Result, cite, num, pct, table
+
+
+def rate(r: dict[str, Any] | None) -> str:
+  """A Wilson-interval rate record as 's/n = x% [low, high]'; '-' when absent."""
+  if not r:
+    return '-'
+  return f'{r["successes"]}/{r["trials"]} = {pct(r["rate"])} [{pct(r["low"])}, {pct(r["high"])}]'
+
+
+def _compare(base: dict[str, Any] | None, other: dict[str, Any] | None) -> str:
+  """Which of two rates is higher by non-overlapping intervals, else that they overlap."""
+  if not base or not other:
+    return '-'
+  if other['low'] > base['high']:
+    return 'flywheel higher'
+  if base['low'] > other['high']:
+    return '**base higher**'
+  return 'intervals overlap'
+
+
+def phase_tokens(s: dict[str, Any]) -> str:
+  return num(s['decode_tokens_per_answer']) if s.get('items') else '-'
+
+
+def _transfer_sets(d: dict[str, Any]) -> list[tuple[str, str, str]]:
+  """(held-out set, base phase, flywheel phase) of each transfer comparison in `d`.
+
+  Phases are `transfer_base` / `transfer_flywheel`, optionally suffixed `/<set>`; without a
+  suffix the set is named by the first segment of its items' ids (e.g. `mgs`).
+  """
+  out = []
+  for phase in sorted(d['summary']):
+    if not phase.startswith('transfer_base'):
+      continue
+    suffix = phase[len('transfer_base') :]
+    other = 'transfer_flywheel' + suffix
+    if other not in d['summary']:
+      continue
+    label = suffix.lstrip('/')
+    if not label:
+      ids = {a['item_id'] for a in d.get('attempts', []) if a.get('phase') == phase}
+      label = ', '.join(sorted({i.split('/')[0] for i in ids})) or '?'
+    out.append((label, phase, other))
+  return out
+
+
+def _rescored(results: list[Result]) -> list[str]:
+  """What `graftjax.flywheel.rescore` says of each file, run as the page is made."""
+  from graftjax.flywheel import rescore  # pylint: disable=g-import-not-at-top
+
+  out = ['Re-scored now:', '']
+  for r in results:
+    found = rescore.check(r.data)  # the file's own digest was verified when it was loaded
+    verdict = (
+      'every digest, verdict and figure agrees'
+      if not found.problems
+      else (f'{len(found.problems)} discrepancies: ' + '; '.join(found.problems))
+    )
+    out.append(f'- {cite(r)}: {verdict}')
+  return out
+
+
+def render(results: list[Result]) -> list[str]:
+  models = sorted({r.data.get('model', '?') for r in results})
+  out = [
+    'The base model attempts each item (few-shot prefix, stated budget); a verified solution of'
+    " each (its own, else the dataset's reference when it verifies: its worked solution, or its"
+    ' answer where it has none) is deposited as a block. *Recurrence*: the items it did not'
+    ' solve are asked again, routed by exact question text to their block, grafted, answered.'
+    ' *Transfer*: held-out items, never deposited, are answered by the base model and through'
+    ' the nearest block. Intervals are Wilson 95%.'
+    f' Every figure is for the model named ({", ".join(f"`{m}`" for m in models)}) only.'
+    ' Re-check a file without a model: `python -m graftjax.flywheel.rescore <file>`.',
+    '',
+    *_rescored(results),
+    '',
+    '**Recurrence** (items the base model did not solve within its budget):',
+    '',
+  ]
+  rows = []
+  for r in results:
+    d, s = r.data, r.data['summary']
+    b, rec = d.get('budget', {}), s['recurrence']
+    spent, used = s['recurrence_base_decode_tokens'], rec.get('decode_tokens')
+    rows.append(
+      [
+        cite(r),
+        d.get('model', '?'),
+        r.device.split(',')[0],
+        d.get('dtype', '?'),
+        f'{b.get("samples", "?")} x {b.get("max_new_tokens", "?")} / {b.get("recall_tokens", "?")}',
+        rate(s['base'].get('accuracy')),
+        s['recurrence_items'],
+        rate(rec.get('accuracy')),
+        phase_tokens(rec),
+        f'{used:,}' if used is not None else '-',
+        f'{spent:,}',
+        f'{used / spent:.3g}' if used is not None and spent else '-',
+        num(rec.get('seconds_per_answer')),
+      ]
+    )
+  out += table(
+    (
+      'file',
+      'model',
+      'device',
+      'dtype',
+      'budget: samples x base tokens / recall tokens',
+      'base model on deposited items (greedy attempt)',
+      'recurrence items',
+      'recurrence accuracy',
+      'decode tokens / answer',
+      'decode tokens: flywheel',
+      'decode tokens: base model spent on them',
+      'flywheel / base',
+      's / answer',
+    ),
+    rows,
+  )
+  rows = []
+  for r in results:
+    s = r.data['summary']
+    for label, base, fly in _transfer_sets(r.data):
+      rows.append(
+        [
+          cite(r),
+          label,
+          s[fly].get('items', 0),
+          rate(s[base].get('accuracy')),
+          rate(s[fly].get('accuracy')),
+          _compare(s[base].get('accuracy'), s[fly].get('accuracy')),
+          phase_tokens(s[base]),
+          phase_tokens(s[fly]),
+          sum(
+            a.get('answered_by') == 'flywheel'
+            for a in r.data.get('attempts', [])
+            if a.get('phase') == fly
+          ),
+        ]
+      )
+  out += [
+    '',
+    '**Transfer** (held-out items disjoint from every deposited one; negative results kept):',
+    '',
+  ]
+  out += table(
+    (
+      'file',
+      'held-out set',
+      'items',
+      'base accuracy',
+      'flywheel accuracy',
+      'by the intervals',
+      'decode tokens / answer: base',
+      'flywheel',
+      'answered through a block',
+    ),
+    rows,
+  )
+  rows = []
+  for r in results:
+    for router, e in sorted(r.data.get('routing', {}).items()):
+      rows.append(
+        [
+          cite(r),
+          router,
+          e['threshold'] if isinstance(e['threshold'], str) else num(e['threshold']),
+          rate(e.get('accuracy')),
+          rate(e.get('false_hit')),
+          rate(e.get('abstain')),
+        ]
+      )
+  out += [
+    '',
+    '**Routing** of the held-out items (top-1, to the block of the deposited item the held-out'
+    " item's template was made from, or that it is paired with (qa_wikidata: the same subject);"
+    ' below the threshold the router abstains):',
+    '',
+  ]
+  out += table(
+    ('file', 'router', 'threshold', 'accuracy', 'false hits (of all queries)', 'abstains'), rows
+  )
+  rows = []
+  for r in results:
+    g = r.data.get('grafted_vs_prompted', {}).get('summary') or {}
+    graft, prompted = g.get('graft_seconds_median'), g.get('prompted_seconds_median')
+    rows.append(
+      [
+        cite(r),
+        f'{g.get("logits_byte_equal", 0)}/{g.get("items", 0)}',
+        f'{g.get("tokens_equal", 0)}/{g.get("items", 0)}',
+        num(graft),
+        num(prompted),
+        f'{graft / prompted:.2f}' if graft and prompted else '-',
+      ]
+    )
+  out += [
+    '',
+    '**Grafted vs prompted**: each recurrence answer again with the same library text given as'
+    ' a plain prompt (prefilled, no graft); first-answer logits compared by their bytes.',
+    '',
+  ]
+  out += table(
+    (
+      'file',
+      'first logits byte-equal',
+      'answer tokens equal',
+      'graft + answer s (median)',
+      'prompted s (median)',
+      'graft / prompted',
+    ),
+    rows,
+  )
+  metered = [r for r in results if r.data.get('energy')]
+  out += ['', '**Energy** (joules per answer above the idle baseline):', '']
+  if not metered:
+    return out + ['No file here was measured (`--energy`, NVML, on a GPU).']
+  rows = []
+  for r in metered:
+    e = r.data['energy']
+    phases = e.get('phases', {})
+    joules = lambda p, phases=phases: (
+      num(phases[p].get('joules_per_answer')) if p in phases else '-'
+    )
+    rows.append(
+      [
+        cite(r),
+        e.get('device', '?'),
+        num(e.get('idle_watts')),
+        joules('base'),
+        joules('recurrence'),
+        joules('transfer_base'),
+        joules('transfer_flywheel'),
+        e.get('scope', '?'),
+      ]
+    )
+  return out + table(
+    (
+      'file',
+      'device',
+      'idle W',
+      'J / answer: base',
+      'recurrence',
+      'transfer: base',
+      'transfer: flywheel',
+      'scope',
+    ),
+    rows,
+  )
