@@ -1,4 +1,4 @@
-r"""Paged attention context (issue 13, item 4): host-tier hit/miss and open latency.
+r"""Paged attention context: host-tier hit/miss and open latency.
 
     python experiments/bench_paging_context.py --model=tiny --pages=32 --page_tokens=200 \
         --k=3 --capacity=1024 --out=experiments/results/paging/paging_context_cpu.json

@@ -1,4 +1,4 @@
-r"""Page-in against re-prefill for blocks of 32 to 8k tokens (issue 13, items 2 and 6).
+r"""Page-in against re-prefill for blocks of 32 to 8k tokens.
 
     python experiments/bench_paging_pagein.py \
         --tokens=32,64,128,256,512,1024,2048,4096,8192 \

@@ -1,4 +1,4 @@
-r"""Catalog lookup cost against the number of catalogued pages (issue 13, item 3).
+r"""Catalog lookup cost against the number of catalogued pages.
 
     python experiments/bench_paging_route.py --entries=10,100,1000,10000 \
         --out=experiments/results/paging/paging_route_cpu.json

@@ -1,4 +1,4 @@
-r"""Composition of routed library blocks, measured (issue 12, item 5): exactness and what it buys.
+r"""Composition of routed library blocks, measured: exactness and what it buys.
 
     python experiments/compose.py --model=gemma3-270m --impl=pallas --templates=0,1,2 \
         --queries=3 --held_out=0 --out=experiments/results/flywheel_compose/flywheel_compose_cpu.json

@@ -1,4 +1,4 @@
-r"""Needles in a paged store: routed page-in against the base model over a window (issue 13, item 7).
+r"""Needles in a paged store: routed page-in against the base model over a window.
 
     python experiments/needle.py --model=gemma3-270m --needles=50 --page_tokens=512 \
         --pages_per_window=4 --out=experiments/results/paging/paging_needle_cpu.json
@@ -13,7 +13,7 @@ base (the model prefills the whole window holding the fact, its other
 facts included, and the question follows). Accuracy of both with Wilson 95%
 intervals, routing top-1, page access latency (route + read + verify +
 install) of this real-model store. On CPU the window is short (4 x 511 + 1
-tokens); the issue's 32k window is for the H200 (`--pages_per_window=64`).
+tokens); the 32k window is for a GPU (`--pages_per_window=64`).
 """
 
 from graftjax import determinism

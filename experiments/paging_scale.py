@@ -1,4 +1,4 @@
-r"""A page store grown from real text: access latency and device memory by size (issue 13, item 5).
+r"""A page store grown from real text: access latency and device memory by size.
 
     python experiments/paging_scale.py --model=tiny-270m-layout --dtype=bfloat16 \
         --page_tokens=128 --local_rows=0 --window_slots=4096 --sizes=10,100,1000,10000 \

@@ -13,7 +13,7 @@ through our model and reports, per prompt and overall:
     margin is under the tolerance (a near-tie may legitimately flip);
   * against llama.cpp (f32 KV cache, quantized matmuls): top-1 agreement over
     every position, and mean / p99 / max |Δlogit| over its stored top-20.
-The issue's bars: |Δ| <= 2e-3 against HF, top-1 agreement >= 93% against
+The bars: |Δ| <= 2e-3 against HF, top-1 agreement >= 93% against
 llama.cpp. The result records the SHA-256 of both fixtures and its own digest
 (`result_sha256`, see `graftjax.ledger`).
 

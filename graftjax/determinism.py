@@ -142,8 +142,8 @@ def source_sha256() -> str:
   models/, kernels/ and experiments/ (path and bytes, in sorted order).
 
   Unlike the git revision, it names the code even where the git metadata is
-  stale (the device machine runs a copy of the working tree whose .git is the
-  session's starting commit, so its revision reads '<start>-dirty').
+  stale: a copy of a working tree run on another machine keeps the commit it
+  was copied from, so its revision reads '<commit>-dirty' whatever changed.
   """
   import hashlib  # pylint: disable=g-import-not-at-top
   import pathlib  # pylint: disable=g-import-not-at-top

@@ -1,1 +1,1 @@
-"""Paged context (issue 13): pages, a catalog of them, page-in against re-prefill."""
+"""Paged context: pages, a catalog of them, page-in against re-prefill."""

@@ -1,4 +1,4 @@
-"""The paged attention context (issue 13, item 4): route, read, verify, install, then query.
+"""The paged attention context: route, read, verify, install, then query.
 
 Details and the exactness argument: docs/paging.md, section `graftjax/paging/context.py`.
 """

@@ -1,4 +1,4 @@
-"""Page-in against re-prefill for blocks of 128 to 8k tokens (issue 13, items 2 and 6).
+"""Page-in against re-prefill for blocks of 128 to 8k tokens.
 
 The library of experiments/bench_paging_pagein.py. `experiment(...)` times, per block
 size, reading a stored page (into reused host staging, `graftjax.restore`) and installing

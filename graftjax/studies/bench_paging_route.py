@@ -1,4 +1,4 @@
-"""Catalog lookup cost against the number of catalogued pages (issue 13, item 3).
+"""Catalog lookup cost against the number of catalogued pages.
 
 The library of experiments/bench_paging_route.py. `experiment(...)` fills a sqlite
 catalog (`graftjax.paging.catalog`) with pieces of the standard library's sources, for

@@ -1,4 +1,4 @@
-"""Composition measured: top-k routed library blocks side by side (issue 12, item 5).
+"""Composition measured: top-k routed library blocks side by side.
 
 Blocks of verified solutions (the model's own, else the dataset's reference solution when it
 verifies) are composed with `graftjax.flywheel.compose`; what is asked of them:

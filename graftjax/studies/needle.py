@@ -1,4 +1,4 @@
-"""Needles in a paged store: routed page-in against the base model over a window (issue 13, item 7).
+"""Needles in a paged store: routed page-in against the base model over a window.
 
 Details and the exactness argument: docs/paging.md, section `graftjax/studies/needle.py`.
 """

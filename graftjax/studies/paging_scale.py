@@ -1,4 +1,4 @@
-"""A page store grown from real text, and its access cost at every size (issue 13, item 5).
+"""A page store grown from real text, and its access cost at every size.
 
 Details and the exactness argument: docs/paging.md, section `graftjax/studies/paging_scale.py`.
 """
