@@ -4,7 +4,7 @@ r"""A page store grown from real text: access latency and device memory by size.
         --page_tokens=128 --local_rows=0 --window_slots=4096 --sizes=10,100,1000,10000 \
         --out=experiments/results/paging/paging_scale_cpu.json
 
-    # H200 (experiments/device/paging_scale.sh): the real model, resumable over calls
+    # GPU (experiments/device/paging.sh scale): the real model, resumable
     python experiments/paging_scale.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
         --page_tokens=512 --local_rows=0 --window_slots=32768 --sizes=10,100,1000,10000 \
         --store=/root/paging_store --deadline_s=480 --out=$OUT/paging_scale_h200.json

@@ -45,7 +45,7 @@ CAPACITY_MULTIPLE = 64
 MATMUL_DECODE_VARIANTS = ('rows', 'transposed')
 # (backend, dtype) -> the decode matmul variant used there: its row bits equal
 # the prefill kernel's, shown by tests/kernels/test_matmul_decode.py run
-# natively (experiments/device/kernels_decode.sh), and it is faster. On the
+# natively (on a GPU: docs/device.md), and it is faster. On the
 # H200 both variants were shown in both dtypes; float32 'rows' cut decode's
 # invariance cost from 3.38 to 2.55, while in bfloat16 'rows' (0.97) and
 # 'transposed' (1.09) were slower than the prefill kernel (0.58), so bfloat16

@@ -2,8 +2,7 @@
 
 Natively (GPU) the reference is the prefill kernel at its own 64-row tiles:
 these tests decide whether the model may use a variant (`models/gemma/ops.py`,
-`MATMUL_DECODE_SHOWN`); experiments/device/kernels_decode.sh reads their
-verdicts per dtype and variant. In the interpreter a tile is an XLA CPU dot,
+`MATMUL_DECODE_SHOWN`), per dtype and variant. In the interpreter a tile is an XLA CPU dot,
 whose row bits depend on the tile's shape for some shapes (measured: a
 [16, 32] @ [32, 32] tile differs from a [64, 32] one): there the reference is
 the prefill kernel at the decode kernel's own tile (block_m=16, same
