@@ -29,8 +29,8 @@ _ALIGN = 64  # XLA on CPU takes a host buffer aligned so without copying it
 # Verified layers of k or v are copied to the device once they hold this many bytes (and
 # the rest when the array is complete). In the H200's read stage 16 MiB was the fastest of
 # 1, 4 and 16 MiB and whole arrays: as fast as whole arrays up to 4k tokens, 10% faster at 32k
-# (logs/restore_groups_h200.txt; each copy costs 60-80 us of dispatch,
-# logs/pinned_view_put_h200.txt).
+# (experiments/results/graft_speed/logs/restore_groups_h200.txt; each copy costs 60-80 us
+# of dispatch, pinned_view_put_h200.txt there).
 COPY_BYTES = 16 << 20
 
 

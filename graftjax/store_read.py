@@ -20,13 +20,15 @@ from graftjax import store_manifest
 from graftjax import store_pages
 
 # Bytes read, then hashed while they are still in cache, at a time (4 MiB: the fastest
-# verified read of 256 KiB to 4 MiB pieces on the H200's host, logs/blake3_pieces_probe_h200.txt).
+# verified read of 256 KiB to 4 MiB pieces on the H200's host,
+# experiments/results/graft_speed/logs/blake3_pieces_probe_h200.txt).
 PIECE = 1 << 22
 
 # Threads a read takes: one per this many bytes of chunks, at most one per CPU. On the H200's
 # host, 37 MB (1k tokens of gemma-3-270m in float32) read sooner on 8 or 9 threads than on 16
-# (logs/restore_overhead_h200.txt, logs/restore_threads_h200.txt): the pool's wake-ups and the
-# GIL cost more than they gain. 2-16 MiB a thread were within that machine's noise from 4k up.
+# (experiments/results/graft_speed/logs/restore_overhead_h200.txt, restore_threads_h200.txt):
+# the pool's wake-ups and the GIL cost more than they gain. 2-16 MiB a thread were within that
+# machine's noise from 4k up.
 BYTES_PER_THREAD = 4 << 20
 
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name

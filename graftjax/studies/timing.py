@@ -44,9 +44,9 @@ def time_in_loop(
 
   Each iteration adds 0 * (the sum of the previous output) to args[0], so
   the call depends on the loop carry and XLA can neither hoist it out of the
-  loop nor compute only part of its output (a loop that consumed one output
-  element let XLA's fusions skip the rest: `bench_kernels_h200.json` of
-  2026-12-02 has such XLA `device_s` figures). The sum and that elementwise op
+  loop nor compute only part of its output (a loop that consumes one output
+  element lets XLA's fusions skip the rest, and its XLA `device_s` figures
+  come out too small). The sum and that elementwise op
   are part of the time (microseconds for decode shapes), and so is the loop's
   own per-iteration cost (on the GPU, ~10 us: the host reads the loop
   predicate), spread over `unroll` calls per iteration; `loop_overhead`
