@@ -282,3 +282,12 @@ def test_device_scripts_pass_only_flags_their_experiment_defines(script):
   known = set(re.findall(r'--(?:\[no\])?(\w+)', proc.stdout))
   assert known, proc.stderr[-2000:]
   assert not _device_commands()[script] - known
+
+
+@pytest.mark.parametrize('path', SCRIPTS, ids=lambda p: p.name)
+def test_result_paths_a_script_names_are_in_a_study_folder(path):
+  """Default `--out` paths and the run commands in docstrings write into a declared study."""
+  for folder in re.findall(r'experiments/results/(\w+)/', path.read_text()):
+    assert (REPO / 'experiments' / 'results' / folder / 'study.toml').is_file(), folder
+  for name in re.findall(r'experiments/results/([^/\s\'"`]+\.json)', path.read_text()):
+    pytest.fail(f'{name} is outside every study folder')

@@ -90,11 +90,11 @@ def test_h200_per_op_costs_follow_from_their_rows(dtype):
 
 
 def _named_outputs():
+  """(result, recorded path, digest) of every file a committed result says it wrote."""
   for study in results_page.studies(RESULTS):
     for r in study.results + study.runs:
-      for recorded, digest in (
-        r.data.get('outputs', {}).items() if isinstance(r.data.get('outputs'), dict) else ()
-      ):
+      outputs = r.data.get('outputs')
+      for recorded, digest in outputs.items() if isinstance(outputs, dict) else ():
         yield r, recorded, digest
 
 
