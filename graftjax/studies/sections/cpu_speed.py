@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from graftjax.studies.results_page import Result, cite, table
+from graftjax.studies import results_page as page
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   out = []
   for r in results:
     d = r.data
     out += [
-      f'{cite(r)}: {d["prompt_tokens"]}-token prompt in chunks of {d["chunk_size"]}, then'
+      f'{page.cite(r)}: {d["prompt_tokens"]}-token prompt in chunks of {d["chunk_size"]}, then'
       f' {d["decode_tokens"]} decoded tokens, {d["cpu_count"]} cores, {r.device}.',
       '',
     ]
-    out += table(
+    out += page.table(
       ('engine', 'prefill tok/s', 'decode tok/s'),
       [
         [

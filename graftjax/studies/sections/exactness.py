@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from graftjax.studies.results_page import Result, cite, num, pct, table
+from graftjax.studies import results_page as page
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:
     for run in r.data['runs']:
@@ -16,13 +16,13 @@ def render(results: list[Result]) -> list[str]:
       floor = s['fresh_vs_fresh']
       rows.append(
         [
-          cite(r),
+          page.cite(r),
           r.device,
           run['dtype'],
           f'{graft["byte_equal"]}/{graft["samples"]}',
-          num(graft['kl_max']),
-          pct(graft['argmax_agreement']),
-          num(graft['max_abs_diff']),
+          page.num(graft['kl_max']),
+          page.pct(graft['argmax_agreement']),
+          page.num(graft['max_abs_diff']),
           f'{other["byte_equal"]}/{other["samples"]}' if other else '-',
           f'{roll.get("tokens_equal", "-")} / {roll.get("logits_byte_equal", "-")}'
           f' of {roll.get("samples", "-")} ({run["schedule"]["rollout_tokens"]} tokens)',
@@ -48,4 +48,4 @@ def render(results: list[Result]) -> list[str]:
     f' tokens (chunks of {first["chunk_size"]}) are compared with a fresh prefill of the whole'
     ' text (SHA-256 of the logit bytes, KL in float64 nats, argmax).'
   )
-  return [intro, ''] + table(header, rows)
+  return [intro, ''] + page.table(header, rows)

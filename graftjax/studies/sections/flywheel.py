@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from graftjax.studies.results_page import Result, cite, num, pct, table
+from graftjax.studies import results_page as page
 
 
 def rate(r: dict[str, Any] | None) -> str:
   """A Wilson-interval rate record as 's/n = x% [low, high]'; '-' when absent."""
   if not r:
     return '-'
-  return f'{r["successes"]}/{r["trials"]} = {pct(r["rate"])} [{pct(r["low"])}, {pct(r["high"])}]'
+  return f'{r["successes"]}/{r["trials"]} = {page.pct(r["rate"])} [{page.pct(r["low"])}, {page.pct(r["high"])}]'
 
 
 def _compare(base: dict[str, Any] | None, other: dict[str, Any] | None) -> str:
@@ -29,7 +29,7 @@ def _compare(base: dict[str, Any] | None, other: dict[str, Any] | None) -> str:
 
 
 def phase_tokens(s: dict[str, Any]) -> str:
-  return num(s['decode_tokens_per_answer']) if s.get('items') else '-'
+  return page.num(s['decode_tokens_per_answer']) if s.get('items') else '-'
 
 
 def _transfer_sets(d: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -54,7 +54,7 @@ def _transfer_sets(d: dict[str, Any]) -> list[tuple[str, str, str]]:
   return out
 
 
-def _rescored(results: list[Result]) -> list[str]:
+def _rescored(results: list[page.Result]) -> list[str]:
   """What `graftjax.flywheel.rescore` says of each file, run as the page is made."""
   from graftjax.flywheel import rescore  # pylint: disable=g-import-not-at-top
 
@@ -66,11 +66,11 @@ def _rescored(results: list[Result]) -> list[str]:
       if not found.problems
       else (f'{len(found.problems)} discrepancies: ' + '; '.join(found.problems))
     )
-    out.append(f'- {cite(r)}: {verdict}')
+    out.append(f'- {page.cite(r)}: {verdict}')
   return out
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   models = sorted({r.data.get('model', '?') for r in results})
   out = [
     'The base model attempts each item (few-shot prefix, stated budget); a verified solution of'
@@ -94,7 +94,7 @@ def render(results: list[Result]) -> list[str]:
     spent, used = s['recurrence_base_decode_tokens'], rec.get('decode_tokens')
     rows.append(
       [
-        cite(r),
+        page.cite(r),
         d.get('model', '?'),
         r.device.split(',')[0],
         d.get('dtype', '?'),
@@ -106,10 +106,10 @@ def render(results: list[Result]) -> list[str]:
         f'{used:,}' if used is not None else '-',
         f'{spent:,}',
         f'{used / spent:.3g}' if used is not None and spent else '-',
-        num(rec.get('seconds_per_answer')),
+        page.num(rec.get('seconds_per_answer')),
       ]
     )
-  out += table(
+  out += page.table(
     (
       'file',
       'model',
@@ -133,7 +133,7 @@ def render(results: list[Result]) -> list[str]:
     for label, base, fly in _transfer_sets(r.data):
       rows.append(
         [
-          cite(r),
+          page.cite(r),
           label,
           s[fly].get('items', 0),
           rate(s[base].get('accuracy')),
@@ -153,7 +153,7 @@ def render(results: list[Result]) -> list[str]:
     '**Transfer** (held-out items disjoint from every deposited one; negative results kept):',
     '',
   ]
-  out += table(
+  out += page.table(
     (
       'file',
       'held-out set',
@@ -172,9 +172,9 @@ def render(results: list[Result]) -> list[str]:
     for router, e in sorted(r.data.get('routing', {}).items()):
       rows.append(
         [
-          cite(r),
+          page.cite(r),
           router,
-          e['threshold'] if isinstance(e['threshold'], str) else num(e['threshold']),
+          e['threshold'] if isinstance(e['threshold'], str) else page.num(e['threshold']),
           rate(e.get('accuracy')),
           rate(e.get('false_hit')),
           rate(e.get('abstain')),
@@ -187,7 +187,7 @@ def render(results: list[Result]) -> list[str]:
     ' below the threshold the router abstains):',
     '',
   ]
-  out += table(
+  out += page.table(
     ('file', 'router', 'threshold', 'accuracy', 'false hits (of all queries)', 'abstains'), rows
   )
   rows = []
@@ -196,11 +196,11 @@ def render(results: list[Result]) -> list[str]:
     graft, prompted = g.get('graft_seconds_median'), g.get('prompted_seconds_median')
     rows.append(
       [
-        cite(r),
+        page.cite(r),
         f'{g.get("logits_byte_equal", 0)}/{g.get("items", 0)}',
         f'{g.get("tokens_equal", 0)}/{g.get("items", 0)}',
-        num(graft),
-        num(prompted),
+        page.num(graft),
+        page.num(prompted),
         f'{graft / prompted:.2f}' if graft and prompted else '-',
       ]
     )
@@ -210,7 +210,7 @@ def render(results: list[Result]) -> list[str]:
     ' a plain prompt (prefilled, no graft); first-answer logits compared by their bytes.',
     '',
   ]
-  out += table(
+  out += page.table(
     (
       'file',
       'first logits byte-equal',
@@ -230,13 +230,13 @@ def render(results: list[Result]) -> list[str]:
     e = r.data['energy']
     phases = e.get('phases', {})
     joules = lambda p, phases=phases: (
-      num(phases[p].get('joules_per_answer')) if p in phases else '-'
+      page.num(phases[p].get('joules_per_answer')) if p in phases else '-'
     )
     rows.append(
       [
-        cite(r),
+        page.cite(r),
         e.get('device', '?'),
-        num(e.get('idle_watts')),
+        page.num(e.get('idle_watts')),
         joules('base'),
         joules('recurrence'),
         joules('transfer_base'),
@@ -244,7 +244,7 @@ def render(results: list[Result]) -> list[str]:
         e.get('scope', '?'),
       ]
     )
-  return out + table(
+  return out + page.table(
     (
       'file',
       'device',

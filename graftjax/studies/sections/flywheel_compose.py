@@ -5,11 +5,11 @@ Composing the top-k routed blocks side by side.
 
 from __future__ import annotations
 
-from graftjax.studies.results_page import Result, cite, num, table
-from graftjax.studies.sections.flywheel import phase_tokens, rate
+from graftjax.studies import results_page as page
+from graftjax.studies.sections import flywheel
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   out = [
     'Deposited blocks composed side by side (`graftjax.flywheel.compose`: rope_relative, one'
     ' attention segment per block, pages of whole Pallas splits); each deposited item asked'
@@ -32,7 +32,7 @@ def render(results: list[Result]) -> list[str]:
       else "no base attempts: each deposit is the dataset's reference solution"
     )
     out += [
-      f'{cite(r)}: `{d["model"]}` {d["dtype"]} on {r.device.split(",")[0]}; deposits: {counts}'
+      f'{page.cite(r)}: `{d["model"]}` {d["dtype"]} on {r.device.split(",")[0]}; deposits: {counts}'
       f' ({base}); not asked before the deadline: {not_asked.get("recall", 0)} recurring,'
       f' {not_asked.get("held_out", 0)} held-out. XLA refused: "'
       f'{d["refusals"]["xla"].split(". ")[0]}."',
@@ -43,11 +43,11 @@ def render(results: list[Result]) -> list[str]:
         name,
         f'{e["logits_byte_equal"]}/{e["total"]}',
         f'{e["cache_byte_equal"]}/{e["total"]}',
-        num(e['max_abs_logit_diff']),
+        page.num(e['max_abs_logit_diff']),
       ]
       for name, e in d['summary']['exactness'].items()
     ]
-    out += table(
+    out += page.table(
       ('k / layout', 'query logits byte-equal', 'cache byte-equal', 'max abs logit diff'), rows
     )
     s = d['summary']
@@ -55,11 +55,11 @@ def render(results: list[Result]) -> list[str]:
     for group, label in (('recall', 'recurring (recall)'), ('held_out', 'held-out (solve)')):
       for arm, a in s[group].items():
         rows.append(
-          [label, arm, a['items'], rate(a.get('accuracy')), phase_tokens(a)]
+          [label, arm, a['items'], flywheel.rate(a.get('accuracy')), flywheel.phase_tokens(a)]
           if a['items']
           else [label, arm, 0, '-', '-']
         )
-    out += [''] + table(
+    out += [''] + page.table(
       ('questions', 'blocks', 'items', 'accuracy', 'decode tokens / answer'), rows
     )
     paired = [
@@ -69,9 +69,9 @@ def render(results: list[Result]) -> list[str]:
     out += [
       '',
       'Paired over the same items: answered right by the first arm only, by the second only;'
-      f' held-out top-1 routed to its own template: {rate(top1)}.',
+      f' held-out top-1 routed to its own template: {flywheel.rate(top1)}.',
       '',
-      *table(('arms', 'items', 'only first right', 'only second right'), paired),
+      *page.table(('arms', 'items', 'only first right', 'only second right'), paired),
       '',
     ]
   return out

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from graftjax.studies.results_page import Result, cite, table, yes
+from graftjax.studies import results_page as page
 
 RESTORE_GOALS = (2.0, 1.5)  # restore within 2x of its floor, and within 1.5x
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:
     for row in r.data['rows']:
@@ -15,18 +15,18 @@ def render(results: list[Result]) -> list[str]:
       lc = row.get('llamacpp_restore_first_token_s')
       rows.append(
         [
-          cite(r),
+          page.cite(r),
           r.device.split(',')[0],
           f'{row["prefix_tokens"]:,}',
           f'{row["graft_first_token_s"]:.3f}',
           f'{recompute:.3f}' if recompute is not None else 'not run',
           f'{row["speedup"]:.2f}' if row.get('speedup') is not None else '-',
-          yes(row['graft_logits_equal_recompute'])
+          page.yes(row['graft_logits_equal_recompute'])
           if row.get('graft_logits_equal_recompute') is not None
           else '-',
           f'{row["restore_s"]:.3f}',
           f'{row["restore_over_floor"]:.2f}',
-          *(yes(row['restore_over_floor'] <= goal) for goal in RESTORE_GOALS),
+          *(page.yes(row['restore_over_floor'] <= goal) for goal in RESTORE_GOALS),
           f'{row["restore_over_verified_floor"]:.2f}' if 'floor' in row else '-',
           f'{row["restore_first_read_over_floor"]:.2f}'
           if 'restore_first_read_over_floor' in row
@@ -65,4 +65,4 @@ def render(results: list[Result]) -> list[str]:
     ' (rows without it: the parse took about 0.7 ms at 1k tokens and 14 ms at 32k on the H200,'
     ' logs/restore_timeline_h200.txt).'
   )
-  return [intro, ''] + table(header, rows)
+  return [intro, ''] + page.table(header, rows)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import statistics
 
-from graftjax.studies.results_page import Result, cite, num, pct, table
+from graftjax.studies import results_page as page
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:
     d = r.data
@@ -19,7 +19,7 @@ def render(results: list[Result]) -> list[str]:
     seconds = [s['seconds'] for s in d['samples'] if 'seconds' in s]
     rows.append(
       [
-        cite(r),
+        page.cite(r),
         d['dtype'],
         d['impl'],
         d['capacity'],
@@ -28,8 +28,8 @@ def render(results: list[Result]) -> list[str]:
         ', '.join(map(str, settings['batch_sizes'])),
         f'{min(c["samples_byte_equal"] for c in cells)}/{d["samples_run"]}',
         f'{sum(c["samples_byte_equal"] == c["samples"] for c in cells)}/{len(cells)}',
-        num(max(c['rows_kl_max'] for c in cells)),
-        pct(min(c['rows_argmax_agreement'] for c in cells)),
+        page.num(max(c['rows_kl_max'] for c in cells)),
+        page.pct(min(c['rows_argmax_agreement'] for c in cells)),
         f'{len(d.get("shards", []))}',
         f'{statistics.median(seconds):.0f}' if seconds else '-',
       ]
@@ -54,4 +54,4 @@ def render(results: list[Result]) -> list[str]:
     ' prefill of prefix + continuation in a single pass. Shards are in `runs/`;'
     ' `tests/test_results.py` re-derives every merged table from them.'
   )
-  return [intro, ''] + table(header, rows)
+  return [intro, ''] + page.table(header, rows)

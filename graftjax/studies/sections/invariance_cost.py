@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graftjax.studies.results_page import Result, cite, more_time, num, pct, table, yes
+from graftjax.studies import results_page as page
 
 INVARIANCE_COST_GOAL = 0.25  # README: at most +25% time for the chunk-invariant kernels
 FLOOR_GOAL = 2.0  # README: attention decode within 2x of the bandwidth floor
@@ -14,7 +14,7 @@ def _per_token_ms(rate: float) -> float:
   return 1000.0 / rate
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   out = [
     f'**End to end** (goal: at most +{100 * INVARIANCE_COST_GOAL:.0f}% time with'
     " `impl=pallas`). 'extra' is the time ratio pallas / xla.",
@@ -29,21 +29,21 @@ def render(results: list[Result]) -> list[str]:
       xla, pallas = d['rows'][f'graftjax_{dtype}_xla'], d['rows'][f'graftjax_{dtype}_pallas']
       rows.append(
         [
-          cite(r),
+          page.cite(r),
           dtype,
           d.get('weights', 'real'),
           d.get('repeats', 1),
           f'{d["prompt_tokens"]} / {d["chunk_size"]} / {d["decode_tokens"]}',
           f'{xla["prefill_tokens_per_s"]:,.0f}',
           f'{pallas["prefill_tokens_per_s"]:,.0f}',
-          more_time(cost['prefill_tokens_per_s']),
+          page.more_time(cost['prefill_tokens_per_s']),
           f'{xla["decode_tokens_per_s"]:,.0f}',
           f'{pallas["decode_tokens_per_s"]:,.0f}',
-          more_time(cost['decode_tokens_per_s']),
-          yes(max(cost.values()) <= INVARIANCE_COST_GOAL),
+          page.more_time(cost['decode_tokens_per_s']),
+          page.yes(max(cost.values()) <= INVARIANCE_COST_GOAL),
         ]
       )
-  out += table(
+  out += page.table(
     (
       'file',
       'dtype',
@@ -72,7 +72,7 @@ def render(results: list[Result]) -> list[str]:
         )
         rows.append(
           [
-            cite(r),
+            page.cite(r),
             dtype,
             op,
             f'{100 * cost["prefill_tokens_per_s"]:+.0f}%',
@@ -86,7 +86,7 @@ def render(results: list[Result]) -> list[str]:
       '**Per op**: the XLA model with one op on its Pallas kernel, against all-XLA.',
       '',
     ]
-    out += table(
+    out += page.table(
       ('file', 'dtype', 'op', 'prefill extra time', 'decode extra time', 'decode ms / token'),
       rows,
     )
@@ -108,7 +108,7 @@ def _kernel_time(case: dict[str, Any]) -> float:
   raise KeyError(f'no time in kernel case {case}')
 
 
-def _kernel_cases(r: Result) -> list[str]:
+def _kernel_cases(r: page.Result) -> list[str]:
   cases = {}
   for c in r.data['cases']:
     shape = c['shape']
@@ -127,11 +127,11 @@ def _kernel_cases(r: Result) -> list[str]:
         phase,
         dtype,
         length,
-        num(1e6 * net),
-        num(1e6 * xla_net) if xla_net else '-',
+        page.num(1e6 * net),
+        page.num(1e6 * xla_net) if xla_net else '-',
         f'{net / xla_net:.2f}' if xla_net else '-',
         f'{1 / c["hbm_fraction"]:.1f}' if c.get('hbm_fraction') else '-',
-        pct(c['bf16_peak_fraction']) if c.get('bf16_peak_fraction') is not None else '-',
+        page.pct(c['bf16_peak_fraction']) if c.get('bf16_peak_fraction') is not None else '-',
       ]
     )
   peaks = r.data.get('peaks', {})
@@ -141,10 +141,10 @@ def _kernel_cases(r: Result) -> list[str]:
     else f'fastest of {r.data["cases"][0]["repeats"]} timed calls (wall clock, loop not netted out)'
   )
   intro = (
-    f'**Kernels**, {cite(r)}: {timing}.'
-    f' x floor = time over bytes / {num(peaks.get("hbm_bytes_per_s"))} B/s; the goal for'
+    f'**Kernels**, {page.cite(r)}: {timing}.'
+    f' x floor = time over bytes / {page.num(peaks.get("hbm_bytes_per_s"))} B/s; the goal for'
     f' attention decode is at most {FLOOR_GOAL:.0f}x. Compute fraction against'
-    f' {num(peaks.get("bf16_dense_flops"))} FLOP/s (dense bfloat16, also for float32).'
+    f' {page.num(peaks.get("bf16_dense_flops"))} FLOP/s (dense bfloat16, also for float32).'
   )
   header = (
     'kernel',
@@ -157,10 +157,10 @@ def _kernel_cases(r: Result) -> list[str]:
     'x floor',
     'of bf16 peak',
   )
-  return [intro, ''] + table(header, rows)
+  return [intro, ''] + page.table(header, rows)
 
 
-def _tiles(r: Result) -> list[str]:
+def _tiles(r: page.Result) -> list[str]:
   best = {}
   for row in r.data['rows']:
     if row['impl'] != 'pallas':
@@ -175,19 +175,20 @@ def _tiles(r: Result) -> list[str]:
       s,
       t,
       row['candidate'],
-      num(1e6 * row['device_s']),
+      page.num(1e6 * row['device_s']),
       f'{row["net_over_floor"]:.1f}',
       f'{row["vs_xla"]:.2f}',
     ]
     for (phase, dtype, s, t), row in sorted(best.items())
   ]
   header = ('phase', 'dtype', 'S', 'T', 'fastest tiles', 'us', 'x floor (net)', 'vs xla')
-  return [f'**Attention tile sweep**, {cite(r)}: the fastest candidate per shape.', ''] + table(
-    header, rows
-  )
+  return [
+    f'**Attention tile sweep**, {page.cite(r)}: the fastest candidate per shape.',
+    '',
+  ] + page.table(header, rows)
 
 
-def _matmul_tiles(r: Result) -> list[str]:
+def _matmul_tiles(r: page.Result) -> list[str]:
   cases: dict[tuple, dict[str, Any]] = {}
   for row in r.data['rows']:
     case = cases.setdefault((row['dtype'], row['M'], row['shape']), {'timed': []})
@@ -208,10 +209,10 @@ def _matmul_tiles(r: Result) -> list[str]:
         dtype,
         m,
         shape,
-        num(1e6 * case['xla']),
-        num(1e6 * base) if base else '-',
+        page.num(1e6 * case['xla']),
+        page.num(1e6 * base) if base else '-',
         best['candidate'],
-        num(1e6 * best['device_s']),
+        page.num(1e6 * best['device_s']),
         f'{best["device_s"] / case["xla"]:.2f}',
         f'{sum(row["bits_equal_default"] for row in timed)} / {len(timed)}',
       ]
@@ -228,8 +229,8 @@ def _matmul_tiles(r: Result) -> list[str]:
     'byte-equal to default',
   )
   intro = (
-    f'**Matmul tile sweep**, {cite(r)}: block_m,block_n,block_k,warps,stages per'
+    f'**Matmul tile sweep**, {page.cite(r)}: block_m,block_n,block_k,warps,stages per'
     ' gemma-3-270m projection (device time per call in a jitted loop, loop included);'
     " the last column counts the candidates whose output has the default tiles' bytes."
   )
-  return [intro, ''] + table(header, rows)
+  return [intro, ''] + page.table(header, rows)

@@ -5,17 +5,17 @@ Do the Pallas kernels give the same bits run to run?
 
 from __future__ import annotations
 
-from graftjax.studies.results_page import Result, cite, table, yes
+from graftjax.studies import results_page as page
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   rows = [
     [
-      cite(r),
+      page.cite(r),
       r.data['outputs'],
       len(r.data['runs']),
       ', '.join(run.get('label', '?') for run in r.data['runs']),
-      yes(r.data['identical']),
+      page.yes(r.data['identical']),
       ', '.join(r.data['differing']) or 'none',
       len(r.data['errors']),
     ]
@@ -26,4 +26,4 @@ def render(results: list[Result]) -> list[str]:
     'Each run computes every output (kernels in both dtypes, real-model logits) in its own'
     ' process and records its SHA-256; the runs merged here span processes and device calls.'
   )
-  return [intro, ''] + table(header, rows)
+  return [intro, ''] + page.table(header, rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from graftjax.studies.results_page import Result, cite, num, pct, scalars, table, yes
+from graftjax.studies import results_page as page
 
 LATENCY_SPREAD_GOAL = 0.20  # access latency within +-20% from 10 to >= 10,000 blocks
 
@@ -22,10 +22,10 @@ def _spread(values: Sequence[float]) -> float:
 
 def _us(seconds: float) -> str:
   us = 1e6 * seconds
-  return f'{us:,.0f}' if us >= 1000 else num(us)
+  return f'{us:,.0f}' if us >= 1000 else page.num(us)
 
 
-def _paging_route(r: Result) -> list[str]:
+def _paging_route(r: page.Result) -> list[str]:
   d = r.data
   rows = [
     [
@@ -35,9 +35,9 @@ def _paging_route(r: Result) -> list[str]:
       _us(row['lookup_p90_s']),
       _us(row['route_median_s']),
       _us(row['sqlite_get_median_s']),
-      num(row['index_build_s']),
+      page.num(row['index_build_s']),
       f'{row["catalog_bytes"]:,}',
-      pct(row['top1_own_piece']),
+      page.pct(row['top1_own_piece']),
     ]
     for row in sorted(d['rows'], key=lambda x: (x['router'], x['entries']))
   ]
@@ -46,12 +46,12 @@ def _paging_route(r: Result) -> list[str]:
     for router, v in sorted(d['summary']['lookup_median_s'].items())
   )
   out = [
-    f'**Catalog lookup** (route, k=1, plus the sqlite fetch), {cite(r)}:'
+    f'**Catalog lookup** (route, k=1, plus the sqlite fetch), {page.cite(r)}:'
     f' {d["rows"][0]["queries"]} queries per size; lookup at the largest size over the'
     f' smallest: {ratios}. Timing: {d.get("timing", "?")}.',
     '',
   ]
-  return out + table(
+  return out + page.table(
     (
       'router',
       'entries',
@@ -67,7 +67,7 @@ def _paging_route(r: Result) -> list[str]:
   )
 
 
-def _paging_pagein(r: Result) -> list[str]:
+def _paging_pagein(r: page.Result) -> list[str]:
   d, s = r.data, r.data['summary']
   crossover = s.get('crossover_tokens')
   smallest = min(row['tokens'] for row in d['rows'])
@@ -83,7 +83,7 @@ def _paging_pagein(r: Result) -> list[str]:
       f'{row["page_in_s"]:.3f}',
       f'{row["recompute_s"]:.3f}',
       s['choice'].get(str(row['tokens']), '-'),
-      yes(row['query_logits_byte_equal']),
+      page.yes(row['query_logits_byte_equal']),
       f'{row["page_bytes_per_token"]:,.0f}',
       f'{row["block_bytes_per_token"]:,.0f}',
       f'{row["block_bytes_per_token"] / row["page_bytes_per_token"]:.1f}x',
@@ -91,13 +91,13 @@ def _paging_pagein(r: Result) -> list[str]:
     for row in sorted(d['rows'], key=lambda x: x['tokens'])
   ]
   out = [
-    f'**Page-in vs re-prefill**, {cite(r)}, {d.get("model", "?")} {d.get("dtype", "?")}, chunks'
+    f'**Page-in vs re-prefill**, {page.cite(r)}, {d.get("model", "?")} {d.get("dtype", "?")}, chunks'
     f' of {d.get("chunk_size", "?")}: read + verify + install a page and run the next token,'
     f' against prefilling the block again; both paths asserted byte-equal. Crossover: {where}.'
     f' Timing: {_timing(d)}.',
     '',
   ]
-  out += table(
+  out += page.table(
     (
       'block tokens',
       'page-in s',
@@ -117,7 +117,7 @@ def _paging_pagein(r: Result) -> list[str]:
       "Against llama.cpp's state file of the same prefix (K/V bytes from the config):",
       '',
     ]
-    out += table(
+    out += page.table(
       ('tokens', 'llama.cpp bytes', 'block f32 / llama.cpp', 'page f32', 'page bf16'),
       [
         [
@@ -143,20 +143,20 @@ def _timing(d: dict[str, Any]) -> str:
   return timing
 
 
-def _paging_scale(r: Result) -> list[str]:
+def _paging_scale(r: page.Result) -> list[str]:
   s = r.data['summary']
   latency = _by_count(s['access_latency_s'])
   values = [v for _, v in latency]
   spread = _spread(values) if values else None
   out = [
-    f'**Scale**, {cite(r)}: {s["stored_tokens"]:,} tokens stored behind a window of'
+    f'**Scale**, {page.cite(r)}: {s["stored_tokens"]:,} tokens stored behind a window of'
     f' {s["window_slots"]:,} slots ({s["stored_tokens"] / s["window_slots"]:.1f}x the window).'
     ' Access is route + read + verify + install; the goal is latency within'
     f' ±{100 * LATENCY_SPREAD_GOAL:.0f}% across store sizes',
   ]
   if spread is not None:
     out[-1] += (
-      f' (largest deviation from the smallest store: {pct(spread)};'
+      f' (largest deviation from the smallest store: {page.pct(spread)};'
       f' {"met" if spread <= LATENCY_SPREAD_GOAL else "**not met**"}).'
     )
   else:
@@ -166,33 +166,35 @@ def _paging_scale(r: Result) -> list[str]:
   if s.get('install_byte_exact') is False:
     out[-1] += ' The installs of this run were **not** byte-exact (see `install_byte_exact`).'
   out += ['']
-  out += table(('blocks stored', 'access s (median)'), [[f'{n:,}', num(v)] for n, v in latency])
+  out += page.table(
+    ('blocks stored', 'access s (median)'), [[f'{n:,}', page.num(v)] for n, v in latency]
+  )
   skip = ('stored_tokens', 'window_slots', 'access_latency_s', 'setup')
-  return out + scalars(s, skip=skip)
+  return out + page.scalars(s, skip=skip)
 
 
-def _paging_needle(r: Result) -> list[str]:
+def _paging_needle(r: page.Result) -> list[str]:
   s, rates = r.data['summary'], r.data['rates']
 
   def rate(arm: str) -> str:
     x = rates[arm]
-    return f'{x["successes"]}/{x["trials"]} [{pct(x["low"])}, {pct(x["high"])}]'
+    return f'{x["successes"]}/{x["trials"]} [{page.pct(x["low"])}, {page.pct(x["high"])}]'
 
   where = r.data.get('routed_over', 'the needle pages only')
   exact = s.get('paged_first_logits_equal_fresh_prefill')
   return [
-    f'**Needles**, {cite(r)}: {s["needles"]} facts planted in real text, each question'
+    f'**Needles**, {page.cite(r)}: {s["needles"]} facts planted in real text, each question'
     f' routed over {s["stored_pages"]:,} pages ({s["stored_tokens"]:,} tokens; {where}) and'
     f' answered from the one page paged in: **{rate("paged")}**; the base model given the'
     f' {s["base_window_tokens"]:,}-token window that holds the fact: **{rate("base")}**'
     f' (Wilson 95%). Routing top-1 {rate("routing")}; page access'
-    f' {num(s["page_access_median_s"])} s (median); the first paged logits equal a fresh'
+    f' {page.num(s["page_access_median_s"])} s (median); the first paged logits equal a fresh'
     f' prefill of the page: {exact}.',
-    *scalars(s),
+    *page.scalars(s),
   ]
 
 
-def _paging_kind(r: Result) -> int:
+def _paging_kind(r: page.Result) -> int:
   """Order within the paging section: scale, page-in, catalog lookup, needles, others."""
   experiment, summary = r.data.get('experiment'), r.data.get('summary', {})
   if {'stored_tokens', 'window_slots', 'access_latency_s'} <= set(summary):
@@ -200,18 +202,18 @@ def _paging_kind(r: Result) -> int:
   return {'bench_paging_pagein': 1, 'bench_paging_route': 2, 'needle': 3}.get(experiment, 4)
 
 
-def render(results: list[Result]) -> list[str]:
-  render = (_paging_scale, _paging_pagein, _paging_route, _paging_needle, _paging_other)
+def render(results: list[page.Result]) -> list[str]:
+  parts = (_paging_scale, _paging_pagein, _paging_route, _paging_needle, _paging_other)
   out = []
   for r in sorted(results, key=lambda r: (_paging_kind(r), r.name)):
-    out += [*render[_paging_kind(r)](r), '']
+    out += [*parts[_paging_kind(r)](r), '']
   return out[:-1]
 
 
-def _paging_other(r: Result) -> list[str]:
+def _paging_other(r: page.Result) -> list[str]:
   return [
-    f'**{r.data.get("experiment", "?")}**, {cite(r)}: every scalar of its summary.',
-    *scalars(r.data.get('summary', {})),
+    f'**{r.data.get("experiment", "?")}**, {page.cite(r)}: every scalar of its summary.',
+    *page.scalars(r.data.get('summary', {})),
   ]
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from graftjax.studies.results_page import Result, cite, table
+from graftjax.studies import results_page as page
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   out = [
     'Device kernels of one prefill and one decode from a jax trace, summed by name (the'
     " profiler's own overhead is in the wall time). Top kernels by total time.",
@@ -14,7 +14,7 @@ def render(results: list[Result]) -> list[str]:
     d = r.data
     out += [
       '',
-      f'**{cite(r)}**: {d["dtype"]}, {d["prompt_tokens"]} prompt tokens in chunks of'
+      f'**{page.cite(r)}**: {d["dtype"]}, {d["prompt_tokens"]} prompt tokens in chunks of'
       f' {d["chunk_size"]}, {d["decode_tokens"]} decoded.',
       '',
     ]
@@ -32,5 +32,5 @@ def render(results: list[Result]) -> list[str]:
           top,
         ]
       )
-    out += table(('kernels / phase', 'wall ms', 'device busy ms', 'kernels', 'largest'), rows)
+    out += page.table(('kernels / phase', 'wall ms', 'device busy ms', 'kernels', 'largest'), rows)
   return out

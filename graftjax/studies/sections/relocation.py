@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from graftjax.studies.results_page import Result, cite, num, pct, table
+from graftjax.studies import results_page as page
 
 
 def _range(values: Sequence[float]) -> str:
   if not values:
     return '-'
-  low, high = num(min(values)), num(max(values))
+  low, high = page.num(min(values)), page.num(max(values))
   return low if low == high else f'{low} to {high}'
 
 
-def render(results: list[Result]) -> list[str]:
+def render(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:
     d = r.data
@@ -27,7 +27,7 @@ def render(results: list[Result]) -> list[str]:
         comp = [c for c in d['composition'] if c['scheme'] == scheme and c['dtype'] == dtype]
         rows.append(
           [
-            cite(r),
+            page.cite(r),
             d['model'],
             scheme,
             dtype,
@@ -49,7 +49,7 @@ def render(results: list[Result]) -> list[str]:
     ' sample was byte-equal. Written findings: `position_findings.md`.',
     '',
   ]
-  out += table(
+  out += page.table(
     (
       'file',
       'model',
@@ -66,11 +66,11 @@ def render(results: list[Result]) -> list[str]:
   trained = [r for r in results if r.data.get('experiment') == 'train_small']
   if trained:
     out += ['', 'Small byte-level models trained for this study:', '']
-    out += table(
+    out += page.table(
       ('file', 'scheme', 'size', 'params', 'steps', 'held-out loss (nats/byte)', 'device'),
       [
         [
-          cite(r),
+          page.cite(r),
           r.data['config']['position_scheme'],
           r.data.get('size', '?'),
           f'{r.data["parameter_count"]:,}',
@@ -83,16 +83,16 @@ def render(results: list[Result]) -> list[str]:
     )
   agreement = [r for r in results if r.data.get('experiment') == 'scheme_agreement']
   for r in agreement:
-    out += ['', f'Other schemes of the same weights against `rope`, {cite(r)}:', '']
-    out += table(
+    out += ['', f'Other schemes of the same weights against `rope`, {page.cite(r)}:', '']
+    out += page.table(
       ('scheme', 'byte-equal samples', 'KL max', 'max abs Δ', 'argmax'),
       [
         [
           scheme,
           f'{s["byte_equal"]}/{len(s.get("per_sample", []))}',
-          num(s['kl_max']),
-          num(s['max_abs_diff']),
-          pct(s['argmax_agreement']),
+          page.num(s['kl_max']),
+          page.num(s['max_abs_diff']),
+          page.pct(s['argmax_agreement']),
         ]
         for scheme, s in r.data['vs_rope'].items()
       ],
