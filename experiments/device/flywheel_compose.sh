@@ -14,4 +14,4 @@ templates=0,1,2,4,5,6,8,10,12,13,15,16,19,20,22,23,26,27,28,29,31,32,33,36,37,38
 python experiments/compose.py --model=gemma3-270m --dtype=float32 --impl=pallas \
     --templates=$templates --per_template=1 --base_tokens=256 --rows=64 --chunk_size=8 \
     --recall_tokens=16 --solve_tokens=256 --deadline_s=240 --library="$LIBRARY" \
-    --out="$OUT/flywheel_compose_h200.json" 2>&1 | tee "$OUT/logs/flywheel_compose_h200.log"
+    --out="$OUT/flywheel_compose_${GPU}.json" 2>&1 | tee "$OUT/logs/flywheel_compose_${GPU}.log"

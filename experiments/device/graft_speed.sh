@@ -5,4 +5,4 @@
 source experiments/device/common.sh
 study_out graft_speed
 python experiments/bench_graft.py --prefix_tokens=1024,2048,4096,8192,16384,32768 --repeats=5 \
-    --out="$OUT/bench_graft_h200.json" 2>&1 | tee "$OUT/logs/restore_h200.log"
+    --out="$OUT/bench_graft_${GPU}.json" 2>&1 | tee "$OUT/logs/restore_${GPU}.log"

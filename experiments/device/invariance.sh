@@ -10,7 +10,7 @@ study_out invariance
 for i in 0 1 2 3 4 5 6 7 8 9; do
   python experiments/invariance.py --impl=pallas --samples=50 --chunk_sizes=1,7,64,512 \
       --batch_sizes=1,8 --shard=$i --num_shards=10 \
-      --out="$OUT/runs/invariance_h200_shard${i}of10.json" > "$OUT/logs/invariance_$i.log" 2>&1 &
+      --out="$OUT/runs/invariance_${GPU}_shard${i}of10.json" > "$OUT/logs/invariance_$i.log" 2>&1 &
 done
 wait
 for dtype in float32 bfloat16; do
@@ -24,9 +24,9 @@ for dtype in float32 bfloat16; do
 done
 wait
 shards() { ls "$OUT"/runs/$1 | paste -sd, -; }
-python experiments/invariance.py --merge="$(shards 'invariance_h200_shard*of10.json')" \
-    --out="$OUT/invariance_h200.json"
+python experiments/invariance.py --merge="$(shards "invariance_${GPU}_shard*of10.json")" \
+    --out="$OUT/invariance_${GPU}.json"
 for dtype in float32 bfloat16; do
   python experiments/invariance.py --merge="$(shards "invariance_long_${dtype}_shard*of5.json")" \
-      --out="$OUT/invariance_h200_long_$dtype.json"
+      --out="$OUT/invariance_${GPU}_long_$dtype.json"
 done

@@ -6,8 +6,8 @@ study_out kernel_determinism
 runs=()
 for label in a b c; do
   python experiments/kernel_determinism.py --label=run_$label \
-      --out="$OUT/runs/kernel_determinism_h200_$label.json"
-  runs+=("$OUT/runs/kernel_determinism_h200_$label.json")
+      --out="$OUT/runs/kernel_determinism_${GPU}_$label.json"
+  runs+=("$OUT/runs/kernel_determinism_${GPU}_$label.json")
 done
 python experiments/kernel_determinism.py --merge="$(IFS=,; echo "${runs[*]}")" \
-    --out="$OUT/kernel_determinism_h200.json"
+    --out="$OUT/kernel_determinism_${GPU}.json"

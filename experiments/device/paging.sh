@@ -14,15 +14,15 @@ STORE="${STORE:-/tmp/graftjax_paging_store}"
 case "${1:-}" in
   pagein)
     python experiments/bench_paging_pagein.py --tokens=32,64,128,256,512,1024,2048,4096,8192 \
-        --repeats=5 --recompute_repeats=5 --out="$OUT/paging_pagein_h200.json" ;;
+        --repeats=5 --recompute_repeats=5 --out="$OUT/paging_pagein_${GPU}.json" ;;
   scale)
     python experiments/paging_scale.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
         --page_tokens=512 --local_rows=0 --window_slots=32768 --sizes=10,100,1000,10000 \
         --queries=200 --batch=32 --threads=16 --store="$STORE" \
-        --out="$OUT/paging_scale_h200.json" ;;
+        --out="$OUT/paging_scale_${GPU}.json" ;;
   needle)
     python experiments/needle.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
         --store="$STORE" --needles=50 --page_tokens=512 --pages_per_window=64 \
-        --out="$OUT/paging_needle_h200.json" ;;
+        --out="$OUT/paging_needle_${GPU}.json" ;;
   *) echo "usage: bash experiments/device/paging.sh pagein|scale|needle" >&2; exit 2 ;;
 esac

@@ -3,4 +3,4 @@
 source experiments/device/common.sh
 study_out profile
 python experiments/profile_model.py --dtype=bfloat16 --impl=xla --impl=pallas --top=40 \
-    --out="$OUT/profile_model_h200_bfloat16.json"
+    --out="$OUT/profile_model_${GPU}_bfloat16.json"
