@@ -242,7 +242,10 @@ def test_qa_pairs_are_two_relations_of_one_subject_with_disjoint_texts():
 
 
 def test_the_committed_qa_wikidata_selection_is_disjoint():
-  """The selection of experiments/results/flywheel/flywheel_bigbench_qa_wikidata_cpu.json (seed 0)."""
+  """The selection (seed 0) of the committed qa_wikidata run.
+
+  experiments/results/flywheel/flywheel_bigbench_qa_wikidata_cpu.json
+  """
   try:
     task = datasets.bigbench_qa_wikidata(datasets.bigbench_sdist(download=False).parent)
   except datasets.DatasetError as e:
