@@ -99,6 +99,7 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
     ('title = "t"\norder = 1\ncommands = [1]\n', 'other than strings'),
     ('title = t\n', 'not TOML'),
     ('title = "t"\norder = 1\nsection = "graftjax.studies.sections.nope"\n', 'sections.nope'),
+    ('title = "t"\norder = 1\nsection = "graftjax.ledger"\n', 'has no render'),
   ],
 )
 def test_a_folder_that_does_not_declare_its_study_is_refused(tmp_path, declaration, says):

@@ -194,7 +194,7 @@ def load_study(root: str | os.PathLike[str], folder: str) -> Study:
   root = pathlib.Path(root)
   where = root / folder
   declared = _declaration(where)
-  tops = sorted(p for p in where.glob('*.json'))
+  tops = sorted(where.glob('*.json'))
   runs = sorted((where / RUNS).glob('*.json'))
   seen = {where / DECLARATION, *tops, *runs}
   files = sorted(p.relative_to(root).as_posix() for p in where.rglob('*') if p.is_file())
@@ -254,6 +254,8 @@ def _section(study: Study) -> list[str]:
     module = importlib.import_module(study.section)
   except ImportError as e:
     raise StudyError(f'{study.folder}/{DECLARATION}: section {study.section}: {e}') from e
+  if not callable(getattr(module, 'render', None)):
+    raise StudyError(f'{study.folder}/{DECLARATION}: section {study.section} has no render()')
   return module.render(list(study.results))
 
 
