@@ -22,12 +22,12 @@ store) is checked against it first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import hashlib
 import json
 import math
 import os
 import pathlib
-from collections.abc import Callable
 from typing import Any
 
 FORMAT = 2  # the header's 'journal' field: lines carry their digest and chain
