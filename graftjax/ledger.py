@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pathlib
 from typing import Any
@@ -42,13 +43,43 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
   return digest.hexdigest()
 
 
+MAX_DEPTH = 64  # objects and arrays nested deeper than this are not a result
+
+
+class ResultError(ValueError):
+  """A result file cannot be read as a result, or no longer matches its own digest."""
+
+
 def _canonical(body: dict[str, Any]) -> bytes:
-  return json.dumps(body, sort_keys=True, separators=(',', ':')).encode()
+  return json.dumps(body, sort_keys=True, separators=(',', ':'), allow_nan=False).encode()
+
+
+def _problem(value: Any) -> str | None:
+  """Where `value` is not a result body (nesting depth, a non-finite number), or None."""
+  stack = [(value, '', 1)]
+  while stack:
+    node, where, depth = stack.pop()
+    if isinstance(node, (dict, list)) and depth > MAX_DEPTH:
+      return f'{where or "the top level"} is nested deeper than {MAX_DEPTH} levels'
+    if isinstance(node, dict):
+      stack += [(v, f'{where}.{k}' if where else k, depth + 1) for k, v in node.items()]
+    elif isinstance(node, list):
+      stack += [(v, f'{where}[{i}]', depth + 1) for i, v in enumerate(node)]
+    elif isinstance(node, float) and not math.isfinite(node):
+      return f'{where or "the top level"} is {node}, not a finite number'
+  return None
 
 
 def write_result(path: str | os.PathLike, result: dict[str, Any]) -> str:
-  """Writes `result` with its own digest (atomically); returns the digest."""
+  """Writes `result` with its own digest (atomically); returns the digest.
+
+  Raises:
+    ResultError: `result` holds a NaN or infinity, or is nested deeper than `MAX_DEPTH`
+      (`verify_result` would refuse the file).
+  """
   body = {k: v for k, v in result.items() if k != 'result_sha256'}
+  if cause := _problem(body):
+    raise ResultError(f'{path}: not written: {cause}')
   digest = sha256_bytes(_canonical(body))
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +98,54 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
   return dict(pairs)
 
 
+def _no_constant(name: str) -> Any:
+  raise ValueError(f'{name} is not a JSON number')
+
+
+def read_result(path: str | os.PathLike) -> dict[str, Any]:
+  """Loads a result file without checking its digest (see `verify_result`).
+
+  Raises:
+    ResultError: the file cannot be read, is not UTF-8, not JSON (or has
+      NaN, infinities or a key twice in an object), is nested deeper than
+      `MAX_DEPTH`, or is not an object at the top level.
+  """
+  try:
+    data = pathlib.Path(path).read_bytes()
+  except OSError as e:
+    raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  try:
+    text = data.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise ResultError(
+      f'{path}: not a result file: not UTF-8 ({e.reason} at byte {e.start})'
+    ) from None
+  try:
+    result = json.loads(text, object_pairs_hook=_refuse_duplicate_keys, parse_constant=_no_constant)
+  except RecursionError:
+    raise ResultError(f'{path}: not a result file: JSON nested too deeply') from None
+  except ValueError as e:  # json.JSONDecodeError is a ValueError too
+    raise ResultError(f'{path}: not a result file: {e}') from None
+  if not isinstance(result, dict):
+    kind = {list: 'array', str: 'string', int: 'number', float: 'number', bool: 'boolean'}
+    raise ResultError(
+      f'{path}: not a result file: the top level is a JSON'
+      f' {kind.get(type(result), "null")}, not an object'
+    )
+  if cause := _problem(result):
+    raise ResultError(f'{path}: not a result file: {cause}')
+  return result
+
+
+def check_digest(path: str | os.PathLike, result: dict[str, Any]) -> None:
+  """Raises `ResultError` unless `result` (read from `path`) matches its `result_sha256`."""
+  stated = result.get('result_sha256')
+  body = {k: v for k, v in result.items() if k != 'result_sha256'}
+  found = sha256_bytes(_canonical(body))
+  if stated != found:
+    raise ResultError(f'{path}: result digest {str(stated)[:80]} != recomputed {found}')
+
+
 def verify_result(path: str | os.PathLike) -> dict[str, Any]:
   """Loads a result and checks its self-digest.
 
@@ -75,24 +154,9 @@ def verify_result(path: str | os.PathLike) -> dict[str, Any]:
   vouch for a body the file does not show.
 
   Raises:
-    ValueError: if the file is not valid JSON, has a key twice in any object,
-      is not an object at the top level, or its body no longer matches
-      `result_sha256`.
+    ResultError (a ValueError): as `read_result`, or the body no longer
+      matches `result_sha256`.
   """
-  text = pathlib.Path(path).read_text()
-  try:
-    result = json.loads(text, object_pairs_hook=_refuse_duplicate_keys)
-  except ValueError as e:  # json.JSONDecodeError is a ValueError too
-    raise ValueError(f'{path}: not a result file: {e}') from e
-  if not isinstance(result, dict):
-    kind = {list: 'array', str: 'string', int: 'number', float: 'number', bool: 'boolean'}
-    raise ValueError(
-      f'{path}: not a result file: the top level is a JSON'
-      f' {kind.get(type(result), "null")}, not an object'
-    )
-  stated = result.get('result_sha256')
-  body = {k: v for k, v in result.items() if k != 'result_sha256'}
-  found = sha256_bytes(_canonical(body))
-  if stated != found:
-    raise ValueError(f'{path}: result digest {stated} != recomputed {found}')
+  result = read_result(path)
+  check_digest(path, result)
   return result

