@@ -22,7 +22,7 @@ import numpy as np
 import synthetic_block
 from graftjax import restore
 from graftjax import store as store_lib
-from graftjax import store_read
+from graftjax.store import read as store_read
 from graftjax.studies import restore_floor
 
 

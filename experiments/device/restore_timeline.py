@@ -25,9 +25,9 @@ import numpy as np
 import synthetic_block
 from graftjax import restore
 from graftjax import store as store_lib
-from graftjax import store_chunks
-from graftjax import store_manifest
-from graftjax import store_read
+from graftjax.store import chunks as store_chunks
+from graftjax.store import manifest as store_manifest
+from graftjax.store import read as store_read
 
 MARKS = {}
 JOBS = []

@@ -24,8 +24,8 @@ import numpy as np
 import synthetic_block
 from graftjax import restore
 from graftjax import store as store_lib
-from graftjax import store_manifest
-from graftjax import store_read
+from graftjax.store import manifest as store_manifest
+from graftjax.store import read as store_read
 
 FUSED = store_read._read_file  # pylint: disable=protected-access
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from graftjax import ledger
 from graftjax import restore as restore_lib
-from graftjax import store_manifest
+from graftjax.store import manifest as store_manifest
 from graftjax.paging import pages
 from graftjax.paging import policy as policy_lib
 from graftjax.studies import bench_graft

@@ -19,11 +19,11 @@ import pytest
 
 from graftjax import blocks
 from graftjax import store as store_lib
-from graftjax import store_chunks
-from graftjax import store_encode
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_read
+from graftjax.store import chunks as store_chunks
+from graftjax.store import encode as store_encode
+from graftjax.store import files as store_files
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import read as store_read
 
 FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
 _BITS = {'float32': np.uint32, 'bfloat16': np.uint16}

@@ -12,12 +12,12 @@ import numpy as np
 import tensorstore as ts
 
 from graftjax import blocks
-from graftjax import store_chunks
-from graftjax import store_errors
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_manifest
-from graftjax import store_pages
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
+from graftjax.store import files as store_files
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
+from graftjax.store import pages as store_pages
 
 # Bytes read, then hashed while they are still in cache, at a time (4 MiB: the fastest
 # verified read of 256 KiB to 4 MiB pieces on the H200's host, logs/blake3_pieces_probe_h200.txt).

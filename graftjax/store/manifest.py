@@ -23,9 +23,9 @@ import blake3
 import numpy as np
 
 from graftjax import blocks
-from graftjax import store_chunks
-from graftjax import store_errors
-from graftjax import store_pages
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
+from graftjax.store import pages as store_pages
 
 FORMAT = 'graftjax.blockstore/4'
 # Each format this code reads, and the hash its digests use: blocks of formats 2, 3 are still read.

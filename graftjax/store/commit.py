@@ -18,11 +18,11 @@ from collections.abc import Iterator
 
 import tensorstore as ts
 
-from graftjax import store_errors
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_manifest
-from graftjax import store_read
+from graftjax.store import errors as store_errors
+from graftjax.store import files as store_files
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
+from graftjax.store import read as store_read
 
 STAGING = '.tmp'
 _LOCK = '.lock'

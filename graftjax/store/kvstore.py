@@ -9,7 +9,7 @@ from typing import Any
 
 import tensorstore as ts
 
-from graftjax import store_errors
+from graftjax.store import errors as store_errors
 
 # tensorstore's absl status codes and messages, by the errno they mean here.
 _TS_ERRNO = (

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from graftjax import blocks
-from graftjax import store_chunks
-from graftjax import store_errors
-from graftjax import store_manifest
-from graftjax import store_pages
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
+from graftjax.store import manifest as store_manifest
+from graftjax.store import pages as store_pages
 
 _T = TypeVar('_T')
 
