@@ -376,11 +376,21 @@ def check_compatible(
         f'block {name} is {tuple(array.shape)}, this cache takes'
         f' [{cache.num_layers}, n={n}, {kv_heads}, {head_dim}]'
       )
-  positions = np.asarray(block.positions)
+  check_positions(block.positions, meta)
+
+
+def check_positions(positions, meta: BlockMeta) -> None:
+  """Raises GraftError unless `positions` [n] are what `meta` says: one per token id,
+  first_position + shift + i, none empty. `graft` and the store's `put` both check it."""
+  positions = np.asarray(positions)
+  n = len(meta.token_ids)
   if positions.shape != (n,) or not np.issubdtype(positions.dtype, np.integer):
-    raise GraftError(f'block positions are {positions.dtype}{list(positions.shape)}, not int[{n}]')
+    raise GraftError(
+      f'block positions are {positions.dtype}{list(positions.shape)}, not int[{n}]'
+      f' for its {n} token ids'
+    )
   if np.any(positions < 0):
-    raise GraftError(f'block positions hold empty slots (-1): {positions.tolist()}')
+    raise GraftError(f'block positions hold empty slots (-1): {_short(positions)}')
   first = meta.first_position + meta.shift
   expected = first + np.arange(n, dtype=np.int64)
   if not np.array_equal(positions.astype(np.int64), expected):
@@ -391,8 +401,15 @@ def check_compatible(
         ' `relocate` are refused'
       )
     raise GraftError(
-      f'block positions {positions.tolist()} are not consecutive from {first} as its metadata says'
+      f'block positions {_short(positions)} are not consecutive from {first} as its metadata says'
     )
+
+
+def _short(positions: np.ndarray) -> str:
+  """Positions for a message: all of them up to 16, else the first and last few."""
+  if positions.size <= 16:
+    return str(positions.tolist())
+  return f'[{", ".join(map(str, positions[:4].tolist()))}, ..., {int(positions[-1])}]'
 
 
 def check_graft(

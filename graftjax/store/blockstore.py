@@ -21,6 +21,13 @@ from graftjax.store import kvstore as store_kvstore
 from graftjax.store import manifest as store_manifest
 from graftjax.store import pages as store_pages
 from graftjax.store import read as store_read
+from graftjax.store import values as store_values
+
+# How to free a key that a wrong or damaged block holds.
+_RECOVER = (
+  'To recover: `verify(key)` the stored block, `quarantine(key)` it if it is the wrong one'
+  ' (it is moved aside, not deleted), then `put` the right block again'
+)
 
 
 class BlockStore:
@@ -118,13 +125,37 @@ class BlockStore:
     return block, store_pages.layout_of(manifest)
 
   def verify(self, key: str) -> None:
-    """Raises unless the block under `key` matches its manifest exactly.
+    """Raises unless the block under `key` matches its manifest exactly and holds
+    what `put` takes: its positions what its metadata says, k and v finite.
 
     Raises:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
       UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
-    self._read(self._checked_key(key))
+    _, block = self._read(self._checked_key(key))
+    nonfinite = store_values.first_nonfinite(block.arrays())
+    if nonfinite is not None:
+      raise store_errors.CorruptBlockError(
+        self._where(key), f'{nonfinite}: a stored block holds finite keys and values only'
+      )
+
+  def quarantine(self, key: str) -> str:
+    """Moves the block under `key` aside, undamaged and unread, and returns where it went.
+
+    The way out of a key taken by a wrong block (one stored before `put` checked what it
+    now checks, or damaged since): `verify` it, `quarantine` it, `put` the right block.
+    On `file` it goes to `.quarantine/<key>.<id>/` in the store (never listed, never
+    collected by `gc`); on other drivers it is copied under that prefix, then deleted.
+
+    Raises:
+      InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
+      StoreIOError.
+    """
+    self._checked_key(key)
+    self._check_writable()
+    if self._local is None:
+      return store_commit.quarantine_kvstore(self._kv, self._where(key), key)
+    return store_commit.quarantine_local(self._staging, self._where(key), key)
 
   def list(self) -> list[str]:
     """Sorted keys of the complete blocks (not verified; see `verify`)."""
@@ -226,7 +257,10 @@ class BlockStore:
     block: blocks.KVBlock,
     page_layout: Sequence[Sequence[int]] | None,
   ) -> None:
-    stored, _ = self._read(key)
+    try:
+      stored, _ = self._read(key)
+    except store_errors.CorruptBlockError as e:
+      raise store_errors.CorruptBlockError(e.path, f'{e.cause}. {_RECOVER}') from e
     if stored['format'] != manifest['format']:  # stored in an older format this code reads
       _, manifest = store_encode.block_files(block, self.root, page_layout, stored['format'])
     differences = store_manifest.differences(stored, manifest)
@@ -234,5 +268,5 @@ class BlockStore:
       raise store_errors.ConflictingBlockError(
         self._where(key),
         f'the block is already stored with another payload (stored != new):'
-        f' {"; ".join(differences)}',
+        f' {"; ".join(differences)}. {_RECOVER}',
       )

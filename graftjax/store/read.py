@@ -95,7 +95,8 @@ def _read_once(
   (`check_manifest`, describes `key`, and is exactly what its chunk digests
   and the arrays' dtypes and shapes produce); each zarr.json describes the
   layout the manifest implies; and each chunk has the expected size and its
-  recorded digest (hashed once, as read).
+  recorded digest (hashed once, as read); then that its positions are what its
+  metadata says (`blocks.check_positions`).
   """
   try:
     files = _listing(kv, where, local)
@@ -146,7 +147,8 @@ def _read_once(
     raise store_errors.StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
-  except ValueError as e:
+    blocks.check_positions(block.positions, meta)
+  except ValueError as e:  # blocks.GraftError included
     raise store_errors.CorruptBlockError(where, f'not a valid block: {e}') from e
   return manifest, block
 
