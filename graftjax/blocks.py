@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -449,6 +450,71 @@ def check_graft(
       f' would not be byte-exact (measured: max |Δlogit| {_OTHER_SHAPE_DELTA} on gemma-3-270m).'
       ' Pass allow_other_shape=True to graft it anyway.'
     )
+
+
+class PageError(GraftError):
+  """A page does not fit the model's attention layout, or not the query asked."""
+
+
+def page_exact_from(
+  block: KVBlock, layout: Sequence[tuple[int, int]] | None, windows: Sequence[int | None]
+) -> int:
+  """The smallest query position at which `block` cut to `layout` attends as the whole
+  block does: the position e just after its last token, later by the rows its local
+  layers keep fewer than W - 1 (`windows`: W per layer, None for a global layer)."""
+  meta = block.meta
+  end = meta.first_position + meta.shift + len(block)
+  if layout is None:
+    return end
+  needed = max((w - 1 for w in windows if w is not None), default=0)
+  kept = len(block) - max(first for first, _ in layout)
+  return end + max(0, needed - kept)
+
+
+def check_page(
+  block: KVBlock,
+  layout: Sequence[tuple[int, int]] | None,
+  windows: Sequence[int | None],
+  *,
+  query_position: int | None,
+) -> None:
+  """Raises PageError unless `block` cut to `layout` is exact for a model whose layers
+  have `windows` (W per layer, None for a global layer) and a query at `query_position`.
+
+  Every global layer must be whole; the trimmed layers must be local; and with
+  fewer than W - 1 local rows, `query_position` must be given and at least
+  `page_exact_from`. A plain block (`layout` None) passes. `paging.pages.install`
+  and `restore.install` both check a page with this.
+  """
+  layers = block.k.shape[0]
+  if layers != len(windows):
+    raise PageError(f'block has {layers} layers, the model {len(windows)}')
+  if layout is None:
+    return
+  n = len(block)
+  if len(layout) != len(windows):
+    raise PageError(f'page layout has {len(layout)} layers, the model {len(windows)}')
+  for layer, (first, stop) in enumerate(layout):
+    if stop != n or first < 0:
+      raise PageError(f'page layer {layer} keeps rows [{first}, {stop}) of {n}: not a tail')
+    if first and windows[layer] is None:
+      raise PageError(
+        f'page drops rows [0, {first}) of global layer {layer}: a later query sees them'
+      )
+  needed = page_exact_from(block, layout, windows)
+  if needed > block.meta.first_position + block.meta.shift + n:
+    kept = n - max(first for first, _ in layout)
+    rows = max(w - 1 for w in windows if w is not None)
+    if query_position is None:
+      raise PageError(
+        f'page keeps {kept} local rows, fewer than W - 1 = {rows}:'
+        f' exact only for queries at position >= {needed}; pass query_position'
+      )
+    if query_position < needed:
+      raise PageError(
+        f'page keeps {kept} local rows: a query at position {query_position} sees rows'
+        f' it dropped (exact from position {needed})'
+      )
 
 
 def install_bucket(n: int, *, start: int, capacity: int) -> int:
