@@ -179,6 +179,7 @@ def install(
   query_position: int | None = None,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  chunk_size: int | None = None,
   donate: bool = False,
 ) -> cache_lib.KVCache:
   """`cache` with the staged block installed, as `blocks.graft` installs it.
@@ -196,7 +197,12 @@ def install(
   block = staged.block
   check_page(staged, config, query_position=query_position)
   blocks.check_graft(
-    cache, block, target=target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
+    cache,
+    block,
+    target=target,
+    allow_shifted=allow_shifted,
+    allow_other_shape=allow_other_shape,
+    chunk_size=chunk_size,
   )
   # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
   m = min(staged.rows, cache.capacity - block.meta.start)
@@ -241,6 +247,7 @@ def restore(
   token_ids: Sequence[int] | None = None,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  chunk_size: int | None = None,
   donate: bool = False,
   staging: Staging | None = None,
 ) -> cache_lib.KVCache:
@@ -261,7 +268,7 @@ def restore(
     query_position: for a page that keeps fewer than W - 1 local rows, the
       position of the first query (exact only from `Page.first_exact_position`).
     token_ids: if given, the tokens the caller expects the block to hold.
-    allow_shifted, allow_other_shape, donate: as for `blocks.graft`.
+    allow_shifted, allow_other_shape, chunk_size, donate: as for `blocks.graft`.
     staging: host buffers to read through, kept between restores (if None,
       numpy buffers used once: no pinned memory is allocated for one restore).
 
@@ -281,6 +288,7 @@ def restore(
     query_position=query_position,
     allow_shifted=allow_shifted,
     allow_other_shape=allow_other_shape,
+    chunk_size=chunk_size,
     donate=donate,
   )
 

@@ -1,5 +1,6 @@
 """restore: read, verify and graft in one call; any failure leaves the cache as it was."""
 
+import dataclasses
 import os
 
 import jax
@@ -146,10 +147,18 @@ def test_install_into_a_smaller_cache_than_read_was_told(tiny_model, deposited):
   assert all(got[name].tobytes() == want[name].tobytes() for name in want)
 
 
-@pytest.mark.parametrize('case', ['shifted', 'past capacity', 'overlap', 'other shape'])
+@pytest.mark.parametrize(
+  'case', ['shifted', 'past capacity', 'overlap', 'other shape', 'other chunk size']
+)
 def test_restore_refuses_what_graft_refuses_with_its_words(tiny_model, deposited, case):
   store, key, _ = deposited
   block, capacity, kwargs = store.get(key), CAPACITY, {}
+  if case == 'other chunk size':
+    block = dataclasses.replace(block, meta=dataclasses.replace(block.meta, chunk_size=4))
+    assert store.put(block) != key  # the chunk size is part of what the block is
+    key = store.put(block)
+    assert store.get(key).meta.chunk_size == 4
+    kwargs['chunk_size'] = 2
   if case == 'shifted':
     block = blocks.relocate(block, 3, model=tiny_model)
     key = store.put(block)
