@@ -61,9 +61,12 @@ class BlockStore:
 
     Raises:
       InvalidBlockError: if the block cannot be stored exactly (dtype, empty
-        block, positions outside int32, metadata of the wrong types).
+        block, positions outside int32, metadata of the wrong types) or is not
+        what its key says (rows other than its token ids, positions other than
+        its metadata's, a NaN or infinity in k or v).
       ConflictingBlockError: if its key is stored with another payload.
       CorruptBlockError: if its key is stored but does not verify.
+      (Both name the way out: `verify`, `quarantine`, `put` again.)
       UnsupportedFormatError: if its key is stored in another format.
       ReadOnlyStoreError, StoreIOError, UnsafePathError: if the storage
         refuses the deposit; nothing of it is visible then.

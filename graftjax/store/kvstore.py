@@ -27,8 +27,10 @@ _TS_ERRNO = (
 
 def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
   """The store's kvstore (its path ending in '/'), and its directory on `file`."""
-  if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
-    spec = {'driver': 'file', 'path': local_path(os.fspath(root))}
+  if isinstance(root, os.PathLike):
+    root = os.fspath(root)
+  if isinstance(root, (str, bytes)) and '://' not in str(root):
+    spec = {'driver': 'file', 'path': local_path(root)}
   elif isinstance(root, str) and root.startswith('file://'):
     spec = {'driver': 'file', 'path': local_path(root.removeprefix('file://'))}
   elif (
@@ -77,7 +79,7 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
   return kv, local
 
 
-def local_path(path: str) -> str:
+def local_path(path: Any) -> str:
   """`path` as tensorstore's `file` driver takes it: absolute and normalised (`.`, `..` and
   `//` resolved as `os.path.abspath` does, without following symlinks).
 
@@ -85,6 +87,8 @@ def local_path(path: str) -> str:
     UnsafePathError: for a backslash, which the driver takes for a separator (`a\\b`
       would name `a/b`): refused rather than written elsewhere than asked.
   """
+  if not isinstance(path, str):
+    raise store_errors.StoreIOError(store_errors.short(path), 'a store path must be a str')
   if '\\' in path:
     raise store_errors.UnsafePathError(
       path,

@@ -241,3 +241,12 @@ def test_a_folder_that_merely_holds_a_manifest_json_is_not_a_block(tmp_path):
   (tmp_path / 'project' / store_lib.MANIFEST).write_text('{}')
   store = store_lib.BlockStore(tmp_path / 'project' / 'blocks')
   store.put(make_block(0))
+
+
+def test_a_path_like_of_bytes_is_a_store_error():
+  class BytesPath:
+    def __fspath__(self):
+      return b'/tmp/x'
+
+  with pytest.raises(store_lib.StoreIOError, match='must be a str'):
+    store_lib.BlockStore(BytesPath())
