@@ -14,6 +14,7 @@ from graftjax.store import manifest as store_manifest
 
 # What a store on `file` keeps beside its blocks (`commit.STAGING` and its lock).
 _STORE_ENTRIES = ('.lock', '.tmp')
+_STORE_FOLDERS = ('.tmp', '.quarantine')  # what the store writes there is its own
 
 # tensorstore's absl status codes and messages, by the errno they mean here.
 _TS_ERRNO = (
@@ -99,23 +100,28 @@ def local_path(path: Any) -> str:
 
 
 def _check_not_in_a_block(local: str) -> None:
-  """Raises UnsafePathError if `local` is, or lies inside, a block folder of a store.
+  """Raises UnsafePathError if `local` is, or lies inside, a block folder or the staging or
+  quarantine folder of a store.
 
   A block folder is named as a block key (staged or set aside: the key and a suffix) and
   holds a `manifest.json`, or lies directly in a store (beside its `.lock` or `.tmp/`): a
   store there would mix its files with the block's, or take the folder of a block
-  deposited later.
+  deposited later. What lies in `.tmp/` is removed by the store's `gc`.
   """
   path = local
   while True:
     parent = os.path.dirname(path)
     name = os.path.basename(path)
+    in_a_store = any(os.path.lexists(os.path.join(parent, entry)) for entry in _STORE_ENTRIES)
     if store_manifest.HEX64.fullmatch(name.split('.')[0]) and (
-      os.path.isfile(os.path.join(path, store_manifest.MANIFEST))
-      or any(os.path.lexists(os.path.join(parent, entry)) for entry in _STORE_ENTRIES)
+      in_a_store or os.path.isfile(os.path.join(path, store_manifest.MANIFEST))
     ):
       raise store_errors.UnsafePathError(
         local, f'{path} is a block folder of a store; a store cannot be made in it'
+      )
+    if name in _STORE_FOLDERS and in_a_store:
+      raise store_errors.UnsafePathError(
+        local, f'{path} is the {name} folder of a store; a store cannot be made in it'
       )
     if parent == path:
       return

@@ -229,6 +229,14 @@ def test_a_store_inside_a_block_folder_is_refused(store, inside):
   store.verify(key)
 
 
+@pytest.mark.parametrize('inside', ['.tmp', '.tmp/x', '.quarantine/y'])
+def test_a_store_inside_the_staging_or_quarantine_of_a_store_is_refused(store, inside):
+  """`gc` clears `.tmp/`: a store there would lose its blocks."""
+  store.put(make_block(0))
+  with pytest.raises(store_lib.UnsafePathError, match=r'the \.(tmp|quarantine) folder of a store'):
+    store_lib.BlockStore(os.path.join(store.root, inside))
+
+
 def test_a_store_named_as_a_key_in_a_store_is_refused(store):
   """It would take the folder of the block of that key, deposited later."""
   store.put(make_block(0))
