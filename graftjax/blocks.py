@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -27,7 +28,7 @@ from flax import struct
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
 
-# 2: BlockMeta records capacity, batch_size and segment.
+# 2: BlockMeta records capacity, batch_size and segment (and, when set, chunk_size).
 LAYOUT_VERSION = 2
 
 _INT32_MAX = 2**31 - 1
@@ -87,6 +88,10 @@ class BlockMeta:
       block's positions are first_position + shift + i, i = 0 .. n-1.
     shift: positions the block was moved by since capture (0: own
       position). A shifted block is grafted only when asked for explicitly.
+    chunk_size: tokens per forward call of the prefill that computed the
+      block, where its kernels are not chunk-invariant (their bits depend on
+      it); 0 when not recorded. Left out of the JSON form (and so of the key)
+      when 0, so blocks that do not record it keep their keys.
     layout_version: version of the block layout (`LAYOUT_VERSION`).
   """
 
@@ -100,6 +105,7 @@ class BlockMeta:
   segment: int = 0
   first_position: int = 0
   shift: int = 0
+  chunk_size: int = 0
   layout_version: int = LAYOUT_VERSION
 
   def __post_init__(self):
@@ -108,7 +114,12 @@ class BlockMeta:
     _check_meta_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
   def to_json(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
+    """Every field (token ids as a list), less those at their `UNRECORDED` value."""
+    out = {
+      f.name: getattr(self, f.name)
+      for f in dataclasses.fields(self)
+      if not is_unrecorded(f.name, getattr(self, f.name))
+    }
     out['token_ids'] = list(self.token_ids)
     return out
 
@@ -134,13 +145,23 @@ class BlockMeta:
     unknown = sorted(set(data) - set(names), key=str)
     if unknown:
       raise BlockMetaError(str(unknown[0]), f'unknown field (fields: {names})')
-    missing = [name for name in names if name not in data]
+    missing = [name for name in names if name not in data and name not in UNRECORDED]
     if missing:
       raise BlockMetaError(missing[0], 'missing')
     token_ids = data['token_ids']
     if not isinstance(token_ids, list):
       raise BlockMetaError('token_ids', f'expected a list, got {type(token_ids).__name__}')
     return cls(**{**data, 'token_ids': tuple(token_ids)})
+
+
+# Fields left out of the JSON form at this value (it means "not recorded"); a missing one
+# reads back as it.
+UNRECORDED = {'chunk_size': 0}
+
+
+def is_unrecorded(name: str, value: Any) -> bool:
+  """Whether field `name` holds its `UNRECORDED` value (and is left out of the JSON form)."""
+  return name in UNRECORDED and _is_int(value) and value == UNRECORDED[name]
 
 
 _STR_FIELDS = ('model_fingerprint', 'dtype', 'position_scheme')
@@ -152,6 +173,7 @@ _INT_FIELDS = {
   'segment': 0,
   'first_position': 0,
   'shift': -_INT32_MAX,
+  'chunk_size': 0,
   'layout_version': 0,
 }
 
@@ -252,11 +274,13 @@ def capture(
   token_ids,
   target: target_lib.GraftTarget,
   batch_index: int = 0,
+  chunk_size: int | None = None,
 ) -> KVBlock:
   """Copies slots `span` of row `batch_index` out of `cache` as a block.
 
   The block records the cache's capacity and batch size and the span's
-  attention segment.
+  attention segment, and `chunk_size` (the prefill's tokens per forward call)
+  unless `target`'s kernels are chunk-invariant.
 
   Raises:
     GraftError: if the span is empty, unwritten, holds empty slots, mixes
@@ -304,8 +328,19 @@ def capture(
     batch_size=cache.batch_size,
     segment=int(segments[0]),
     first_position=int(host_positions[0]),
+    chunk_size=recorded_chunk_size(chunk_size, target),
   )
   return KVBlock(k=k, v=v, positions=positions, meta=meta)
+
+
+def recorded_chunk_size(chunk_size: int | None, target: target_lib.GraftTarget) -> int:
+  """What a block computed with prefill chunks of `chunk_size` records: the size, or 0 when
+  not given or when `target`'s kernels give the same bits whatever the chunk."""
+  if chunk_size is None or target.chunk_invariant:
+    return 0
+  if not _is_int(chunk_size) or chunk_size <= 0:
+    raise GraftError(f'chunk_size must be a positive int, got {chunk_size!r}')
+  return chunk_size
 
 
 def relocate(block: KVBlock, first_position: int, *, model) -> KVBlock:
@@ -376,11 +411,21 @@ def check_compatible(
         f'block {name} is {tuple(array.shape)}, this cache takes'
         f' [{cache.num_layers}, n={n}, {kv_heads}, {head_dim}]'
       )
-  positions = np.asarray(block.positions)
+  check_positions(block.positions, meta)
+
+
+def check_positions(positions, meta: BlockMeta) -> None:
+  """Raises GraftError unless `positions` [n] are what `meta` says: one per token id,
+  first_position + shift + i, none empty. `graft` and the store's `put` both check it."""
+  positions = np.asarray(positions)
+  n = len(meta.token_ids)
   if positions.shape != (n,) or not np.issubdtype(positions.dtype, np.integer):
-    raise GraftError(f'block positions are {positions.dtype}{list(positions.shape)}, not int[{n}]')
+    raise GraftError(
+      f'block positions are {positions.dtype}{list(positions.shape)}, not int[{n}]'
+      f' for its {n} token ids'
+    )
   if np.any(positions < 0):
-    raise GraftError(f'block positions hold empty slots (-1): {positions.tolist()}')
+    raise GraftError(f'block positions hold empty slots (-1): {_short(positions)}')
   first = meta.first_position + meta.shift
   expected = first + np.arange(n, dtype=np.int64)
   if not np.array_equal(positions.astype(np.int64), expected):
@@ -391,8 +436,15 @@ def check_compatible(
         ' `relocate` are refused'
       )
     raise GraftError(
-      f'block positions {positions.tolist()} are not consecutive from {first} as its metadata says'
+      f'block positions {_short(positions)} are not consecutive from {first} as its metadata says'
     )
+
+
+def _short(positions: np.ndarray) -> str:
+  """Positions for a message: all of them up to 16, else the first and last few."""
+  if positions.size <= 16:
+    return str(positions.tolist())
+  return f'[{", ".join(map(str, positions[:4].tolist()))}, ..., {int(positions[-1])}]'
 
 
 def check_graft(
@@ -402,6 +454,7 @@ def check_graft(
   target: target_lib.GraftTarget,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  chunk_size: int | None = None,
 ) -> None:
   """Raises GraftError naming the first reason `graft` would refuse `block` (see there)."""
   check_compatible(cache, block, target=target)
@@ -432,6 +485,90 @@ def check_graft(
       f' would not be byte-exact (measured: max |Δlogit| {_OTHER_SHAPE_DELTA} on gemma-3-270m).'
       ' Pass allow_other_shape=True to graft it anyway.'
     )
+  _check_chunk_size(block, chunk_size, target=target, allow_other_shape=allow_other_shape)
+
+
+def _check_chunk_size(
+  block: KVBlock, chunk_size: int | None, *, target: target_lib.GraftTarget, allow_other_shape: bool
+) -> None:
+  """Refuses a block computed with prefill chunks of another size than `chunk_size` (the
+  cache's), where both are known and the kernels are not chunk-invariant."""
+  recorded = block.meta.chunk_size
+  if not recorded or chunk_size is None or target.chunk_invariant or allow_other_shape:
+    return
+  if chunk_size != recorded:
+    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+    raise GraftError(
+      f'block was computed with prefill chunks of {recorded} tokens; this cache is prefilled'
+      f' with chunks of {chunk_size}. Under kernels that are not chunk-invariant ({kernels})'
+      ' attention and matmul bits depend on the chunk, so the continuation would not be'
+      ' byte-exact. Pass allow_other_shape=True to graft it anyway.'
+    )
+
+
+class PageError(GraftError):
+  """A page does not fit the model's attention layout, or not the query asked."""
+
+
+def page_exact_from(
+  block: KVBlock, layout: Sequence[tuple[int, int]] | None, windows: Sequence[int | None]
+) -> int:
+  """The smallest query position at which `block` cut to `layout` attends as the whole
+  block does: the position e just after its last token, later by the rows its local
+  layers keep fewer than W - 1 (`windows`: W per layer, None for a global layer)."""
+  meta = block.meta
+  end = meta.first_position + meta.shift + len(block)
+  if layout is None:
+    return end
+  needed = max((w - 1 for w in windows if w is not None), default=0)
+  kept = len(block) - max(first for first, _ in layout)
+  return end + max(0, needed - kept)
+
+
+def check_page(
+  block: KVBlock,
+  layout: Sequence[tuple[int, int]] | None,
+  windows: Sequence[int | None],
+  *,
+  query_position: int | None,
+) -> None:
+  """Raises PageError unless `block` cut to `layout` is exact for a model whose layers
+  have `windows` (W per layer, None for a global layer) and a query at `query_position`.
+
+  Every global layer must be whole; the trimmed layers must be local; and with
+  fewer than W - 1 local rows, `query_position` must be given and at least
+  `page_exact_from`. A plain block (`layout` None) passes. `paging.pages.install`
+  and `restore.install` both check a page with this.
+  """
+  layers = block.k.shape[0]
+  if layers != len(windows):
+    raise PageError(f'block has {layers} layers, the model {len(windows)}')
+  if layout is None:
+    return
+  n = len(block)
+  if len(layout) != len(windows):
+    raise PageError(f'page layout has {len(layout)} layers, the model {len(windows)}')
+  for layer, (first, stop) in enumerate(layout):
+    if stop != n or first < 0:
+      raise PageError(f'page layer {layer} keeps rows [{first}, {stop}) of {n}: not a tail')
+    if first and windows[layer] is None:
+      raise PageError(
+        f'page drops rows [0, {first}) of global layer {layer}: a later query sees them'
+      )
+  needed = page_exact_from(block, layout, windows)
+  if needed > block.meta.first_position + block.meta.shift + n:
+    kept = n - max(first for first, _ in layout)
+    rows = max(w - 1 for w in windows if w is not None)
+    if query_position is None:
+      raise PageError(
+        f'page keeps {kept} local rows, fewer than W - 1 = {rows}:'
+        f' exact only for queries at position >= {needed}; pass query_position'
+      )
+    if query_position < needed:
+      raise PageError(
+        f'page keeps {kept} local rows: a query at position {query_position} sees rows'
+        f' it dropped (exact from position {needed})'
+      )
 
 
 def install_bucket(n: int, *, start: int, capacity: int) -> int:
@@ -447,6 +584,7 @@ def graft(
   target: target_lib.GraftTarget,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  chunk_size: int | None = None,
   donate: bool = False,
 ) -> cache_lib.KVCache:
   """Installs `block` at its own slots, positions and segment in every batch row.
@@ -459,7 +597,8 @@ def graft(
   refused unless `allow_shifted` is set. A block computed in a cache of
   another capacity or batch size is refused unless `target.chunk_invariant`
   (its kernels give the same bits whatever the shapes) or `allow_other_shape`
-  is set: otherwise the continuation is not byte-exact.
+  is set: otherwise the continuation is not byte-exact. So is a block that
+  records another prefill chunk size than `chunk_size` (this cache's, if given).
 
   The block's slots must lie at or after the cache's write index (nothing
   already there is overwritten) and inside its capacity. Slots between the
@@ -471,7 +610,12 @@ def graft(
     GraftError: before any state is built, if the block does not fit.
   """
   check_graft(
-    cache, block, target=target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
+    cache,
+    block,
+    target=target,
+    allow_shifted=allow_shifted,
+    allow_other_shape=allow_other_shape,
+    chunk_size=chunk_size,
   )
   n, start = len(block), block.meta.start
   extra = install_bucket(n, start=start, capacity=cache.capacity) - n

@@ -23,6 +23,7 @@ from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
+from graftjax.models.gemma import config as config_lib
 
 _ALIGN = 64  # XLA on CPU takes a host buffer aligned so without copying it
 
@@ -174,23 +175,34 @@ def install(
   staged: Staged,
   *,
   target: target_lib.GraftTarget,
+  config: config_lib.GemmaConfig | None = None,
+  query_position: int | None = None,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  chunk_size: int | None = None,
   donate: bool = False,
 ) -> cache_lib.KVCache:
   """`cache` with the staged block installed, as `blocks.graft` installs it.
 
-  Every refusal of `graft` is checked first (the cache is untouched on any
-  error, even with `donate=True`); then the staged rows are copied to the
+  Every refusal of `graft` is checked first, and for a page every refusal of
+  `paging.pages.page_in` (`blocks.check_page` against `config`'s windows and
+  `query_position`; a page is refused without `config`). The cache is untouched
+  on any error, even with `donate=True`; then the staged rows are copied to the
   device (unless `read` copied them already) and written in place. Returns
   when the cache is ready (the staging may then be reused).
 
   Raises:
-    blocks.GraftError: as `blocks.graft`.
+    blocks.GraftError: as `blocks.graft`; blocks.PageError for a page.
   """
   block = staged.block
+  check_page(staged, config, query_position=query_position)
   blocks.check_graft(
-    cache, block, target=target, allow_shifted=allow_shifted, allow_other_shape=allow_other_shape
+    cache,
+    block,
+    target=target,
+    allow_shifted=allow_shifted,
+    allow_other_shape=allow_other_shape,
+    chunk_size=chunk_size,
   )
   # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
   m = min(staged.rows, cache.capacity - block.meta.start)
@@ -208,15 +220,34 @@ def install(
   return cache
 
 
+def check_page(
+  staged: Staged, config: config_lib.GemmaConfig | None, *, query_position: int | None
+) -> None:
+  """Raises blocks.PageError unless the staged block is a plain block, or a page exact for
+  `config` and a query at `query_position` (as `paging.pages.page_in` checks one)."""
+  if staged.layout is None:
+    return
+  if config is None:
+    raise blocks.PageError(
+      f'the block is a page (rows kept per layer: {list(staged.layout)}); pass the'
+      " model's config to check that its layers keep what a query sees"
+    )
+  windows = tuple(config.window(layer) for layer in range(config.num_layers))
+  blocks.check_page(staged.block, staged.layout, windows, query_position=query_position)
+
+
 def restore(
   store: store_lib.BlockStore,
   key: str,
   cache: cache_lib.KVCache,
   *,
   target: target_lib.GraftTarget,
+  config: config_lib.GemmaConfig | None = None,
+  query_position: int | None = None,
   token_ids: Sequence[int] | None = None,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  chunk_size: int | None = None,
   donate: bool = False,
   staging: Staging | None = None,
 ) -> cache_lib.KVCache:
@@ -232,15 +263,19 @@ def restore(
     key: its content key (`store.put`'s return value).
     cache: the cache to graft into.
     target: the model's `graft_target`.
+    config: the model's config; needed only for a page (a block stored with
+      `page_layout`), whose layout it checks as `paging.pages.page_in` does.
+    query_position: for a page that keeps fewer than W - 1 local rows, the
+      position of the first query (exact only from `Page.first_exact_position`).
     token_ids: if given, the tokens the caller expects the block to hold.
-    allow_shifted, allow_other_shape, donate: as for `blocks.graft`.
+    allow_shifted, allow_other_shape, chunk_size, donate: as for `blocks.graft`.
     staging: host buffers to read through, kept between restores (if None,
       numpy buffers used once: no pinned memory is allocated for one restore).
 
   Raises:
     store.StoreError: if the block is missing or does not verify.
     blocks.GraftError: if it holds other tokens than `token_ids`, or
-      `graft` refuses it.
+      `graft` refuses it; blocks.PageError if it is a page `page_in` refuses.
   """
   staged = read(store, key, staging or Staging(memory='host'), capacity=cache.capacity)
   if token_ids is not None and tuple(int(t) for t in token_ids) != staged.block.meta.token_ids:
@@ -249,8 +284,11 @@ def restore(
     cache,
     staged,
     target=target,
+    config=config,
+    query_position=query_position,
     allow_shifted=allow_shifted,
     allow_other_shape=allow_other_shape,
+    chunk_size=chunk_size,
     donate=donate,
   )
 

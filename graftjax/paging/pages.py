@@ -20,8 +20,12 @@ from graftjax.models.gemma import config as config_lib
 Layout = tuple[tuple[int, int], ...]
 
 
-class PageError(blocks.GraftError):
-  """A page does not fit the model's attention layout, or not the query asked."""
+PageError = blocks.PageError
+
+
+def windows(config: config_lib.GemmaConfig) -> tuple[int | None, ...]:
+  """W of each layer of `config`, None for a global layer (what `blocks.check_page` takes)."""
+  return tuple(config.window(layer) for layer in range(config.num_layers))
 
 
 def local_rows_needed(config: config_lib.GemmaConfig) -> int:
@@ -76,9 +80,7 @@ class Page:
 
   def first_exact_position(self, config: config_lib.GemmaConfig) -> int:
     """The smallest query position for which this page attends as the full block does."""
-    if self.local_rows is None:
-      return self.end_position
-    return self.end_position + max(0, local_rows_needed(config) - self.local_rows)
+    return blocks.page_exact_from(self.block, self.layout, windows(config))
 
   def nbytes(self) -> int:
     """Bytes of k, v and positions that the page keeps (its payload on disk)."""
@@ -115,33 +117,9 @@ def check_page(page: Page, config: config_lib.GemmaConfig, *, query_position: in
 
   Every global layer must be whole; the trimmed layers must be local; and
   with fewer than W - 1 local rows, `query_position` must be given and at
-  least `first_exact_position`.
+  least `first_exact_position` (`blocks.check_page`, which `restore` uses too).
   """
-  _check_layers(page.block, config)
-  if page.layout is None:
-    return
-  n = len(page.block)
-  if len(page.layout) != config.num_layers:
-    raise PageError(f'page layout has {len(page.layout)} layers, the model {config.num_layers}')
-  for layer, (first, stop) in enumerate(page.layout):
-    if stop != n or first < 0:
-      raise PageError(f'page layer {layer} keeps rows [{first}, {stop}) of {n}: not a tail')
-    if first and config.window(layer) is None:
-      raise PageError(
-        f'page drops rows [0, {first}) of global layer {layer}: a later query sees them'
-      )
-  needed = page.first_exact_position(config)
-  if needed > page.end_position:
-    if query_position is None:
-      raise PageError(
-        f'page keeps {page.local_rows} local rows, fewer than W - 1 = {local_rows_needed(config)}:'
-        f' exact only for queries at position >= {needed}; pass query_position'
-      )
-    if query_position < needed:
-      raise PageError(
-        f'page keeps {page.local_rows} local rows: a query at position {query_position} sees rows'
-        f' it dropped (exact from position {needed})'
-      )
+  blocks.check_page(page.block, page.layout, windows(config), query_position=query_position)
 
 
 def install(

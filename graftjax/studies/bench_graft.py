@@ -25,9 +25,9 @@ from graftjax import blocks
 from graftjax import ledger
 from graftjax import restore as restore_lib
 from graftjax import store as store_lib
-from graftjax import store_manifest
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
+from graftjax.store import manifest as store_manifest
 from graftjax.studies import corpus
 from graftjax.studies import restore_floor
 from graftjax.studies import results

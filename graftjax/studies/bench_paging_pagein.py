@@ -20,9 +20,9 @@ import numpy as np
 
 from graftjax import ledger
 from graftjax import restore as restore_lib
-from graftjax import store_manifest
 from graftjax.paging import pages
 from graftjax.paging import policy as policy_lib
+from graftjax.store import manifest as store_manifest
 from graftjax.studies import bench_graft
 from graftjax.studies import results
 
@@ -51,10 +51,9 @@ def sha(logits) -> str:
 
 def _install_page(model, cache, staged: restore_lib.Staged):
   """`pages.install` of a staged page: its checks, then the staged install."""
-  pages.check_page(
-    pages.Page(block=staged.block, layout=staged.layout), model.config, query_position=None
+  return restore_lib.install(
+    cache, staged, target=model.graft_target, config=model.config, donate=True
   )
-  return restore_lib.install(cache, staged, target=model.graft_target, donate=True)
 
 
 def bench_one(model, store, ids, *, chunk_size: int, repeats: int, recompute_repeats: int) -> dict:

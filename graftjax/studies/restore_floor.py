@@ -34,8 +34,8 @@ import jax
 import numpy as np
 
 from graftjax import restore
-from graftjax import store_manifest
-from graftjax import store_read
+from graftjax.store import manifest as store_manifest
+from graftjax.store import read as store_read
 
 
 def _fastest(fn: Callable[[], object], repeats: int) -> float:

@@ -433,3 +433,53 @@ def test_a_block_on_the_device_and_its_host_copy_install_the_same_bytes(tiny_mod
       np.asarray(getattr(from_device, name)).tobytes()
       == np.asarray(getattr(from_host, name)).tobytes()
     ), name
+
+
+def test_capture_records_the_prefill_chunk_size_where_kernels_are_not_chunk_invariant(
+  tiny_model,
+):
+  cache = prefilled(tiny_model, chunk_size=4)
+  span = blocks.Span(0, PREFIX.size)
+  capture = lambda **kwargs: blocks.capture(cache, span, token_ids=PREFIX, **kwargs)
+
+  assert capture(target=tiny_model.graft_target, chunk_size=4).meta.chunk_size == 4
+  assert capture(target=tiny_model.graft_target).meta.chunk_size == 0  # not said: not recorded
+  invariant = graft_target_of(tiny_model, chunk_invariant=True)
+  assert capture(target=invariant, chunk_size=4).meta.chunk_size == 0
+  with pytest.raises(blocks.GraftError, match='chunk_size must be a positive int'):
+    capture(target=tiny_model.graft_target, chunk_size=0)
+
+
+def test_chunk_size_is_in_the_json_form_only_when_recorded(tiny_model):
+  block = captured(tiny_model)
+  assert 'chunk_size' not in block.meta.to_json()
+  assert blocks.BlockMeta.from_json(block.meta.to_json()) == block.meta
+  recorded = dataclasses.replace(block.meta, chunk_size=4)
+  assert recorded.to_json()['chunk_size'] == 4
+  assert blocks.BlockMeta.from_json(recorded.to_json()) == recorded
+
+
+def test_block_of_another_prefill_chunk_size_needs_consent_under_xla_kernels(tiny_model):
+  """Before: a block recorded no chunk size, and grafted into a cache prefilled in other
+  chunks (not byte-exact: test_block_from_another_chunk_schedule_is_not_byte_equal)."""
+  cache = prefilled(tiny_model, chunk_size=1)
+  block = blocks.capture(
+    cache,
+    blocks.Span(0, PREFIX.size),
+    token_ids=PREFIX,
+    target=tiny_model.graft_target,
+    chunk_size=1,
+  )
+  new = lambda: tiny_model.init_cache(capacity=CAPACITY)
+  target = tiny_model.graft_target
+
+  with pytest.raises(blocks.GraftError) as refused:
+    blocks.graft(new(), block, target=target, chunk_size=4)
+  message = str(refused.value)
+  assert 'prefill chunks of 1 tokens' in message and 'chunks of 4' in message
+  assert 'not chunk-invariant' in message and 'allow_other_shape=True' in message
+  with pytest.raises(blocks.GraftError, match='chunks of 4'):
+    blocks.check_graft(new(), block, target=target, chunk_size=4)
+
+  for kwargs in ({'chunk_size': 1}, {'chunk_size': 4, 'allow_other_shape': True}, {}):
+    assert int(blocks.graft(new(), block, target=target, **kwargs).length) == PREFIX.size

@@ -1,5 +1,6 @@
 """restore: read, verify and graft in one call; any failure leaves the cache as it was."""
 
+import dataclasses
 import os
 
 import jax
@@ -146,10 +147,18 @@ def test_install_into_a_smaller_cache_than_read_was_told(tiny_model, deposited):
   assert all(got[name].tobytes() == want[name].tobytes() for name in want)
 
 
-@pytest.mark.parametrize('case', ['shifted', 'past capacity', 'overlap', 'other shape'])
+@pytest.mark.parametrize(
+  'case', ['shifted', 'past capacity', 'overlap', 'other shape', 'other chunk size']
+)
 def test_restore_refuses_what_graft_refuses_with_its_words(tiny_model, deposited, case):
   store, key, _ = deposited
   block, capacity, kwargs = store.get(key), CAPACITY, {}
+  if case == 'other chunk size':
+    block = dataclasses.replace(block, meta=dataclasses.replace(block.meta, chunk_size=4))
+    assert store.put(block) != key  # the chunk size is part of what the block is
+    key = store.put(block)
+    assert store.get(key).meta.chunk_size == 4
+    kwargs['chunk_size'] = 2
   if case == 'shifted':
     block = blocks.relocate(block, 3, model=tiny_model)
     key = store.put(block)
@@ -290,3 +299,55 @@ def test_a_damaged_layer_is_never_reported_verified(tiny_model, deposited):
   layers = tiny_model.config.num_layers
   assert verified[: 1 + layers] == [('positions', None), *[('k', i + 1) for i in range(layers)]]
   assert all(stop <= 2 for _, stop in verified[1 + layers :])
+
+
+@pytest.fixture
+def page_of_20(tiny_model, tmp_path):
+  """(store, full 20-token block, query continuation ids) for pages of a 20-token block."""
+  ids = np.random.default_rng(6).integers(3, 256, 20).astype(np.int32)
+  _, cache = tiny_model.prefill(
+    ids, cache=tiny_model.init_cache(capacity=CAPACITY + 8), chunk_size=4, logits='none'
+  )
+  block = blocks.capture(
+    cache, blocks.Span(0, ids.size), token_ids=ids, target=tiny_model.graft_target
+  )
+  return store_lib.BlockStore(tmp_path / 'store'), block
+
+
+@pytest.mark.parametrize(
+  'local_rows, query_position', [(3, None), (3, 21), (None, None), (3, 24), (0, 27)]
+)
+def test_restore_refuses_the_pages_page_in_refuses_with_its_words(
+  tiny_model, page_of_20, local_rows, query_position
+):
+  """Before: restore installed a page of fewer than W - 1 local rows for any query."""
+  store, block = page_of_20
+  page = pages.to_page(block, tiny_model.config, local_rows=local_rows)
+  key = pages.put(store, page)
+  cache = tiny_model.init_cache(capacity=CAPACITY + 8)
+  before = snapshot(cache)
+  kwargs = {'target': tiny_model.graft_target, 'config': tiny_model.config}
+  try:
+    paged = pages.page_in(store, key, cache, query_position=query_position, **kwargs)
+  except pages.PageError as e:
+    with pytest.raises(pages.PageError) as error:
+      restore_lib.restore(store, key, cache, query_position=query_position, donate=True, **kwargs)
+    assert str(error.value) == str(e)
+    assert all(np.array_equal(a, snapshot(cache)[n]) for n, a in before.items())
+    assert local_rows is not None and local_rows < tiny_model.config.sliding_window - 1
+  else:
+    restored = restore_lib.restore(store, key, cache, query_position=query_position, **kwargs)
+    for name in ('k', 'v', 'positions', 'segments', 'length'):
+      assert np.asarray(getattr(restored, name)).tobytes() == (
+        np.asarray(getattr(paged, name)).tobytes()
+      )
+
+
+def test_restore_of_a_page_needs_the_config(tiny_model, page_of_20):
+  store, block = page_of_20
+  key = pages.put(store, pages.to_page(block, tiny_model.config))
+  cache = tiny_model.init_cache(capacity=CAPACITY + 8)
+  with pytest.raises(pages.PageError, match="is a page .*pass the model's config"):
+    restore_lib.restore(store, key, cache, target=tiny_model.graft_target)
+  plain = store.put(block)  # a plain block needs none
+  restore_lib.restore(store, plain, cache, target=tiny_model.graft_target)

@@ -19,15 +19,16 @@ import pytest
 
 from graftjax import blocks
 from graftjax import store as store_lib
-from graftjax import store_chunks
-from graftjax import store_encode
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_read
+from graftjax.store import chunks as store_chunks
+from graftjax.store import encode as store_encode
+from graftjax.store import files as store_files
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import read as store_read
 
 FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
 _BITS = {'float32': np.uint32, 'bfloat16': np.uint16}
 _DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16}
+_EXPONENT = {'float32': 0x7F800000, 'bfloat16': 0x7F80}
 _SHAPE = (3, 3, 1, 4)  # [L, n, K, H]
 _CHUNK = 'k/c.0.0.0.0'  # layer 0 of k
 _CHUNK_BYTES = 3 * 1 * 4 * 4  # one float32 layer [1, n, K, H]
@@ -41,12 +42,16 @@ WORKER_SEEDS = {
 
 
 def make_block(seed, dtype='float32', *, start=5, k=None):
-  """A tiny block of random bit patterns (NaNs, infinities, -0 included)."""
+  """A tiny block of random finite bit patterns (-0 and subnormals included)."""
   rng = np.random.default_rng(seed)
   n = _SHAPE[1]
-  random_bits = lambda: rng.integers(
-    0, np.iinfo(_BITS[dtype]).max, _SHAPE, dtype=_BITS[dtype], endpoint=True
-  ).view(_DTYPES[dtype])
+  exponent = _EXPONENT[dtype]
+
+  def random_bits():
+    bits = rng.integers(0, np.iinfo(_BITS[dtype]).max, _SHAPE, dtype=_BITS[dtype], endpoint=True)
+    bits[(bits & exponent) == exponent] ^= exponent & (exponent >> 1)  # no NaN, no infinity
+    return bits.view(_DTYPES[dtype])
+
   meta = blocks.BlockMeta(
     model_fingerprint=FINGERPRINT,
     token_ids=tuple(int(t) for t in rng.integers(0, 262_144, n)),
@@ -54,6 +59,7 @@ def make_block(seed, dtype='float32', *, start=5, k=None):
     dtype=dtype,
     position_scheme='rope',
     capacity=64,
+    first_position=start,
   )
   return blocks.KVBlock(
     k=random_bits() if k is None else k,
@@ -645,7 +651,9 @@ def test_put_of_another_payload_under_a_stored_key_names_the_difference(store):
   assert str(error.value) == (
     f'{store.root}/{key}: the block is already stored with another payload (stored != new):'
     f" arrays.k.blake3: '{old_k}' != '{new_k}';"
-    f" arrays.k.chunk_blake3.1: '{old[1]}' != '{new[1]}'"
+    f" arrays.k.chunk_blake3.1: '{old[1]}' != '{new[1]}'. To recover: `verify(key)` the"
+    ' stored block, `quarantine(key)` it if it is the wrong one (it is moved aside, not'
+    ' deleted), then `put` the right block again'
   )
   _assert_same_block(store.get(key), block)
 

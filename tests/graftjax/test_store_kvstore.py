@@ -8,8 +8,8 @@ import tensorstore as ts
 from test_store import _assert_same_block, make_block
 
 from graftjax import store as store_lib
-from graftjax import store_chunks
-from graftjax import store_kvstore
+from graftjax.store import chunks as store_chunks
+from graftjax.store import kvstore as store_kvstore
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import pytest
 from test_store import _assert_same_block, make_block
 
 from graftjax import store as store_lib
-from graftjax import store_kvstore
-from graftjax import store_manifest
-from graftjax import store_read
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
+from graftjax.store import read as store_read
 
 
 @pytest.fixture

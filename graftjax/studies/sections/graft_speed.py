@@ -61,7 +61,7 @@ def render(results: list[page.Result]) -> list[str]:
     ' `bench_graft_h200*.json` files) were read with SHA-256; `bench_graft_h200.json` is format 4'
     ' (one folder per array), `bench_graft_h200_run1.json` format 3. Each timed restore reads a'
     ' manifest the process parsed before (when the block was stored); "first read" is one more'
-    " restore after `store_manifest.forget_parsed()`, as a block's first read in a process"
+    " restore after `store.manifest.forget_parsed()`, as a block's first read in a process"
     ' (rows without it: the parse took about 0.7 ms at 1k tokens and 14 ms at 32k on the H200,'
     ' logs/restore_timeline_h200.txt).'
   )

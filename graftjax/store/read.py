@@ -12,12 +12,12 @@ import numpy as np
 import tensorstore as ts
 
 from graftjax import blocks
-from graftjax import store_chunks
-from graftjax import store_errors
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_manifest
-from graftjax import store_pages
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
+from graftjax.store import files as store_files
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
+from graftjax.store import pages as store_pages
 
 # Bytes read, then hashed while they are still in cache, at a time (4 MiB: the fastest
 # verified read of 256 KiB to 4 MiB pieces on the H200's host,
@@ -97,7 +97,8 @@ def _read_once(
   (`check_manifest`, describes `key`, and is exactly what its chunk digests
   and the arrays' dtypes and shapes produce); each zarr.json describes the
   layout the manifest implies; and each chunk has the expected size and its
-  recorded digest (hashed once, as read).
+  recorded digest (hashed once, as read); then that its positions are what its
+  metadata says (`blocks.check_positions`).
   """
   try:
     files = _listing(kv, where, local)
@@ -148,7 +149,8 @@ def _read_once(
     raise store_errors.StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
-  except ValueError as e:
+    blocks.check_positions(block.positions, meta)
+  except ValueError as e:  # blocks.GraftError included
     raise store_errors.CorruptBlockError(where, f'not a valid block: {e}') from e
   return manifest, block
 

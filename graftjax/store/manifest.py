@@ -23,9 +23,9 @@ import blake3
 import numpy as np
 
 from graftjax import blocks
-from graftjax import store_chunks
-from graftjax import store_errors
-from graftjax import store_pages
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
+from graftjax.store import pages as store_pages
 
 FORMAT = 'graftjax.blockstore/4'
 # Each format this code reads, and the hash its digests use: blocks of formats 2, 3 are still read.
@@ -57,7 +57,8 @@ class OtherFormat(Exception):
 def key_for(meta: blocks.BlockMeta, page_layout: Sequence[Sequence[int]] | None = None) -> str:
   """The content key of a block: SHA-256 hex of its canonical identity.
 
-  The identity is every field of `BlockMeta` (token ids as a list), plus
+  The identity is every field of `BlockMeta` (token ids as a list; a field at
+  its `blocks.UNRECORDED` value is left out, as in `to_json`), plus
   `key_scheme` and `stop`, and for a page its `page_layout` (one
   [first_row, stop_row] per layer), serialised as JSON with sorted keys, no
   whitespace and ASCII only, so the key is the same in every process and
@@ -161,8 +162,16 @@ def meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
   That copy took about 0.1 s for 32k tokens, on every `get`; the manifest
   test checks that the two agree.
   """
-  fields = {f.name: getattr(meta, f.name) for f in dataclasses.fields(meta)}
-  return {**fields, 'token_ids': list(meta.token_ids)}
+  return {**_fields(meta), 'token_ids': list(meta.token_ids)}
+
+
+def _fields(meta: blocks.BlockMeta) -> dict[str, Any]:
+  """`meta`'s fields but token_ids, less those at their unrecorded value (as `to_json`)."""
+  return {
+    f.name: getattr(meta, f.name)
+    for f in dataclasses.fields(meta)
+    if f.name != 'token_ids' and not blocks.is_unrecorded(f.name, getattr(meta, f.name))
+  }
 
 
 def check_manifest(manifest: Any) -> blocks.BlockMeta:
@@ -307,10 +316,7 @@ def check_meta(data: Any) -> blocks.BlockMeta:
       _check_type(value, hints.get(name), f'meta.{name}')
   if data['start'] < 0:
     raise store_errors.Malformed(f'meta.start is {data["start"]}: a slot cannot be negative')
-  fields = {
-    f.name: getattr(meta, f.name) for f in dataclasses.fields(meta) if f.name != 'token_ids'
-  }
-  if {**fields, 'token_ids': data['token_ids']} != data:
+  if {**_fields(meta), 'token_ids': data['token_ids']} != data:
     raise store_errors.Malformed('meta does not read back as written')
   return meta
 

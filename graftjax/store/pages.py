@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from graftjax import store_chunks
-from graftjax import store_errors
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
 
 Layout = tuple[tuple[int, int], ...]
 

@@ -18,13 +18,14 @@ from collections.abc import Iterator
 
 import tensorstore as ts
 
-from graftjax import store_errors
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_manifest
-from graftjax import store_read
+from graftjax.store import errors as store_errors
+from graftjax.store import files as store_files
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
+from graftjax.store import read as store_read
 
 STAGING = '.tmp'
+QUARANTINE = '.quarantine'  # blocks set aside by `BlockStore.quarantine`, kept for inspection
 _LOCK = '.lock'
 
 
@@ -174,3 +175,39 @@ def delete_kvstore(kv: ts.KvStore, where: str, key: str) -> None:
       raise store_errors.MissingBlockError(where, 'no such block')
     store_kvstore.result(kv.write(manifest, None))
     store_kvstore.result(kv.delete_range(ts.KvStore.KeyRange(f'{key}/', f'{key}0')))
+
+
+def quarantine_local(staging: Staging, where: str, key: str) -> str:
+  """Renames the block at `where` (whatever it holds) to `.quarantine/<key>.<id>`; returns
+  that path. The key is then free: a later deposit stores a block there anew."""
+  folder = os.path.join(staging.root, QUARANTINE)
+  with staging.shared(), store_errors.io_errors(where, 'cannot quarantine the block'):
+    if not os.path.lexists(where):
+      raise store_errors.MissingBlockError(where, 'no such block')
+    try:
+      os.mkdir(folder)
+    except FileExistsError:
+      pass
+    if not stat.S_ISDIR(os.lstat(folder).st_mode):
+      raise store_errors.UnsafePathError(folder, 'the quarantine is not a directory')
+    target = os.path.join(folder, f'{key}.{uuid.uuid4().hex}')
+    os.rename(where, target)  # a symlink is moved as itself, never followed
+    store_files.fsync(folder)
+    store_files.fsync(staging.root)
+  return target
+
+
+def quarantine_kvstore(kv: ts.KvStore, where: str, key: str) -> str:
+  """Copies the block's values to `.quarantine/<key>.<id>/`, then deletes it (manifest
+  first, as `delete_kvstore`); returns the copy's prefix."""
+  target = f'{QUARANTINE}/{key}.{uuid.uuid4().hex}/'
+  block_kv = kv / f'{key}/'
+  with store_errors.io_errors(where, 'cannot quarantine the block'):
+    if store_kvstore.result(block_kv.read(store_manifest.MANIFEST)).state != 'value':
+      raise store_errors.MissingBlockError(where, 'no such block')
+    names = [name.decode('latin-1') for name in store_kvstore.result(block_kv.list())]
+    reads = [block_kv.read(name) for name in names]
+    copies = {name: store_kvstore.value(read, name) for name, read in zip(names, reads)}
+    store_kvstore.write_files(kv / target, copies)
+  delete_kvstore(kv, where, key)
+  return f'{kv.url}{target}'

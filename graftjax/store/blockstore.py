@@ -14,36 +14,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from graftjax import blocks
-from graftjax import store_commit
-from graftjax import store_encode
-from graftjax import store_errors
-from graftjax import store_files
-from graftjax import store_kvstore
-from graftjax import store_manifest
-from graftjax import store_pages
-from graftjax import store_read
+from graftjax.store import commit as store_commit
+from graftjax.store import encode as store_encode
+from graftjax.store import errors as store_errors
+from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
+from graftjax.store import pages as store_pages
+from graftjax.store import read as store_read
+from graftjax.store import values as store_values
 
-# The store's API beyond BlockStore, wherever it is defined.
-ARRAY_NAMES = store_manifest.ARRAY_NAMES
-FORMAT = store_manifest.FORMAT
-KEY_SCHEME = store_manifest.KEY_SCHEME
-KV_DTYPES = store_manifest.KV_DTYPES
-MANIFEST = store_manifest.MANIFEST
-PAGE_ARRAY_NAMES = store_manifest.PAGE_ARRAY_NAMES
-array_digest = store_manifest.array_digest
-digest_tree = store_files.digest_tree
-key_for = store_manifest.key_for
-StoreError = store_errors.StoreError
-ConflictingBlockError = store_errors.ConflictingBlockError
-CorruptBlockError = store_errors.CorruptBlockError
-InvalidBlockError = store_errors.InvalidBlockError
-InvalidKeyError = store_errors.InvalidKeyError
-MissingBlockError = store_errors.MissingBlockError
-ReadOnlyStoreError = store_errors.ReadOnlyStoreError
-StoreIOError = store_errors.StoreIOError
-UnknownDriverError = store_errors.UnknownDriverError
-UnsafePathError = store_errors.UnsafePathError
-UnsupportedFormatError = store_errors.UnsupportedFormatError
+# How to free a key that a wrong or damaged block holds.
+_RECOVER = (
+  'To recover: `verify(key)` the stored block, `quarantine(key)` it if it is the wrong one'
+  ' (it is moved aside, not deleted), then `put` the right block again'
+)
 
 
 class BlockStore:
@@ -53,7 +37,7 @@ class BlockStore:
   URL or JSON spec (`'memory://'`, `{'driver': 'gcs', 'bucket': ...}`), or
   an open `tensorstore.KvStore`. Opening a store writes nothing. With
   `read_only=True`, or on storage that refuses writes, `list`, `get` and
-  `verify` work and `put`, `delete` and `gc` raise `ReadOnlyStoreError`.
+  `verify` work and `put`, `delete` and `gc` raise `store_errors.ReadOnlyStoreError`.
   """
 
   def __init__(self, root: Any, *, read_only: bool = False):
@@ -77,9 +61,12 @@ class BlockStore:
 
     Raises:
       InvalidBlockError: if the block cannot be stored exactly (dtype, empty
-        block, positions outside int32, metadata of the wrong types).
+        block, positions outside int32, metadata of the wrong types) or is not
+        what its key says (rows other than its token ids, positions other than
+        its metadata's, a NaN or infinity in k or v).
       ConflictingBlockError: if its key is stored with another payload.
       CorruptBlockError: if its key is stored but does not verify.
+      (Both name the way out: `verify`, `quarantine`, `put` again.)
       UnsupportedFormatError: if its key is stored in another format.
       ReadOnlyStoreError, StoreIOError, UnsafePathError: if the storage
         refuses the deposit; nothing of it is visible then.
@@ -92,7 +79,7 @@ class BlockStore:
         try:
           self._check_stored(key, manifest, block, page_layout)
           return key
-        except MissingBlockError:
+        except store_errors.MissingBlockError:
           continue
       if self._local is not None:
         deposited = store_commit.deposit_local(self._staging, self._kv, key, files)
@@ -100,7 +87,9 @@ class BlockStore:
         deposited = store_commit.deposit_kvstore(self._kv, self._where(key), key, files)
       if deposited:
         return key
-    raise StoreIOError(self._where(key), 'deleted by another writer each time it was deposited')
+    raise store_errors.StoreIOError(
+      self._where(key), 'deleted by another writer each time it was deposited'
+    )
 
   def get(self, key: str, *, into: store_read.Into | None = None) -> blocks.KVBlock:
     """The block stored under `key`, after verifying every digest.
@@ -139,13 +128,37 @@ class BlockStore:
     return block, store_pages.layout_of(manifest)
 
   def verify(self, key: str) -> None:
-    """Raises unless the block under `key` matches its manifest exactly.
+    """Raises unless the block under `key` matches its manifest exactly and holds
+    what `put` takes: its positions what its metadata says, k and v finite.
 
     Raises:
       InvalidKeyError, MissingBlockError, CorruptBlockError,
       UnsupportedFormatError, UnsafePathError, StoreIOError.
     """
-    self._read(self._checked_key(key))
+    _, block = self._read(self._checked_key(key))
+    nonfinite = store_values.first_nonfinite(block.arrays())
+    if nonfinite is not None:
+      raise store_errors.CorruptBlockError(
+        self._where(key), f'{nonfinite}: a stored block holds finite keys and values only'
+      )
+
+  def quarantine(self, key: str) -> str:
+    """Moves the block under `key` aside, undamaged and unread, and returns where it went.
+
+    The way out of a key taken by a wrong block (one stored before `put` checked what it
+    now checks, or damaged since): `verify` it, `quarantine` it, `put` the right block.
+    On `file` it goes to `.quarantine/<key>.<id>/` in the store (never listed, never
+    collected by `gc`); on other drivers it is copied under that prefix, then deleted.
+
+    Raises:
+      InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
+      StoreIOError.
+    """
+    self._checked_key(key)
+    self._check_writable()
+    if self._local is None:
+      return store_commit.quarantine_kvstore(self._kv, self._where(key), key)
+    return store_commit.quarantine_local(self._staging, self._where(key), key)
 
   def list(self) -> list[str]:
     """Sorted keys of the complete blocks (not verified; see `verify`)."""
@@ -156,7 +169,7 @@ class BlockStore:
       return sorted(n for n in names if is_key(n) and self._is_complete(n))
     with store_errors.io_errors(self.root, 'cannot list the store'):
       names = store_kvstore.result(self._kv.list())
-    suffix = f'/{MANIFEST}'.encode()
+    suffix = f'/{store_manifest.MANIFEST}'.encode()
     return sorted(
       n[:64].decode()
       for n in names
@@ -194,11 +207,13 @@ class BlockStore:
     if self._local is not None:
       return self._is_complete(key)
     with store_errors.io_errors(self._where(key), 'cannot read the block'):
-      return store_kvstore.result(self._kv.read(f'{key}/{MANIFEST}')).state == 'value'
+      return (
+        store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}')).state == 'value'
+      )
 
   def _checked_key(self, key: str) -> str:
     if not isinstance(key, str) or not store_manifest.HEX64.fullmatch(key):
-      raise InvalidKeyError(
+      raise store_errors.InvalidKeyError(
         self.root, f'invalid block key {key!r}: expected 64 lowercase hex digits'
       )
     return key
@@ -214,7 +229,7 @@ class BlockStore:
 
   def _is_complete(self, key: str) -> bool:
     path = os.path.join(self._local, key)
-    manifest = os.path.join(path, MANIFEST)
+    manifest = os.path.join(path, store_manifest.MANIFEST)
     return (
       not os.path.islink(path)
       and os.path.isdir(path)
@@ -236,7 +251,7 @@ class BlockStore:
 
   def _check_writable(self) -> None:
     if self.read_only:
-      raise ReadOnlyStoreError(self.root, 'the store was opened read-only')
+      raise store_errors.ReadOnlyStoreError(self.root, 'the store was opened read-only')
 
   def _check_stored(
     self,
@@ -245,13 +260,16 @@ class BlockStore:
     block: blocks.KVBlock,
     page_layout: Sequence[Sequence[int]] | None,
   ) -> None:
-    stored, _ = self._read(key)
+    try:
+      stored, _ = self._read(key)
+    except store_errors.CorruptBlockError as e:
+      raise store_errors.CorruptBlockError(e.path, f'{e.cause}. {_RECOVER}') from e
     if stored['format'] != manifest['format']:  # stored in an older format this code reads
       _, manifest = store_encode.block_files(block, self.root, page_layout, stored['format'])
     differences = store_manifest.differences(stored, manifest)
     if differences:
-      raise ConflictingBlockError(
+      raise store_errors.ConflictingBlockError(
         self._where(key),
         f'the block is already stored with another payload (stored != new):'
-        f' {"; ".join(differences)}',
+        f' {"; ".join(differences)}. {_RECOVER}',
       )

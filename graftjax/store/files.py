@@ -6,7 +6,7 @@ import errno
 import hashlib
 import os
 
-from graftjax import store_errors
+from graftjax.store import errors as store_errors
 
 
 def digest_tree(path: str | os.PathLike[str]) -> str:

@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from graftjax import blocks
-from graftjax import store_chunks
-from graftjax import store_errors
-from graftjax import store_manifest
-from graftjax import store_pages
+from graftjax.store import chunks as store_chunks
+from graftjax.store import errors as store_errors
+from graftjax.store import manifest as store_manifest
+from graftjax.store import pages as store_pages
+from graftjax.store import values as store_values
 
 _T = TypeVar('_T')
 
@@ -42,10 +43,18 @@ def block_files(
       'v': _little_endian(block.v, 'v'),
       'positions': _int32_positions(block.positions),
     }
+    _check_rows(arrays, meta)
+    blocks.check_positions(arrays['positions'], meta)
     layout = None
     if page_layout is not None:
       layout = store_pages.checked_layout(page_layout, arrays['k'].shape[0], len(meta.token_ids))
       arrays = store_pages.page_arrays(arrays, layout)
+    nonfinite = store_values.first_nonfinite(arrays)
+    if nonfinite is not None:
+      raise store_errors.Malformed(
+        f'{nonfinite}: a block holds finite keys and values only (a NaN or infinity in any'
+        ' row turns every logit that attends to the block NaN)'
+      )
     key = store_manifest.key_for(meta, layout)
     names = [name for name in store_manifest.PAGE_ARRAY_NAMES if name in arrays]
     separator = store_manifest.chunk_separator(store_format)
@@ -102,6 +111,19 @@ def _by_array(
     if name in chunks:
       out[name] = [next(rest) for _ in chunks[name]]
   return out
+
+
+def _check_rows(arrays: dict[str, np.ndarray], meta: blocks.BlockMeta) -> None:
+  """Raises Malformed unless k, v hold [L, n, K, H], one row per token id of `meta`."""
+  n = len(meta.token_ids)
+  for name in ('k', 'v'):
+    shape = arrays[name].shape
+    if len(shape) != 4 or shape[1] != n:
+      raise store_errors.Malformed(
+        f'{name} is {list(shape)}: expected [L, {n}, K, H], one row per token id of its metadata'
+      )
+  if arrays['k'].shape != arrays['v'].shape:
+    raise store_errors.Malformed(f'k {list(arrays["k"].shape)} != v {list(arrays["v"].shape)}')
 
 
 def _little_endian(array: Any, name: str) -> np.ndarray:

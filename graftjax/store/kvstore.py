@@ -9,7 +9,12 @@ from typing import Any
 
 import tensorstore as ts
 
-from graftjax import store_errors
+from graftjax.store import errors as store_errors
+from graftjax.store import manifest as store_manifest
+
+# What a store on `file` keeps beside its blocks (`commit.STAGING` and its lock).
+_STORE_ENTRIES = ('.lock', '.tmp')
+_STORE_FOLDERS = ('.tmp', '.quarantine')  # what the store writes there is its own
 
 # tensorstore's absl status codes and messages, by the errno they mean here.
 _TS_ERRNO = (
@@ -23,8 +28,16 @@ _TS_ERRNO = (
 
 def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
   """The store's kvstore (its path ending in '/'), and its directory on `file`."""
-  if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
-    spec = {'driver': 'file', 'path': os.fspath(root)}
+  if isinstance(root, os.PathLike):
+    root = os.fspath(root)
+  if isinstance(root, (str, bytes)) and '://' not in str(root):
+    spec = {'driver': 'file', 'path': local_path(root)}
+  elif isinstance(root, str) and root.startswith('file://'):
+    spec = {'driver': 'file', 'path': local_path(root.removeprefix('file://'))}
+  elif (
+    isinstance(root, dict) and root.get('driver') == 'file' and isinstance(root.get('path'), str)
+  ):
+    spec = {**root, 'path': local_path(root['path'])}
   elif isinstance(root, ts.KvStore):
     spec = root.spec(retain_context=True)
   else:
@@ -49,6 +62,7 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
       kv.path += '/'
     return kv, None
   local = os.path.abspath(kv.path or '.')
+  _check_not_in_a_block(local)
   if not read_only and not os.path.lexists(local):
     with store_errors.io_errors(local, 'cannot create the store'):
       os.makedirs(local, exist_ok=True)
@@ -64,6 +78,54 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
     raise store_errors.StoreIOError(local, 'the store root is not a directory')
   kv.path = local + '/'
   return kv, local
+
+
+def local_path(path: Any) -> str:
+  """`path` as tensorstore's `file` driver takes it: absolute and normalised (`.`, `..` and
+  `//` resolved as `os.path.abspath` does, without following symlinks).
+
+  Raises:
+    UnsafePathError: for a backslash, which the driver takes for a separator (`a\\b`
+      would name `a/b`): refused rather than written elsewhere than asked.
+  """
+  if not isinstance(path, str):
+    raise store_errors.StoreIOError(store_errors.short(path), 'a store path must be a str')
+  if '\\' in path:
+    raise store_errors.UnsafePathError(
+      path,
+      'a backslash in a store path: the file kvstore takes it for a separator and would'
+      ' write elsewhere than asked; refusing it',
+    )
+  return os.path.abspath(path)
+
+
+def _check_not_in_a_block(local: str) -> None:
+  """Raises UnsafePathError if `local` is, or lies inside, a block folder or the staging or
+  quarantine folder of a store.
+
+  A block folder is named as a block key (staged or set aside: the key and a suffix) and
+  holds a `manifest.json`, or lies directly in a store (beside its `.lock` or `.tmp/`): a
+  store there would mix its files with the block's, or take the folder of a block
+  deposited later. What lies in `.tmp/` is removed by the store's `gc`.
+  """
+  path = local
+  while True:
+    parent = os.path.dirname(path)
+    name = os.path.basename(path)
+    in_a_store = any(os.path.lexists(os.path.join(parent, entry)) for entry in _STORE_ENTRIES)
+    if store_manifest.HEX64.fullmatch(name.split('.')[0]) and (
+      in_a_store or os.path.isfile(os.path.join(path, store_manifest.MANIFEST))
+    ):
+      raise store_errors.UnsafePathError(
+        local, f'{path} is a block folder of a store; a store cannot be made in it'
+      )
+    if name in _STORE_FOLDERS and in_a_store:
+      raise store_errors.UnsafePathError(
+        local, f'{path} is the {name} folder of a store; a store cannot be made in it'
+      )
+    if parent == path:
+      return
+    path = parent
 
 
 def result(future: Any) -> Any:
