@@ -178,6 +178,23 @@ def connect(path: str | os.PathLike[str], *, timeout: float) -> sqlite3.Connecti
     )
 
 
+def replace_database(partial: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+  """Moves the closed sqlite file `partial` to `path`, first removing `path`'s journal, WAL
+  and shared-memory files: a stale journal must never replay onto the new file."""
+  path = os.fspath(path)
+  for suffix in ('-journal', '-wal', '-shm'):
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(path + suffix)
+  os.replace(partial, path)
+
+
+def remove_database(path: str | os.PathLike[str]) -> None:
+  """Removes an sqlite file and its journal, WAL and shared-memory files, where present."""
+  for suffix in ('', '-journal', '-wal', '-shm'):
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(os.fspath(path) + suffix)
+
+
 def is_empty_file(path: str | os.PathLike[str]) -> bool:
   """True if `path` is a file of 0 bytes (what a crash before the first write leaves)."""
   try:

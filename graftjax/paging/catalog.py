@@ -222,14 +222,13 @@ class Catalog:
         text, source = described
         entries.append(_entry_of(key, block.meta, layout, text, source))
     partial = f'{path}.rebuild'
-    _remove_database(partial)
+    indexes.remove_database(partial)
     with cls(partial, store=store) as fresh:
       fresh.add_many(entries)
       with indexes.sqlite_errors(partial, 'cannot finish the rebuilt catalog'):
         fresh._db.execute('PRAGMA wal_checkpoint(TRUNCATE)')
         fresh._db.execute('PRAGMA journal_mode=DELETE')
-    _remove_database(path, keep_main=True)  # a stale WAL must not replay onto the new file
-    os.replace(partial, path)
+    indexes.replace_database(partial, path)
     return cls(path, store=store, **kwargs)
 
   def close(self) -> None:
@@ -381,12 +380,3 @@ def _entry_of(key, meta: blocks.BlockMeta, layout, text: str, source: str) -> En
     dtype=meta.dtype,
     tokens_sha256=tokens_sha256(meta.token_ids),
   )
-
-
-def _remove_database(path: str, *, keep_main: bool = False) -> None:
-  """Removes an sqlite file's WAL and shared-memory files (and the file, unless keep_main)."""
-  for suffix in ('-wal', '-shm') + (() if keep_main else ('',)):
-    try:
-      os.remove(path + suffix)
-    except FileNotFoundError:
-      pass

@@ -318,3 +318,30 @@ def test_a_full_disk_is_named_and_leaves_the_catalog_as_it_was(tmp_path):
     assert 'rollback' not in str(raised.value).lower()
     assert len(catalog) == 3 and len(catalog.router) == 3
     assert catalog.keys() == sorted(TEXTS)
+
+
+class _FullDisk:
+  """A connection whose INSERTs fail as sqlite fails on a full disk, rolling back first."""
+
+  def __init__(self, db):
+    self._db = db
+
+  def __getattr__(self, name):
+    return getattr(self._db, name)
+
+  def execute(self, statement, *args):
+    if statement.startswith('INSERT'):
+      self._db.execute('ROLLBACK')  # sqlite may roll the transaction back itself on SQLITE_FULL
+      raise sqlite3.OperationalError('database or disk is full')
+    return self._db.execute(statement, *args)
+
+
+def test_a_full_disk_is_not_hidden_by_a_failing_rollback(tmp_path):
+  """The catalog's own ROLLBACK failed after sqlite had rolled back, hiding the full disk."""
+  with catalog_lib.Catalog(tmp_path / 'c.sqlite') as catalog:
+    catalog._db = _FullDisk(catalog._db)
+    with pytest.raises(catalog_lib.CatalogFileError, match='disk is full') as raised:
+      _fill(catalog)
+    assert 'rollback' not in str(raised.value).lower()
+    catalog._db = catalog._db._db
+    assert len(catalog) == 0 and len(catalog.router) == 0
