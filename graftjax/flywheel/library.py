@@ -164,6 +164,7 @@ class Library:
         f' store and the deposit records (Library.rebuild({str(self.root)!r}))'
       )
     self.path = str(path)
+    self.rebuilt: dict[str, Any] | None = None  # what `rebuild` found, on a rebuilt library
     self._db = indexes.connect(path, timeout=timeout)
     try:
       self._open()
@@ -386,22 +387,29 @@ def _record_path(records: pathlib.Path, task: str, item_id: str) -> pathlib.Path
 
 
 def _write_record(records: pathlib.Path, entry: Entry) -> None:
-  """Writes the entry's deposit record whole (a record already there is kept)."""
+  """Writes the entry's deposit record whole (a record already there is kept).
+
+  Raises:
+    CatalogFileError: the record cannot be written (e.g. a full disk); nothing is left of it.
+  """
   path = _record_path(records, entry.task, entry.item_id)
-  if path.exists():
-    return
-  records.mkdir(parents=True, exist_ok=True)
   body = {'fields': entry.fields(), 'sha256': indexes.row_sha256(entry.fields())}
-  fd, partial = tempfile.mkstemp(dir=records, prefix='.record-')
   try:
-    with os.fdopen(fd, 'w') as f:
-      f.write(json.dumps(body, sort_keys=True, indent=1, ensure_ascii=True) + '\n')
-      f.flush()
-      os.fsync(f.fileno())
-    with contextlib.suppress(FileExistsError):  # another process wrote it first
-      os.link(partial, path)
-  finally:
-    os.remove(partial)
+    if path.exists():
+      return
+    records.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=records, prefix='.record-')
+    try:
+      with os.fdopen(fd, 'w') as f:
+        f.write(json.dumps(body, sort_keys=True, indent=1, ensure_ascii=True) + '\n')
+        f.flush()
+        os.fsync(f.fileno())
+      with contextlib.suppress(FileExistsError):  # another process wrote it first
+        os.link(partial, path)
+    finally:
+      os.remove(partial)
+  except OSError as e:
+    raise CatalogFileError(str(path), f'cannot write the deposit record: {e.strerror or e}') from e
 
 
 def _read_record(path: pathlib.Path) -> Entry:

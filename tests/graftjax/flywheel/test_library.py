@@ -1,6 +1,8 @@
 """Deposit (verified, idempotent, resumable) and graft -> answer (== the same text prompted)."""
 
 import dataclasses
+import errno
+import os
 import sqlite3
 
 import pytest
@@ -330,3 +332,13 @@ def test_a_full_disk_is_named_not_hidden_by_the_rollback(text_model, library):
   library._db = library._db._db
   assert library.entries() == []
   assert deposit(text_model, library) == library.find(ITEM.task, ITEM.id)  # room again: resumes
+
+
+def test_a_deposit_record_that_cannot_be_written_is_named(text_model, library, monkeypatch):
+  def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(library_lib.tempfile, 'mkstemp', full)
+  with pytest.raises(library_lib.CatalogFileError, match='deposit record.*No space left'):
+    deposit(text_model, library)
+  assert library.entries() == []
