@@ -359,17 +359,17 @@ class Library:
 def check(entry: Entry, meta: blocks.BlockMeta) -> None:
   """Raises `BindingError` unless the block's metadata `meta` is what `entry` claims of it.
 
-  The block's token digest and count must be the row's, and the row's text the deposit
-  template of its own question and answer, under a verdict that verified.
+  The block's token digest and count must be the row's, and the row's text a deposit of its
+  own question, under a verdict that verified to the row's answer.
   """
   indexes.check(
     meta, key=entry.key, what=entry.name, tokens=entry.tokens_sha256, n_tokens=entry.block_tokens
   )
-  heads = (f'Question: {entry.question}\nFinal answer: {entry.answer}\n',)
-  if not entry.text.startswith(heads) or entry.verdict.get('verdict') is not True:
+  head = RECALL_QUERY.format(question=entry.question)
+  if not entry.text.startswith(head) or entry.verdict.get('verdict') is not True:
     raise BindingError(
       f'{entry.name}: its text {entry.text[:40]!r}… is not the deposit of its question'
-      f' {entry.question[:40]!r} and answer {entry.answer!r} under a verdict that verified'
+      f' {entry.question[:40]!r} under a verdict that verified'
     )
   if str(entry.verdict.get('extracted')) != entry.answer:
     raise BindingError(
