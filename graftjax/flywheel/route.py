@@ -75,6 +75,10 @@ class Router(abc.ABC):
     Raises:
       ValueError: if the text is empty once normalised.
     """
+    if not isinstance(key, str) or not isinstance(text, str):
+      raise ValueError(
+        f'key and text must be strings, got {type(key).__name__}, {type(text).__name__}'
+      )
     if not normalize(text):
       raise ValueError(f'nothing to route on: text {text!r} of key {key!r} normalises to empty')
     if (key, text) in self._seen:

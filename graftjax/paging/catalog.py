@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Self
@@ -113,7 +114,7 @@ class Entry:
       key, text, source, n_tokens, layout, fingerprint, dtype, tokens = values
       layout = None if layout is None else tuple(tuple(p) for p in json.loads(layout))
       entry = cls(key, text, source, int(n_tokens), layout, fingerprint, dtype, tokens)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RecursionError) as e:
       raise DamagedCatalogError(f'catalog row {key}…: malformed ({e}); rebuild the catalog') from e
     if indexes.row_sha256(entry.fields()) != digest:
       raise DamagedCatalogError(
@@ -268,9 +269,15 @@ class Catalog:
       CatalogError: if `key` is catalogued with other values, or the entry is refused.
       BindingError: if the entry does not match the block under `key` in the store.
     """
-    layout = None if page_layout is None else tuple((int(a), int(b)) for a, b in page_layout)
-    tokens = None if token_ids is None else tokens_sha256(token_ids)
-    entry = Entry(key, text, source, int(n_tokens), layout, model_fingerprint, dtype, tokens)
+    try:
+      layout = None if page_layout is None else tuple((int(a), int(b)) for a, b in page_layout)
+      tokens = None if token_ids is None else tokens_sha256(token_ids)
+      n_tokens = operator.index(n_tokens)
+    except (TypeError, ValueError) as e:
+      raise CatalogError(
+        f'key {str(key)[:12]}…: n_tokens, page_layout or token_ids malformed: {e}'
+      ) from e
+    entry = Entry(key, text, source, n_tokens, layout, model_fingerprint, dtype, tokens)
     return self.add_many([entry]) == 1
 
   def add_many(self, entries: Iterable[Entry]) -> int:
@@ -295,6 +302,14 @@ class Catalog:
     return len(new)
 
   def _checked(self, entry: Entry) -> Entry:
+    strings = ('key', 'text', 'source', 'model_fingerprint', 'dtype')
+    wrong = [name for name in strings if not isinstance(getattr(entry, name), str)]
+    if wrong or not isinstance(entry.n_tokens, int) or isinstance(entry.n_tokens, bool):
+      wrong = wrong or ['n_tokens']
+      raise CatalogError(
+        f'catalog entry {entry.key!r:.20}: {", ".join(wrong)} of the wrong type'
+        f' ({", ".join(type(getattr(entry, name)).__name__ for name in wrong)})'
+      )
     if not route_lib.normalize(entry.text):
       raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
     if entry.n_tokens <= 0:

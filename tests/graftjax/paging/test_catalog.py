@@ -345,3 +345,35 @@ def test_a_full_disk_is_not_hidden_by_a_failing_rollback(tmp_path):
     assert 'rollback' not in str(raised.value).lower()
     catalog._db = catalog._db._db
     assert len(catalog) == 0 and len(catalog.router) == 0
+
+
+@pytest.mark.parametrize(
+  'change',
+  [
+    {'page_layout': [(1,)]},
+    {'page_layout': 'rows'},
+    {'n_tokens': 'ten'},
+    {'n_tokens': 2.5},
+    {'token_ids': [None]},
+    {'source': None},
+    {'text': 7},
+  ],
+)
+def test_malformed_entries_are_catalog_errors(change):
+  fields = {'text': 'a real text', **_entry(1), **change}
+  with catalog_lib.Catalog(':memory:') as catalog:
+    with pytest.raises(catalog_lib.CatalogError):
+      catalog.add('d' * 64, **fields)
+    assert len(catalog) == 0
+
+
+def test_a_deeply_nested_layout_in_a_row_is_a_damaged_catalog(tmp_path):
+  path = tmp_path / 'c.sqlite'
+  with catalog_lib.Catalog(path) as catalog:
+    _fill(catalog)
+  db = sqlite3.connect(path)
+  with db:
+    db.execute('UPDATE pages SET page_layout = ?', ('[' * 100_000 + ']' * 100_000,))
+  db.close()
+  with pytest.raises(catalog_lib.DamagedCatalogError, match='malformed'):
+    catalog_lib.Catalog(path)
