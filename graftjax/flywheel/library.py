@@ -193,16 +193,21 @@ class Library:
 
     Every record's own digest is checked, and its claims (token digest, token count) against
     its block's manifest. Blocks without a record and records without a block are left out
-    and listed in the returned library's `rebuilt` (with the number of rows).
+    and listed in the returned library's `rebuilt` (with the number of rows). A catalog of
+    the earlier schema (rows without token digests, deposits without records) is adopted
+    first: each of its rows whose block is stored gets its block's token digest, is checked
+    as any row is, and is written as a record.
 
     Raises:
       DamagedLibraryError: a record does not match its own digest.
-      BindingError: a record does not match the block it names.
+      BindingError: a record (or an adopted row) does not match the block it names.
       CatalogFileError: the new catalog cannot be written.
     """
     root = pathlib.Path(root)
     store = store_lib.BlockStore(root / 'blocks')
     stored = set(store.list())
+    for entry in _earlier_rows(root / _CATALOG, store, stored):
+      _write_record(root / 'records', entry)
     entries, orphans = [], []
     for record in sorted((root / 'records').glob('*.json')):
       entry = _read_record(record)
@@ -410,6 +415,46 @@ def _write_record(records: pathlib.Path, entry: Entry) -> None:
       os.remove(partial)
   except OSError as e:
     raise CatalogFileError(str(path), f'cannot write the deposit record: {e.strerror or e}') from e
+
+
+_EARLIER_FIELDS = _FIELDS[:-1]  # schema version 1: no token digest, no row digest
+
+
+def _earlier_rows(path: pathlib.Path, store: store_lib.BlockStore, stored: set[str]):
+  """The rows of a schema-1 catalog at `path` whose blocks are stored, each checked against
+  its block (none if the file is absent, unreadable or of another schema)."""
+  if not path.is_file() or indexes.is_empty_file(path):
+    return []
+  try:
+    db = sqlite3.connect(f'{path.resolve().as_uri()}?mode=ro', uri=True)
+    try:
+      version = db.execute('PRAGMA user_version').fetchone()[0]
+      columns = [row[1] for row in db.execute('PRAGMA table_info(deposits)')]
+      if version != 0 or columns != _EARLIER_FIELDS:
+        return []
+      rows = db.execute('SELECT * FROM deposits ORDER BY task, item_id').fetchall()
+    finally:
+      db.close()
+  except sqlite3.Error:
+    return []
+  out = []
+  for row in rows:
+    fields = dict(zip(_EARLIER_FIELDS, row))
+    if fields['key'] not in stored:
+      continue
+    meta = indexes.block_meta(store, fields['key'])
+    try:
+      verdict = json.loads(fields['verdict'])
+      entry = Entry(
+        **{**fields, 'verdict': verdict}, tokens_sha256=indexes.tokens_sha256(meta.token_ids)
+      )
+    except (TypeError, ValueError, RecursionError) as e:
+      raise DamagedLibraryError(
+        f'{path}: row {fields["task"]}/{fields["item_id"]} of the earlier schema is malformed ({e})'
+      ) from e
+    check(entry, meta)
+    out.append(entry)
+  return out
 
 
 def _read_record(path: pathlib.Path) -> Entry:

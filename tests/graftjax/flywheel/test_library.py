@@ -342,3 +342,28 @@ def test_a_deposit_record_that_cannot_be_written_is_named(text_model, library, m
   with pytest.raises(library_lib.CatalogFileError, match='deposit record.*No space left'):
     deposit(text_model, library)
   assert library.entries() == []
+
+
+def test_rebuild_adopts_a_catalog_of_the_earlier_schema(text_model, library, tmp_path):
+  """Catalogs written before rows carried token digests (and deposits wrote records)."""
+  first, second = _two(text_model, library)
+  library.close()
+  for record in (tmp_path / 'records').glob('*.json'):
+    record.unlink()
+  (tmp_path / 'catalog.db').unlink()
+  db = sqlite3.connect(tmp_path / 'catalog.db')
+  with db:
+    db.execute(
+      'CREATE TABLE deposits (key TEXT NOT NULL, task TEXT NOT NULL, item_id TEXT NOT NULL,'
+      ' question TEXT NOT NULL, text TEXT NOT NULL, answer TEXT NOT NULL, source TEXT NOT NULL,'
+      ' verdict TEXT NOT NULL, tokens_spent INTEGER NOT NULL, block_tokens INTEGER NOT NULL,'
+      ' PRIMARY KEY (task, item_id))'
+    )
+    for entry in (first, second):
+      db.execute(f'INSERT INTO deposits VALUES ({",".join("?" * 10)})', entry.row()[:10])
+  db.close()
+  with pytest.raises(library_lib.DamagedLibraryError, match='schema version 0'):
+    library_lib.Library(tmp_path, shape=SHAPE)
+  rebuilt = library_lib.Library.rebuild(tmp_path, shape=SHAPE)
+  assert rebuilt.entries() == [first, second] and rebuilt.rebuilt['rows'] == 2
+  assert len(list((tmp_path / 'records').glob('*.json'))) == 2
