@@ -73,10 +73,11 @@ class Router(abc.ABC):
     """Stores (key, text); returns False if it was stored already.
 
     Raises:
+      TypeError: if the key or text is not a string.
       ValueError: if the text is empty once normalised.
     """
     if not isinstance(key, str) or not isinstance(text, str):
-      raise ValueError(
+      raise TypeError(
         f'key and text must be strings, got {type(key).__name__}, {type(text).__name__}'
       )
     if not normalize(text):

@@ -234,7 +234,7 @@ def test_a_lying_block_tokens_is_refused_before_grafting(text_model, library, no
 
 
 def test_a_row_whose_text_or_answer_is_not_its_blocks_is_refused(text_model, library, no_graft):
-  first, second = _two(text_model, library)
+  first, _ = _two(text_model, library)
   with pytest.raises(library_lib.BindingError, match='does not tokenize'):
     _answer(
       text_model, library, dataclasses.replace(first, text=first.text.replace('2 + 3', '3 + 2'))

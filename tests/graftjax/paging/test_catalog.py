@@ -166,16 +166,16 @@ def test_entries_added_beside_the_store_take_their_token_digest_from_it(stored):
 )
 def test_an_entry_that_lies_about_its_block_is_refused_naming_both(stored, claim, match):
   store, put = stored
-  key, block = next(iter(put.items()))
+  key = next(iter(put))
   fields = {'source': 'x', 'n_tokens': 6, 'model_fingerprint': FP, 'dtype': 'float32', **claim}
   with catalog_lib.Catalog(store.root + '/other.sqlite', store=store) as catalog:
     with pytest.raises(catalog_lib.BindingError, match=match) as raised:
       catalog.add(key, 'some text', **fields)
     assert key[:12] in str(raised.value)
     assert len(catalog) == 0
-  with catalog_lib.Catalog(':memory:') as catalog:  # no store: the token ids are required
-    with pytest.raises(catalog_lib.CatalogError, match='no token ids'):
-      catalog.add('d' * 64, 'text', source='x', n_tokens=1, model_fingerprint=FP, dtype='float32')
+  no_store = catalog_lib.Catalog(':memory:')  # no store: the token ids are required
+  with no_store as catalog, pytest.raises(catalog_lib.CatalogError, match='no token ids'):
+    catalog.add('d' * 64, 'text', source='x', n_tokens=1, model_fingerprint=FP, dtype='float32')
 
 
 def _swap_keys(path, a, b):
@@ -228,7 +228,7 @@ def test_a_row_with_nothing_to_route_by_leaves_the_catalog_openable(tmp_path):
 
 @pytest.mark.parametrize('damage', ['empty', 'garbage'])
 def test_a_damaged_catalog_beside_a_store_is_an_error_then_rebuilt(stored, damage):
-  store, put = stored
+  store, _ = stored
   path = os.path.join(store.root, catalog_lib.FILENAME)
   with catalog_lib.Catalog.beside(store) as catalog:
     before = catalog.entries()
