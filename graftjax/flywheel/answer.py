@@ -79,16 +79,23 @@ def answer(
 ) -> Answer:
   """Grafts `entry`'s block (none: the base model alone), asks `question`, decodes.
 
-  `preamble` (e.g. few-shot examples) comes between the block and the query.
+  `preamble` (e.g. few-shot examples) comes between the block and the query. The entry is
+  checked against its block's manifest before anything is grafted (`Library.check`).
+
+  Raises:
+    library.BindingError: the entry does not match its block (another item's block, a token
+      count or text that is not the block's).
+    store.StoreError: the block is missing or does not verify.
   """
   start = time.perf_counter()
-  cache = model.init_cache(capacity=library.shape.capacity)
   context = 0
+  if entry is not None:
+    context = len(library.check(entry, model).token_ids)
+  cache = model.init_cache(capacity=library.shape.capacity)
   if entry is not None:
     cache = restore_lib.restore(
       library.store, entry.key, cache, target=model.graft_target, donate=True
     )
-    context = entry.block_tokens
   return _continue(model, library, cache, context, question, mode, max_new_tokens, preamble, start)
 
 

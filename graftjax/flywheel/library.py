@@ -2,24 +2,36 @@
 
 A deposit prefills a fixed template (question, worked solution, final
 answer) at slot 0 of a cache of the library's shape, captures it as a block
-and puts it in a `BlockStore`; a row in an sqlite catalog (`catalog.db`
-beside the blocks) records what the block holds and how it was verified.
-Only a solution whose verification record re-verifies is deposited.
-Deposits are content-addressed and idempotent: depositing the same item
-again is a no-op, so an interrupted run resumes from the catalog.
+and puts it in a `BlockStore`; a deposit record (`records/`, one JSON file
+per item) and a row in an sqlite catalog (`catalog.db` beside the blocks)
+record what the block holds and how it was verified. Only a solution whose
+verification record re-verifies is deposited. Deposits are content-addressed
+and idempotent: depositing the same item again is a no-op, so an interrupted
+run resumes from the catalog.
+
+A row names its block by key and carries the SHA-256 of the block's token ids
+and of its own fields; `check` holds a row against the block's manifest (and
+its text against the block's tokens) before the block is grafted. The
+catalog is an index: `Library.rebuild` writes it again from the store's
+manifests and the deposit records (the item, verdict and source are not in a
+block's metadata, whose every field is part of its key).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
 import re
 import sqlite3
+import tempfile
 from typing import Any
 
 from graftjax import blocks
+from graftjax import indexes
 from graftjax import store as store_lib
 
 # A recurring question is asked as RECALL_QUERY after its block: the query
@@ -34,6 +46,7 @@ SOLVE_QUERY = 'Question: {question}\nSolution:'
 # Where a solution's own closing answer line starts (ours, or GSM8K's '####').
 _ANSWER_LINE = re.compile(r'\n\s*(?:Final answer:|####)')
 
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deposits (
   key TEXT NOT NULL,
@@ -46,13 +59,22 @@ CREATE TABLE IF NOT EXISTS deposits (
   verdict TEXT NOT NULL,
   tokens_spent INTEGER NOT NULL,
   block_tokens INTEGER NOT NULL,
+  tokens_sha256 TEXT NOT NULL,
+  row_sha256 TEXT NOT NULL,
   PRIMARY KEY (task, item_id)
 )
 """
+BindingError = indexes.BindingError
+CatalogFileError = indexes.CatalogFileError
 
 
 class DepositError(ValueError):
   """A solution cannot be deposited: it does not re-verify, or the item is inconsistent."""
+
+
+class DamagedLibraryError(ValueError):
+  """The catalog is missing or empty beside a non-empty store, of another schema, or a row or
+  record does not match its own digest: rebuild it (`Library.rebuild`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,31 +104,169 @@ class Entry:
   verdict: dict[str, Any]
   tokens_spent: int
   block_tokens: int
+  tokens_sha256: str
+
+  @property
+  def name(self) -> str:
+    return f'library row {self.task}/{self.item_id}'
+
+  def fields(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  def row(self) -> tuple:
+    """The sqlite row: every field (the verdict as JSON), then the SHA-256 of the fields."""
+    fields = self.fields()
+    stored = {**fields, 'verdict': json.dumps(self.verdict, sort_keys=True)}
+    return (*stored.values(), indexes.row_sha256(fields))
+
+  @classmethod
+  def from_fields(cls, fields: dict[str, Any], digest: str, where: str) -> Entry:
+    """The entry of a row's or record's fields, checked against their digest.
+
+    Raises:
+      DamagedLibraryError: a field is missing or malformed, or the digest does not match.
+    """
+    try:
+      entry = cls(**fields)
+      ok = indexes.row_sha256(entry.fields()) == digest
+    except (TypeError, ValueError) as e:
+      raise DamagedLibraryError(f'{where}: malformed ({e}); rebuild the library') from e
+    if not ok:
+      raise DamagedLibraryError(
+        f'{where} does not match its own digest {str(digest)[:16]}…: it was altered; rebuild'
+        ' the library (Library.rebuild)'
+      )
+    return entry
+
+
+_FIELDS = [f.name for f in dataclasses.fields(Entry)]
+_CATALOG = 'catalog.db'
 
 
 class Library:
-  """Blocks in a `BlockStore` under `root`, their catalog in `root/catalog.db`."""
+  """Blocks in a `BlockStore` under `root`, their catalog in `root/catalog.db`.
 
-  def __init__(self, root: str | os.PathLike[str], *, shape: Shape = Shape()):
+  Raises:
+    DamagedLibraryError: the catalog is missing or empty beside a non-empty store, or of
+      another schema (rebuild it: `Library.rebuild`).
+    CatalogFileError: sqlite cannot use the catalog (corrupt, locked, unreadable).
+  """
+
+  def __init__(self, root: str | os.PathLike[str], *, shape: Shape = Shape(), timeout: float = 5.0):
     self.root = pathlib.Path(root)
     self.shape = shape
     self.store = store_lib.BlockStore(self.root / 'blocks')
-    self._db = sqlite3.connect(self.root / 'catalog.db')
-    with self._db:
-      self._db.execute(_SCHEMA)
+    path = self.root / _CATALOG
+    if (not path.exists() or indexes.is_empty_file(path)) and self.store.list():
+      state = 'is 0 bytes' if path.exists() else 'is missing'
+      raise DamagedLibraryError(
+        f'{path} {state} beside {len(self.store.list())} stored blocks: rebuild it from the'
+        f' store and the deposit records (Library.rebuild({str(self.root)!r}))'
+      )
+    self.path = str(path)
+    self.rebuilt: dict[str, Any] | None = None  # what `rebuild` found, on a rebuilt library
+    self._db = indexes.connect(path, timeout=timeout)
+    try:
+      self._open()
+    except BaseException:
+      self._db.close()
+      raise
+
+  def _open(self) -> None:
+    with indexes.sqlite_errors(self.path, 'cannot open the library catalog'):
+      tables = {name for (name,) in self._db.execute('SELECT name FROM sqlite_master')}
+      if 'deposits' not in tables:
+        with indexes.transaction(self._db, self.path):
+          self._db.execute(_SCHEMA)
+          self._db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
+      version = self._db.execute('PRAGMA user_version').fetchone()[0]
+      columns = [row[1] for row in self._db.execute('PRAGMA table_info(deposits)')]
+    if version != SCHEMA_VERSION or columns != [*_FIELDS, 'row_sha256']:
+      raise DamagedLibraryError(
+        f'{self.path} is a library catalog of schema version {version}; this code reads'
+        f' version {SCHEMA_VERSION}: rebuild it (Library.rebuild)'
+      )
+
+  @classmethod
+  def rebuild(cls, root: str | os.PathLike[str], *, shape: Shape = Shape(), **kwargs) -> Library:
+    """Writes the catalog again from the store's manifests and the deposit records; opens it.
+
+    Every record's own digest is checked, and its claims (token digest, token count) against
+    its block's manifest. Blocks without a record and records without a block are left out
+    and listed in the returned library's `rebuilt` (with the number of rows). A catalog of
+    the earlier schema (rows without token digests, deposits without records) is adopted
+    first: each of its rows whose block is stored gets its block's token digest, is checked
+    as any row is, and is written as a record.
+
+    Raises:
+      DamagedLibraryError: a record does not match its own digest.
+      BindingError: a record (or an adopted row) does not match the block it names.
+      CatalogFileError: the new catalog cannot be written.
+    """
+    root = pathlib.Path(root)
+    store = store_lib.BlockStore(root / 'blocks')
+    stored = set(store.list())
+    for entry in _earlier_rows(root / _CATALOG, store, stored):
+      _write_record(root / 'records', entry)
+    entries, orphans = [], []
+    for record in sorted((root / 'records').glob('*.json')):
+      entry = _read_record(record)
+      if entry.key not in stored:
+        orphans.append(entry.key)
+        continue
+      check(entry, indexes.block_meta(store, entry.key))
+      entries.append(entry)
+    partial = root / f'{_CATALOG}.rebuild'
+    indexes.remove_database(partial)
+    db = indexes.connect(partial, timeout=5.0)
+    try:
+      with indexes.transaction(db, partial):
+        db.execute(_SCHEMA)
+        db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
+        db.executemany(_INSERT, [entry.row() for entry in entries])
+    finally:
+      db.close()
+    indexes.replace_database(partial, root / _CATALOG)
+    library = cls(root, shape=shape, **kwargs)
+    library.rebuilt = {
+      'rows': len(entries),
+      'blocks_without_record': sorted(stored - {e.key for e in entries}),
+      'records_without_block': sorted(orphans),
+    }
+    return library
 
   def close(self) -> None:
     self._db.close()
 
   def entries(self) -> list[Entry]:
-    rows = self._db.execute('SELECT * FROM deposits ORDER BY task, item_id').fetchall()
+    """Every row by task and item, each checked against its digest."""
+    with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
+      rows = self._db.execute('SELECT * FROM deposits ORDER BY task, item_id').fetchall()
     return [_entry(row) for row in rows]
 
   def find(self, task: str, item_id: str) -> Entry | None:
-    row = self._db.execute(
-      'SELECT * FROM deposits WHERE task = ? AND item_id = ?', (task, item_id)
-    ).fetchone()
+    with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
+      row = self._db.execute(
+        'SELECT * FROM deposits WHERE task = ? AND item_id = ?', (task, item_id)
+      ).fetchone()
     return _entry(row) if row else None
+
+  def check(self, entry: Entry, model=None) -> blocks.BlockMeta:
+    """The block's metadata, once `entry` is checked against it (see the module `check`);
+    with `model`, the entry's text must also tokenize to the block's tokens.
+
+    Raises:
+      BindingError: naming the row, the block, and both sides of the difference.
+      store.StoreError: the block is missing or its manifest does not check.
+    """
+    meta = indexes.block_meta(self.store, entry.key)
+    check(entry, meta)
+    if model is not None and tuple(model.tokenizer.encode(entry.text)) != meta.token_ids:
+      raise BindingError(
+        f'{entry.name}: its text does not tokenize to the tokens of block {entry.key[:12]}…'
+        f' ({entry.block_tokens} tokens claimed, {len(meta.token_ids)} held)'
+      )
+    return meta
 
   def deposit(
     self,
@@ -188,27 +348,123 @@ class Library:
       verdict=verdict.to_json(),
       tokens_spent=int(tokens_spent),
       block_tokens=len(ids),
+      tokens_sha256=indexes.tokens_sha256(ids),
     )
+    _write_record(self.root / 'records', entry)
     try:
-      with self._db:
-        self._db.execute(
-          'INSERT INTO deposits VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
-          (
-            entry.key,
-            entry.task,
-            entry.item_id,
-            entry.question,
-            entry.text,
-            entry.answer,
-            entry.source,
-            json.dumps(entry.verdict, sort_keys=True),
-            entry.tokens_spent,
-            entry.block_tokens,
-          ),
-        )
-    except sqlite3.IntegrityError:  # another process deposited this item meanwhile
-      return self.find(item.task, item.id)
+      with indexes.transaction(self._db, self.path):
+        self._db.execute(_INSERT, entry.row())
+    except indexes.CatalogFileError as e:
+      if not isinstance(e.__cause__, sqlite3.IntegrityError):
+        raise
+      return self.find(item.task, item.id)  # another process deposited this item meanwhile
     return entry
+
+
+def check(entry: Entry, meta: blocks.BlockMeta) -> None:
+  """Raises `BindingError` unless the block's metadata `meta` is what `entry` claims of it.
+
+  The block's token digest and count must be the row's, and the row's text a deposit of its
+  own question, under a verdict that verified to the row's answer.
+  """
+  indexes.check(
+    meta, key=entry.key, what=entry.name, tokens=entry.tokens_sha256, n_tokens=entry.block_tokens
+  )
+  head = RECALL_QUERY.format(question=entry.question)
+  if not entry.text.startswith(head) or entry.verdict.get('verdict') is not True:
+    raise BindingError(
+      f'{entry.name}: its text {entry.text[:40]!r}… is not the deposit of its question'
+      f' {entry.question[:40]!r} under a verdict that verified'
+    )
+  if str(entry.verdict.get('extracted')) != entry.answer:
+    raise BindingError(
+      f'{entry.name}: answer {entry.answer!r}, but its verdict extracted'
+      f' {entry.verdict.get("extracted")!r}'
+    )
+
+
+_INSERT = f'INSERT INTO deposits VALUES ({", ".join("?" * (len(_FIELDS) + 1))})'
+
+
+def _record_path(records: pathlib.Path, task: str, item_id: str) -> pathlib.Path:
+  name = hashlib.sha256(json.dumps([task, item_id]).encode()).hexdigest()
+  return records / f'{name}.json'
+
+
+def _write_record(records: pathlib.Path, entry: Entry) -> None:
+  """Writes the entry's deposit record whole (a record already there is kept).
+
+  Raises:
+    CatalogFileError: the record cannot be written (e.g. a full disk); nothing is left of it.
+  """
+  path = _record_path(records, entry.task, entry.item_id)
+  body = {'fields': entry.fields(), 'sha256': indexes.row_sha256(entry.fields())}
+  try:
+    if path.exists():
+      return
+    records.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=records, prefix='.record-')
+    try:
+      with os.fdopen(fd, 'w') as f:
+        f.write(json.dumps(body, sort_keys=True, indent=1, ensure_ascii=True) + '\n')
+        f.flush()
+        os.fsync(f.fileno())
+      with contextlib.suppress(FileExistsError):  # another process wrote it first
+        os.link(partial, path)
+    finally:
+      os.remove(partial)
+  except OSError as e:
+    raise CatalogFileError(str(path), f'cannot write the deposit record: {e.strerror or e}') from e
+
+
+_EARLIER_FIELDS = _FIELDS[:-1]  # schema version 1: no token digest, no row digest
+
+
+def _earlier_rows(path: pathlib.Path, store: store_lib.BlockStore, stored: set[str]):
+  """The rows of a schema-1 catalog at `path` whose blocks are stored, each checked against
+  its block (none if the file is absent, unreadable or of another schema)."""
+  if not path.is_file() or indexes.is_empty_file(path):
+    return []
+  try:
+    db = sqlite3.connect(f'{path.resolve().as_uri()}?mode=ro', uri=True)
+    try:
+      version = db.execute('PRAGMA user_version').fetchone()[0]
+      columns = [row[1] for row in db.execute('PRAGMA table_info(deposits)')]
+      if version != 0 or columns != _EARLIER_FIELDS:
+        return []
+      rows = db.execute('SELECT * FROM deposits ORDER BY task, item_id').fetchall()
+    finally:
+      db.close()
+  except sqlite3.Error:
+    return []
+  out = []
+  for row in rows:
+    fields = dict(zip(_EARLIER_FIELDS, row))
+    if fields['key'] not in stored:
+      continue
+    meta = indexes.block_meta(store, fields['key'])
+    try:
+      verdict = json.loads(fields['verdict'])
+      entry = Entry(
+        **{**fields, 'verdict': verdict}, tokens_sha256=indexes.tokens_sha256(meta.token_ids)
+      )
+    except (TypeError, ValueError, RecursionError) as e:
+      raise DamagedLibraryError(
+        f'{path}: row {fields["task"]}/{fields["item_id"]} of the earlier schema is malformed ({e})'
+      ) from e
+    check(entry, meta)
+    out.append(entry)
+  return out
+
+
+def _read_record(path: pathlib.Path) -> Entry:
+  try:
+    body = json.loads(path.read_bytes())
+    return Entry.from_fields(body['fields'], body['sha256'], f'deposit record {path}')
+  except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:
+    if isinstance(e, DamagedLibraryError):
+      raise
+    raise DamagedLibraryError(f'deposit record {path}: unreadable ({e})') from e
 
 
 def _answer_line(item, verifier, solution: str) -> str:
@@ -222,7 +478,11 @@ def _answer_line(item, verifier, solution: str) -> str:
 
 
 def _entry(row) -> Entry:
-  fields = [f.name for f in dataclasses.fields(Entry)]
-  data = dict(zip(fields, row))
-  data['verdict'] = json.loads(data['verdict'])
-  return Entry(**data)
+  *values, digest = row
+  fields = dict(zip(_FIELDS, values))
+  where = f'library row {fields.get("task")}/{fields.get("item_id")}'
+  try:
+    fields['verdict'] = json.loads(fields['verdict'])
+  except (TypeError, ValueError, RecursionError) as e:
+    raise DamagedLibraryError(f'{where}: verdict is not JSON ({e}); rebuild the library') from e
+  return Entry.from_fields(fields, digest, where)

@@ -35,6 +35,10 @@ def normalize(text: str) -> str:
   return ' '.join(text[begin:end].split())
 
 
+class RouterFileError(ValueError):
+  """A saved router file cannot be read: missing, malformed, of another kind, or altered."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Hit:
   """A routed entry: its block key and score (see the module docstring)."""
@@ -51,6 +55,7 @@ class Router(abc.ABC):
   """
 
   kind: ClassVar[str]
+  _file_fields: ClassVar[tuple[str, ...]] = ('threshold', 'entries')
 
   def __init__(self, *, threshold: float):
     self.threshold = threshold
@@ -68,8 +73,13 @@ class Router(abc.ABC):
     """Stores (key, text); returns False if it was stored already.
 
     Raises:
+      TypeError: if the key or text is not a string.
       ValueError: if the text is empty once normalised.
     """
+    if not isinstance(key, str) or not isinstance(text, str):
+      raise TypeError(
+        f'key and text must be strings, got {type(key).__name__}, {type(text).__name__}'
+      )
     if not normalize(text):
       raise ValueError(f'nothing to route on: text {text!r} of key {key!r} normalises to empty')
     if (key, text) in self._seen:
@@ -121,15 +131,60 @@ class Router(abc.ABC):
     return {'router': self.kind, 'threshold': self.threshold, 'entries': self._entries}
 
   def save(self, path: str | pathlib.Path) -> None:
-    """Writes the entries and threshold as JSON (the index is rebuilt on load)."""
-    pathlib.Path(path).write_text(json.dumps(self._state(), indent=1, ensure_ascii=True) + '\n')
+    """Writes the entries and threshold as JSON with their SHA-256 (the index is rebuilt on load)."""
+    _write_json(path, self._state())
 
   @classmethod
-  def _read(cls, path: str | pathlib.Path) -> dict[str, Any]:
-    body = json.loads(pathlib.Path(path).read_text())
+  def _read(cls, path: str | pathlib.Path, extra: bytes = b'') -> dict[str, Any]:
+    """The saved state of a `cls` router, its SHA-256 checked over the body and `extra`.
+
+    Raises:
+      RouterFileError: the file is unreadable, not a router file of this kind, or does not
+        match its recorded SHA-256.
+    """
+    try:
+      body = json.loads(pathlib.Path(path).read_bytes())
+    except OSError as e:
+      raise RouterFileError(f'{path}: cannot read the router file: {e.strerror or e}') from e
+    except (ValueError, RecursionError) as e:
+      raise RouterFileError(f'{path}: not a router file (not JSON: {e})') from e
+    if not isinstance(body, dict):
+      raise RouterFileError(f'{path}: not a router file (a JSON {type(body).__name__})')
     if body.get('router') != cls.kind:
-      raise ValueError(f'{path} holds a {body.get("router")!r} router, not {cls.kind!r}')
+      raise RouterFileError(f'{path} holds a {body.get("router")!r} router, not {cls.kind!r}')
+    recorded = body.pop('sha256', None)
+    if recorded is None:
+      raise RouterFileError(f'{path}: no sha256 recorded (save the router again)')
+    if _sha256(body, extra) != recorded:
+      raise RouterFileError(
+        f'{path} does not match its recorded SHA-256 {str(recorded)[:16]}…: its entries,'
+        ' settings or embeddings were altered'
+      )
+    missing = sorted(set(cls._file_fields) - set(body))
+    if missing:
+      raise RouterFileError(f'{path}: no {", ".join(missing)} recorded')
+    entries = body['entries']
+    if not isinstance(entries, list) or not all(
+      isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries
+    ):
+      raise RouterFileError(f'{path}: entries must be a list of [key, text] strings')
     return body
+
+
+def _sha256(body: dict[str, Any], extra: bytes = b'') -> str:
+  """SHA-256 hex of a router file's canonical JSON (sorted keys, ASCII) followed by `extra`."""
+  canonical = json.dumps(body, sort_keys=True, separators=(',', ':'), ensure_ascii=True)
+  return hashlib.sha256(canonical.encode('ascii') + extra).hexdigest()
+
+
+def _write_json(path: str | pathlib.Path, body: dict[str, Any], extra: bytes = b'') -> None:
+  """Writes `body` and its `sha256` (over it and `extra`) to `path`, replacing it whole."""
+  body = {**body, 'entries': [list(e) for e in body['entries']]}
+  body['sha256'] = _sha256(body, extra)
+  path = pathlib.Path(path)
+  partial = path.with_name(f'.{path.name}.partial')
+  partial.write_text(json.dumps(body, indent=1, ensure_ascii=True) + '\n')
+  partial.replace(path)
 
 
 def _entries_of(body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -163,6 +218,7 @@ class BM25Router(Router):
   """BM25 (`bm25s`) over the stored texts; scores are fractions of the hit's self-score."""
 
   kind = 'bm25'
+  _file_fields = (*Router._file_fields, 'k1', 'b')
   TOKEN_PATTERN = r'(?u)\b\w+\b'
 
   def __init__(self, *, threshold: float, k1: float = 1.5, b: float = 0.75):
@@ -304,6 +360,7 @@ class EmbeddingRouter(Router):
   """
 
   kind = 'embedding'
+  _file_fields = (*Router._file_fields, 'chunk_size', 'batch_size', 'fingerprint')
 
   def __init__(
     self,
@@ -340,10 +397,7 @@ class EmbeddingRouter(Router):
   def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
     if not self._entries:
       return [iter(()) for _ in queries]
-    similarities = self.embed(queries) @ self.matrix.T
-    return [
-      ((int(i), float(row[i])) for i in np.argsort(-row, kind='stable')) for row in similarities
-    ]
+    return [_by_similarity(row) for row in self.embed(queries) @ self.matrix.T]
 
   def _state(self) -> dict[str, Any]:
     return {
@@ -354,11 +408,16 @@ class EmbeddingRouter(Router):
     }
 
   def save(self, path: str | pathlib.Path) -> None:
-    """JSON as `Router.save` plus the embeddings in `<path>.npy` (with their SHA-256)."""
+    """JSON as `Router.save` plus the embeddings in `<path>.npy`.
+
+    The recorded SHA-256 covers the entries and the embeddings' bytes together, so entries
+    reordered against their rows are refused on load.
+    """
     matrix = self.matrix
-    np.save(pathlib.Path(f'{path}.npy'), matrix, allow_pickle=False)
-    body = {**self._state(), 'embeddings_sha256': hashlib.sha256(matrix.tobytes()).hexdigest()}
-    pathlib.Path(path).write_text(json.dumps(body, indent=1, ensure_ascii=True) + '\n')
+    partial = pathlib.Path(f'{path}.partial.npy')
+    np.save(partial, matrix, allow_pickle=False)
+    partial.replace(pathlib.Path(f'{path}.npy'))
+    _write_json(path, self._state(), _matrix_bytes(matrix))
 
   @classmethod
   def load(
@@ -367,9 +426,16 @@ class EmbeddingRouter(Router):
     """Restores a saved router; re-embeds (lazily) if `model` is not the one it was saved with.
 
     Raises:
-      ValueError: if the embeddings file does not match its recorded SHA-256.
+      RouterFileError: if the file or its embeddings are unreadable, or do not match the
+        recorded SHA-256 (entries, settings and embeddings, in their pairing).
     """
-    body = cls._read(path)
+    try:
+      matrix = np.load(pathlib.Path(f'{path}.npy'), allow_pickle=False)
+    except (OSError, ValueError) as e:
+      raise RouterFileError(f'{path}.npy: cannot read the embeddings: {e}') from e
+    body = cls._read(path, _matrix_bytes(matrix))
+    if len(matrix) != len(body['entries']):
+      raise RouterFileError(f'{path}: {len(body["entries"])} entries but {len(matrix)} embeddings')
     router = cls(
       model,
       threshold=body['threshold'],
@@ -379,11 +445,19 @@ class EmbeddingRouter(Router):
     )
     router.add_many(_entries_of(body))
     if body['fingerprint'] == model.fingerprint:
-      matrix = np.load(pathlib.Path(f'{path}.npy'), allow_pickle=False)
-      if hashlib.sha256(matrix.tobytes()).hexdigest() != body['embeddings_sha256']:
-        raise ValueError(f'{path}.npy does not match its recorded SHA-256')
       router._matrix = matrix  # pylint: disable=protected-access
     return router
+
+
+def _by_similarity(row: np.ndarray) -> Iterator[tuple[int, float]]:
+  """(entry index, similarity) by falling similarity, for one query's row [N]."""
+  return ((int(i), float(row[i])) for i in np.argsort(-row, kind='stable'))
+
+
+def _matrix_bytes(matrix: np.ndarray) -> bytes:
+  """What the router file's SHA-256 covers of the embeddings: dtype, shape, then the bytes."""
+  head = f'{matrix.dtype.name}{list(matrix.shape)}\n'.encode()
+  return head + np.ascontiguousarray(matrix).tobytes()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,28 +3,36 @@
     catalog = Catalog.beside(store)               # <root>/catalog.sqlite on a file store
     catalog.add(key, text, source='json/decoder.py', n_tokens=2048, page_layout=page.layout)
     catalog.route('how does the json decoder scan strings', k=3)   # [(Entry, score)]
+    catalog = Catalog.rebuild(path, store, describe)   # the catalog again, from the store
 
 One row per stored page or block (key, text, source, token count, page
-layout as JSON, model fingerprint, dtype). The catalog is the durable record
-(stdlib `sqlite3`, one file, WAL journal); the router (`graftjax.flywheel.route`:
-`ExactRouter`, `BM25Router`, `EmbeddingRouter`) is an in-memory index rebuilt
-from it, kept in step with every `add`. The store stays the authority on
-bytes: a catalogued key is read and verified by the store like any other.
+layout as JSON, model fingerprint, dtype, the SHA-256 of the block's token
+ids, and a SHA-256 of the row's own fields, checked whenever a row is read).
+The catalog is an index of the store (stdlib `sqlite3`, one file, WAL
+journal): opened with its store, every row added is checked against the
+block's manifest; `PagedContext` checks every routed row against the block
+it reads before installing it; `rebuild` writes the catalog again from the
+store's manifests. The router (`graftjax.flywheel.route`: `ExactRouter`,
+`BM25Router`, `EmbeddingRouter`) is an in-memory index rebuilt from the
+catalog, kept in step with every `add`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
-import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Self
 
+from graftjax import blocks
+from graftjax import indexes
 from graftjax import store as store_lib
 from graftjax.flywheel import route as route_lib
 
 FILENAME = 'catalog.sqlite'
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pages (
   key TEXT PRIMARY KEY,
@@ -33,19 +41,45 @@ CREATE TABLE IF NOT EXISTS pages (
   n_tokens INTEGER NOT NULL,
   page_layout TEXT,
   model_fingerprint TEXT NOT NULL,
-  dtype TEXT NOT NULL
+  dtype TEXT NOT NULL,
+  tokens_sha256 TEXT NOT NULL,
+  row_sha256 TEXT NOT NULL
 ) WITHOUT ROWID
 """
-_COLUMNS = ('key', 'text', 'source', 'n_tokens', 'page_layout', 'model_fingerprint', 'dtype')
+_COLUMNS = (
+  'key',
+  'text',
+  'source',
+  'n_tokens',
+  'page_layout',
+  'model_fingerprint',
+  'dtype',
+  'tokens_sha256',
+  'row_sha256',
+)
+tokens_sha256 = indexes.tokens_sha256
+BindingError = indexes.BindingError
+CatalogFileError = indexes.CatalogFileError
+# (key, the block's metadata) -> (text, source) of its row, or None to leave it out.
+Describe = Callable[[str, blocks.BlockMeta], tuple[str, str] | None]
 
 
 class CatalogError(ValueError):
   """A catalog entry conflicts with the one stored, or a key is not catalogued."""
 
 
+class DamagedCatalogError(CatalogError):
+  """A catalog file is empty beside a non-empty store, of another schema, or a row does not
+  match its own digest: rebuild it from the store (`Catalog.rebuild`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
-  """One catalogued page (or block): what routing returns."""
+  """One catalogued page (or block): what routing returns.
+
+  `tokens_sha256` (`indexes.tokens_sha256` of the block's token ids) binds the
+  row to its block; None only before `Catalog.add_many` takes it from the store.
+  """
 
   key: str
   text: str
@@ -54,24 +88,40 @@ class Entry:
   page_layout: tuple[tuple[int, int], ...] | None
   model_fingerprint: str
   dtype: str
+  tokens_sha256: str | None = None
+
+  def fields(self) -> dict:
+    layout = None if self.page_layout is None else [list(p) for p in self.page_layout]
+    return {**dataclasses.asdict(self), 'page_layout': layout}
 
   def row(self) -> tuple:
-    layout = None if self.page_layout is None else json.dumps([list(p) for p in self.page_layout])
-    return (
-      self.key,
-      self.text,
-      self.source,
-      self.n_tokens,
-      layout,
-      self.model_fingerprint,
-      self.dtype,
-    )
+    """The sqlite row: every field (the layout as JSON), then the SHA-256 of the fields."""
+    fields = self.fields()
+    layout = fields['page_layout']
+    stored = {**fields, 'page_layout': None if layout is None else json.dumps(layout)}
+    return (*(stored[c] for c in _COLUMNS[:-1]), indexes.row_sha256(fields))
 
   @classmethod
   def from_row(cls, row: Sequence) -> Entry:
-    key, text, source, n_tokens, layout, fingerprint, dtype = row
-    layout = None if layout is None else tuple(tuple(p) for p in json.loads(layout))
-    return cls(key, text, source, int(n_tokens), layout, fingerprint, dtype)
+    """The entry of a row, its digest checked.
+
+    Raises:
+      DamagedCatalogError: the row does not match its own digest, or a field is malformed.
+    """
+    *values, digest = row
+    key = str(values[0])[:12]
+    try:
+      key, text, source, n_tokens, layout, fingerprint, dtype, tokens = values
+      layout = None if layout is None else tuple(tuple(p) for p in json.loads(layout))
+      entry = cls(key, text, source, int(n_tokens), layout, fingerprint, dtype, tokens)
+    except (ValueError, TypeError, RecursionError) as e:
+      raise DamagedCatalogError(f'catalog row {key}…: malformed ({e}); rebuild the catalog') from e
+    if indexes.row_sha256(entry.fields()) != digest:
+      raise DamagedCatalogError(
+        f'catalog row {key}… does not match its own digest {str(digest)[:16]}…: the row was'
+        ' altered; rebuild the catalog from its store (Catalog.rebuild)'
+      )
+    return entry
 
 
 class Catalog:
@@ -80,26 +130,107 @@ class Catalog:
   Args:
     path: the sqlite file (created if missing).
     router: a `graftjax.flywheel.route.Router` (default `BM25Router(threshold=0.0)`);
-      the catalog's entries are added to it on open.
+      the catalog's routable entries are added to it on open.
+    store: the store the catalog indexes: every entry added is checked against its block's
+      manifest (and takes its `tokens_sha256` from it), and a 0-byte catalog file beside an
+      empty store is a new catalog. None: entries must carry `tokens_sha256`.
+    timeout: seconds to wait for another writer's lock.
+  Raises:
+    DamagedCatalogError: a 0-byte file (beside a non-empty or unknown store), a catalog of
+      another schema, or a row that does not match its digest.
+    CatalogFileError: sqlite cannot use the file (corrupt, locked, unreadable).
   """
 
-  def __init__(self, path: str | os.PathLike[str], *, router: route_lib.Router | None = None):
+  def __init__(
+    self,
+    path: str | os.PathLike[str],
+    *,
+    router: route_lib.Router | None = None,
+    store: store_lib.BlockStore | None = None,
+    timeout: float = 5.0,
+  ):
     self.path = os.fspath(path)
-    self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-    if self.path != ':memory:':
-      self._db.execute('PRAGMA journal_mode=WAL')
-    self._db.execute(_SCHEMA)
-    self.router = router if router is not None else route_lib.BM25Router(threshold=0.0)
-    self.router.add_many(
-      (key, text) for key, text in self._db.execute('SELECT key, text FROM pages')
-    )
+    self.store = store
+    if indexes.is_empty_file(self.path) and (store is None or store.list()):
+      raise DamagedCatalogError(
+        f'{self.path} is 0 bytes beside a store that is not known to be empty: rebuild it from'
+        ' the store (Catalog.rebuild), or delete it to start an empty catalog'
+      )
+    self._db = indexes.connect(self.path, timeout=timeout)
+    try:
+      self._open()
+      self.router = router if router is not None else route_lib.BM25Router(threshold=0.0)
+      self.unroutable: list[str] = []  # keys whose text has nothing to route by
+      for entry in self.entries():
+        if route_lib.normalize(entry.text):
+          self.router.add(entry.key, entry.text)
+        else:
+          self.unroutable.append(entry.key)
+    except BaseException:
+      self._db.close()
+      raise
+
+  def _open(self) -> None:
+    with indexes.sqlite_errors(self.path, 'cannot open the catalog'):
+      if self.path != ':memory:':
+        self._db.execute('PRAGMA journal_mode=WAL')
+      tables = {name for (name,) in self._db.execute('SELECT name FROM sqlite_master')}
+      if 'pages' not in tables:
+        with indexes.transaction(self._db, self.path):
+          self._db.execute(_SCHEMA)
+          self._db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
+      version = self._db.execute('PRAGMA user_version').fetchone()[0]
+      columns = tuple(row[1] for row in self._db.execute('PRAGMA table_info(pages)'))
+    if version != SCHEMA_VERSION or columns != _COLUMNS:
+      raise DamagedCatalogError(
+        f'{self.path} is a catalog of schema version {version} (columns {", ".join(columns)});'
+        f' this code reads version {SCHEMA_VERSION}: rebuild it from its store (Catalog.rebuild)'
+      )
 
   @classmethod
   def beside(cls, store: store_lib.BlockStore, **kwargs) -> Catalog:
     """The catalog of a `file` store, `<root>/catalog.sqlite` (the store ignores it)."""
-    if getattr(store, '_local', None) is None:
+    if '://' in str(store.root):
       raise CatalogError(f'{store.root} is not a local store: give Catalog a path of its own')
-    return cls(os.path.join(store.root, FILENAME), **kwargs)
+    return cls(os.path.join(store.root, FILENAME), store=store, **kwargs)
+
+  @classmethod
+  def rebuild(
+    cls,
+    path: str | os.PathLike[str],
+    store: store_lib.BlockStore,
+    describe: Describe,
+    **kwargs,
+  ) -> Catalog:
+    """Writes the catalog at `path` again from the store, replacing what was there; opens it.
+
+    Every block of the store is read and verified; its row takes the token count, page
+    layout, model fingerprint, dtype and token digest from the block, and its text and source
+    from `describe(key, meta)` (they are not in the block's metadata), which may return None
+    to leave the block out.
+
+    Raises:
+      store.StoreError: a block is missing or does not verify.
+      CatalogError: `describe` gave a text with nothing to route by.
+      CatalogFileError: the new file cannot be written.
+    """
+    path = os.fspath(path)
+    entries = []
+    for key in store.list():
+      block, layout = store.get_page(key)
+      described = describe(key, block.meta)
+      if described is not None:
+        text, source = described
+        entries.append(_entry_of(key, block.meta, layout, text, source))
+    partial = f'{path}.rebuild'
+    indexes.remove_database(partial)
+    with cls(partial, store=store) as fresh:
+      fresh.add_many(entries)
+      with indexes.sqlite_errors(partial, 'cannot finish the rebuilt catalog'):
+        fresh._db.execute('PRAGMA wal_checkpoint(TRUNCATE)')
+        fresh._db.execute('PRAGMA journal_mode=DELETE')
+    indexes.replace_database(partial, path)
+    return cls(path, store=store, **kwargs)
 
   def close(self) -> None:
     self._db.close()
@@ -111,10 +242,12 @@ class Catalog:
     self.close()
 
   def __len__(self) -> int:
-    return self._db.execute('SELECT COUNT(*) FROM pages').fetchone()[0]
+    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
+      return self._db.execute('SELECT COUNT(*) FROM pages').fetchone()[0]
 
   def __contains__(self, key: str) -> bool:
-    return self._db.execute('SELECT 1 FROM pages WHERE key = ?', (key,)).fetchone() is not None
+    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
+      return self._db.execute('SELECT 1 FROM pages WHERE key = ?', (key,)).fetchone() is not None
 
   def add(
     self,
@@ -126,29 +259,36 @@ class Catalog:
     model_fingerprint: str,
     dtype: str,
     page_layout: Sequence[Sequence[int]] | None = None,
+    token_ids: Sequence[int] | None = None,
   ) -> bool:
     """Catalogues a page; False if the same entry was there already.
 
+    `token_ids` are the block's (for its `tokens_sha256`); None takes them from the store.
+
     Raises:
-      CatalogError: if `key` is catalogued with other values.
+      CatalogError: if `key` is catalogued with other values, or the entry is refused.
+      BindingError: if the entry does not match the block under `key` in the store.
     """
-    layout = None if page_layout is None else tuple((int(a), int(b)) for a, b in page_layout)
-    entry = Entry(key, text, source, int(n_tokens), layout, model_fingerprint, dtype)
+    try:
+      layout = None if page_layout is None else tuple((int(a), int(b)) for a, b in page_layout)
+      tokens = None if token_ids is None else tokens_sha256(token_ids)
+      n_tokens = operator.index(n_tokens)
+    except (TypeError, ValueError) as e:
+      raise CatalogError(
+        f'key {str(key)[:12]}…: n_tokens, page_layout or token_ids malformed: {e}'
+      ) from e
+    entry = Entry(key, text, source, n_tokens, layout, model_fingerprint, dtype, tokens)
     return self.add_many([entry]) == 1
 
   def add_many(self, entries: Iterable[Entry]) -> int:
-    """Catalogues every entry in one transaction; returns how many were new."""
-    entries = list(entries)
-    for entry in entries:  # before any row is written: a refused entry leaves nothing behind
-      if not route_lib.normalize(entry.text):
-        raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
-      if entry.n_tokens <= 0:
-        raise CatalogError(
-          f'key {entry.key[:12]}…: n_tokens must be positive, got {entry.n_tokens}'
-        )
+    """Catalogues every entry in one transaction; returns how many were new.
+
+    With a store, each entry is first checked against its block's manifest (its token
+    digest, token count, model, dtype and page layout, which the key commits to).
+    """
+    entries = [self._checked(entry) for entry in entries]  # a refused entry leaves nothing
     new = []
-    self._db.execute('BEGIN IMMEDIATE')
-    try:
+    with indexes.transaction(self._db, self.path):
       for entry in entries:
         stored = self.get(entry.key, missing_ok=True)
         if stored is None:
@@ -158,25 +298,66 @@ class Catalog:
           new.append(entry)
         elif stored != entry:
           raise CatalogError(f'key {entry.key[:12]}… is catalogued with other values: {stored}')
-      self._db.execute('COMMIT')
-    except BaseException:
-      self._db.execute('ROLLBACK')
-      raise
     self.router.add_many((entry.key, entry.text) for entry in new)
     return len(new)
 
+  def _checked(self, entry: Entry) -> Entry:
+    strings = ('key', 'text', 'source', 'model_fingerprint', 'dtype')
+    wrong = [name for name in strings if not isinstance(getattr(entry, name), str)]
+    if wrong or not isinstance(entry.n_tokens, int) or isinstance(entry.n_tokens, bool):
+      wrong = wrong or ['n_tokens']
+      raise CatalogError(
+        f'catalog entry {entry.key!r:.20}: {", ".join(wrong)} of the wrong type'
+        f' ({", ".join(type(getattr(entry, name)).__name__ for name in wrong)})'
+      )
+    if not route_lib.normalize(entry.text):
+      raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
+    if entry.n_tokens <= 0:
+      raise CatalogError(f'key {entry.key[:12]}…: n_tokens must be positive, got {entry.n_tokens}')
+    if self.store is None:
+      if entry.tokens_sha256 is None:
+        raise CatalogError(
+          f'key {entry.key[:12]}…: no token ids to bind the row to its block (give token_ids,'
+          ' or open the catalog with its store)'
+        )
+      return entry
+    meta = indexes.block_meta(self.store, entry.key)
+    if entry.tokens_sha256 is None:
+      entry = dataclasses.replace(entry, tokens_sha256=tokens_sha256(meta.token_ids))
+    check_entry(entry, meta)
+    if store_lib.key_for(meta, entry.page_layout) != entry.key:
+      raise BindingError(
+        f'catalog row {entry.key[:12]}… ({entry.source}) claims page layout'
+        f' {entry.page_layout}; block {entry.key[:12]}… is stored with another'
+      )
+    return entry
+
   def get(self, key: str, *, missing_ok: bool = False) -> Entry | None:
-    row = self._db.execute(
-      f'SELECT {", ".join(_COLUMNS)} FROM pages WHERE key = ?', (key,)
-    ).fetchone()
+    """The entry of `key`, its digest checked.
+
+    Raises:
+      CatalogError: `key` is not catalogued (unless `missing_ok`), or (DamagedCatalogError)
+        its row does not match its digest.
+    """
+    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
+      row = self._db.execute(
+        f'SELECT {", ".join(_COLUMNS)} FROM pages WHERE key = ?', (key,)
+      ).fetchone()
     if row is None:
       if missing_ok:
         return None
       raise CatalogError(f'key {key[:12]}… is not catalogued')
     return Entry.from_row(row)
 
+  def entries(self) -> list[Entry]:
+    """Every entry by key, each row's digest checked."""
+    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
+      rows = self._db.execute(f'SELECT {", ".join(_COLUMNS)} FROM pages ORDER BY key').fetchall()
+    return [Entry.from_row(row) for row in rows]
+
   def keys(self) -> list[str]:
-    return [key for (key,) in self._db.execute('SELECT key FROM pages ORDER BY key')]
+    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
+      return [key for (key,) in self._db.execute('SELECT key FROM pages ORDER BY key')]
 
   def route(
     self, query: str, k: int = 1, *, threshold: float | None = None
@@ -185,3 +366,32 @@ class Catalog:
     return [
       (self.get(hit.key), hit.score) for hit in self.router.route(query, k, threshold=threshold)
     ]
+
+
+def check_entry(entry: Entry, meta: blocks.BlockMeta, *, tokens_only: bool = False) -> None:
+  """Raises `BindingError` unless the block's metadata is what `entry` claims of it: its
+  token digest, and unless `tokens_only` its token count, model and dtype."""
+  claims = {}
+  if not tokens_only:
+    claims = {'n_tokens': entry.n_tokens, 'model_fingerprint': entry.model_fingerprint}
+    claims['dtype'] = entry.dtype
+  indexes.check(
+    meta,
+    key=entry.key,
+    what=f'catalog row {entry.key[:12]}… ({entry.source})',
+    tokens=entry.tokens_sha256,
+    **claims,
+  )
+
+
+def _entry_of(key, meta: blocks.BlockMeta, layout, text: str, source: str) -> Entry:
+  return Entry(
+    key=key,
+    text=text,
+    source=source,
+    n_tokens=len(meta.token_ids),
+    page_layout=layout,
+    model_fingerprint=meta.model_fingerprint,
+    dtype=meta.dtype,
+    tokens_sha256=tokens_sha256(meta.token_ids),
+  )

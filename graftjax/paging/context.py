@@ -1,4 +1,4 @@
-"""The paged attention context: route, read, verify, install, then query.
+"""The paged attention context: route, read, verify, check against the catalog, install, query.
 
 Details and the exactness argument: docs/paging.md, section `graftjax/paging/context.py`.
 """
@@ -268,7 +268,8 @@ class PagedContext:
     """
     store = store_lib.BlockStore(store_spec, read_only=True)
     tier = HostTier(store, max_bytes=tier_bytes) if tier_bytes else None
-    return cls(model, store, catalog_lib.Catalog(catalog_path), tier=tier, **kwargs)
+    catalog = catalog_lib.Catalog(catalog_path, store=store)
+    return cls(model, store, catalog, tier=tier, **kwargs)
 
   def open(self, query: str, k: int, *, threshold: float | None = None) -> Context:
     """Routes `query` to its top-k pages and assembles them (see `assemble`)."""
@@ -300,6 +301,8 @@ class PagedContext:
       catalog.CatalogError: a key is not catalogued.
       PagedContextError: a page catalogued for another model or dtype, or whose stored
         layout or length is not the catalogued one; a layout `compose.plan` refuses.
+      catalog.BindingError: a page whose tokens are not the ones its catalog row claims
+        (e.g. rows whose keys were swapped), checked before anything is installed.
       store.StoreError: a page missing or corrupted (in the store or in the host tier).
       blocks.GraftError (pages.PageError): a page of another model, scheme or dtype, or whose
         trimmed rows a query at the context's position would see.
@@ -324,6 +327,7 @@ class PagedContext:
     start = time.perf_counter()
     shapes = jax.eval_shape(lambda: self.model.init_cache(capacity=self.capacity))
     for entry, page in zip(entries, read):
+      catalog_lib.check_entry(entry, page.block.meta, tokens_only=True)
       if page.layout != entry.page_layout or len(page.block) != entry.n_tokens:
         raise PagedContextError(
           f'page {_name(entry)}: the store holds {len(page.block)} tokens in layout'

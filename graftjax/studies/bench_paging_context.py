@@ -96,7 +96,7 @@ def experiment(
   target = model.graft_target
   with tempfile.TemporaryDirectory() as tmp:
     store = store_lib.BlockStore(pathlib.Path(tmp) / 'pages')
-    catalog = catalog_lib.Catalog(':memory:')
+    catalog = catalog_lib.Catalog(':memory:', store=store)
     keys, texts, page_bytes = [], [], []
     for source, ids in tqdm.tqdm(pieces, desc='deposit pages'):
       _, cache = model.prefill(

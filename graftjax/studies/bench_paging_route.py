@@ -51,7 +51,9 @@ def bench_size(entries, *, kind: str, queries: int, seed: int, folder: pathlib.P
   with catalog_lib.Catalog(path, router=router) as catalog:
     t0 = time.perf_counter()
     catalog.add_many(
-      catalog_lib.Entry(key_of(s), text, s, len(text.split()), None, _FINGERPRINT, 'bfloat16')
+      catalog_lib.Entry(
+        key_of(s), text, s, len(text.split()), None, _FINGERPRINT, 'bfloat16', key_of(text)
+      )
       for s, text in entries
     )
     add_s = time.perf_counter() - t0

@@ -1,6 +1,9 @@
 """Deposit (verified, idempotent, resumable) and graft -> answer (== the same text prompted)."""
 
 import dataclasses
+import errno
+import os
+import sqlite3
 
 import pytest
 
@@ -172,3 +175,195 @@ def test_a_preamble_between_block_and_query_keeps_graft_equal_to_prompt(text_mod
   )
   assert plain.query_tokens == len(query)
   assert plain.first_logits.tobytes() != grafted.first_logits.tobytes()
+
+
+# --- every row bound to its block; the catalog rebuilt from the store -------------------------
+
+OTHER = tasks.Item(
+  task='toy', id='q2', question='What is four minus one?', answer='3', source='test', split='test'
+)
+
+
+def _two(model, library):
+  first = deposit(model, library)
+  second = library.deposit(
+    model, item=OTHER, verifier=last_word, solution='4 - 1 = 3', source='reference', tokens_spent=0
+  )
+  return first, second
+
+
+def _answer(model, library, entry):
+  return answer_lib.answer(model, library, entry, ITEM.question, mode='recall', max_new_tokens=2)
+
+
+def _sql(library, statement, *args):
+  db = sqlite3.connect(library.root / 'catalog.db')
+  with db:
+    db.execute(statement, args)
+  db.close()
+
+
+@pytest.fixture
+def no_graft(monkeypatch):
+  def refuse(*args, **kwargs):
+    raise AssertionError('a block was grafted from an entry that should have been refused')
+
+  monkeypatch.setattr(answer_lib.restore_lib, 'restore', refuse)
+
+
+def test_a_row_naming_another_items_block_is_refused_before_grafting(text_model, library, no_graft):
+  """A row pointing at another item's block was grafted and answered."""
+  first, second = _two(text_model, library)
+  with pytest.raises(library_lib.BindingError, match='toy/q1.*tokens_sha256') as raised:
+    _answer(text_model, library, dataclasses.replace(first, key=second.key))
+  assert second.key[:12] in str(raised.value)
+  _sql(library, 'UPDATE deposits SET key = ? WHERE item_id = ?', second.key, 'q1')
+  with pytest.raises(library_lib.DamagedLibraryError, match='toy/q1.*own digest'):
+    library.find('toy', 'q1')
+
+
+@pytest.mark.parametrize('lie', [1, -1])
+def test_a_lying_block_tokens_is_refused_before_grafting(text_model, library, no_graft, lie):
+  """A row's block_tokens put the query at the wrong positions."""
+  entry = deposit(text_model, library)
+  with pytest.raises(library_lib.BindingError, match='n_tokens'):
+    _answer(text_model, library, dataclasses.replace(entry, block_tokens=entry.block_tokens + lie))
+  _sql(library, 'UPDATE deposits SET block_tokens = block_tokens + ?', lie)
+  with pytest.raises(library_lib.DamagedLibraryError, match='own digest'):
+    library.entries()
+
+
+def test_a_row_whose_text_or_answer_is_not_its_blocks_is_refused(text_model, library, no_graft):
+  first, _ = _two(text_model, library)
+  with pytest.raises(library_lib.BindingError, match='does not tokenize'):
+    _answer(
+      text_model, library, dataclasses.replace(first, text=first.text.replace('2 + 3', '3 + 2'))
+    )
+  with pytest.raises(library_lib.BindingError, match='not the deposit of its question'):
+    _answer(text_model, library, dataclasses.replace(first, question=OTHER.question))
+  with pytest.raises(library_lib.BindingError, match='verdict'):
+    _answer(
+      text_model, library, dataclasses.replace(first, verdict={**first.verdict, 'verdict': False})
+    )
+  _sql(library, "UPDATE deposits SET text = replace(text, 'two', 'tw0')")
+  with pytest.raises(library_lib.DamagedLibraryError, match='own digest'):
+    library.entries()
+
+
+@pytest.mark.parametrize('damage', ['missing', 'empty', 'garbage'])
+def test_a_damaged_catalog_beside_deposits_is_an_error_then_rebuilt(
+  text_model, library, tmp_path, damage
+):
+  before = list(_two(text_model, library))
+  library.close()
+  path = tmp_path / 'catalog.db'
+  path.unlink()
+  if damage != 'missing':
+    path.write_bytes(b'' if damage == 'empty' else b'not a database, ' * 512)
+  error, match = (
+    (library_lib.CatalogFileError, 'corrupt')
+    if damage == 'garbage'
+    else (
+      library_lib.DamagedLibraryError,
+      f'{"is missing" if damage == "missing" else "0 bytes"}.*rebuild',
+    )
+  )
+  with pytest.raises(error, match=match):
+    library_lib.Library(tmp_path, shape=SHAPE)
+  rebuilt = library_lib.Library.rebuild(tmp_path, shape=SHAPE)
+  assert rebuilt.entries() == before
+  assert rebuilt.rebuilt == {'rows': 2, 'blocks_without_record': [], 'records_without_block': []}
+  rebuilt.close()
+  assert library_lib.Library(tmp_path, shape=SHAPE).entries() == before
+
+
+def test_rebuild_refuses_an_altered_record(text_model, library, tmp_path):
+  deposit(text_model, library)
+  (record,) = (tmp_path / 'records').glob('*.json')
+  record.write_text(record.read_text().replace('What is two', 'What is tw0'))
+  with pytest.raises(library_lib.DamagedLibraryError, match='own digest'):
+    library_lib.Library.rebuild(tmp_path, shape=SHAPE)
+
+
+def test_an_older_catalog_schema_is_named(tmp_path):
+  db = sqlite3.connect(tmp_path / 'catalog.db')
+  db.execute('CREATE TABLE deposits (key TEXT, task TEXT)')
+  db.close()
+  with pytest.raises(library_lib.DamagedLibraryError, match='schema version 0'):
+    library_lib.Library(tmp_path, shape=SHAPE)
+
+
+def test_a_locked_catalog_is_named(library):
+  locked = library_lib.Library(library.root, shape=SHAPE, timeout=0.05)
+  other = sqlite3.connect(library.root / 'catalog.db', isolation_level=None)
+  other.execute('BEGIN EXCLUSIVE')
+  try:
+    with pytest.raises(library_lib.CatalogFileError, match='locked by another connection'):
+      locked.entries()
+    with pytest.raises(library_lib.CatalogFileError, match='locked by another connection'):
+      library_lib.Library(library.root, shape=SHAPE, timeout=0.05)
+  finally:
+    other.execute('ROLLBACK')
+    other.close()
+  assert locked.entries() == []
+
+
+class _FullDisk:
+  """A connection whose INSERTs fail as sqlite fails on a full disk, rolling back first."""
+
+  def __init__(self, db):
+    self._db = db
+
+  def __getattr__(self, name):
+    return getattr(self._db, name)
+
+  def execute(self, statement, *args):
+    if statement.startswith('INSERT'):
+      self._db.execute('ROLLBACK')  # sqlite may roll the transaction back itself on SQLITE_FULL
+      raise sqlite3.OperationalError('database or disk is full')
+    return self._db.execute(statement, *args)
+
+
+def test_a_full_disk_is_named_not_hidden_by_the_rollback(text_model, library):
+  library._db = _FullDisk(library._db)
+  with pytest.raises(library_lib.CatalogFileError, match='disk is full') as raised:
+    deposit(text_model, library)
+  assert 'rollback' not in str(raised.value).lower()
+  library._db = library._db._db
+  assert library.entries() == []
+  assert deposit(text_model, library) == library.find(ITEM.task, ITEM.id)  # room again: resumes
+
+
+def test_a_deposit_record_that_cannot_be_written_is_named(text_model, library, monkeypatch):
+  def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(library_lib.tempfile, 'mkstemp', full)
+  with pytest.raises(library_lib.CatalogFileError, match='deposit record.*No space left'):
+    deposit(text_model, library)
+  assert library.entries() == []
+
+
+def test_rebuild_adopts_a_catalog_of_the_earlier_schema(text_model, library, tmp_path):
+  """Catalogs written before rows carried token digests (and deposits wrote records)."""
+  first, second = _two(text_model, library)
+  library.close()
+  for record in (tmp_path / 'records').glob('*.json'):
+    record.unlink()
+  (tmp_path / 'catalog.db').unlink()
+  db = sqlite3.connect(tmp_path / 'catalog.db')
+  with db:
+    db.execute(
+      'CREATE TABLE deposits (key TEXT NOT NULL, task TEXT NOT NULL, item_id TEXT NOT NULL,'
+      ' question TEXT NOT NULL, text TEXT NOT NULL, answer TEXT NOT NULL, source TEXT NOT NULL,'
+      ' verdict TEXT NOT NULL, tokens_spent INTEGER NOT NULL, block_tokens INTEGER NOT NULL,'
+      ' PRIMARY KEY (task, item_id))'
+    )
+    for entry in (first, second):
+      db.execute(f'INSERT INTO deposits VALUES ({",".join("?" * 10)})', entry.row()[:10])
+  db.close()
+  with pytest.raises(library_lib.DamagedLibraryError, match='schema version 0'):
+    library_lib.Library(tmp_path, shape=SHAPE)
+  rebuilt = library_lib.Library.rebuild(tmp_path, shape=SHAPE)
+  assert rebuilt.entries() == [first, second] and rebuilt.rebuilt['rows'] == 2
+  assert len(list((tmp_path / 'records').glob('*.json'))) == 2

@@ -1,5 +1,6 @@
 """Routers (exact, BM25, the model's embedding), their evaluation, and the 'hidden' forward mode."""
 
+import json
 import math
 
 import numpy as np
@@ -109,8 +110,42 @@ def test_bm25_rebuilds_after_adds_and_round_trips(tmp_path):
   loaded = route.BM25Router.load(tmp_path / 'bm25.json')
   assert loaded.entries == router.entries and loaded.threshold == 0.5
   assert loaded.route_many(list(SIBLINGS.values()), k=2, threshold=0.0) == expected
-  with pytest.raises(ValueError, match="not 'exact'"):
+  with pytest.raises(route.RouterFileError, match="not 'exact'"):
     route.ExactRouter.load(tmp_path / 'bm25.json')
+
+
+def _edit(path, change):
+  body = json.loads(path.read_text())
+  change(body)
+  path.write_text(json.dumps(body))
+
+
+@pytest.mark.parametrize(
+  'change, match',
+  [
+    (lambda body: body['entries'].reverse(), 'SHA-256'),  # keys paired with other texts
+    (lambda body: body['entries'][0].__setitem__(1, 'another text'), 'SHA-256'),
+    (lambda body: body.__setitem__('threshold', 0.0), 'SHA-256'),
+    (lambda body: body.pop('sha256'), 'no sha256'),
+  ],
+)
+def test_bm25_file_is_checked_against_its_digest(tmp_path, change, match):
+  """BM25 files had no digest: an edited file loaded and routed to whatever it said."""
+  path = tmp_path / 'bm25.json'
+  _bm25().save(path)
+  _edit(path, change)
+  with pytest.raises(route.RouterFileError, match=match):
+    route.BM25Router.load(path)
+
+
+@pytest.mark.parametrize('data', [b'', b'{not json', b'[1, 2]', b'[' * 100_000])
+def test_a_damaged_router_file_is_a_router_file_error(tmp_path, data):
+  path = tmp_path / 'bm25.json'
+  path.write_bytes(data)
+  with pytest.raises(route.RouterFileError, match='not a router file'):
+    route.BM25Router.load(path)
+  with pytest.raises(route.RouterFileError, match='cannot read'):
+    route.BM25Router.load(tmp_path / 'missing.json')
 
 
 def _byte_ids(text: str) -> list[int]:
@@ -177,8 +212,33 @@ def test_embedding_router_round_trips(tiny_model, tmp_path):
   assert rebuilt.matrix.shape == router.matrix.shape
   assert rebuilt.matrix.tobytes() != router.matrix.tobytes()
   np.save(tmp_path / 'emb.json.npy', router.matrix[::-1])
-  with pytest.raises(ValueError, match='SHA-256'):
+  with pytest.raises(route.RouterFileError, match='SHA-256'):
     route.EmbeddingRouter.load(tmp_path / 'emb.json', tiny_model, encode=_byte_ids)
+
+
+def test_embedding_router_file_binds_each_key_to_its_row(tiny_model, tmp_path):
+  """The SHA-256 covered the matrix alone: entries reordered in the JSON routed to wrong keys."""
+  router = route.EmbeddingRouter(tiny_model, threshold=0.5, **TINY)
+  router.add_many(SHORT.items())
+  path = tmp_path / 'emb.json'
+  router.save(path)
+  _edit(path, lambda body: body['entries'].reverse())
+  with pytest.raises(route.RouterFileError, match='SHA-256'):
+    route.EmbeddingRouter.load(path, tiny_model, encode=_byte_ids)
+
+
+def test_route_many_scores_each_query_with_its_own_row(tiny_model):
+  """route_many scored every query with the last query's similarities."""
+  router = route.EmbeddingRouter(tiny_model, threshold=-math.inf, **TINY)
+  router.add_many(SHORT.items())
+  queries = [*SHORT.values(), UNRELATED[0][:48]]
+  together = router.route_many(queries, k=2)
+  for query, hits in zip(queries, together):
+    alone = router.route(query, k=2)
+    assert [h.key for h in hits] == [h.key for h in alone]
+    assert [h.score for h in hits] == pytest.approx([h.score for h in alone], abs=1e-6)
+  for (key, _), hits in zip(SHORT.items(), together):
+    assert hits[0].key == key and hits[0].score == pytest.approx(1.0, abs=1e-6)
 
 
 class _Fixed(route.Router):

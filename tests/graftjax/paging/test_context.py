@@ -93,6 +93,7 @@ class Library:
       'model_fingerprint': target.fingerprint,
       'dtype': target.dtype,
       'page_layout': page.layout,
+      'token_ids': page.block.meta.token_ids,
     }
     fields.update(entry)
     self.catalog.add(key, text, **fields)
@@ -234,6 +235,27 @@ def test_a_page_whose_catalogued_layout_is_not_the_stored_one_is_refused(
   )
   with pytest.raises(context_lib.PagedContextError, match=r'harbor-miscatalogued.*catalog says'):
     damaged.context().assemble([damaged.keys['river'], key])
+
+
+def test_rows_with_swapped_keys_are_refused_before_install(damaged, captured, no_install):
+  """Two rows whose keys were swapped used to install each other's page silently."""
+  target = damaged.model.graft_target
+  swapped = catalog_lib.Catalog(':memory:')
+  for name, other in (('river', 'orchard'), ('orchard', 'river')):
+    text, block = captured[name]
+    swapped.add(
+      damaged.keys[other],
+      text,
+      source=name,
+      n_tokens=len(block),
+      model_fingerprint=target.fingerprint,
+      dtype=target.dtype,
+      page_layout=pages.to_page(block, damaged.model.config).layout,
+      token_ids=block.meta.token_ids,
+    )
+  ctx = context_lib.PagedContext(damaged.model, damaged.store, swapped, capacity=CAPACITY)
+  with pytest.raises(catalog_lib.BindingError, match=r'\(river\).*tokens_sha256'):
+    ctx.open(TEXTS['river'], k=1)
 
 
 def test_a_page_missing_mid_query_is_refused_naming_it(damaged, no_install):

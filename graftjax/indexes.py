@@ -1,0 +1,203 @@
+"""Indexes of a store (catalog rows): what they claim about a block, and the check.
+
+An index row names a block by its key and carries the SHA-256 of the block's
+token ids (`tokens_sha256`) and a SHA-256 of its own fields (`row_sha256`).
+Before a routed block is installed, `check` compares the row's claims with
+the block's own metadata, read from its manifest by `block_meta` (no arrays
+are read), and a mismatch raises `BindingError` naming both sides. sqlite
+failures of a catalog file surface as `CatalogFileError` naming the cause
+(`sqlite_errors`, `transaction`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from graftjax import blocks
+from graftjax import store as store_lib
+
+
+class BindingError(ValueError):
+  """An index row does not match the block it names (or its own digest)."""
+
+
+class CatalogFileError(Exception):
+  """A catalog's sqlite file cannot be used; `cause` says why (locked, corrupt, full disk...)."""
+
+  def __init__(self, path: str, cause: str):
+    super().__init__(f'{path}: {cause}')
+    self.path, self.cause = path, cause
+
+
+def tokens_sha256(token_ids: Sequence[int]) -> str:
+  """SHA-256 hex of token ids as compact JSON (`[2,17,5]`): the same in every process."""
+  ids = json.dumps([int(i) for i in token_ids], separators=(',', ':'))
+  return hashlib.sha256(ids.encode('ascii')).hexdigest()
+
+
+def row_sha256(fields: Mapping[str, Any]) -> str:
+  """SHA-256 hex of a row's fields as canonical JSON (sorted keys, ASCII)."""
+  canonical = json.dumps(dict(fields), sort_keys=True, separators=(',', ':'), ensure_ascii=True)
+  return hashlib.sha256(canonical.encode('ascii')).hexdigest()
+
+
+class _Found(Exception):
+  """Carries a block's metadata out of `BlockStore.get_page` before any array is read."""
+
+  def __init__(self, meta: blocks.BlockMeta):
+    super().__init__()
+    self.meta = meta
+
+
+def block_meta(store: store_lib.BlockStore, key: str) -> blocks.BlockMeta:
+  """The metadata of the block under `key`, from its manifest; no array is read.
+
+  The store checks the manifest (every field, and that it describes `key`)
+  before it asks `into` where to read the arrays; the metadata is taken there.
+
+  Raises:
+    store.StoreError: the block is missing, or its manifest does not check.
+  """
+
+  def stop(meta: blocks.BlockMeta, shapes) -> dict:
+    raise _Found(meta)
+
+  try:
+    store.get_page(key, into=stop)
+  except _Found as found:
+    return found.meta
+  raise AssertionError('unreachable: the store read a block without asking where to')
+
+
+def check(
+  meta: blocks.BlockMeta,
+  *,
+  key: str,
+  what: str,
+  tokens: str,
+  n_tokens: int | None = None,
+  model_fingerprint: str | None = None,
+  dtype: str | None = None,
+) -> None:
+  """Raises unless the block's metadata `meta` is what the row `what` claims of block `key`.
+
+  Args:
+    meta: the block's own metadata (`block_meta`, or a block read from the store).
+    key: the block's key, as the row names it.
+    what: the row, for messages (e.g. "library row toy/q1").
+    tokens: the row's `tokens_sha256` of the block's token ids.
+    n_tokens, model_fingerprint, dtype: further claims of the row, checked if given.
+  Raises:
+    BindingError: naming the row, the block, and both sides of the first difference.
+  """
+  claims = {
+    'tokens_sha256': (tokens, tokens_sha256(meta.token_ids)),
+    'n_tokens': (n_tokens, len(meta.token_ids)),
+    'model_fingerprint': (model_fingerprint, meta.model_fingerprint),
+    'dtype': (dtype, meta.dtype),
+  }
+  for name, (claimed, held) in claims.items():
+    if claimed is not None and claimed != held:
+      raise BindingError(
+        f'{what} names block {key[:12]}… with {name} {_short(claimed)}, but the block holds'
+        f' {_short(held)}: the row does not index this block (rebuild the catalog from the store)'
+      )
+
+
+def _short(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 40 else f'{text[:37]}…'
+
+
+# --- sqlite ------------------------------------------------------------------------------------
+
+_CAUSES = (
+  ('locked', 'locked by another connection (retry, or close the other writer)'),
+  ('busy', 'locked by another connection (retry, or close the other writer)'),
+  ('not a database', 'corrupt: not an sqlite database (rebuild the catalog from its store)'),
+  ('malformed', 'corrupt: the database image is malformed (rebuild the catalog from its store)'),
+  ('disk is full', 'the disk is full: nothing of the change was written'),
+  ('disk i/o error', 'disk I/O error'),
+  ('readonly', 'read-only: the catalog file or its folder cannot be written'),
+  ('unable to open', 'cannot open the file (does its folder exist and is it readable?)'),
+)
+
+
+def cause_of(error: sqlite3.Error) -> str:
+  """The cause of an sqlite error in words (locked, corrupt, full disk...)."""
+  text = str(error).lower()
+  for marker, cause in _CAUSES:
+    if marker in text:
+      return f'{cause} [sqlite: {error}]'
+  return f'sqlite: {error}'
+
+
+@contextlib.contextmanager
+def sqlite_errors(path: str | os.PathLike[str], doing: str) -> Iterator[None]:
+  """Re-raises an `sqlite3.Error` as a `CatalogFileError` naming `path` and the cause."""
+  try:
+    yield
+  except sqlite3.Error as e:
+    raise CatalogFileError(os.fspath(path), f'{doing}: {cause_of(e)}') from e
+
+
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection, path: str | os.PathLike[str]) -> Iterator[None]:
+  """`BEGIN IMMEDIATE` ... `COMMIT` on an autocommit connection; on any error, a rollback
+  that never hides the error's cause (sqlite may have rolled back already, e.g. on a full
+  disk), then the error (sqlite errors as `CatalogFileError`)."""
+  with sqlite_errors(path, 'cannot start a write'):
+    db.execute('BEGIN IMMEDIATE')
+  try:
+    with sqlite_errors(path, 'cannot write'):
+      yield
+      db.execute('COMMIT')
+  except BaseException:
+    if db.in_transaction:
+      with contextlib.suppress(sqlite3.Error):
+        db.execute('ROLLBACK')
+    raise
+
+
+def connect(path: str | os.PathLike[str], *, timeout: float) -> sqlite3.Connection:
+  """An autocommit connection to `path` (':memory:' for none), waiting up to `timeout`
+  seconds for another writer's lock.
+
+  Raises:
+    CatalogFileError: the file cannot be opened.
+  """
+  with sqlite_errors(path, 'cannot open the catalog'):
+    return sqlite3.connect(
+      os.fspath(path), timeout=timeout, isolation_level=None, check_same_thread=False
+    )
+
+
+def replace_database(partial: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+  """Moves the closed sqlite file `partial` to `path`, first removing `path`'s journal, WAL
+  and shared-memory files: a stale journal must never replay onto the new file."""
+  path = os.fspath(path)
+  for suffix in ('-journal', '-wal', '-shm'):
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(path + suffix)
+  os.replace(partial, path)
+
+
+def remove_database(path: str | os.PathLike[str]) -> None:
+  """Removes an sqlite file and its journal, WAL and shared-memory files, where present."""
+  for suffix in ('', '-journal', '-wal', '-shm'):
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(os.fspath(path) + suffix)
+
+
+def is_empty_file(path: str | os.PathLike[str]) -> bool:
+  """True if `path` is a file of 0 bytes (what a crash before the first write leaves)."""
+  try:
+    return os.path.isfile(path) and os.path.getsize(path) == 0
+  except OSError:
+    return False
