@@ -32,13 +32,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as model_lib
-from graftjax.models.gemma import ops, transformer
+from graftjax.models.gemma import ops
 from graftjax.models.gemma import positions as positions_lib
-from jax.sharding import AxisType, Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from graftjax.models.gemma import transformer
 
 DATA, MODEL = 'data', 'model'
 AXES = (DATA, MODEL)

@@ -33,13 +33,11 @@ determinism.pin()
 
 import numpy as np
 import tensorstore as ts
+
+from graftjax import blocks
+from graftjax import sharded_store
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sharding
-
-from graftjax import (
-  blocks,
-  sharded_store,
-)
 
 PREFIX, CONTINUATION, CHUNK, CAPACITY = 24, 16, 8, 64
 

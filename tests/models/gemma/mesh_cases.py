@@ -7,10 +7,10 @@
 import jax
 import numpy as np
 import pytest
-from graftjax.models.gemma import model as gemma_model
-from graftjax.models.gemma import sharding
 
 from graftjax import blocks
+from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import sharding
 
 PREFIX, CONTINUATION, CHUNK, CAPACITY = 24, 16, 8, 64
 

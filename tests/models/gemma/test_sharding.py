@@ -8,10 +8,11 @@ import sys
 import jax
 import numpy as np
 import pytest
-from graftjax.models.gemma import config as config_lib
-from graftjax.models.gemma import sharding
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
+
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import sharding
 
 CASES = pathlib.Path(__file__).with_name('mesh_cases.py')
 
