@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -233,12 +234,22 @@ def _forward_jit(params, tokens, positions, cache, segments, tables, *, config, 
 class ShardedGemma(model_lib.Gemma):
   """A `Gemma` whose params live on `mesh` and whose forward keeps caches sharded.
 
-  Everything else (`prefill`, `graft_target`, `with_impl`, ...) is Gemma's:
-  the fingerprint is the same as the unsharded model's, since the mesh does
-  not change what the model is (it may change the last bits; docs/sharding.md).
+  Everything else (`prefill`, `graft_target`, `with_impl`, ...) is Gemma's.
+  The split changes the last bits (docs/sharding.md), so, as with another
+  kernel, a mesh of more than one device gives another fingerprint: a block
+  is grafted only under the split it was computed with.
   """
 
   mesh: Mesh | None = None
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """Gemma's fingerprint, with the mesh's axis sizes folded in unless it is one device."""
+    base = model_lib.Gemma.fingerprint.func(self)
+    if self.mesh.size == 1:  # measured: the same bits as unsharded
+      return base
+    split = f'mesh:{DATA}={self.mesh.shape[DATA]},{MODEL}={self.mesh.shape[MODEL]}'
+    return hashlib.sha256(f'{base}\n{split}\n'.encode()).hexdigest()
 
   def layout(self, batch_size: int) -> Layout:
     return layout(self.config, self.mesh, batch_size)

@@ -78,6 +78,27 @@ def test_batch_rows_split_over_the_data_axis():
   assert {s.data.shape[1:4:2] for s in cache.k.addressable_shards} == {(1, 1)}
 
 
+def test_a_split_is_part_of_the_fingerprint():
+  """Bits differ between splits (docs/sharding.md): a block computed under one is refused
+  under another; one device is the unsharded model."""
+  base = gemma_model.tiny(num_heads=8, num_kv_heads=8)
+  prints = {
+    (data, ways): sharding.shard_model(base, sharding.make_mesh(data, ways)).fingerprint
+    for data, ways in ((1, 1), (1, 2), (1, 4), (2, 4), (1, 8))
+  }
+  assert prints[(1, 1)] == base.fingerprint
+  assert len(set(prints.values())) == len(prints)
+  four = sharding.shard_model(base, sharding.make_mesh(1, 4))
+  cache = four.init_cache(capacity=CAPACITY)
+  _, cache = four.prefill(_ids()[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
+  block = blocks.capture(
+    cache, blocks.Span(0, PREFIX), token_ids=_ids()[:PREFIX], target=four.graft_target
+  )
+  two = sharding.shard_model(base, sharding.make_mesh(1, 2))
+  with pytest.raises(blocks.GraftError, match='fingerprint'):
+    blocks.graft(two.init_cache(capacity=CAPACITY), block, target=two.graft_target)
+
+
 def test_place_one_tensor_at_a_time_gives_the_same_model():
   base = gemma_model.tiny(num_heads=8, num_kv_heads=8)
   mesh = sharding.make_mesh(1, 4)
