@@ -142,3 +142,26 @@ def test_sharded_and_unsharded_bits(capsys):
         f'\n{ways}-way: {differ} of {out.size} logits differ from unsharded,'
         f' max |Δ| {np.abs(out - reference).max():.3g}'
       )
+
+
+def test_data_split_bits(capsys):
+  """Decode steps of a batch of 2, whole on one device or a row per device over 'data':
+  only their closeness is checked, and the measure reported (docs/sharding.md)."""
+  base = gemma_model.tiny(num_heads=8, num_kv_heads=8)
+  ids = _ids()
+  outs = []
+  for data in (1, 2):
+    model = sharding.shard_model(base, sharding.make_mesh(data, 1))
+    cache = model.init_cache(batch_size=2, capacity=CAPACITY)
+    _, cache = model.prefill(ids[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
+    steps = []
+    for t in range(PREFIX, len(ids)):
+      out, cache = model.forward(np.full((2, 1), ids[t]), np.full((2, 1), t), cache)
+      steps.append(np.asarray(out))
+    outs.append(np.concatenate(steps, axis=1))
+  np.testing.assert_allclose(outs[1], outs[0], atol=1e-4, rtol=0)
+  with capsys.disabled():
+    print(
+      f'\nbatch over 2 data devices: {int(np.sum(outs[0] != outs[1]))} of {outs[0].size}'
+      f' decode logits differ from one device, max |Δ| {np.abs(outs[0] - outs[1]).max():.3g}'
+    )
