@@ -137,6 +137,14 @@ class ShardedStore:
 
   def list(self) -> list[str]:
     """Sorted keys of the published blocks (a manifest in place)."""
+    if self._local:
+      with self._io(self.root, 'cannot list the store'):
+        names = os.listdir(self._local) if os.path.isdir(self._local) else []
+      return sorted(
+        n
+        for n in names
+        if _is_key(n) and os.path.isfile(os.path.join(self._local, n, store_lib.MANIFEST))
+      )
     with self._io(self.root, 'cannot list the store'):
       names = ts_result(self._kv.list())
     suffix = f'/{store_lib.MANIFEST}'.encode()
@@ -167,12 +175,7 @@ class ShardedStore:
     if self.read_only:
       raise store_lib.ReadOnlyStoreError(self.root, 'the store was opened read-only')
     meta = block.meta
-    if not len(meta.token_ids):
-      raise store_lib.InvalidBlockError(self.root, 'cannot store an empty block')
-    if meta.dtype not in store_lib.KV_DTYPES:
-      raise store_lib.InvalidBlockError(
-        self.root, f'cannot store k/v of dtype {meta.dtype!r}; only {store_lib.KV_DTYPES}'
-      )
+    positions = _checked_block(block, self.root)  # on every process, before anything is written
     key = store_lib.key_for(meta)
     where = self._where(key)
     if self._stored_meta(key) is not None:
@@ -184,16 +187,16 @@ class ShardedStore:
     layout = _Layout(*shape, per_chunk=per_chunk, dtype=meta.dtype)
     token = _agreed_token()
     prefix = f'.tmp/{key}.{token}.sharded/' if self._local else f'{key}/'
-    with self._shared_lock(), self._io(where, 'cannot deposit the block'):
+    with self._io(where, 'cannot deposit the block'), self._shared_lock():
       digests = np.zeros((2, layout.layers, layout.groups, 32), np.uint8)
       for index, name in enumerate(_KV):
         array = getattr(block, name)
         for layer, group, data in _own_chunks(array, sharding, layout):
           write_chunk(self._kv, prefix + layout.path(name, layer, group), data)
           digests[index, layer, group] = np.frombuffer(blake3.blake3(data).digest(), np.uint8)
-      digests = _combine(digests)
+      digests = _combine(digests, where)
       if jax.process_index() == 0:
-        self._publish(key, prefix, meta, layout, np.asarray(block.positions), digests)
+        self._publish(key, prefix, meta, layout, positions, digests)
     _barrier(f'sharded put {key} published')
     if self._stored_meta(key) is None:
       raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')
@@ -201,10 +204,7 @@ class ShardedStore:
 
   def _publish(self, key, prefix, meta, layout: _Layout, positions, digests) -> None:
     """Writes positions, zarr.json files and the manifest; makes the block visible."""
-    positions = np.ascontiguousarray(positions, np.dtype('<i4'))
     n = layout.rows
-    if positions.shape != (n,):
-      raise store_lib.InvalidBlockError(self.root, f'positions are {positions.shape}, not [{n}]')
     chunk_shape = [1, n, layout.per_chunk, layout.head_dim]
     files = {'positions/c.0': positions.tobytes()}
     arrays = {}
@@ -400,7 +400,7 @@ class ShardedStore:
   # ---- plumbing -------------------------------------------------------------
 
   def _checked_key(self, key: str) -> str:
-    if not (isinstance(key, str) and len(key) == 64 and all(c in '0123456789abcdef' for c in key)):
+    if not _is_key(key):
       raise store_lib.InvalidKeyError(self.root, f'invalid block key {key!r}')
     return key
 
@@ -411,9 +411,7 @@ class ShardedStore:
   def _io(self, where: str, doing: str) -> Iterator[None]:
     try:
       yield
-    except (OSError, ValueError) as e:
-      if isinstance(e, store_lib.StoreError):
-        raise
+    except OSError as e:
       raise store_lib.StoreIOError(where, f'{doing}: {e}') from e
 
   @contextlib.contextmanager
@@ -423,12 +421,16 @@ class ShardedStore:
       yield
       return
     os.makedirs(os.path.join(self._local, '.tmp'), exist_ok=True)
-    fd = os.open(os.path.join(self._local, '.lock'), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(os.path.join(self._local, '.lock'), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_SH)
       yield
     finally:
       os.close(fd)
+
+
+def _is_key(name: Any) -> bool:
+  return isinstance(name, str) and len(name) == 64 and all(c in '0123456789abcdef' for c in name)
 
 
 def ts_result(future: Any) -> Any:
@@ -468,12 +470,44 @@ def _own_chunks(array, sharding: NamedSharding | None, layout: _Layout):
         yield layer, lo // c + i, data[layer, :, i * c : (i + 1) * c].tobytes()
 
 
-def _combine(digests: np.ndarray) -> np.ndarray:
+def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
+  """The block's positions as little-endian int32 [n]; InvalidBlockError unless it is storable
+  exactly: a dtype the store keeps, k and v [L, n, K, H] of it, positions as its metadata says."""
+  meta = block.meta
+  n = len(meta.token_ids)
+  if not n:
+    raise store_lib.InvalidBlockError(root, 'cannot store an empty block')
+  if meta.dtype not in store_lib.KV_DTYPES:
+    raise store_lib.InvalidBlockError(
+      root, f'cannot store k/v of dtype {meta.dtype!r}; only {store_lib.KV_DTYPES}'
+    )
+  for name in _KV:
+    array = getattr(block, name)
+    if np.dtype(array.dtype).name != meta.dtype or len(array.shape) != 4 or array.shape[1] != n:
+      raise store_lib.InvalidBlockError(
+        root,
+        f'block {name} is {np.dtype(array.dtype).name}{list(array.shape)}, its metadata'
+        f' says {meta.dtype}[L, {n}, K, H]',
+      )
+  positions = np.asarray(block.positions)
+  expected = meta.first_position + meta.shift + np.arange(n, dtype=np.int64)
+  if positions.shape != (n,) or not np.array_equal(positions, expected):
+    raise store_lib.InvalidBlockError(
+      root,
+      f'block positions {positions.tolist()[:4]}... are not {meta.first_position} +'
+      f' shift {meta.shift} + i, i < {n}, as its metadata says',
+    )
+  if expected[-1] > np.iinfo(np.int32).max:
+    raise store_lib.InvalidBlockError(root, f'positions up to {expected[-1]} exceed int32')
+  return np.ascontiguousarray(positions, np.dtype('<i4'))
+
+
+def _combine(digests: np.ndarray, where: str) -> np.ndarray:
   """Every process's chunk digests (zeros where another process wrote the chunk), merged."""
   if jax.process_count() > 1:
     digests = np.bitwise_or.reduce(multihost_utils.process_allgather(digests), axis=0)
   if not digests.reshape(-1, 32).any(axis=1).all():
-    raise store_lib.StoreIOError('deposit', 'some chunk was written by no process')
+    raise store_lib.StoreIOError(where, 'some chunk was written by no process')
   return digests
 
 

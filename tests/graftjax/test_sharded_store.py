@@ -80,6 +80,17 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
     store.restore('0' * 64, model.init_cache(capacity=CAPACITY), target=model.graft_target)
   with pytest.raises(store_lib.ReadOnlyStoreError, match='read-only'):
     sharded_store.ShardedStore(tmp_path, read_only=True).put(block)
+  moved = blocks.KVBlock(
+    k=block.k, v=block.v, positions=np.asarray(block.positions) + 1, meta=block.meta
+  )
+  with pytest.raises(store_lib.InvalidBlockError, match='not 0 \\+ shift 0 \\+ i'):
+    store.put(moved)
+  halved = blocks.KVBlock(
+    k=block.k.astype('bfloat16'), v=block.v, positions=block.positions, meta=block.meta
+  )
+  with pytest.raises(store_lib.InvalidBlockError, match='block k is bfloat16'):
+    store.put(halved)
+  assert store.list() == []
   key = store.put(block)
   other = sharding.shard_model(gemma_model.tiny(seed=1), sharding.make_mesh(1, 1))
   with pytest.raises(blocks.GraftError, match=f'{key}.*another model'):
