@@ -155,9 +155,21 @@ def placer(mesh: Mesh, *, dtype=None) -> Callable[[Any, np.ndarray], jax.Array]:
 
 
 def place_params(params, mesh: Mesh):
-  """The params pytree placed by `param_spec` (leaves already in their dtype)."""
+  """The params pytree placed by `param_spec` (leaves already in their dtype).
+
+  Host arrays and single-process jax arrays go through `placer`; arrays that
+  already span several processes (a loader's output) are moved by
+  `jax.device_put`, which is a no-op where they are placed already.
+  """
+  mesh = check_mesh(mesh)
   place = placer(mesh)
-  return jax.tree_util.tree_map_with_path(lambda path, a: place(path, np.asarray(a)), params)
+
+  def one(path, a):
+    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+      return jax.device_put(a, NamedSharding(mesh, param_spec(_leaf_name(path), a.shape, mesh)))
+    return place(path, np.asarray(a))
+
+  return jax.tree_util.tree_map_with_path(one, params)
 
 
 @dataclasses.dataclass(frozen=True)
