@@ -5,8 +5,9 @@ Started by test_sharded_processes.py, twice (process 0 and 1), each with 2 host 
     python tests/graftjax/sharded_pair.py <process_id> <port> <root> <out.json> [roundtrip|die]
 
 `roundtrip`: prefill, capture, `ShardedStore.put`, restore into a fresh sharded cache,
-continue; writes what it saw to out.json. `die`: process 1 kills itself (SIGKILL)
-after writing its first chunk of the deposit.
+continue; writes what it saw to out.json. `die`: deposits a block of random rows under
+the metadata the roundtrip's block has, and process 1 kills itself (SIGKILL) after
+writing its first chunk of the deposit.
 """
 
 import json
@@ -47,6 +48,23 @@ def _bytes_read() -> int:
   return sum(v['value'] for m in metrics for v in m['values'])
 
 
+def _random_block(model, token_ids):
+  """A block of random rows split as a capture from the model's cache would be."""
+  config = model.config
+  shape = (config.num_layers, len(token_ids), config.num_kv_heads, config.head_dim)
+  rows = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+  placed = sharding.put(rows, model.layout(1).block)
+  meta = blocks.BlockMeta(
+    model_fingerprint=model.fingerprint,
+    token_ids=tuple(int(t) for t in token_ids),
+    start=0,
+    dtype='float32',
+    position_scheme=model.position_scheme,
+    capacity=CAPACITY,
+  )
+  return blocks.KVBlock(k=placed, v=placed, positions=np.arange(len(token_ids)), meta=meta)
+
+
 def main():
   written = []
   write = sharded_store.write_chunk
@@ -63,6 +81,12 @@ def main():
     gemma_model.tiny(num_heads=8, num_kv_heads=8), sharding.make_mesh(1, jax.device_count())
   )
   ids = np.random.default_rng(0).integers(3, 256, PREFIX + CONTINUATION)
+  if MODE == 'die':  # no model run needed: random rows under the block's own metadata
+    block = _random_block(model, ids[:PREFIX])
+    with open(OUT, 'w') as f:
+      json.dump({'key': sharded_store.store_lib.key_for(block.meta)}, f)
+    sharded_store.ShardedStore(ROOT).put(block)
+    return
   cache = model.init_cache(capacity=CAPACITY)
   _, cache = model.prefill(ids[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
   fresh, cache = model.prefill(
