@@ -146,7 +146,7 @@ class ShardedStore:
         if _is_key(n) and os.path.isfile(os.path.join(self._local, n, store_lib.MANIFEST))
       )
     with self._io(self.root, 'cannot list the store'):
-      names = ts_result(self._kv.list())
+      names = _result(self._kv.list())
     suffix = f'/{store_lib.MANIFEST}'.encode()
     return sorted(
       n[:64].decode()
@@ -168,7 +168,9 @@ class ShardedStore:
     metadata must be the block's).
 
     Raises:
-      InvalidBlockError: if the block cannot be stored exactly (dtype, empty).
+      InvalidBlockError: if the block cannot be stored exactly (empty, dtype,
+        shapes, positions other than its metadata says); raised by every
+        process before anything is written.
       ConflictingBlockError: if the key is published with other metadata.
       ReadOnlyStoreError, StoreIOError: if the storage refuses the deposit.
     """
@@ -238,9 +240,9 @@ class ShardedStore:
     for name, data in files.items():
       write_chunk(self._kv, prefix + name, data)
     if self._local is None:  # the manifest last, only if none is there yet
-      absent = ts_result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+      absent = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
       if absent.state == 'missing':
-        ts_result(
+        _result(
           self._kv.write(
             f'{key}/{store_lib.MANIFEST}', text.encode(), if_equal=absent.stamp.generation
           )
@@ -261,8 +263,8 @@ class ShardedStore:
     """The block under `key` with k, v [L, n, K, H] as global arrays in `sharding`.
 
     Each process reads the chunks overlapping the kv heads its devices hold
-    in `sharding` (once per distinct head range), checking each against its
-    digest; positions are read by every process.
+    in `sharding`, each chunk once (devices holding the same heads share
+    it), checking each against its digest; positions are read by every process.
 
     Raises:
       MissingBlockError, CorruptBlockError, UnsupportedFormatError, StoreIOError.
@@ -347,7 +349,7 @@ class ShardedStore:
   def _chunk(self, key: str, manifest, name: str, index: int, path: str) -> bytes:
     where = f'{self._where(key)}/{path}'
     with self._io(where, 'cannot read the chunk'):
-      found = ts_result(self._kv.read(f'{key}/{path}'))
+      found = _result(self._kv.read(f'{key}/{path}'))
     if found.state != 'value':
       raise store_lib.CorruptBlockError(where, 'chunk file missing from a published block')
     data = bytes(found.value)
@@ -382,7 +384,7 @@ class ShardedStore:
 
   def _manifest_bytes(self, key: str) -> bytes | None:
     with self._io(self._where(key), 'cannot read the manifest'):
-      found = ts_result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+      found = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
     return bytes(found.value) if found.state == 'value' else None
 
   def _stored_meta(self, key: str) -> blocks.BlockMeta | None:
@@ -433,7 +435,7 @@ def _is_key(name: Any) -> bool:
   return isinstance(name, str) and len(name) == 64 and all(c in '0123456789abcdef' for c in name)
 
 
-def ts_result(future: Any) -> Any:
+def _result(future: Any) -> Any:
   """`future.result()`, tensorstore's errors raised as OSError."""
   try:
     return future.result()
@@ -443,7 +445,7 @@ def ts_result(future: Any) -> Any:
 
 def write_chunk(kv: ts.KvStore, name: str, data: bytes) -> None:
   """Writes one value of a deposit (one chunk file, zarr.json or manifest)."""
-  ts_result(kv.write(name, data))
+  _result(kv.write(name, data))
 
 
 def _dtype(name: str) -> np.dtype:
