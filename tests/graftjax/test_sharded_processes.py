@@ -77,7 +77,13 @@ def pair_runs(tmp_path_factory):
   root = tmp_path_factory.mktemp('store')
   killed = _kill_mid_deposit(root, tmp_path_factory.mktemp('killed'))
   leftovers = sorted(p.relative_to(root) for p in (root / '.tmp').rglob('c.*'))
-  listed = sharded_store.ShardedStore(root).list()
+  store = sharded_store.ShardedStore(root)
+  listed = store.list()
+  try:
+    store.read(killed, None)
+    unreadable = False
+  except store_lib.MissingBlockError:
+    unreadable = True
   collected = store_lib.BlockStore(root).gc()
   results = _run_pair(root, tmp_path_factory.mktemp('whole'))
   return {
@@ -85,6 +91,7 @@ def pair_runs(tmp_path_factory):
     'killed': killed,
     'leftovers': leftovers,
     'listed': listed,
+    'unreadable': unreadable,
     'collected': collected,
     'results': results,
   }
@@ -93,7 +100,7 @@ def pair_runs(tmp_path_factory):
 def test_a_process_killed_mid_deposit_leaves_no_block(pair_runs):
   key = pair_runs['killed']
   assert pair_runs['leftovers'], 'the killed deposit wrote no chunk before dying'
-  assert pair_runs['listed'] == []
+  assert pair_runs['listed'] == [] and pair_runs['unreadable']
   assert pair_runs['collected'] == 1  # BlockStore.gc clears the staged files
   # the store holds the block only from the later, whole deposit
   assert pair_runs['results'][0]['key'] == key
