@@ -1,0 +1,581 @@
+"""Blocks of a sharded cache: each process writes and reads only its devices' kv heads.
+
+`ShardedStore(root)` keeps blocks in the block store's layout (docs/store_format.md,
+docs/sharding.md) with k and v chunked along the kv heads as the cache is split:
+
+    <key>/k/c.<l>.0.<j>.0   layer l, kv heads [j * c, (j + 1) * c)   (chunk_shape [1, n, c, H])
+
+c is the number of kv heads one device holds. A block whose heads are not split
+(c = K) is written in the block store's own format, byte for byte what
+`BlockStore.put` writes, and either store reads it. A split block's manifest
+names `FORMAT` and is format 4 otherwise.
+
+`put` is collective: every process of a `jax.distributed` job calls it with the
+same block (a global jax.Array). Each process writes the chunks of the shards it
+holds (replica 0 only), the processes exchange the chunks' digests, and process
+0 publishes the block: on a local root it renames the staged folder into place,
+on other kvstores it writes the manifest last. A process that dies before that
+leaves no block: nothing is listed or readable, whatever files it wrote.
+
+`read` and `restore` read, on each process, only the chunks overlapping the
+heads its devices hold, each checked against its digest; `reads` counts them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import blake3
+import jax
+import numpy as np
+import tensorstore as ts
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from graftjax import blocks
+from graftjax import store as store_lib
+from graftjax.models import cache as cache_lib
+from graftjax.models import target as target_lib
+
+# Format 4 with k and v chunked along kv heads as well as layers.
+FORMAT = 'graftjax.blockstore/4-kv-heads'
+FORMATS = (store_lib.FORMAT, FORMAT)
+_KV = ('k', 'v')
+_DIGEST = 'chunk_blake3'
+_ARRAY_DIGEST = 'blake3'
+
+
+@dataclasses.dataclass
+class Reads:
+  """What a store's reads of k/v chunk files fetched (this process)."""
+
+  chunks: int = 0
+  bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """A stored block's arrays: L layers, n rows, K kv heads of H, c heads per chunk."""
+
+  layers: int
+  rows: int
+  heads: int
+  head_dim: int
+  per_chunk: int
+  dtype: str
+
+  @property
+  def shape(self) -> tuple[int, int, int, int]:
+    return (self.layers, self.rows, self.heads, self.head_dim)
+
+  @property
+  def groups(self) -> int:
+    return self.heads // self.per_chunk
+
+  def path(self, name: str, layer: int, group: int) -> str:
+    return f'{name}/c.{layer}.0.{group}.0'
+
+
+def _blake3(data: bytes) -> str:
+  return blake3.blake3(data).hexdigest()
+
+
+def _zarr_json(dtype: str, shape, chunk_shape) -> bytes:
+  """zarr.json of a raw little-endian array, as tensorstore and the block store write it."""
+  metadata = {
+    'zarr_format': 3,
+    'node_type': 'array',
+    'shape': list(shape),
+    'data_type': dtype,
+    'chunk_grid': {'name': 'regular', 'configuration': {'chunk_shape': list(chunk_shape)}},
+    'chunk_key_encoding': {'name': 'default', 'configuration': {'separator': '.'}},
+    'codecs': [{'name': 'bytes', 'configuration': {'endian': 'little'}}],
+    'fill_value': 0 if dtype == 'int32' else 0.0,
+  }
+  return json.dumps(metadata, sort_keys=True, separators=(',', ':')).encode('ascii')
+
+
+def _block_spec(array: jax.Array) -> tuple[NamedSharding | None, int]:
+  """(the sharding to write `array` [L, n, K, H] from, kv heads per chunk)."""
+  sharding = getattr(array, 'sharding', None)
+  if not isinstance(sharding, NamedSharding) or sharding.is_fully_replicated:
+    return None, array.shape[2]
+  heads = sharding.spec[2] if len(sharding.spec) > 2 else None
+  target = NamedSharding(sharding.mesh, P(None, None, heads, None))
+  return target, target.shard_shape(array.shape)[2]
+
+
+class ShardedStore:
+  """KV blocks under `root` (a local directory or a tensorstore kvstore spec / URL)."""
+
+  def __init__(self, root: Any, *, read_only: bool = False):
+    self.read_only = read_only
+    if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
+      self._local = os.path.abspath(os.fspath(root))
+      spec: Any = {'driver': 'file', 'path': self._local + '/'}
+    else:
+      self._local, spec = None, root
+    try:
+      self._kv = root if isinstance(root, ts.KvStore) else ts.KvStore.open(spec).result()
+    except (ValueError, TypeError) as e:
+      raise store_lib.StoreIOError(str(root), f'cannot open the kvstore: {e}') from e
+    if self._kv.path and not self._kv.path.endswith('/'):
+      self._kv.path += '/'
+    self.root = self._local or self._kv.url
+    self.reads = Reads()
+
+  # ---- listing -------------------------------------------------------------
+
+  def list(self) -> list[str]:
+    """Sorted keys of the published blocks (a manifest in place)."""
+    if self._local:
+      with self._io(self.root, 'cannot list the store'):
+        names = os.listdir(self._local) if os.path.isdir(self._local) else []
+      return sorted(
+        n
+        for n in names
+        if _is_key(n) and os.path.isfile(os.path.join(self._local, n, store_lib.MANIFEST))
+      )
+    with self._io(self.root, 'cannot list the store'):
+      names = _result(self._kv.list())
+    suffix = f'/{store_lib.MANIFEST}'.encode()
+    return sorted(
+      n[:64].decode()
+      for n in names
+      if n.endswith(suffix) and len(n) == 64 + len(suffix) and b'/' not in n[:64]
+    )
+
+  def __contains__(self, key: str) -> bool:
+    return self._manifest_bytes(self._checked_key(key)) is not None
+
+  # ---- writing -------------------------------------------------------------
+
+  def put(self, block: blocks.KVBlock) -> str:
+    """Deposits `block` (collective: every process calls it) and returns its key.
+
+    k and v may be global jax.Arrays split over kv heads (a block captured from
+    a sharded cache) or whole arrays; each process writes only the chunks of
+    the shards it holds. A key already published is left as it is (its
+    metadata must be the block's).
+
+    Raises:
+      InvalidBlockError: if the block cannot be stored exactly (empty, dtype,
+        shapes, positions other than its metadata says); raised by every
+        process before anything is written.
+      ConflictingBlockError: if the key is published with other metadata.
+      ReadOnlyStoreError, StoreIOError: if the storage refuses the deposit.
+    """
+    if self.read_only:
+      raise store_lib.ReadOnlyStoreError(self.root, 'the store was opened read-only')
+    meta = block.meta
+    positions = _checked_block(block, self.root)  # on every process, before anything is written
+    key = store_lib.key_for(meta)
+    where = self._where(key)
+    if self._stored_meta(key) is not None:
+      self._check_same_meta(key, meta)
+      _barrier(f'sharded put {key} stored')
+      return key
+    sharding, per_chunk = _block_spec(block.k)
+    shape = tuple(block.k.shape)
+    layout = _Layout(*shape, per_chunk=per_chunk, dtype=meta.dtype)
+    token = _agreed_token()
+    prefix = f'.tmp/{key}.{token}.sharded/' if self._local else f'{key}/'
+    with self._io(where, 'cannot deposit the block'), self._shared_lock():
+      digests = np.zeros((2, layout.layers, layout.groups, 32), np.uint8)
+      for index, name in enumerate(_KV):
+        array = getattr(block, name)
+        for layer, group, data in _own_chunks(array, sharding, layout):
+          write_chunk(self._kv, prefix + layout.path(name, layer, group), data)
+          digests[index, layer, group] = np.frombuffer(blake3.blake3(data).digest(), np.uint8)
+      digests = _combine(digests, where)
+      if jax.process_index() == 0:
+        self._publish(key, prefix, meta, layout, positions, digests)
+    _barrier(f'sharded put {key} published')
+    if self._stored_meta(key) is None:
+      raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')
+    return key
+
+  def _publish(self, key, prefix, meta, layout: _Layout, positions, digests) -> None:
+    """Writes positions, zarr.json files and the manifest; makes the block visible."""
+    n = layout.rows
+    chunk_shape = [1, n, layout.per_chunk, layout.head_dim]
+    files = {'positions/c.0': positions.tobytes()}
+    arrays = {}
+    for index, name in enumerate(_KV):
+      chunk_digests = [bytes(d).hex() for d in digests[index].reshape(-1, 32)]
+      arrays[name] = {
+        'dtype': layout.dtype,
+        'shape': list(layout.shape),
+        'chunk_shape': chunk_shape,
+        _DIGEST: chunk_digests,
+        _ARRAY_DIGEST: store_lib.array_digest(layout.dtype, layout.shape, chunk_digests),
+      }
+      files[f'{name}/zarr.json'] = _zarr_json(layout.dtype, layout.shape, chunk_shape)
+    positions_digest = _blake3(files['positions/c.0'])
+    arrays['positions'] = {
+      'dtype': 'int32',
+      'shape': [n],
+      'chunk_shape': [n],
+      _DIGEST: [positions_digest],
+      _ARRAY_DIGEST: store_lib.array_digest('int32', [n], [positions_digest]),
+    }
+    files['positions/zarr.json'] = _zarr_json('int32', [n], [n])
+    manifest = {
+      'format': store_lib.FORMAT if layout.groups == 1 else FORMAT,
+      'key': key,
+      'layout_version': meta.layout_version,
+      'meta': meta.to_json(),
+      'arrays': arrays,
+    }
+    text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
+    for name, data in files.items():
+      write_chunk(self._kv, prefix + name, data)
+    if self._local is None:  # the manifest last, only if none is there yet
+      absent = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+      if absent.state == 'missing':
+        _result(
+          self._kv.write(
+            f'{key}/{store_lib.MANIFEST}', text.encode(), if_equal=absent.stamp.generation
+          )
+        )
+      return
+    write_chunk(self._kv, prefix + store_lib.MANIFEST, text.encode('ascii'))
+    staged = os.path.join(self._local, prefix.rstrip('/'))
+    _fsync_tree(staged)
+    try:
+      os.rename(staged, os.path.join(self._local, key))
+    except OSError:  # taken by another deposit of the same key
+      shutil.rmtree(staged, ignore_errors=True)
+    _fsync_dir(self._local)
+
+  # ---- reading -------------------------------------------------------------
+
+  def read(self, key: str, sharding: NamedSharding) -> blocks.KVBlock:
+    """The block under `key` with k, v [L, n, K, H] as global arrays in `sharding`.
+
+    Each process reads the chunks overlapping the kv heads its devices hold
+    in `sharding`, each chunk once (devices holding the same heads share
+    it), checking each against its digest; positions are read by every process.
+
+    Raises:
+      MissingBlockError, CorruptBlockError, UnsupportedFormatError, StoreIOError.
+    """
+    key = self._checked_key(key)
+    manifest, meta, layout = self._manifest(key)
+    if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
+      raise store_lib.InvalidBlockError(
+        self._where(key), f'a block splits only kv heads; sharding {sharding.spec} splits more'
+      )
+    positions = np.frombuffer(self._chunk(key, manifest, 'positions', 0, 'positions/c.0'), '<i4')
+    if not np.array_equal(positions, meta.first_position + meta.shift + np.arange(layout.rows)):
+      raise store_lib.CorruptBlockError(
+        self._where(key),
+        f'positions {positions.tolist()[:8]}... do not start at meta.first_position'
+        f' {meta.first_position} + shift {meta.shift} and count up',
+      )
+    fetched: dict[str, np.ndarray] = {}  # chunk path -> its [n, c, H], read once
+
+    def piece(index, name):
+      lo, hi, _ = index[2].indices(layout.heads)
+      heads = self._heads(key, manifest, layout, name, lo, hi, fetched)
+      return heads[index[0], index[1], :, index[3]]
+
+    arrays = {
+      name: jax.make_array_from_callback(
+        layout.shape, sharding, lambda index, name=name: piece(index, name)
+      )
+      for name in _KV
+    }
+    return blocks.KVBlock(
+      k=arrays['k'], v=arrays['v'], positions=positions.astype(np.int32), meta=meta
+    )
+
+  def restore(
+    self,
+    key: str,
+    cache: cache_lib.KVCache,
+    *,
+    target: target_lib.GraftTarget,
+    **graft_options: Any,
+  ) -> cache_lib.KVCache:
+    """`blocks.graft` of the block under `key` into `cache`, reading only its shards.
+
+    The block is read in the cache's own split of kv heads (`cache.k`'s
+    sharding), so each device receives exactly the heads it holds.
+    """
+    sharding = cache.k.sharding
+    if isinstance(sharding, NamedSharding):
+      spec = tuple(sharding.spec) + (None,) * (5 - len(sharding.spec))
+      sharding = NamedSharding(sharding.mesh, P(None, None, spec[3], None))
+    else:
+      sharding = NamedSharding(
+        jax.sharding.Mesh(np.asarray(list(cache.k.devices())[:1]), ('one',)), P()
+      )
+    block = self.read(key, sharding)
+    try:
+      return blocks.graft(cache, block, target=target, **graft_options)
+    except blocks.GraftError as e:
+      raise blocks.GraftError(f'{self._where(key)}: {e}') from e
+
+  def _heads(
+    self, key, manifest, layout: _Layout, name: str, lo: int, hi: int, fetched: dict
+  ) -> np.ndarray:
+    """k or v [L, n, hi - lo, H] of heads [lo, hi), from the chunks that overlap them."""
+    dtype = _dtype(layout.dtype)
+    c = layout.per_chunk
+    groups = range(lo // c, -(-hi // c))
+    out = np.empty((layout.layers, layout.rows, len(groups) * c, layout.head_dim), dtype)
+    for layer in range(layout.layers):
+      for i, group in enumerate(groups):
+        path = layout.path(name, layer, group)
+        if path not in fetched:
+          data = self._chunk(key, manifest, name, layer * layout.groups + group, path)
+          fetched[path] = np.frombuffer(data, dtype).reshape(layout.rows, c, layout.head_dim)
+          self.reads.chunks += 1
+          self.reads.bytes += len(data)
+        out[layer, :, i * c : (i + 1) * c] = fetched[path]
+    first = groups.start * c
+    return out[:, :, lo - first : hi - first]
+
+  def _chunk(self, key: str, manifest, name: str, index: int, path: str) -> bytes:
+    where = f'{self._where(key)}/{path}'
+    with self._io(where, 'cannot read the chunk'):
+      found = _result(self._kv.read(f'{key}/{path}'))
+    if found.state != 'value':
+      raise store_lib.CorruptBlockError(where, 'chunk file missing from a published block')
+    data = bytes(found.value)
+    expected = manifest['arrays'][name][_DIGEST][index]
+    if _blake3(data) != expected:
+      raise store_lib.CorruptBlockError(
+        where, f'BLAKE3 {_blake3(data)[:16]}… != manifest {expected[:16]}…'
+      )
+    return data
+
+  def _manifest(self, key: str) -> tuple[dict[str, Any], blocks.BlockMeta, _Layout]:
+    where = self._where(key)
+    data = self._manifest_bytes(key)
+    if data is None:
+      raise store_lib.MissingBlockError(where, 'no such block')
+    try:
+      manifest = json.loads(data)
+      fmt = manifest['format']
+      if fmt not in FORMATS:
+        raise store_lib.UnsupportedFormatError(where, f'format {fmt!r}; this code reads {FORMATS}')
+      if manifest['key'] != key:
+        raise ValueError(f'manifest key {manifest["key"]} != its folder {key}')
+      meta = blocks.BlockMeta.from_json(manifest['meta'])
+      if store_lib.key_for(meta) != key:
+        raise ValueError(f'metadata hashes to {store_lib.key_for(meta)}, not its key {key}')
+      layout = _checked_layout(manifest, meta)
+    except store_lib.StoreError:
+      raise
+    except (ValueError, KeyError, TypeError, IndexError, blocks.BlockMetaError) as e:
+      raise store_lib.CorruptBlockError(where, f'bad manifest: {e}') from e
+    return manifest, meta, layout
+
+  def _manifest_bytes(self, key: str) -> bytes | None:
+    with self._io(self._where(key), 'cannot read the manifest'):
+      found = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+    return bytes(found.value) if found.state == 'value' else None
+
+  def _stored_meta(self, key: str) -> blocks.BlockMeta | None:
+    if self._manifest_bytes(key) is None:
+      return None
+    return self._manifest(key)[1]
+
+  def _check_same_meta(self, key: str, meta: blocks.BlockMeta) -> None:
+    stored = self._stored_meta(key)
+    if stored != meta:
+      raise store_lib.ConflictingBlockError(
+        self._where(key), f"stored metadata {stored} != the block's {meta}"
+      )
+
+  # ---- plumbing -------------------------------------------------------------
+
+  def _checked_key(self, key: str) -> str:
+    if not _is_key(key):
+      raise store_lib.InvalidKeyError(self.root, f'invalid block key {key!r}')
+    return key
+
+  def _where(self, key: str) -> str:
+    return os.path.join(self.root, key) if self._local else f'{self.root}{key}'
+
+  @contextlib.contextmanager
+  def _io(self, where: str, doing: str) -> Iterator[None]:
+    try:
+      yield
+    except OSError as e:
+      raise store_lib.StoreIOError(where, f'{doing}: {e}') from e
+
+  @contextlib.contextmanager
+  def _shared_lock(self) -> Iterator[None]:
+    """The store's `.lock`, shared, as every deposit holds it (garbage collection owns it)."""
+    if self._local is None:
+      yield
+      return
+    os.makedirs(os.path.join(self._local, '.tmp'), exist_ok=True)
+    fd = os.open(os.path.join(self._local, '.lock'), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_SH)
+      yield
+    finally:
+      os.close(fd)
+
+
+def _is_key(name: Any) -> bool:
+  return isinstance(name, str) and len(name) == 64 and all(c in '0123456789abcdef' for c in name)
+
+
+def _result(future: Any) -> Any:
+  """`future.result()`, tensorstore's errors raised as OSError."""
+  try:
+    return future.result()
+  except ValueError as e:
+    raise OSError(str(e)) from e
+
+
+def write_chunk(kv: ts.KvStore, name: str, data: bytes) -> None:
+  """Writes one value of a deposit (one chunk file, zarr.json or manifest)."""
+  _result(kv.write(name, data))
+
+
+def _dtype(name: str) -> np.dtype:
+  return np.dtype(jax.numpy.dtype(name)).newbyteorder('<')
+
+
+def _own_chunks(array, sharding: NamedSharding | None, layout: _Layout):
+  """(layer, group, bytes) of each chunk of `array` whose shard this process writes."""
+  if sharding is None:  # whole: process 0 writes every chunk
+    if jax.process_index() != 0:
+      return
+    shards = [(slice(None), np.asarray(array))]
+  else:
+    array = jax.device_put(array, sharding)
+    shards = [
+      (s.index[2], np.asarray(s.data)) for s in array.addressable_shards if s.replica_id == 0
+    ]
+  c = layout.per_chunk
+  for heads, data in shards:
+    data = np.ascontiguousarray(data, data.dtype.newbyteorder('<'))
+    lo = heads.indices(layout.heads)[0]
+    for layer in range(layout.layers):
+      for i in range(data.shape[2] // c):
+        yield layer, lo // c + i, data[layer, :, i * c : (i + 1) * c].tobytes()
+
+
+def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
+  """The block's positions as little-endian int32 [n]; InvalidBlockError unless it is storable
+  exactly: a dtype the store keeps, k and v [L, n, K, H] of it, positions as its metadata says."""
+  meta = block.meta
+  n = len(meta.token_ids)
+  if not n:
+    raise store_lib.InvalidBlockError(root, 'cannot store an empty block')
+  if meta.dtype not in store_lib.KV_DTYPES:
+    raise store_lib.InvalidBlockError(
+      root, f'cannot store k/v of dtype {meta.dtype!r}; only {store_lib.KV_DTYPES}'
+    )
+  for name in _KV:
+    array = getattr(block, name)
+    if np.dtype(array.dtype).name != meta.dtype or len(array.shape) != 4 or array.shape[1] != n:
+      raise store_lib.InvalidBlockError(
+        root,
+        f'block {name} is {np.dtype(array.dtype).name}{list(array.shape)}, its metadata'
+        f' says {meta.dtype}[L, {n}, K, H]',
+      )
+  positions = np.asarray(block.positions)
+  expected = meta.first_position + meta.shift + np.arange(n, dtype=np.int64)
+  if positions.shape != (n,) or not np.array_equal(positions, expected):
+    raise store_lib.InvalidBlockError(
+      root,
+      f'block positions {positions.tolist()[:4]}... are not {meta.first_position} +'
+      f' shift {meta.shift} + i, i < {n}, as its metadata says',
+    )
+  if expected[-1] > np.iinfo(np.int32).max:
+    raise store_lib.InvalidBlockError(root, f'positions up to {expected[-1]} exceed int32')
+  return np.ascontiguousarray(positions, np.dtype('<i4'))
+
+
+def _combine(digests: np.ndarray, where: str) -> np.ndarray:
+  """Every process's chunk digests (zeros where another process wrote the chunk), merged."""
+  if jax.process_count() > 1:
+    digests = np.bitwise_or.reduce(multihost_utils.process_allgather(digests), axis=0)
+  if not digests.reshape(-1, 32).any(axis=1).all():
+    raise store_lib.StoreIOError(where, 'some chunk was written by no process')
+  return digests
+
+
+def _agreed_token() -> str:
+  """A fresh name for this deposit, the same on every process (process 0's)."""
+  token = np.frombuffer(uuid.uuid4().bytes, np.uint8)
+  if jax.process_count() > 1:
+    token = multihost_utils.broadcast_one_to_all(token)
+  return bytes(np.asarray(token, np.uint8)).hex()
+
+
+def _barrier(name: str) -> None:
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def _checked_layout(manifest: dict[str, Any], meta: blocks.BlockMeta) -> _Layout:
+  """The k/v layout a manifest declares, checked against its metadata (ValueError)."""
+  n = len(meta.token_ids)
+  entries = manifest['arrays']
+  if set(entries) != {'k', 'v', 'positions'}:
+    raise ValueError(f'arrays {sorted(entries)}, expected k, v, positions')
+  k = entries['k']
+  shape, chunk_shape = k['shape'], k['chunk_shape']
+  if len(shape) != 4 or shape[1] != n:
+    raise ValueError(f'arrays.k.shape {shape}, expected [L, {n}, K, H] for {n} token ids')
+  if chunk_shape[:2] != [1, n] or chunk_shape[3] != shape[3] or shape[2] % chunk_shape[2]:
+    raise ValueError(
+      f'arrays.k.chunk_shape {chunk_shape} does not tile {shape} by layers and heads'
+    )
+  layout = _Layout(*shape, per_chunk=chunk_shape[2], dtype=meta.dtype)
+  if manifest['format'] == store_lib.FORMAT and layout.groups != 1:
+    raise ValueError(f'format {store_lib.FORMAT} keeps every kv head in a chunk: {chunk_shape}')
+  for name in _KV:
+    entry = entries[name]
+    if (
+      entry['shape'] != shape or entry['chunk_shape'] != chunk_shape or entry['dtype'] != meta.dtype
+    ):
+      raise ValueError(f'arrays.{name} is {entry["dtype"]}{entry["shape"]}/{entry["chunk_shape"]}')
+    digests = entry[_DIGEST]
+    if len(digests) != layout.layers * layout.groups:
+      raise ValueError(
+        f'arrays.{name} has {len(digests)} chunk digests, expected {layout.layers * layout.groups}'
+      )
+    if store_lib.array_digest(meta.dtype, shape, digests) != entry[_ARRAY_DIGEST]:
+      raise ValueError(f'arrays.{name}.blake3 does not match its chunk digests')
+  positions = entries['positions']
+  if positions['shape'] != [n] or positions['dtype'] != 'int32' or len(positions[_DIGEST]) != 1:
+    raise ValueError(f'arrays.positions is {positions["dtype"]}{positions["shape"]}')
+  return layout
+
+
+def _fsync_tree(path: str) -> None:
+  for folder, _, files in os.walk(path):
+    for name in files:
+      fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+      try:
+        os.fsync(fd)
+      finally:
+        os.close(fd)
+    _fsync_dir(folder)
+
+
+def _fsync_dir(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)

@@ -1,0 +1,101 @@
+"""ShardedStore with a cache split over kv heads, on 8 forced host devices; run by
+test_sharded_store.py in a process of its own (the flag must be set before jax starts)."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+import tensorstore as ts
+
+from graftjax import blocks
+from graftjax import sharded_store
+from graftjax import store as store_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import sharding
+
+PREFIX, CONTINUATION, CHUNK, CAPACITY = 24, 16, 8, 64
+HEADS = 8
+
+
+@pytest.fixture(scope='module', autouse=True)
+def eight_devices():
+  if jax.device_count() != 8:
+    pytest.fail(f'needs 8 host devices (XLA_FLAGS), found {jax.device_count()}')
+
+
+@pytest.fixture(scope='module')
+def base():
+  return gemma_model.tiny(num_heads=HEADS, num_kv_heads=HEADS)
+
+
+def _run(model):
+  ids = np.random.default_rng(0).integers(3, 256, PREFIX + CONTINUATION)
+  cache = model.init_cache(capacity=CAPACITY)
+  _, cache = model.prefill(ids[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
+  fresh, cache = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  block = blocks.capture(
+    cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX], target=model.graft_target
+  )
+  return ids, block, np.asarray(fresh)
+
+
+@pytest.mark.parametrize('ways', [2, 4, 8])
+def test_chunks_follow_the_kv_head_split_and_restore_byte_equal(base, ways, tmp_path):
+  model = sharding.shard_model(base, sharding.make_mesh(1, ways))
+  ids, block, fresh = _run(model)
+  store = sharded_store.ShardedStore(tmp_path)
+  key = store.put(block)
+  manifest = json.loads((tmp_path / key / 'manifest.json').read_text())
+  assert manifest['format'] == sharded_store.FORMAT
+  assert manifest['arrays']['k']['chunk_shape'] == [1, PREFIX, HEADS // ways, 16]
+  layers = base.config.num_layers
+  assert len(list((tmp_path / key / 'k').glob('c.*'))) == layers * ways
+  # A zarr v3 array tensorstore opens as it is.
+  k = ts.open({'driver': 'zarr3', 'kvstore': f'file://{tmp_path / key / "k"}/'}).result()
+  assert list(k.chunk_layout.read_chunk.shape) == [1, PREFIX, HEADS // ways, 16]
+  assert np.asarray(k.read().result()).tobytes() == np.asarray(block.k).tobytes()
+
+  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  assert store.reads.chunks == 2 * layers * ways  # each chunk once
+  out, _ = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  assert np.asarray(out).tobytes() == fresh.tobytes()
+
+
+@pytest.mark.parametrize('ways', [1, 2, 8])
+def test_a_block_reads_into_another_split(base, ways, tmp_path):
+  """Written from 4 devices, read into 1, 2 or 8: the same rows, each chunk read once; a graft
+  there is refused, since the rows were computed under another split."""
+  _, block, _ = _run(sharding.shard_model(base, sharding.make_mesh(1, 4)))
+  store = sharded_store.ShardedStore(tmp_path)
+  key = store.put(block)
+  model = sharding.shard_model(base, sharding.make_mesh(1, ways))
+  got = store.read(key, model.layout(1).block)
+  assert store.reads.chunks == 2 * base.config.num_layers * 4
+  assert np.asarray(got.k).tobytes() == np.asarray(block.k).tobytes()
+  assert np.asarray(got.v).tobytes() == np.asarray(block.v).tobytes()
+  assert {s.data.shape[2] for s in got.k.addressable_shards} == {HEADS // ways}
+  with pytest.raises(blocks.GraftError, match=f'{key}.*fingerprint'):
+    store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+
+
+def test_one_kv_head_replicated_over_the_model_axis(tmp_path):
+  model = sharding.shard_model(
+    gemma_model.tiny(num_heads=4, num_kv_heads=1), sharding.make_mesh(1, 4)
+  )
+  ids, block, fresh = _run(model)
+  store = sharded_store.ShardedStore(tmp_path)
+  key = store.put(block)
+  # Not split: written as the block store writes it, one chunk a layer.
+  assert store_lib.BlockStore(tmp_path).get(key).meta == block.meta
+  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  assert store.reads.chunks == 2 * model.config.num_layers  # once, not once per device
+  assert cache.k.sharding.is_fully_replicated
+  out, _ = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  assert np.asarray(out).tobytes() == fresh.tobytes()

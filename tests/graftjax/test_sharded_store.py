@@ -1,0 +1,125 @@
+"""graftjax/sharded_store.py on one device; the kv-head-split cases run in sharded_store_cases.py."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+from graftjax import blocks
+from graftjax import sharded_store
+from graftjax import store as store_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import sharding
+
+CASES = pathlib.Path(__file__).with_name('sharded_store_cases.py')
+PREFIX, CHUNK, CAPACITY = 24, 8, 64
+
+
+@pytest.fixture(scope='module')
+def captured():
+  model = sharding.shard_model(gemma_model.tiny(), sharding.make_mesh(1, 1))
+  ids = np.random.default_rng(1).integers(3, 256, PREFIX + 8)
+  cache = model.init_cache(capacity=CAPACITY)
+  _, cache = model.prefill(ids[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
+  fresh, cache = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  block = blocks.capture(
+    cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX], target=model.graft_target
+  )
+  return model, ids, block, np.asarray(fresh)
+
+
+def test_an_unsplit_block_is_written_as_block_store_writes_it(captured, tmp_path):
+  _, _, block, _ = captured
+  key = sharded_store.ShardedStore(tmp_path / 'sharded').put(block)
+  assert store_lib.BlockStore(tmp_path / 'plain').put(block) == key
+  assert store_lib.digest_tree(tmp_path / 'sharded' / key) == store_lib.digest_tree(
+    tmp_path / 'plain' / key
+  )
+  got = store_lib.BlockStore(tmp_path / 'sharded').get(key)
+  assert np.asarray(got.k).tobytes() == np.asarray(block.k).tobytes()
+
+
+def test_restore_of_a_block_store_block_continues_byte_equal(captured, tmp_path):
+  model, ids, block, fresh = captured
+  key = store_lib.BlockStore(tmp_path).put(block)
+  store = sharded_store.ShardedStore(tmp_path, read_only=True)
+  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  out, _ = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  assert np.asarray(out).tobytes() == fresh.tobytes()
+  layers = model.config.num_layers
+  assert store.reads.chunks == 2 * layers
+  assert store.reads.bytes == 2 * block.k.size * block.k.dtype.itemsize
+
+
+def test_a_memory_kvstore_publishes_the_manifest_last(captured):
+  model, _, block, _ = captured
+  kv = ts.KvStore.open('memory://blocks/').result()
+  store = sharded_store.ShardedStore(kv)
+  key = store.put(block)
+  assert store.list() == [key] and key in store
+  assert store.put(block) == key  # already published: left as it is
+  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  assert np.asarray(cache.k[:, 0, :PREFIX]).tobytes() == np.asarray(block.k).tobytes()
+
+
+def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
+  model, _, block, _ = captured
+  store = sharded_store.ShardedStore(tmp_path)
+  with pytest.raises(store_lib.InvalidKeyError, match='invalid block key'):
+    store.read('nope', None)
+  with pytest.raises(store_lib.MissingBlockError, match='no such block'):
+    store.restore('0' * 64, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  with pytest.raises(store_lib.ReadOnlyStoreError, match='read-only'):
+    sharded_store.ShardedStore(tmp_path, read_only=True).put(block)
+  moved = blocks.KVBlock(
+    k=block.k, v=block.v, positions=np.asarray(block.positions) + 1, meta=block.meta
+  )
+  with pytest.raises(store_lib.InvalidBlockError, match='not 0 \\+ shift 0 \\+ i'):
+    store.put(moved)
+  halved = blocks.KVBlock(
+    k=block.k.astype('bfloat16'), v=block.v, positions=block.positions, meta=block.meta
+  )
+  with pytest.raises(store_lib.InvalidBlockError, match='block k is bfloat16'):
+    store.put(halved)
+  assert store.list() == []
+  key = store.put(block)
+  other = sharding.shard_model(gemma_model.tiny(seed=1), sharding.make_mesh(1, 1))
+  with pytest.raises(blocks.GraftError, match=f'{key}.*another model'):
+    store.restore(key, other.init_cache(capacity=CAPACITY), target=other.graft_target)
+  chunk = tmp_path / key / 'v' / 'c.2.0.0.0'
+  chunk.write_bytes(b'\0' * chunk.stat().st_size)
+  with pytest.raises(store_lib.CorruptBlockError, match=r'v/c\.2\.0\.0\.0: BLAKE3'):
+    store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  manifest = tmp_path / key / 'manifest.json'
+  data = json.loads(manifest.read_text())
+  data['meta']['start'] = 1
+  manifest.write_text(json.dumps(data))
+  with pytest.raises(store_lib.CorruptBlockError, match='metadata hashes to'):
+    store.read(key, model.layout(1).block)
+
+
+def test_on_eight_host_devices():
+  """Blocks of a cache split over 2, 4, 8 devices: chunks along kv heads, restored on any
+  split, each chunk read once; in a process started with 8 forced host devices."""
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
+  proc = subprocess.run(
+    [sys.executable, '-m', 'pytest', str(CASES), '-x', '-q', '-p', 'no:cacheprovider'],
+    capture_output=True,
+    text=True,
+    check=False,
+    env=env,
+    cwd=pathlib.Path(__file__).parents[2],
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+  assert ' passed' in proc.stdout and 'skipped' not in proc.stdout, proc.stdout[-2000:]
