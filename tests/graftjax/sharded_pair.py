@@ -36,7 +36,7 @@ import numpy as np
 import tensorstore as ts
 
 from graftjax import blocks
-from graftjax import sharded_store
+from graftjax.store import sharded as sharded_store
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sharding
 

@@ -9,7 +9,7 @@ import pytest
 import tensorstore as ts
 
 from graftjax import blocks
-from graftjax import sharded_store
+from graftjax.store import sharded as sharded_store
 from graftjax import store as store_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sharding

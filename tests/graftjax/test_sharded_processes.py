@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from graftjax import sharded_store
+from graftjax.store import sharded as sharded_store
 from graftjax import store as store_lib
 
 PAIR = pathlib.Path(__file__).with_name('sharded_pair.py')

@@ -1,4 +1,4 @@
-"""graftjax/sharded_store.py on one device; the kv-head-split cases run in sharded_store_cases.py."""
+"""graftjax/store/sharded.py on one device; the kv-head-split cases run in sharded_store_cases.py."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 import tensorstore as ts
 
 from graftjax import blocks
-from graftjax import sharded_store
+from graftjax.store import sharded as sharded_store
 from graftjax import store as store_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sharding
