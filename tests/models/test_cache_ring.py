@@ -143,3 +143,53 @@ def test_ring_as_large_as_the_capacity_is_the_full_layout():
   got, _ = ring.prefill(ids, cache=cache, chunk_size=8, logits='all')
   want, _ = full.prefill(ids, cache=full.init_cache(capacity=32), chunk_size=8, logits='all')
   assert _bytes(got) == _bytes(want)
+
+
+def test_ring_is_chunk_invariant_under_pallas():
+  """Pallas (interpreted): a continuation after a graft equals one pass over prompt and
+  continuation, through a ring that wrapped (64 of 128 slots)."""
+  model = gemma_model.tiny(impl='pallas').with_local_cache('ring', chunk_size=57)
+  capacity, chunk = 128, 57
+  assert model.ring_capacity(capacity) == 64 and model.max_chunk(capacity) == chunk
+  prompt, continuation = _ids(80), _ids(20, seed=3)
+  whole, _ = model.prefill(
+    np.concatenate([prompt, continuation]),
+    cache=model.init_cache(capacity=capacity),
+    chunk_size=50,
+    logits='all',
+  )
+  cache = model.init_cache(capacity=capacity)
+  _, cache = model.prefill(prompt, cache=cache, chunk_size=16, logits='none')
+  block = blocks.capture(cache, blocks.Span(0, 80), token_ids=prompt, target=model.graft_target)
+  grafted = blocks.graft(model.init_cache(capacity=capacity), block, target=model.graft_target)
+  after, _ = model.prefill(
+    continuation, cache=grafted, chunk_size=7, start_position=80, logits='all'
+  )
+  assert _bytes(np.asarray(whole)[:, 80:]) == _bytes(after)
+
+
+def test_ring_block_as_a_page_and_through_the_store_stays_exact(ring_model, tmp_path):
+  from graftjax import restore
+  from graftjax import store as store_lib
+  from graftjax.paging import pages
+
+  prompt, continuation = _ids(37), _ids(9, seed=4)
+  fresh, after, block = _fresh_and_grafted(
+    ring_model, prompt, continuation, capacity=64, chunk=CHUNK
+  )
+  page = pages.to_page(block, ring_model.config)
+  assert page.local_rows == 7
+  store = store_lib.BlockStore(tmp_path / 'store')
+  key, page_key = store.put(block), pages.put(store, page)
+  target = ring_model.graft_target
+  caches = {
+    'restore': restore.restore(store, key, ring_model.init_cache(capacity=64), target=target),
+    'page_in': pages.page_in(
+      store, page_key, ring_model.init_cache(capacity=64), target=target, config=ring_model.config
+    ),
+  }
+  for name, cache in caches.items():
+    logits, _ = ring_model.prefill(
+      continuation, cache=cache, chunk_size=CHUNK, start_position=37, logits='all'
+    )
+    assert _bytes(logits) == _bytes(fresh), name
