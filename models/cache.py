@@ -142,11 +142,11 @@ def init(
     len(set(ring_layers)) != len(ring_layers)
     or not 0 <= ring_layers[0] <= ring_layers[-1] < num_layers
     or not 0 < (ring_capacity or 0) <= capacity
-    or not 0 < ring_window <= ring_capacity
+    or ring_window <= 0
   ):
     raise ValueError(
       f'ring layers {ring_layers} of {num_layers}, ring of {ring_capacity} slots for a window'
-      f' of {ring_window} in a capacity of {capacity}: need distinct layers, 0 < W <= R <= S'
+      f' of {ring_window} in a capacity of {capacity}: need distinct layers, W > 0, 0 < R <= S'
     )
 
   def layers(count, slots):
