@@ -214,3 +214,36 @@ def experiment(
     entry['name'] = name
   result.update(body)
   return result
+
+
+def markdown(result: dict[str, Any]) -> str:
+  """The result as a markdown table: one row per config and capacity."""
+  settings = result['settings']
+  lines = [
+    f'KV cache bytes per cached token ({settings["dtype"]}, one batch row; rings take chunks of'
+    f' up to {settings["chunk_size"]} tokens, R rounded to {settings["multiple"]}). "vs global":'
+    " against the global layers' own bytes per token. Slots: the capacity whose cache fits"
+    f' {settings["device_bytes"] / 1e9:g} GB beside the weights.',
+    '',
+    '| config | capacity | ring R | full B/token | ring B/token | full vs global'
+    ' | ring vs global | full / ring |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ]
+  for entry in result['configs']:
+    for row in entry['capacities']:
+      full, ring = row['full'], row['ring']
+      lines.append(
+        f'| {entry["name"]} | {row["capacity"]:,} | {row["ring_capacity"] or "-"}'
+        f' | {full["kv_bytes_per_token"]:,.0f} | {ring["kv_bytes_per_token"]:,.0f}'
+        f' | {full["kv_vs_global_layers"]:.3f} | {ring["kv_vs_global_layers"]:.3f}'
+        f' | {row["full_over_ring"]:.2f} |'
+      )
+  lines += ['', '| config | weights (GB) | slots that fit, full | slots that fit, ring |']
+  lines.append('| --- | ---: | ---: | ---: |')
+  for entry in result['configs']:
+    slots = entry['slots_that_fit']
+    lines.append(
+      f'| {entry["name"]} | {entry["weight_bytes"] / 1e9:.2f} | {slots["full"]:,}'
+      f' | {slots["ring"]:,} |'
+    )
+  return '\n'.join(lines) + '\n'
