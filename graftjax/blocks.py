@@ -443,6 +443,9 @@ def check_graft(
     raise GraftError(
       f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
     )
+  gap = cache_lib.gap_error(cache, span.start)
+  if gap:
+    raise GraftError(f'block slots [{span.start}, {span.stop}): {gap}')
   computed = (meta.batch_size, meta.capacity)
   here = (cache.batch_size, cache.capacity)
   if computed != here and not (target.chunk_invariant or allow_other_shape):

@@ -329,14 +329,33 @@ def write_rows(cache: KVCache, k, v, positions, segment, start, n) -> KVCache:
   return cache.replace(**out)
 
 
+def gap_error(cache: KVCache, start: int) -> str | None:
+  """Why slots [length, start) may not be left empty in `cache`, or None if they may.
+
+  A ring that skips slots after written ones would drop rows that later
+  queries still see in the full layout (positions continue across the gap),
+  so a ring cache leaves slots empty only before its first write.
+  """
+  length = int(cache.length)
+  if cache.ring_layers and cache.ring_capacity < cache.capacity and length and start > length:
+    return (
+      f'slots [{length}, {start}) would stay empty after written ones in a ring of'
+      f' {cache.ring_capacity} slots, which then drops rows later queries see: the ring'
+      " layout leaves slots empty only before its first write (use local_cache='full')"
+    )
+  return None
+
+
 def reserve(cache: KVCache, slots: int) -> KVCache:
   """Skips `slots` slots, leaving them empty (position -1, always masked).
 
   Lets a block be computed alone at the slots it will occupy later, which
   keeps the arithmetic of every attention row the same in both places.
-  (A ring index of a skipped slot keeps the row of R slots earlier, which
-  the full layout also still holds.)
+  A ring cache skips slots only before its first write (`gap_error`).
   """
   if slots < 0 or int(cache.length) + slots > cache.capacity:
     raise ValueError(f'cannot reserve {slots} slots: {int(cache.length)} of {cache.capacity} used')
+  error = gap_error(cache, int(cache.length) + slots)
+  if error:
+    raise ValueError(error)
   return cache.replace(length=cache.length + slots)

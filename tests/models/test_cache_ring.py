@@ -1,5 +1,7 @@
 """Ring caches for sliding-window layers: writes, attention, capture and graft stay exact."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -193,3 +195,22 @@ def test_ring_block_as_a_page_and_through_the_store_stays_exact(ring_model, tmp_
       continuation, cache=cache, chunk_size=CHUNK, start_position=37, logits='all'
     )
     assert _bytes(logits) == _bytes(fresh), name
+
+
+def test_a_ring_leaves_no_slots_empty_after_written_ones(ring_model):
+  """Composition-style gaps would drop rows the full layout still shows: refused."""
+  prompt = _ids(20)
+  cache = ring_model.init_cache(capacity=64)
+  _, cache = ring_model.prefill(prompt, cache=cache, chunk_size=CHUNK, logits='none')
+  with pytest.raises(ValueError, match='leaves slots empty only before its first write'):
+    cache_lib.reserve(cache, 4)
+  block = blocks.capture(
+    cache, blocks.Span(12, 20), token_ids=prompt[12:], target=ring_model.graft_target
+  )
+  moved = blocks.KVBlock(
+    k=block.k, v=block.v, positions=block.positions, meta=dataclasses.replace(block.meta, start=40)
+  )
+  with pytest.raises(blocks.GraftError, match='leaves slots empty only before its first write'):
+    blocks.graft(cache, moved, target=ring_model.graft_target)
+  # Before the first write a ring may skip slots (a block computed alone at its own slot).
+  assert int(cache_lib.reserve(ring_model.init_cache(capacity=64), 30).length) == 30
