@@ -149,25 +149,25 @@ def test_ring_as_large_as_the_capacity_is_the_full_layout():
 
 def test_ring_is_chunk_invariant_under_pallas():
   """Pallas (interpreted): a continuation after a graft equals one pass over prompt and
-  continuation, through a ring that wrapped (64 of 128 slots)."""
+  continuation, through a ring that wrapped (64 of 128 slots). Three chunk shapes only."""
   model = gemma_model.tiny(impl='pallas').with_local_cache('ring', chunk_size=57)
-  capacity, chunk = 128, 57
-  assert model.ring_capacity(capacity) == 64 and model.max_chunk(capacity) == chunk
-  prompt, continuation = _ids(80), _ids(20, seed=3)
+  capacity = 128
+  assert model.ring_capacity(capacity) == 64 and model.max_chunk(capacity) == 57
+  prompt, continuation = _ids(72), _ids(24, seed=3)
   whole, _ = model.prefill(
     np.concatenate([prompt, continuation]),
     cache=model.init_cache(capacity=capacity),
-    chunk_size=50,
+    chunk_size=48,
     logits='all',
   )
   cache = model.init_cache(capacity=capacity)
-  _, cache = model.prefill(prompt, cache=cache, chunk_size=16, logits='none')
-  block = blocks.capture(cache, blocks.Span(0, 80), token_ids=prompt, target=model.graft_target)
+  _, cache = model.prefill(prompt, cache=cache, chunk_size=24, logits='none')
+  block = blocks.capture(cache, blocks.Span(0, 72), token_ids=prompt, target=model.graft_target)
   grafted = blocks.graft(model.init_cache(capacity=capacity), block, target=model.graft_target)
   after, _ = model.prefill(
-    continuation, cache=grafted, chunk_size=7, start_position=80, logits='all'
+    continuation, cache=grafted, chunk_size=8, start_position=72, logits='all'
   )
-  assert _bytes(np.asarray(whole)[:, 80:]) == _bytes(after)
+  assert _bytes(np.asarray(whole)[:, 72:]) == _bytes(after)
 
 
 def test_ring_block_as_a_page_and_through_the_store_stays_exact(ring_model, tmp_path):
@@ -214,3 +214,27 @@ def test_a_ring_leaves_no_slots_empty_after_written_ones(ring_model):
     blocks.graft(cache, moved, target=ring_model.graft_target)
   # Before the first write a ring may skip slots (a block computed alone at its own slot).
   assert int(cache_lib.reserve(ring_model.init_cache(capacity=64), 30).length) == 30
+
+
+def test_relocated_ring_block_is_exact_under_rope_relative():
+  """A block computed at position 0 and moved to 500 (keys carry no position under
+  rope_relative) continues as a fresh prefill at 500 does, through a ring that wrapped."""
+  model = (
+    gemma_model.tiny()
+    .with_position_scheme('rope_relative')
+    .with_local_cache('ring', chunk_size=CHUNK)
+  )
+  prompt, continuation = _ids(30, seed=5), _ids(6, seed=6)
+  target = model.graft_target
+
+  def prefill(ids, cache, start):
+    return model.prefill(ids, cache=cache, chunk_size=CHUNK, start_position=start, logits='all')
+
+  _, at_zero = prefill(prompt, model.init_cache(capacity=64), 0)
+  block = blocks.capture(at_zero, blocks.Span(0, 30), token_ids=prompt, target=target)
+  moved = blocks.relocate(block, 500, model=model)
+  grafted = blocks.graft(model.init_cache(capacity=64), moved, target=target, allow_shifted=True)
+  _, fresh = prefill(prompt, model.init_cache(capacity=64), 500)
+  want, _ = prefill(continuation, fresh, 530)
+  got, _ = prefill(continuation, grafted, 530)
+  assert _bytes(got) == _bytes(want)
