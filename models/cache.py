@@ -18,7 +18,18 @@ Two layouts for sliding-window layers:
     slots [length - R, length); with positions that grow with slots (prefill,
     decode, grafts at their own slots) no query of a chunk of at most
     R - W + 1 tokens sees an older one, so it attends to the same keys as
-    the full layout.
+    the full layout. A ring never leaves slots empty after written ones
+    (`gap_error`): positions continue across such a gap, and the ring would
+    drop rows the full layout still shows.
+
+Ring writes are copies (one `dynamic_update_slice` for a decode step, else
+a fixed-shape gather of the row each ring index receives), so a slot's row
+has the same bits in the ring as in the full layout, and the same ring index
+(s mod R) however the rows got there: prefill in any chunks, decode, or a
+graft. Fresh and grafted paths therefore run the same attention over the
+same ring. The two layouts run attention over other shapes (R vs S slots),
+so their bits differ (under XLA, and under Pallas wherever a window wraps
+the ring): a model's layout is part of its fingerprint.
 """
 
 from __future__ import annotations
