@@ -263,7 +263,8 @@ def capture(
   Raises:
     GraftError: if the span is empty, unwritten, holds empty slots, mixes
       attention segments, or holds positions that are not consecutive; or
-      the cache is not of `target`'s dtype.
+      the cache is not of `target`'s dtype; or its ring layers no longer
+      hold the span's last W - 1 rows.
   """
   token_ids = tuple(int(t) for t in token_ids)
   if len(span) == 0:
