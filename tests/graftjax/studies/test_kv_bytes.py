@@ -62,3 +62,11 @@ def test_experiment_writes_a_result_that_verifies(tmp_path):
   again = ledger.verify_result(tmp_path / 'kv_bytes.json')
   assert again['configs'][0]['capacities'][0]['ring_capacity'] == 256
   assert np.isclose(again['configs'][0]['capacities'][0]['ring']['kv_vs_global_layers'], 6.0)
+
+
+def test_ring_meets_the_12b_goal_at_32k():
+  """At 12B, bfloat16, 32k slots: ring bytes per token within 1.2x of the global layers' own."""
+  if 'gemma3-12b' not in config_lib.NAMED_CONFIGS:
+    pytest.skip('no gemma3-12b config in models/gemma/config.py yet')
+  (entry,) = kv_bytes.table(['gemma3-12b'], capacities=(32768,))['configs']
+  assert entry['capacities'][0]['ring']['kv_vs_global_layers'] <= 1.2
