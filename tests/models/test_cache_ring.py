@@ -238,3 +238,16 @@ def test_relocated_ring_block_is_exact_under_rope_relative():
   want, _ = prefill(continuation, fresh, 530)
   got, _ = prefill(continuation, grafted, 530)
   assert _bytes(got) == _bytes(want)
+
+
+def test_generation_decodes_through_a_wrapping_ring(ring_model):
+  """The jitted decode loop writes the ring one row at a time and sees what the full layout does."""
+  from graftjax.models.gemma import sampler
+
+  run = lambda m: sampler.generate(
+    m, _ids(20, seed=7), max_new_tokens=30, capacity=64, chunk_size=4, stop_ids=(), keep_logits=True
+  )
+  ring, full = run(ring_model), run(gemma_model.tiny())
+  assert ring['cache'].ring_capacity == 11 and int(ring['cache'].length) == 50
+  assert ring['tokens'] == full['tokens']
+  np.testing.assert_allclose(ring['logits'], full['logits'], rtol=0, atol=2e-5)
