@@ -1,7 +1,9 @@
 """KV blocks: a captured span of cache state, and grafting it back.
 
 `capture(cache, span, target=...)` copies the keys and values of every layer
-(global and sliding-window alike) for slots [start, stop) of one batch row,
+(global and sliding-window alike) for slots [start, stop) of one batch row
+(from a cache whose sliding-window layers keep a ring, the rows a later query
+can see there, the rest zeros),
 with their positions and the metadata needed to refuse a wrong restore: the
 model (`target`, a `GraftTarget` the model hands out), the tokens, and the
 cache shape and attention segment the block was computed under. `graft(cache,
@@ -285,7 +287,8 @@ def capture(
   Raises:
     GraftError: if the span is empty, unwritten, holds empty slots, mixes
       attention segments, or holds positions that are not consecutive; or
-      the cache is not of `target`'s dtype.
+      the cache is not of `target`'s dtype; or its ring layers no longer
+      hold the span's last W - 1 rows.
   """
   token_ids = tuple(int(t) for t in token_ids)
   if len(span) == 0:
@@ -301,6 +304,7 @@ def capture(
     raise GraftError(f'batch_index={batch_index} outside a batch of {cache.batch_size}')
   if jnp.dtype(cache.dtype).name != target.dtype:
     raise GraftError(f'cache dtype {jnp.dtype(cache.dtype).name} != model dtype {target.dtype}')
+  _check_ring_holds(cache, span)
   k, v, positions = cache_lib.slice_rows(cache, span.start, span.stop, batch_index)
   host_positions = np.asarray(positions)
   if np.any(host_positions < 0):
@@ -341,6 +345,25 @@ def recorded_chunk_size(chunk_size: int | None, target: target_lib.GraftTarget) 
   if not _is_int(chunk_size) or chunk_size <= 0:
     raise GraftError(f'chunk_size must be a positive int, got {chunk_size!r}')
   return chunk_size
+
+
+def _check_ring_holds(cache: cache_lib.KVCache, span: Span) -> None:
+  """Raises GraftError unless the ring layers of `cache` (if any) still hold the rows of
+  `span` that a continuation right after it sees: its last W - 1 (all, if fewer).
+
+  Older rows of the span are captured as zeros: no later query sees them (a page
+  drops them too, `paging.pages`).
+  """
+  if not cache.ring_layers:
+    return
+  needed = max(span.start, span.stop - (cache.ring_window - 1))
+  first = cache_lib.ring_first_slot(cache)
+  if needed < first:
+    raise GraftError(
+      f'span [{span.start}, {span.stop}): the ring of {cache.ring_capacity} slots now holds'
+      f' slots [{first}, {int(cache.length)}) of its sliding-window layers, but a continuation'
+      f' after the span sees slots [{needed}, {span.stop}); capture it before writing further'
+    )
 
 
 def relocate(block: KVBlock, first_position: int, *, model) -> KVBlock:
@@ -474,6 +497,9 @@ def check_graft(
     raise GraftError(
       f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
     )
+  gap = cache_lib.gap_error(cache, span.start)
+  if gap:
+    raise GraftError(f'block slots [{span.start}, {span.stop}): {gap}')
   computed = (meta.batch_size, meta.capacity)
   here = (cache.batch_size, cache.capacity)
   if computed != here and not (target.chunk_invariant or allow_other_shape):
@@ -659,30 +685,9 @@ def _install_rows(
 ) -> cache_lib.KVCache:
   """Writes the first n of k, v (tuples of parts [L_i, m, K, H], layers in order) and
   positions [m] (and `segment`) at slots [start, start+n) of every row; slots
-  [start+n, start+m) keep what they hold."""
+  [start+n, start+m) keep what they hold (`cache.write_rows`, ring layers included)."""
   k, v = (jnp.concatenate(parts, axis=0) for parts in (k, v))
-  m = positions.shape[0]
-  keep = jnp.arange(m) < n  # [m]
-
-  def write(old, new, axis):  # new: [m, ...] rows along `axis` of old
-    starts = [0] * old.ndim
-    starts[axis] = start
-    sizes = list(old.shape)
-    sizes[axis] = m
-    current = jax.lax.dynamic_slice(old, starts, sizes)
-    shape = [1] * old.ndim
-    shape[axis] = m
-    merged = jnp.where(keep.reshape(shape), jnp.broadcast_to(new, current.shape), current)
-    return jax.lax.dynamic_update_slice(old, merged.astype(old.dtype), starts)
-
-  rows = lambda a: a.astype(cache.dtype)[:, None]  # [L, 1, m, K, H]
-  return cache.replace(
-    k=write(cache.k, rows(k), 2),
-    v=write(cache.v, rows(v), 2),
-    positions=write(cache.positions, positions[None], 1),
-    segments=write(cache.segments, jnp.broadcast_to(segment, (1, m)), 1),
-    length=(start + n).astype(jnp.int32),
-  )
+  return cache_lib.write_rows(cache, k, v, positions, segment, start, n)
 
 
 _install = jax.jit(_install_rows)

@@ -8,9 +8,28 @@ tokens is written at slots `[length, length + T)` with
 when the cache is made, so attention always runs over the same shapes no
 matter how full the cache is (XLA's bits depend on shapes; see design.md).
 
-Sliding-window layers keep the same full-size cache as global layers: every
-key ever written stays, and the window is applied by the attention mask
-from positions. That is what makes resumption from a saved state exact.
+Two layouts for sliding-window layers:
+  'full': they keep a full-size cache like global layers; every key ever
+    written stays, and the window is applied by the attention mask.
+  'ring': they keep a ring of R slots (`ring_slots`: the window plus one
+    chunk), slot s at ring index s mod R, with its own positions and
+    segments. Attention of those layers runs over the R ring slots, always
+    the same shape, masked by the stored positions. A ring holds the rows of
+    slots [length - R, length); with positions that grow with slots (prefill,
+    decode, grafts at their own slots) no query of a chunk of at most
+    R - W + 1 tokens sees an older one, so it attends to the same keys as
+    the full layout. A ring never leaves slots empty after written ones
+    (`gap_error`): positions continue across such a gap, and the ring would
+    drop rows the full layout still shows.
+
+Ring writes are copies (one `dynamic_update_slice` for a decode step, else
+a fixed-shape gather of the row each ring index receives), so a slot's row
+has the same bits in the ring as in the full layout, and the same ring index
+(s mod R) however the rows got there: prefill in any chunks, decode, or a
+graft. Fresh and grafted paths therefore run the same attention over the
+same ring. The two layouts run attention over other shapes (R vs S slots),
+so their bits differ (under XLA, and under Pallas wherever a window wraps
+the ring): a model's layout is part of its fingerprint.
 """
 
 from __future__ import annotations
@@ -20,6 +39,21 @@ import jax.numpy as jnp
 from flax import struct
 
 EMPTY_POSITION = -1
+LOCAL_LAYOUTS = ('full', 'ring')
+
+
+def ring_slots(capacity: int, *, window: int, chunk_size: int, multiple: int = 1) -> int:
+  """R: slots of a ring that serves a window W and chunks of up to `chunk_size` tokens.
+
+  W - 1 + chunk_size rounded up to `multiple`, at most `capacity` (a ring
+  of `capacity` slots never wraps: it is the full layout).
+  """
+  if min(window, chunk_size, multiple, capacity) <= 0:
+    raise ValueError(
+      f'ring sizes must be positive, got window={window} chunk_size={chunk_size}'
+      f' multiple={multiple} capacity={capacity}'
+    )
+  return min(capacity, -(-(window - 1 + chunk_size) // multiple) * multiple)
 
 
 @struct.dataclass
@@ -27,14 +61,23 @@ class KVCache:
   """Per-layer keys and values of every token seen so far.
 
   Attributes:
-    k: [L, B, S, K, H] keys (for rotary schemes, already rotated).
-    v: [L, B, S, K, H] values.
+    k: [Lf, B, S, K, H] keys of the full-size layers (every layer for the
+      'full' layout; for rotary schemes, already rotated).
+    v: [Lf, B, S, K, H] values.
     positions: [B, S] int32 position of each slot's token, -1 if empty.
     segments: [B, S] int32 attention segment of each slot. A query in
       segment 0 sees every earlier key; a query in segment s > 0 sees only
       keys of segment s (block attention: independent blocks in one cache).
     length: [] int32, slots written so far (the next write index, shared by
       every batch row).
+    ring_k, ring_v: [Lr, B, R, K, H] keys and values of the ring layers (slot
+      s at ring index s mod R), or None for the 'full' layout.
+    ring_positions, ring_segments: [B, R] int32, as `positions` and
+      `segments` for the ring slots, or None.
+    ring_layers: (static) the model layers kept in the ring, ascending.
+    ring_window: (static) W of the ring layers (0 without a ring): a
+      continuation right after slot s sees the ring rows of slots
+      [s - W + 1, s).
   """
 
   k: jax.Array
@@ -42,22 +85,44 @@ class KVCache:
   positions: jax.Array
   segments: jax.Array
   length: jax.Array
+  ring_k: jax.Array | None = None
+  ring_v: jax.Array | None = None
+  ring_positions: jax.Array | None = None
+  ring_segments: jax.Array | None = None
+  ring_layers: tuple[int, ...] = struct.field(pytree_node=False, default=())
+  ring_window: int = struct.field(pytree_node=False, default=0)
 
   @property
   def num_layers(self) -> int:
-    return self.k.shape[0]
+    return self.k.shape[0] + len(self.ring_layers)
 
   @property
   def batch_size(self) -> int:
-    return self.k.shape[1]
+    return self.positions.shape[0]
 
   @property
   def capacity(self) -> int:
-    return self.k.shape[2]
+    return self.positions.shape[1]
 
   @property
   def dtype(self) -> jnp.dtype:
     return self.k.dtype
+
+  @property
+  def layout(self) -> str:
+    """'ring' if some layers keep a ring, else 'full'."""
+    return 'ring' if self.ring_layers else 'full'
+
+  @property
+  def ring_capacity(self) -> int | None:
+    """R, the ring layers' slots (None for the 'full' layout)."""
+    return None if self.ring_positions is None else self.ring_positions.shape[1]
+
+  def where(self, layer: int) -> tuple[str, int]:
+    """('full' or 'ring', index of `layer` in that layout's arrays)."""
+    if layer in self.ring_layers:
+      return 'ring', self.ring_layers.index(layer)
+    return 'full', layer - sum(r < layer for r in self.ring_layers)
 
 
 def init(
@@ -68,32 +133,110 @@ def init(
   num_kv_heads: int,
   head_dim: int,
   dtype: jnp.dtype = jnp.float32,
+  ring_layers: tuple[int, ...] = (),
+  ring_capacity: int | None = None,
+  ring_window: int = 0,
 ) -> KVCache:
-  """An empty cache: zeros everywhere, every position -1."""
+  """An empty cache: zeros everywhere, every position -1.
+
+  With `ring_layers`, those layers keep a ring of `ring_capacity` slots
+  (`ring_slots`) for a window of `ring_window`; the others the full capacity.
+  """
   if min(num_layers, batch_size, capacity, num_kv_heads, head_dim) <= 0:
     raise ValueError(
       'every cache dimension must be positive, got'
       f' num_layers={num_layers} batch_size={batch_size}'
       f' capacity={capacity} num_kv_heads={num_kv_heads} head_dim={head_dim}'
     )
-  shape = (num_layers, batch_size, capacity, num_kv_heads, head_dim)
+  ring_layers = tuple(sorted(ring_layers))
+  if ring_layers and (
+    len(set(ring_layers)) != len(ring_layers)
+    or not 0 <= ring_layers[0] <= ring_layers[-1] < num_layers
+    or not 0 < (ring_capacity or 0) <= capacity
+    or ring_window <= 0
+  ):
+    raise ValueError(
+      f'ring layers {ring_layers} of {num_layers}, ring of {ring_capacity} slots for a window'
+      f' of {ring_window} in a capacity of {capacity}: need distinct layers, W > 0, 0 < R <= S'
+    )
+
+  def layers(count, slots):
+    shape = (count, batch_size, slots, num_kv_heads, head_dim)
+    return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
+
+  k, v = layers(num_layers - len(ring_layers), capacity)
+  ring = {}
+  if ring_layers:
+    ring_k, ring_v = layers(len(ring_layers), ring_capacity)
+    ring = {
+      'ring_k': ring_k,
+      'ring_v': ring_v,
+      'ring_positions': jnp.full((batch_size, ring_capacity), EMPTY_POSITION, jnp.int32),
+      'ring_segments': jnp.zeros((batch_size, ring_capacity), jnp.int32),
+      'ring_layers': ring_layers,
+      'ring_window': ring_window,
+    }
   return KVCache(
-    k=jnp.zeros(shape, dtype),
-    v=jnp.zeros(shape, dtype),
+    k=k,
+    v=v,
     positions=jnp.full((batch_size, capacity), EMPTY_POSITION, jnp.int32),
     segments=jnp.zeros((batch_size, capacity), jnp.int32),
     length=jnp.zeros((), jnp.int32),
+    **ring,
   )
+
+
+def ring_put(ring: jax.Array, rows: jax.Array, start, *, axis: int, n=None) -> jax.Array:
+  """`ring` with rows [.., m, ..] (along `axis`) of slots [start, start + n) at ring indices
+  (start + i) mod R; the last row of each index wins, the other indices keep what they hold.
+
+  A pure copy, so exact: a row of length T = 1 (decode) is one `dynamic_update_slice`;
+  otherwise every ring index gathers the row it receives (a fixed-shape gather, no
+  scatter) or keeps its own. n (default m) may be traced.
+  """
+  size, m = ring.shape[axis], rows.shape[axis]
+  rows = rows.astype(ring.dtype)
+  start = jnp.asarray(start, jnp.int32)
+  if m == 1 and n is None:
+    index = [0] * ring.ndim
+    index[axis] = start % size
+    return jax.lax.dynamic_update_slice(ring, rows, index)
+  n = jnp.asarray(m if n is None else n, jnp.int32)
+  offset = (jnp.arange(size, dtype=jnp.int32) - start) % size  # row d lands at index j
+  latest = offset + size * (jnp.maximum(n - 1 - offset, 0) // size)  # the last such row
+  taken = jnp.take(rows, jnp.clip(latest, 0, m - 1), axis=axis)
+  shape = [1] * ring.ndim
+  shape[axis] = size
+  return jnp.where((offset < n).reshape(shape), taken, ring)
+
+
+def layer_view(cache: KVCache, layer: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """(k, v [B, S', K, H], positions, segments [B, S']) that `layer`'s attention runs over:
+  the full capacity S' = S, or the ring S' = R."""
+  kind, i = cache.where(layer)
+  if kind == 'ring':
+    return cache.ring_k[i], cache.ring_v[i], cache.ring_positions, cache.ring_segments
+  return cache.k[i], cache.v[i], cache.positions, cache.segments
 
 
 def write_layer(
   cache: KVCache, layer: int, start: jax.Array, k: jax.Array, v: jax.Array
 ) -> KVCache:
   """Writes one layer's new keys/values [B, T, K, H] at slots [start, start+T)."""
-  start = (layer, 0, start, 0, 0)
+  kind, i = cache.where(layer)
+  if kind == 'ring' and cache.ring_capacity < cache.capacity:
+    return cache.replace(
+      ring_k=cache.ring_k.at[i].set(ring_put(cache.ring_k[i], k, start, axis=1)),
+      ring_v=cache.ring_v.at[i].set(ring_put(cache.ring_v[i], v, start, axis=1)),
+    )
+  name_k, name_v = ('ring_k', 'ring_v') if kind == 'ring' else ('k', 'v')
+  index = (i, 0, start, 0, 0)
+  old_k, old_v = getattr(cache, name_k), getattr(cache, name_v)
   return cache.replace(
-    k=jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start),
-    v=jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start),
+    **{
+      name_k: jax.lax.dynamic_update_slice(old_k, k[None].astype(old_k.dtype), index),
+      name_v: jax.lax.dynamic_update_slice(old_v, v[None].astype(old_v.dtype), index),
+    }
   )
 
 
@@ -104,29 +247,114 @@ def advance(cache: KVCache, positions: jax.Array, segments: jax.Array) -> KVCach
   chunk's own positions, then writes each layer's keys/values at the old
   `length` with `write_layer`.
   """
-  new_positions = jax.lax.dynamic_update_slice(
-    cache.positions, positions.astype(jnp.int32), (0, cache.length)
-  )
-  new_segments = jax.lax.dynamic_update_slice(
-    cache.segments, segments.astype(jnp.int32), (0, cache.length)
-  )
+  positions, segments = positions.astype(jnp.int32), segments.astype(jnp.int32)
+  new_positions = jax.lax.dynamic_update_slice(cache.positions, positions, (0, cache.length))
+  new_segments = jax.lax.dynamic_update_slice(cache.segments, segments, (0, cache.length))
+  ring = {}
+  if cache.ring_layers:
+    ring = {
+      'ring_positions': ring_put(cache.ring_positions, positions, cache.length, axis=1),
+      'ring_segments': ring_put(cache.ring_segments, segments, cache.length, axis=1),
+    }
   return cache.replace(
     positions=new_positions,
     segments=new_segments,
     length=cache.length + positions.shape[1],
+    **ring,
   )
+
+
+def ring_first_slot(cache: KVCache) -> int:
+  """The oldest slot whose rows the ring layers still hold (0 without a ring)."""
+  if not cache.ring_layers:
+    return 0
+  return max(0, int(cache.length) - cache.ring_capacity)
 
 
 def slice_rows(cache: KVCache, start: int, stop: int, batch_index: int = 0):
   """(k, v, positions) of slots [start, stop) of one batch row.
 
-  Returns k, v as [L, n, K, H] and positions as [n].
+  Returns k, v as [L, n, K, H] (every model layer, in order) and positions
+  as [n]. Ring layers give zeros for the slots older than `ring_first_slot`.
   """
-  return (
-    cache.k[:, batch_index, start:stop],
-    cache.v[:, batch_index, start:stop],
-    cache.positions[batch_index, start:stop],
-  )
+  full_k = cache.k[:, batch_index, start:stop]
+  full_v = cache.v[:, batch_index, start:stop]
+  if not cache.ring_layers:
+    return full_k, full_v, cache.positions[batch_index, start:stop]
+  slots = jnp.arange(start, stop, dtype=jnp.int32)
+  held = (slots >= ring_first_slot(cache))[None, :, None, None]
+  index = slots % cache.ring_capacity
+
+  def ring_rows(ring):
+    rows = jnp.take(ring[:, batch_index], index, axis=1)  # [Lr, n, K, H]
+    return jnp.where(held, rows, jnp.zeros((), rows.dtype))
+
+  ring_k, ring_v = ring_rows(cache.ring_k), ring_rows(cache.ring_v)
+  order = [cache.where(layer) for layer in range(cache.num_layers)]
+  pick = lambda full, ring: jnp.stack([(ring if kind == 'ring' else full)[i] for kind, i in order])
+  return pick(full_k, ring_k), pick(full_v, ring_v), cache.positions[batch_index, start:stop]
+
+
+def write_rows(cache: KVCache, k, v, positions, segment, start, n) -> KVCache:
+  """Writes the first n of k, v [L, m, K, H] (every model layer) and positions [m] (and
+  `segment`) at slots [start, start+n) of every row; slots [start+n, start+m) keep what they
+  hold, and so do ring indices no row lands on. n and start may be traced; m is the static
+  row count (start + m <= S)."""
+  m = positions.shape[0]
+  keep = jnp.arange(m) < n  # [m]
+
+  def write(old, new, axis):  # new: [m, ...] rows along `axis` of old
+    starts = [0] * old.ndim
+    starts[axis] = start
+    sizes = list(old.shape)
+    sizes[axis] = m
+    current = jax.lax.dynamic_slice(old, starts, sizes)
+    shape = [1] * old.ndim
+    shape[axis] = m
+    merged = jnp.where(keep.reshape(shape), jnp.broadcast_to(new, current.shape), current)
+    return jax.lax.dynamic_update_slice(old, merged.astype(old.dtype), starts)
+
+  segments = jnp.broadcast_to(segment, (1, m)).astype(jnp.int32)
+  full = [layer for layer in range(cache.num_layers) if layer not in cache.ring_layers]
+
+  def rows(a, layers):  # [L, m, K, H] -> [len(layers), 1, m, K, H]
+    if len(layers) < a.shape[0]:
+      a = a[jnp.asarray(layers, jnp.int32)]
+    return a.astype(cache.dtype)[:, None]
+
+  out = {
+    'k': write(cache.k, rows(k, full), 2),
+    'v': write(cache.v, rows(v, full), 2),
+    'positions': write(cache.positions, positions[None], 1),
+    'segments': write(cache.segments, segments, 1),
+    'length': jnp.asarray(start + n, jnp.int32),
+  }
+  if cache.ring_layers:  # rows broadcast over the batch in the `where` of `ring_put`
+    ring = lambda old, new, axis: ring_put(old, new, start, axis=axis, n=n)
+    out.update(
+      ring_k=ring(cache.ring_k, rows(k, cache.ring_layers), 2),
+      ring_v=ring(cache.ring_v, rows(v, cache.ring_layers), 2),
+      ring_positions=ring(cache.ring_positions, positions[None], 1),
+      ring_segments=ring(cache.ring_segments, segments, 1),
+    )
+  return cache.replace(**out)
+
+
+def gap_error(cache: KVCache, start: int) -> str | None:
+  """Why slots [length, start) may not be left empty in `cache`, or None if they may.
+
+  A ring that skips slots after written ones would drop rows that later
+  queries still see in the full layout (positions continue across the gap),
+  so a ring cache leaves slots empty only before its first write.
+  """
+  length = int(cache.length)
+  if cache.ring_layers and cache.ring_capacity < cache.capacity and length and start > length:
+    return (
+      f'slots [{length}, {start}) would stay empty after written ones in a ring of'
+      f' {cache.ring_capacity} slots, which then drops rows later queries see: the ring'
+      " layout leaves slots empty only before its first write (use local_cache='full')"
+    )
+  return None
 
 
 def reserve(cache: KVCache, slots: int) -> KVCache:
@@ -134,7 +362,11 @@ def reserve(cache: KVCache, slots: int) -> KVCache:
 
   Lets a block be computed alone at the slots it will occupy later, which
   keeps the arithmetic of every attention row the same in both places.
+  A ring cache skips slots only before its first write (`gap_error`).
   """
   if slots < 0 or int(cache.length) + slots > cache.capacity:
     raise ValueError(f'cannot reserve {slots} slots: {int(cache.length)} of {cache.capacity} used')
+  error = gap_error(cache, int(cache.length) + slots)
+  if error:
+    raise ValueError(error)
   return cache.replace(length=cache.length + slots)

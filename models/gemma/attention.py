@@ -1,7 +1,8 @@
 """Multi-query attention of a chunk of tokens over the fixed-capacity cache.
 
 The chunk's keys and values are written into the cache first; queries then
-attend over all S slots of the cache, masked by positions:
+attend over all S slots of the cache (or of a sliding-window layer's ring,
+`models/cache.py`), masked by the stored positions:
   a query at position p sees slot j iff positions[j] >= 0, positions[j] <= p,
   and, on a sliding-window layer, p - positions[j] < window.
 Scores and softmax are float32. Both implementations live in
@@ -69,15 +70,15 @@ def attention_block(
   q = q * jnp.asarray(config.query_scale, q.dtype)
 
   cache = cache_lib.write_layer(cache, layer, write_index, k, v)
-  keys, values = cache.k[layer], cache.v[layer]  # [B, S, K, H]
-  k_positions = cache.positions
+  # [B, S', K, H] and [B, S']: the full capacity, or a sliding-window layer's ring.
+  keys, values, k_positions, k_segments = cache_lib.layer_view(cache, layer)
 
   batch, length = x.shape[:2]
   w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
   tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
   kwargs = dict(
     q_segments=q_segments,
-    k_segments=cache.segments,
+    k_segments=k_segments,
     alibi_slopes=positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None,
     relative_table=None if tab is None else (tab['cos'], tab['sin']),
   )

@@ -29,11 +29,18 @@ from graftjax.models.gemma import positions as positions_lib
 from graftjax.models.gemma import transformer
 
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
+# Largest chunk a ring cache takes by default: its ring is the window plus this.
+DEFAULT_RING_CHUNK = 256
 
 
-def model_fingerprint(config_digest: str, params_digest: str, tokenizer_digest: str) -> str:
-  """SHA-256 naming a model: its config, its float32 weights and its tokenizer."""
+def model_fingerprint(
+  config_digest: str, params_digest: str, tokenizer_digest: str, local_cache: str = 'full'
+) -> str:
+  """SHA-256 naming a model: its config, its float32 weights and its tokenizer, and the
+  layout of its sliding-window layers' cache unless 'full' (e.g. 'ring/256')."""
   blob = f'config:{config_digest}\nparams:{params_digest}\ntokenizer:{tokenizer_digest}\n'
+  if local_cache != 'full':  # absent for 'full': fingerprints of full-cache models stay
+    blob += f'local_cache:{local_cache}\n'
   return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -48,6 +55,11 @@ class Gemma:
     params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`).
     tokenizer: the vocabulary's tokenizer, or None for test models.
     table_size: rows of float64 position tables (rope_f64 / rope_relative).
+    local_cache: 'full' (sliding-window layers keep the full capacity) or
+      'ring' (they keep a ring of the window plus `ring_chunk_size` slots;
+      see models/cache.py). Part of the fingerprint: the attention shapes,
+      hence the bits, differ.
+    ring_chunk_size: the largest chunk a 'ring' cache takes.
   """
 
   config: config_lib.GemmaConfig
@@ -56,12 +68,23 @@ class Gemma:
   params_digest: str
   tokenizer: Any = None
   table_size: int = DEFAULT_TABLE_SIZE
+  local_cache: str = 'full'
+  ring_chunk_size: int = DEFAULT_RING_CHUNK
+
+  def __post_init__(self):
+    if self.local_cache not in cache_lib.LOCAL_LAYOUTS:
+      raise ValueError(
+        f'local_cache must be one of {cache_lib.LOCAL_LAYOUTS}, got {self.local_cache!r}'
+      )
+    if self.ring_chunk_size <= 0:
+      raise ValueError(f'ring_chunk_size must be positive, got {self.ring_chunk_size}')
 
   @functools.cached_property
   def fingerprint(self) -> str:
-    """SHA-256 over config (position scheme included), weights and tokenizer."""
+    """SHA-256 over config (position scheme included), weights, tokenizer and cache layout."""
     tokenizer_digest = self.tokenizer.digest() if self.tokenizer is not None else 'none'
-    return model_fingerprint(self.config.digest(), self.params_digest, tokenizer_digest)
+    layout = 'full' if self.local_cache == 'full' else f'ring/{self.ring_chunk_size}'
+    return model_fingerprint(self.config.digest(), self.params_digest, tokenizer_digest, layout)
 
   @property
   def position_scheme(self) -> str:
@@ -121,7 +144,39 @@ class Gemma:
       ]
     )
 
+  def with_local_cache(self, layout: str, *, chunk_size: int = DEFAULT_RING_CHUNK) -> Gemma:
+    """The same model with sliding-window layers cached 'full' or in a 'ring' that takes
+    chunks of up to `chunk_size` tokens (another fingerprint for 'ring')."""
+    return dataclasses.replace(self, local_cache=layout, ring_chunk_size=chunk_size)
+
+  @property
+  def ring_layers(self) -> tuple[int, ...]:
+    """The layers a 'ring' cache keeps in its ring: the sliding-window ones (else ())."""
+    if self.local_cache == 'full':
+      return ()
+    return tuple(i for i in range(self.config.num_layers) if self.config.window(i) is not None)
+
+  def ring_capacity(self, capacity: int) -> int | None:
+    """R of this model's cache of `capacity` slots (`cache.ring_slots`), or None."""
+    if not self.ring_layers:
+      return None
+    pallas = self.config.impl_of('attention') == 'pallas'
+    return cache_lib.ring_slots(
+      capacity,
+      window=self.config.sliding_window,
+      chunk_size=self.ring_chunk_size,
+      multiple=ops.CAPACITY_MULTIPLE if pallas else 1,
+    )
+
+  def max_chunk(self, capacity: int) -> int:
+    """The most tokens one `forward` may append to this model's cache of `capacity` slots."""
+    ring = self.ring_capacity(capacity)
+    if ring is None or ring == capacity:
+      return capacity
+    return ring - self.config.sliding_window + 1
+
   def init_cache(self, *, batch_size: int = 1, capacity: int) -> cache_lib.KVCache:
+    """An empty cache of `capacity` slots in this model's layout (`local_cache`)."""
     return cache_lib.init(
       num_layers=self.config.num_layers,
       batch_size=batch_size,
@@ -129,7 +184,21 @@ class Gemma:
       num_kv_heads=self.config.num_kv_heads,
       head_dim=self.config.head_dim,
       dtype=self.dtype,
+      ring_layers=self.ring_layers,
+      ring_capacity=self.ring_capacity(capacity),
+      ring_window=self.config.sliding_window if self.ring_layers else 0,
     )
+
+  def check_cache(self, cache: cache_lib.KVCache) -> None:
+    """Raises ValueError unless `cache` has this model's layout (`init_cache`)."""
+    expected = (self.ring_layers, self.ring_capacity(cache.capacity))
+    found = (cache.ring_layers, cache.ring_capacity)
+    if found != expected:
+      raise ValueError(
+        f'cache of layout {cache.layout!r} (ring layers {found[0]}, ring of {found[1]} slots) is'
+        f" not this model's {self.local_cache!r} layout (ring layers {expected[0]}, ring of"
+        f' {expected[1]} slots): make it with init_cache'
+      )
 
   def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all', segment: int = 0):
     """Appends tokens [B, T] at positions [B, T]; returns (logits, new cache).
@@ -138,7 +207,8 @@ class Gemma:
     (block attention); 0, the default, sees every earlier key.
 
     Raises:
-      ValueError: if the chunk does not fit the cache, or a position lies
+      ValueError: if the chunk does not fit the cache (or its ring), the cache
+        is not of this model's layout, or a position lies
         beyond the scheme's float64 tables (checked on the host).
     """
     if self.tables is not None:  # distances never exceed the largest position
@@ -153,6 +223,14 @@ class Gemma:
       raise ValueError(
         f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
         f' got {cache.capacity}'
+      )
+    self.check_cache(cache)
+    if tokens.shape[1] > self.max_chunk(cache.capacity):
+      raise ValueError(
+        f'a chunk of {tokens.shape[1]} tokens does not fit the ring of'
+        f' {self.ring_capacity(cache.capacity)} slots (window {self.config.sliding_window}): at most'
+        f" {self.max_chunk(cache.capacity)} per call; use with_local_cache('ring',"
+        ' chunk_size=...) for larger chunks'
       )
     if int(cache.length) + tokens.shape[1] > cache.capacity:
       raise ValueError(
