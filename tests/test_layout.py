@@ -1,8 +1,9 @@
 """The import graph: layers point one way and no module imports itself back.
 
 kernels <- models <- method (graftjax.*) <- studies. Lazy imports inside
-functions count too; package `__init__` modules import nothing eagerly and
-are not nodes.
+functions count too. A package's `__init__` is a node of the package's name
+(`graftjax.store` re-exports its modules); `from P import m` of a module `m`
+is an edge to `P.m` alone, not to `P`.
 """
 
 import ast
@@ -21,9 +22,10 @@ def _modules() -> dict[str, pathlib.Path]:
   found = {}
   for package, folder in PACKAGES.items():
     for path in folder.rglob('*.py'):
-      if path.name != '__init__.py':
-        parts = path.relative_to(folder).with_suffix('').parts
-        found['.'.join((package,) + parts)] = path
+      parts = path.relative_to(folder).with_suffix('').parts
+      if path.name == '__init__.py':
+        parts = parts[:-1]
+      found['.'.join((package,) + parts)] = path
   return found
 
 
@@ -37,7 +39,8 @@ def _imports(path: pathlib.Path, modules) -> set[str]:
     if isinstance(node, ast.Import):
       out |= {a.name for a in node.names}
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-      out |= {node.module} | {f'{node.module}.{a.name}' for a in node.names}
+      names = {f'{node.module}.{a.name}' for a in node.names}
+      out |= (names & set(modules)) or {node.module}
   return out & set(modules)
 
 
@@ -79,6 +82,8 @@ def test_no_import_cycle():
 def test_the_checks_see_what_they_look_for():
   graph = _graph()
   assert 'graftjax.models.cache' in graph['graftjax.blocks']
+  assert 'graftjax.store.blockstore' in graph['graftjax.store']
+  assert 'graftjax.store' in graph['graftjax.restore']
   bad = {'graftjax.models.a': {'graftjax.studies.b'}, 'graftjax.studies.b': {'graftjax.models.a'}}
   assert _upward(bad) == [('graftjax.models.a', 'graftjax.studies.b')]
   assert _cycles(bad) == [['graftjax.models.a', 'graftjax.studies.b', 'graftjax.models.a']]
