@@ -128,3 +128,13 @@ def test_committed_fingerprints_are_unchanged():
     config = training.config_from_json(record['config'])
     digest = gemma_model.model_fingerprint(config.digest(), record['params_sha256'], 'none')
     assert digest == record['model_fingerprint'], path.name
+
+
+def test_the_guide_covers_every_built_in_scheme_and_quotes_the_example():
+  docs = position_sweep.REPO_ROOT / 'docs'
+  guide = (docs / 'positions.md').read_text()
+  for name in BUILT_IN:
+    assert f'| `{name}` |' in guide, name
+  example = (docs / 'examples' / 'kerple_log.py').read_text()
+  declaration = guide.split('KERPLE_LOG = schemes.Scheme(')[1].split('```')[0]
+  assert 'KERPLE_LOG = schemes.Scheme(' + declaration in example
