@@ -47,7 +47,8 @@ class Gemma:
     dtype: compute and cache dtype (float32 or bfloat16).
     params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`).
     tokenizer: the vocabulary's tokenizer, or None for test models.
-    table_size: rows of float64 position tables (rope_f64 / rope_relative).
+    table_size: rows of the scheme's host tables (`positions.tables`): the
+      positions or distances they cover.
   """
 
   config: config_lib.GemmaConfig

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from graftjax.kernels import rotary
+from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import schemes
 
 BIAS = 'bias'  # the key of the distance-bias table in `tables`
@@ -64,7 +65,7 @@ def bias_table(scheme: schemes.Scheme, num_heads: int, size: int) -> jax.Array:
   return jnp.asarray(out)
 
 
-def tables(config, size: int) -> dict[str, Any] | None:
+def tables(config: config_lib.GemmaConfig, size: int) -> dict[str, Any] | None:
   """Host-computed tables the config's scheme needs; None if none.
 
   Keys: `theta_key(theta)` -> cos/sin tables (`table`) for `rope_f64`-like
