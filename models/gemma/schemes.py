@@ -124,15 +124,15 @@ def unregister(name: str) -> None:
 
 
 def get(name: str | Scheme) -> Scheme:
-  """The registered scheme of `name` (a Scheme is returned as it is, if registered).
+  """The registered scheme of `name` (a Scheme: itself, if it is the one registered).
 
   Raises:
     UnknownSchemeError: naming `name` and every registered scheme.
   """
   key = name.name if isinstance(name, Scheme) else name
   scheme = _REGISTRY.get(key) if isinstance(key, str) else None
-  if scheme is None:
-    raise UnknownSchemeError(f'unknown position scheme {key!r}; registered: {names()}')
+  if scheme is None or (isinstance(name, Scheme) and name != scheme):
+    raise UnknownSchemeError(f'unknown position scheme {name!r}; registered: {names()}')
   return scheme
 
 

@@ -31,6 +31,7 @@ def test_built_in_schemes_are_registered():
   'call',
   [
     lambda: schemes.get('rotary9'),
+    lambda: schemes.get(schemes.Scheme('rotary9', schemes.Keys.PLAIN, relocation_exact=True)),
     lambda: config_lib.tiny(position_scheme='rotary9'),
     lambda: gemma_model.tiny().with_position_scheme('rotary9'),
     lambda: positions.rotate_for_cache(
@@ -43,6 +44,13 @@ def test_built_in_schemes_are_registered():
 def test_unknown_scheme_is_an_error_naming_the_registered_ones(call):
   with pytest.raises(schemes.UnknownSchemeError, match=r"'rotary9'.*registered: \(.*'alibi'"):
     call()
+
+
+def test_a_declaration_other_than_the_registered_one_is_unknown():
+  other = schemes.Scheme('alibi', schemes.Keys.PLAIN, relocation_exact=True)
+  with pytest.raises(schemes.UnknownSchemeError, match='registered'):
+    schemes.get(other)
+  assert schemes.get(schemes.ALIBI) is schemes.ALIBI
 
 
 def test_contradictory_declarations_are_refused():
