@@ -27,6 +27,7 @@ import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 
+from graftjax.models.gemma import schemes
 from graftjax.studies import cli
 from graftjax.studies import plots
 from graftjax.studies import position_sweep
@@ -38,8 +39,8 @@ _MODEL = flags.DEFINE_string(
 _SCHEMES = flags.DEFINE_multi_enum(
   'scheme',
   None,
-  list(position_sweep.ALL_SCHEMES),
-  "Position schemes (repeat); default: a checkpoint's own scheme, else all five.",
+  list(schemes.names()),
+  "Position schemes (repeat); default: a checkpoint's own scheme, else every registered one.",
 )
 _OFFSETS = flags.DEFINE_list(
   'offsets', ['0', '1', '7', '64', '512', '4096', '16384', '32000'], 'Block offsets M.'

@@ -17,14 +17,15 @@ determinism.pin()  # before jax starts
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 
+from graftjax.models.gemma import schemes
 from graftjax.studies import cli
 from graftjax.studies import training
 
 _SCHEME = flags.DEFINE_enum(
   'scheme',
   'rope',
-  ['rope', 'rope_f64', 'rope_relative', 'alibi', 'nope'],
-  'Position scheme the model is trained with.',
+  list(schemes.names()),
+  'Position scheme the model is trained with (a registered name).',
 )
 _MODEL = flags.DEFINE_enum('model', 'small', sorted(training.SIZES), 'Named model size.')
 _STEPS = flags.DEFINE_integer('steps', 2000, 'Optimiser steps.')

@@ -2,8 +2,9 @@
 
   out[b, t, n] = softmax_j(score(b, t, n, j)) v[b, j, n // G]
 
-over the visible slots j (`visible`), with dot-product, relative-rotary
-(`relative_table`) or ALiBi (`alibi_slopes`) scores. Two Pallas kernels,
+over the visible slots j (`visible`), with dot-product or relative-rotary
+(`relative_table`) scores, plus an optional bias indexed by head and distance
+(`distance_bias`). Two Pallas kernels,
 chunk-invariant by construction: `attention_split` (a partial online
 softmax per query block and split of the cache) and `attention_combine`
 (the splits summed in a fixed order). The pure-jnp reference is
@@ -103,7 +104,7 @@ def _check_arguments(
   k_positions,
   q_segments,
   k_segments,
-  alibi_slopes,
+  distance_bias,
   relative_table,
   *,
   window,
@@ -140,8 +141,8 @@ def _check_arguments(
     raise ValueError(f'q_segments {q_segments.shape} must be [B, T] = {(batch, num_q)}')
   if k_segments is not None and k_segments.shape != (batch, capacity):
     raise ValueError(f'k_segments {k_segments.shape} must be [B, S] = {(batch, capacity)}')
-  if alibi_slopes is not None and alibi_slopes.shape != (num_heads,):
-    raise ValueError(f'alibi_slopes {alibi_slopes.shape} must be [N] = {(num_heads,)}')
+  if distance_bias is not None and (distance_bias.ndim != 2 or distance_bias.shape[0] != num_heads):
+    raise ValueError(f'distance_bias {distance_bias.shape} must be [N, D] with N={num_heads}')
   if relative_table is not None:
     cos, sin = relative_table
     if head_dim % 2:
@@ -203,7 +204,7 @@ def attention(
   *,
   q_segments: jax.Array | None = None,
   k_segments: jax.Array | None = None,
-  alibi_slopes: jax.Array | None = None,
+  distance_bias: jax.Array | None = None,
   relative_table: tuple[jax.Array, jax.Array] | None = None,
   window: int | None = None,
   block_sizes: BlockSizes | None = None,
@@ -227,8 +228,10 @@ def attention(
       masking): a query in segment s > 0 sees only slots of segment s, one in
       segment 0 sees every slot.
     k_segments: [B, S] int32 segment of each slot; given iff q_segments is.
-    alibi_slopes: [N] float32 ALiBi slope of each query head, or None: adds
-      -slope * float32(q_pos - k_pos) to the scores.
+    distance_bias: [N, D] float32 score bias of each query head and distance,
+      or None: adds distance_bias[n, q_pos - k_pos] to the scores (ALiBi's
+      -slope * d, KERPLE's log bias, ...). Distances of visible slots must be
+      < D (the caller's check); larger ones read column D - 1.
     relative_table: (cos, sin), each [D, H/2] float32 indexed by the distance
       q_pos - k_pos, or None: q and k are then un-rotated and the scores
       rotary from distances (see docs/kernels.md). Distances of
@@ -265,7 +268,7 @@ def attention(
     k_positions,
     q_segments,
     k_segments,
-    alibi_slopes,
+    distance_bias,
     relative_table,
     window=window,
     block_sizes=block_sizes,
@@ -285,6 +288,8 @@ def attention(
     k_segments = k_segments.astype(jnp.int32)
   if relative_table is not None:
     relative_table = tuple(t.astype(jnp.float32) for t in relative_table)
+  if distance_bias is not None:
+    distance_bias = distance_bias.astype(jnp.float32)
   # Pad queries to whole programs; pad rows see nothing and are dropped.
   padded = pl.cdiv(num_q, sizes.block_q) * sizes.block_q
   pad_q = ((0, 0), (0, padded - num_q))
@@ -306,7 +311,7 @@ def attention(
         k_positions,
         None if q_segments is None else q_segments[:, part],
         k_segments,
-        alibi_slopes,
+        distance_bias,
         relative_table,
         window=window,
         sizes=sizes,
@@ -329,7 +334,7 @@ def _attention_blocks(
   k_positions,
   q_segments,
   k_segments,
-  alibi_slopes,
+  distance_bias,
   relative_table,
   *,
   window,
@@ -361,12 +366,11 @@ def _attention_blocks(
   q_seg_rows = None
   if q_segments is not None:
     q_seg_rows = jnp.repeat(q_segments, group, axis=1)
-  slope_rows = None
-  if alibi_slopes is not None:
-    # Row t*G + g of kv head h is query head h*G + g, whatever t: [K, R].
-    slope_rows = jnp.tile(
-      alibi_slopes.astype(jnp.float32).reshape(num_kv_heads, group), (1, sizes.block_q)
-    )
+  bias_rows = None
+  if distance_bias is not None:
+    # Row t*G + g of kv head h is query head h*G + g, whatever t: kv head h
+    # reads its G heads' tables, flat [K, G*D], at g*D + distance.
+    bias_rows = distance_bias.reshape(num_kv_heads, -1)
 
   # Which KV tiles each program walks: only a speed matter, never the bits.
   if skip_masked_tiles:
@@ -397,6 +401,7 @@ def _attention_blocks(
       block_h=sizes.block_h,
       tiles_per_split=tiles_per_split,
       window=window,
+      group=group,
       precision=precision,
     ),
     grid=(num_blocks, batch, num_kv_heads, num_splits),
@@ -404,7 +409,9 @@ def _attention_blocks(
       pl.BlockSpec((None, None, rows, head_dim), lambda i, b, h, c: (b, h, i, 0)),
       row_spec,
       None if q_seg_rows is None else row_spec,
-      None if slope_rows is None else pl.BlockSpec((None, rows), lambda i, b, h, c: (h, 0)),
+      None
+      if bias_rows is None
+      else pl.BlockSpec((None, bias_rows.shape[1]), lambda i, b, h, c: (h, 0)),
       cache_spec,
       cache_spec,
       slot_spec,
@@ -425,9 +432,7 @@ def _attention_blocks(
     compiler_params=split_params,
     interpret=interpret,
     name='graftjax_attention_splits',
-  )(
-    q_rows, q_pos_rows, q_seg_rows, slope_rows, k, v, k_positions, k_segments, relative_table, tiles
-  )
+  )(q_rows, q_pos_rows, q_seg_rows, bias_rows, k, v, k_positions, k_segments, relative_table, tiles)
 
   # Kernel 2: sum each query block's splits in ascending order, a program
   # per `combine_cols` head dims.

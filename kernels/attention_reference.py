@@ -1,6 +1,6 @@
 """Pure-jnp attention: the kernel's yardstick and the model's `xla` path.
 
-One copy of each piece (mask, relative-rotary scores, ALiBi bias, masked
+One copy of each piece (mask, relative-rotary scores, distance bias, masked
 softmax); `attention.py` re-exports them. Not chunk-invariant on XLA: its
 bits depend on T and S.
 """
@@ -96,10 +96,16 @@ def relative_scores(
   return scores[:, :, :, :num_q]
 
 
-def alibi_bias(q_positions: jax.Array, k_positions: jax.Array, slopes: jax.Array) -> jax.Array:
-  """-slope[n] * float32(q_pos - k_pos): [B, N, T, S] from positions [B, T], [B, S], slopes [N]."""
-  distance = (q_positions[:, :, None] - k_positions[:, None, :]).astype(jnp.float32)
-  return -slopes[None, :, None, None] * distance[:, None]
+def distance_bias_scores(
+  q_positions: jax.Array, k_positions: jax.Array, table: jax.Array
+) -> jax.Array:
+  """table[n, q_pos - k_pos]: [B, N, T, S] from positions [B, T], [B, S] and table [N, D].
+
+  Distances are clamped to [0, D - 1]; those of hidden slots are never used.
+  """
+  distance = q_positions[:, :, None] - k_positions[:, None, :]
+  index = jnp.clip(distance, 0, table.shape[1] - 1)  # [B, T, S]
+  return jnp.moveaxis(jnp.take(table, index, axis=1), 0, 1)
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
@@ -118,7 +124,7 @@ def attention_reference(
   *,
   q_segments: jax.Array | None = None,
   k_segments: jax.Array | None = None,
-  alibi_slopes: jax.Array | None = None,
+  distance_bias: jax.Array | None = None,
   relative_table: tuple[jax.Array, jax.Array] | None = None,
   window: int | None = None,
   precision: dots.Precision = _HIGHEST,
@@ -146,8 +152,8 @@ def attention_reference(
     scores = relative_scores(
       q, k, q_positions, k_positions, relative_table, precision=dots.plain(precision)
     )
-  if alibi_slopes is not None:
-    bias = alibi_bias(q_positions, k_positions, alibi_slopes)
+  if distance_bias is not None:
+    bias = distance_bias_scores(q_positions, k_positions, distance_bias.astype(jnp.float32))
     scores = scores + bias.reshape(batch, num_kv_heads, group, *bias.shape[2:])
   q_seg = k_seg = None
   if q_segments is not None:

@@ -51,7 +51,7 @@ def split_kernel(
   q_ref,  # [R, H], R = block_q * G query rows
   q_pos_ref,  # [R] int32
   q_seg_ref,  # [R] int32, or None
-  slope_ref,  # [R] float32 ALiBi slope of each row's head, or None
+  bias_ref,  # [G * D] float32 distance bias of this kv head's G query heads, or None
   k_ref,  # [S, H]
   v_ref,  # [S, H]
   k_pos_ref,  # [S] int32
@@ -66,6 +66,7 @@ def split_kernel(
   block_h: int,
   tiles_per_split: int,
   window: int | None,
+  group: int,
   precision: dots.Precision,
 ):
   """Online softmax of one query block over the tiles of one split."""
@@ -76,7 +77,10 @@ def split_kernel(
   hi = jnp.minimum(tiles_ref[1], (split + 1) * tiles_per_split)
   q_pos = q_pos_ref[...]
   q_seg = None if q_seg_ref is None else q_seg_ref[...][:, None]
-  neg_slope = None if slope_ref is None else -slope_ref[...][:, None]
+  bias_base = bias_last = None
+  if bias_ref is not None:  # row r is head r % G: its table starts at (r % G) * D
+    bias_last = bias_ref.shape[0] // group - 1
+    bias_base = (lax.broadcasted_iota(jnp.int32, (rows, 1), 0) % group) * (bias_last + 1)
 
   def body(tile, carry):
     """One online-softmax step; rows that see nothing in the tile keep carry."""
@@ -90,8 +94,8 @@ def split_kernel(
       s = dots.dot_general(q, k_ref[slots, :], (((1,), (1,)), ((), ())), precision)  # [R, block_k]
     else:
       s = relative_scores_tile(q_ref, k_ref, slots, distance, *table_refs, block_h=block_h)
-    if neg_slope is not None:
-      s = s + neg_slope * distance.astype(jnp.float32)
+    if bias_ref is not None:
+      s = s + bias_ref[bias_base + jnp.clip(distance, 0, bias_last)]
     s = jnp.where(mask, s, -jnp.inf)
     v = v_ref[slots, :]
     row_live = jnp.max(mask.astype(jnp.int32), axis=1) > 0  # [R]

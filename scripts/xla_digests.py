@@ -31,13 +31,13 @@ from graftjax.kernels import rmsnorm
 from graftjax.kernels import rotary
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions
+from graftjax.models.gemma import schemes
 from graftjax.models.gemma import tokenizer  # noqa: F401  (model.load imports it)
 
 _SECTIONS = flags.DEFINE_list(
   'sections', ['tiny_xla', 'tiny_pallas', 'kernel', 'real'], 'which digests to print'
 )
 
-SCHEMES = ('rope', 'rope_f64', 'rope_relative', 'alibi', 'nope')
 DTYPES = (jnp.float32, jnp.bfloat16)
 CAPACITY = 64
 PROMPTS = ('The capital of France is', 'def fibonacci(n):', '1, 2, 3, 5, 8, 13,')
@@ -53,7 +53,7 @@ def _tiny_lines(impl: str):
   rng = np.random.default_rng(7)
   ids = rng.integers(3, 256, 21).astype(np.int32)  # > 2 sliding windows of 8
   block = rng.integers(3, 256, 6).astype(np.int32)
-  for scheme in SCHEMES:
+  for scheme in schemes.names():
     # The interpreted kernels compile slowly: bfloat16 and grouped kv heads
     # only for `rope` there (the `kernel` section covers every variant).
     quick = impl == 'pallas' and scheme != 'rope'
@@ -111,7 +111,7 @@ def _kernel_lines():
       'plain': {},
       'window': {'window': 8},
       'segments': {'q_segments': jnp.asarray(q_seg), 'k_segments': jnp.asarray(k_seg)},
-      'alibi': {'alibi_slopes': positions.alibi_slopes(n)},
+      'alibi': {'distance_bias': positions.bias_table(schemes.ALIBI, n, 256)},
       'relative': {'relative_table': (table['cos'], table['sin'])},
     }
     args = (q, k, v, jnp.asarray(q_pos), jnp.asarray(k_pos))

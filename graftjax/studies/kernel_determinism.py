@@ -24,6 +24,7 @@ from graftjax.kernels import rmsnorm as rmsnorm_lib
 from graftjax.kernels import rotary as rotary_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions as positions_lib
+from graftjax.models.gemma import schemes
 from graftjax.studies import corpus
 from graftjax.studies import results
 
@@ -54,7 +55,9 @@ def _cases_of_dtype(dtype, quick: bool) -> dict[str, Callable[[], jax.Array]]:
     'attention': attend,
     'attention_window': lambda: attend(window=s // 4),
     'attention_segments': lambda: attend(q_segments=segments[:, s - t :], k_segments=segments),
-    'attention_alibi': lambda: attend(alibi_slopes=positions_lib.alibi_slopes(heads)),
+    'attention_alibi': lambda: attend(
+      distance_bias=positions_lib.bias_table(schemes.ALIBI, heads, s)
+    ),
     'attention_rope_relative': lambda: attend(relative_table=(table['cos'], table['sin'])),
     'rotary': lambda: rotary_lib.apply_rotary(q, q_pos, theta=10_000.0, interpret=interpret),
     'rms_norm': lambda: rmsnorm_lib.rms_norm(x, w_norm, interpret=interpret),

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 import dataclasses
 import functools
 import os
+import pathlib
 from typing import Any
 
 import jax.numpy as jnp
@@ -38,18 +39,19 @@ import tqdm
 
 from graftjax import exactness
 from graftjax import ledger
-from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions as positions_lib
+from graftjax.models.gemma import schemes as schemes_lib
 from graftjax.studies import corpus
 from graftjax.studies import relocation
 from graftjax.studies import results
 from graftjax.studies import training
 
 ARMS = ('relocated', 'control', 'own_position')
-ALL_SCHEMES = tuple(s.value for s in config_lib.PositionScheme)
-_TABLE_SCHEMES = ('rope_f64', 'rope_relative')
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Where committed results live, relative to the repository root (searched recursively).
+COMMITTED_RESULTS = pathlib.Path('experiments') / 'results'
 
 ModelFactory = Callable[[str, str], Any]  # (scheme, dtype) -> Gemma
 Progress = Callable[[Iterable], Iterable]
@@ -154,8 +156,7 @@ def _model(model_factory: ModelFactory, task: _Task, highest_position: int):
   model = model_factory(task.scheme, task.dtype)
   if model.position_scheme != task.scheme:
     raise ValueError(f'factory gave a {model.position_scheme!r} model for {task.scheme!r}')
-  if model.position_scheme in _TABLE_SCHEMES:
-    positions_lib.check_table_size(model.tables, highest_position)
+  positions_lib.check_table_size(model.tables, highest_position)
   return model
 
 
@@ -194,7 +195,7 @@ def run_sweep(
 
   Args:
     model_factory: (scheme, dtype name) -> Gemma; called once per pair.
-    schemes: position scheme names (`ALL_SCHEMES`).
+    schemes: registered position scheme names (`schemes.names()`).
     dtypes: 'float32' and/or 'bfloat16'.
     offsets: positions M of the block's first token.
     samples: blocks (`prefix_ids`, n tokens) and continuations, all of one length.
@@ -295,6 +296,15 @@ def cell(result: dict[str, Any], *, scheme: str, dtype: str, offset: int) -> dic
 NAMED_MODELS = ('gemma3-270m', 'tiny')
 
 
+def committed(root: str | os.PathLike, pattern: str = 'relocation_*.json') -> list[pathlib.Path]:
+  """Committed result files under `root`/COMMITTED_RESULTS matching `pattern`, sorted.
+
+  The default pattern names the relocation sweeps of experiments/relocation.py
+  (the real model's and each trained model's).
+  """
+  return sorted((pathlib.Path(root) / COMMITTED_RESULTS).rglob(pattern))
+
+
 def parse_pairs(values: list[str]) -> list[tuple[int, int]]:
   """['64:4096', ...] -> [(64, 4096), ...]."""
   pairs = []
@@ -356,7 +366,7 @@ def experiment(
   load, info = model_source(model)
   base = functools.cache(load)
   if schemes is None:
-    schemes = [info['training']['scheme']] if 'training' in info else list(ALL_SCHEMES)
+    schemes = [info['training']['scheme']] if 'training' in info else list(schemes_lib.names())
   tokenizer = base(dtypes[0]).tokenizer or corpus.ByteTokenizer(base(dtypes[0]).config.vocab_size)
   text = corpus.text_samples(
     tokenizer, count=samples, prefix_tokens=block_tokens, continuation_tokens=continuation_tokens

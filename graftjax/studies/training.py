@@ -99,7 +99,7 @@ def small_config(size: str = 'small', *, scheme: str) -> config_lib.GemmaConfig:
     head_dim=s['head_dim'],
     attention_types=types,
     sliding_window=s['sliding_window'],
-    position_scheme=config_lib.PositionScheme(scheme),
+    position_scheme=scheme,
     bos_id=corpus.ByteTokenizer().bos_id,
   )
 
@@ -110,7 +110,6 @@ def config_from_json(data: dict[str, Any]) -> config_lib.GemmaConfig:
     **{
       **data,
       'attention_types': tuple(config_lib.AttentionType(t) for t in data['attention_types']),
-      'position_scheme': config_lib.PositionScheme(data['position_scheme']),
     }
   )
 

@@ -21,8 +21,7 @@ from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import positions as positions_lib
-
-Scheme = config_lib.PositionScheme
+from graftjax.models.gemma import schemes
 
 
 def attention_block(
@@ -53,7 +52,7 @@ def attention_block(
   Returns:
     (out [B, T, D], cache with this layer's new keys/values).
   """
-  scheme, matmul_impl = config.position_scheme, config.impl_of('matmul')
+  scheme, matmul_impl = schemes.get(config.position_scheme), config.impl_of('matmul')
   precision = config.dot_precision
   theta = config.rope_theta(layer)
   q = ops.dense(x, params['q'], impl=matmul_impl, precision=precision)  # [B, T, N, H]
@@ -61,7 +60,7 @@ def attention_block(
   v = ops.dense(x, params['v'], impl=matmul_impl, precision=precision)
   q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
-  if scheme == Scheme.ROPE:
+  if scheme.angles == 'float32':
     q = ops.rotate(q, q_positions, theta, impl=config.impl_of('rotary'))
     k = ops.rotate(k, q_positions, theta, impl=config.impl_of('rotary'))
   else:
@@ -75,11 +74,11 @@ def attention_block(
 
   batch, length = x.shape[:2]
   w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
-  tab = tables[positions_lib.theta_key(theta)] if scheme == Scheme.ROPE_RELATIVE else None
+  tab = tables[positions_lib.theta_key(theta)] if scheme.keys == schemes.Keys.RELATIVE else None
   kwargs = dict(
     q_segments=q_segments,
     k_segments=k_segments,
-    alibi_slopes=positions_lib.alibi_slopes(config.num_heads) if scheme == Scheme.ALIBI else None,
+    distance_bias=tables[positions_lib.BIAS] if scheme.bias is not None else None,
     relative_table=None if tab is None else (tab['cos'], tab['sin']),
   )
   if config.impl_of('attention') == 'pallas':

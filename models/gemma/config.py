@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from graftjax.kernels import dots
+from graftjax.models.gemma import schemes
 
 
 class AttentionType(enum.Enum):
@@ -21,16 +22,6 @@ class AttentionType(enum.Enum):
 
   GLOBAL = 'global'
   LOCAL_SLIDING = 'local_sliding'
-
-
-class PositionScheme(str, enum.Enum):
-  """How token positions enter attention (see `positions.py`)."""
-
-  ROPE = 'rope'  # as trained: q and k rotated by absolute position (float32 angles).
-  ROPE_F64 = 'rope_f64'  # the same, angles and cos/sin computed in float64.
-  ROPE_RELATIVE = 'rope_relative'  # un-rotated keys, scores from integer distance.
-  ALIBI = 'alibi'  # linear distance bias per head, no rotation.
-  NOPE = 'nope'  # no position signal.
 
 
 # Implementations of the numerics-relevant ops (see ops.py), and those ops.
@@ -66,7 +57,8 @@ class GemmaConfig:
     global_rope_theta: rotary base of global layers.
     query_scale: multiplies queries before the dot product.
     rms_norm_eps: epsilon of every RMSNorm.
-    position_scheme: how positions enter attention.
+    position_scheme: how positions enter attention: a name registered in
+      `schemes` ('rope', 'rope_f64', 'rope_relative', 'alibi', 'nope', ...).
     bos_id, eos_id, pad_id: special token ids.
     end_of_turn_id: `<end_of_turn>`; also stops generation.
     impl: 'xla' (default) or 'pallas' (chunk-invariant kernels; see ops.py),
@@ -94,7 +86,7 @@ class GemmaConfig:
   global_rope_theta: float = 1_000_000.0
   query_scale: float | None = None
   rms_norm_eps: float = 1e-6
-  position_scheme: PositionScheme = PositionScheme.ROPE
+  position_scheme: str = 'rope'
   bos_id: int = 2
   eos_id: int = 1
   pad_id: int = 0
@@ -126,7 +118,7 @@ class GemmaConfig:
       )
     if self.head_dim % 2:
       raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
-    object.__setattr__(self, 'position_scheme', PositionScheme(self.position_scheme))
+    object.__setattr__(self, 'position_scheme', schemes.get(self.position_scheme).name)
     if self.query_scale is None:
       object.__setattr__(self, 'query_scale', self.head_dim**-0.5)
 
@@ -169,7 +161,6 @@ class GemmaConfig:
   def to_json(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
     out['attention_types'] = [t.value for t in self.attention_types]
-    out['position_scheme'] = self.position_scheme.value
     for op in OPS:  # absent unless set: digests of single-impl configs stay as they were
       if out[f'{op}_impl'] is None:
         del out[f'{op}_impl']

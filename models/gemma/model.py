@@ -54,7 +54,8 @@ class Gemma:
     dtype: compute and cache dtype (float32 or bfloat16).
     params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`).
     tokenizer: the vocabulary's tokenizer, or None for test models.
-    table_size: rows of float64 position tables (rope_f64 / rope_relative).
+    table_size: rows of the scheme's host tables (`positions.tables`): the
+      positions or distances they cover.
     local_cache: 'full' (sliding-window layers keep the full capacity) or
       'ring' (they keep a ring of the window plus `ring_chunk_size` slots;
       see models/cache.py). Part of the fingerprint: the attention shapes,
@@ -88,7 +89,7 @@ class Gemma:
 
   @property
   def position_scheme(self) -> str:
-    return self.config.position_scheme.value
+    return self.config.position_scheme
 
   @property
   def graft_target(self) -> target_lib.GraftTarget:
@@ -104,12 +105,11 @@ class Gemma:
 
   @functools.cached_property
   def tables(self):
-    """Position tables of the scheme (None for `rope`, `alibi`, `nope`), built once."""
+    """Position tables of the scheme (`positions.tables`; None if it needs none), built once."""
     return positions_lib.tables(self.config, self.table_size)
 
-  def with_position_scheme(self, scheme: str | config_lib.PositionScheme) -> Gemma:
-    """The same weights under another position scheme (another fingerprint)."""
-    scheme = config_lib.PositionScheme(scheme)
+  def with_position_scheme(self, scheme: str) -> Gemma:
+    """The same weights under another registered position scheme (another fingerprint)."""
     return dataclasses.replace(self, config=self.config.replace(position_scheme=scheme))
 
   def with_dot_precision(self, precision: str) -> Gemma:
@@ -129,10 +129,10 @@ class Gemma:
   def relocate_keys(self, k: jax.Array, delta: int) -> jax.Array:
     """Cached keys k [L, n, K, H] as if their tokens sat `delta` positions later.
 
-    Under `rope`/`rope_f64` each layer's keys are re-rotated by delta
-    (R(delta) R(p) k, the K-shift of llama.cpp and CacheBlend); under
-    `rope_relative`, `alibi` and `nope` keys carry no absolute position and
-    are returned as they are.
+    Under schemes with absolute keys (`rope`, `rope_f64`) each layer's keys
+    are re-rotated by delta (R(delta) R(p) k, the K-shift of llama.cpp and
+    CacheBlend); other keys carry no absolute position and are returned as
+    they are (see `positions.relocate_keys`).
     """
     scheme = self.config.position_scheme
     return jnp.stack(
@@ -341,9 +341,7 @@ def load(
   if gguf_path is None and sha != gguf_lib.expected_sha256():
     raise ValueError(f'{path} has SHA-256 {sha}, expected {gguf_lib.expected_sha256()}')
   gguf_file = gguf_lib.open_gguf(path)
-  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(
-    position_scheme=config_lib.PositionScheme(position_scheme)
-  )
+  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(position_scheme=position_scheme)
   params, digest = checkpoint.load_params(path, sha)
   tok = tokenizer_lib.Tokenizer.from_gguf(gguf_file.metadata)
   return from_params(config, params, dtype=dtype, tokenizer=tok, params_digest=digest)

@@ -209,9 +209,7 @@ def rotate(x: jax.Array, positions: jax.Array, theta: float, *, impl: str) -> ja
   from graftjax.models.gemma import positions as positions_lib  # pylint: disable=g-import-not-at-top
 
   if impl == 'xla':
-    return positions_lib.rotate_for_cache(
-      x, positions, scheme=positions_lib.Scheme.ROPE, theta=theta
-    )
+    return positions_lib.rotate_for_cache(x, positions, scheme='rope', theta=theta)
   from graftjax.kernels import rotary  # pylint: disable=g-import-not-at-top
 
   return rotary.apply_rotary(x, positions, theta=theta, interpret=_interpret())
@@ -227,13 +225,13 @@ def attention(
   *,
   q_segments=None,
   k_segments=None,
-  alibi_slopes=None,
+  distance_bias=None,
   relative_table=None,
   precision: str,
 ):
   """The Pallas attention kernel: q [B, T, N, H], k/v [B, S, K, H] -> [B, T, N, H].
 
-  Optional: segments q [B, T] / k [B, S], ALiBi slopes [N], and for
+  Optional: segments q [B, T] / k [B, S], a distance bias [N, D], and for
   un-rotated q/k the (cos, sin) [D, H/2] distance table (see the kernel).
   """
   from graftjax.kernels import attention as attention_kernel  # pylint: disable=g-import-not-at-top
@@ -246,7 +244,7 @@ def attention(
     k_positions,
     q_segments=q_segments,
     k_segments=k_segments,
-    alibi_slopes=alibi_slopes,
+    distance_bias=distance_bias,
     relative_table=relative_table,
     window=window,
     precision=dots.from_name(precision),

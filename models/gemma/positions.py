@@ -1,29 +1,29 @@
-"""Position schemes: how a token's position enters attention.
+"""How a token's position enters attention, per registered scheme (`schemes`).
 
-* `rope`: queries and keys are rotated by their absolute positions
-  (NEOX rotate-half), angles and cos/sin in float32 as the reference
-  implementations compute them. Keys are cached rotated.
-* `rope_f64`: the same rotation, with angles and cos/sin computed in float64
-  on the host and cast to float32 (a table indexed by absolute position).
-* `rope_relative`: keys are cached un-rotated, and a score is computed from
-  the integer distance d = i - j alone:
+* Rotation before the cache (`rotate_for_cache`): `ABSOLUTE` schemes rotate
+  queries and keys by their absolute positions (NEOX rotate-half), with
+  float32 angles computed in the graph (`rope`) or cos/sin read from a
+  float64 host table indexed by position (`rope_f64`). `RELATIVE` and
+  `PLAIN` schemes cache keys as projected.
+* Scores (in `attention`): `RELATIVE` schemes score un-rotated q and k from
+  the integer distance d = i - j alone,
       q_rot(i) . k_rot(j) = sum_pairs a cos(d theta) + b sin(d theta),
       a = q1 k1 + q2 k2,  b = q1 k2 - q2 k1,
-  with cos/sin read from a table indexed by d. Every arithmetic input is
-  independent of the absolute offset, so moving a whole context by M
-  changes no bit. Equal to `rope` in exact arithmetic.
-* `alibi`: no rotation; a per-head linear bias -slope_h * d on the scores.
-* `nope`: no position signal at all (causality only, through the mask).
+  with cos/sin read from a float64 table indexed by d. A scheme's `bias`
+  adds a host-built [N, D] table, indexed by (head, d), to the scores.
+* Relocation (`relocate_keys`): `ABSOLUTE` keys are re-rotated (approximate);
+  other keys carry no absolute position and are returned as they are.
 
-Tables are built on the host with numpy (float64) and passed to the jitted
-forward pass as arguments, so they are computed once per size. The rotary
-formulas and the relative scores are `graftjax.kernels`' references
-(`rotary`, `attention_reference`); this module picks them per scheme.
+Tables are built on the host (numpy, float64 where angles are involved) and
+passed to the jitted forward pass as arguments, so they are computed once
+per size. The rotary formulas and the relative scores are
+`graftjax.kernels`' (`rotary`, `attention_reference`).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +31,9 @@ import numpy as np
 
 from graftjax.kernels import rotary
 from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import schemes
 
-Scheme = config_lib.PositionScheme
+BIAS = 'bias'  # the key of the distance-bias table in `tables`
 
 
 @functools.lru_cache(maxsize=16)
@@ -46,21 +47,56 @@ def table(head_dim: int, theta: float, size: int) -> dict[str, jax.Array]:
   return {'cos': jnp.asarray(cos), 'sin': jnp.asarray(sin)}
 
 
-def tables(config: config_lib.GemmaConfig, size: int) -> dict[str, dict[str, jax.Array]] | None:
-  """Host-computed tables a scheme needs, keyed by rope theta; None if none.
+def bias_table(scheme: schemes.Scheme, num_heads: int, size: int) -> jax.Array:
+  """[N, size] float32: the scheme's bias at distances 0..size-1.
 
-  For `rope_f64` the index is an absolute position, so `size` must exceed
-  every position used; for `rope_relative` it is a distance, so `size` must
-  exceed every distance between a query and a visible key.
+  Raises:
+    SchemeDeclarationError: if the bias function returns another shape or a
+      non-finite value.
   """
-  if config.position_scheme not in (Scheme.ROPE_F64, Scheme.ROPE_RELATIVE):
+  out = np.asarray(scheme.bias(np.arange(size), num_heads))
+  if out.shape != (num_heads, size) or out.dtype != np.float32:
+    raise schemes.SchemeDeclarationError(
+      f'position scheme {scheme.name!r}: bias gave {out.dtype}{list(out.shape)},'
+      f' expected float32{[num_heads, size]}'
+    )
+  if not np.isfinite(out).all():
+    raise schemes.SchemeDeclarationError(f'position scheme {scheme.name!r}: bias is not finite')
+  return jnp.asarray(out)
+
+
+def tables(config: config_lib.GemmaConfig, size: int) -> dict[str, Any] | None:
+  """Host-computed tables the config's scheme needs; None if none.
+
+  Keys: `theta_key(theta)` -> cos/sin tables (`table`) for `rope_f64`-like
+  and `RELATIVE` schemes; `BIAS` -> the [N, size] distance bias. For a
+  position table the index is an absolute position, so `size` must exceed
+  every position used; for a distance table it must exceed every distance
+  between a query and a visible key.
+  """
+  scheme = schemes.get(config.position_scheme)
+  if not scheme.uses_tables:
     return None
-  thetas = sorted({config.local_rope_theta, config.global_rope_theta})
-  return {theta_key(t): table(config.head_dim, t, size) for t in thetas}
+  out: dict[str, Any] = {}
+  if scheme.angles == 'float64' or scheme.keys == schemes.Keys.RELATIVE:
+    thetas = sorted({config.local_rope_theta, config.global_rope_theta})
+    out |= {theta_key(t): table(config.head_dim, t, size) for t in thetas}
+  if scheme.bias is not None:
+    out[BIAS] = bias_table(scheme, config.num_heads, size)
+  return out
 
 
 def theta_key(theta: float) -> str:
   return f'theta_{theta:g}'
+
+
+def table_rows(tabs) -> int | None:
+  """Rows (positions or distances covered) of `tables`' output; None for no tables."""
+  if tabs is None:
+    return None
+  if BIAS in tabs:
+    return tabs[BIAS].shape[1]
+  return next(iter(tabs.values()))['cos'].shape[0]
 
 
 def _lookup(tab: dict[str, jax.Array], index: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -71,10 +107,8 @@ def _lookup(tab: dict[str, jax.Array], index: jax.Array) -> tuple[jax.Array, jax
 
 def check_table_size(tabs, needed: int) -> None:
   """Raises ValueError if a position/distance table is too small (host side)."""
-  if tabs is None:
-    return
-  size = next(iter(tabs.values()))['cos'].shape[0]
-  if needed >= size:
+  size = table_rows(tabs)
+  if size is not None and needed >= size:
     raise ValueError(f'position table of {size} rows cannot index {needed}; build it larger')
 
 
@@ -82,34 +116,43 @@ def rotate_for_cache(
   x: jax.Array,
   positions: jax.Array,
   *,
-  scheme: Scheme,
+  scheme: str | schemes.Scheme,
   theta: float,
   tabs=None,
 ) -> jax.Array:
   """Applies the scheme's rotation to queries or keys [B, T, N, H] at positions [B, T].
 
-  Identity for schemes that do not rotate (`rope_relative` caches raw keys).
+  Identity for schemes whose keys are not `ABSOLUTE`.
+
+  Raises:
+    UnknownSchemeError: if `scheme` is not registered.
   """
-  if scheme == Scheme.ROPE:
+  scheme = schemes.get(scheme)
+  if scheme.angles == 'float32':
     inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta)
     return rotary.apply_rotary_reference(x, positions, theta=theta, inv_freq=inv_freq)
-  if scheme == Scheme.ROPE_F64:
+  if scheme.angles == 'float64':
     return rotary.rotate_reference(x, *_lookup(tabs[theta_key(theta)], positions))
   return x
 
 
-def relocate_keys(k: jax.Array, delta: int, *, scheme: Scheme, theta: float) -> jax.Array:
+def relocate_keys(
+  k: jax.Array, delta: int, *, scheme: str | schemes.Scheme, theta: float
+) -> jax.Array:
   """Re-rotates cached keys [..., n, K, H] by `delta` positions (K-shift).
 
-  For `rope`, R(p + delta) k is approximated by R(delta) R(p) k, as llama.cpp's
-  K-shift and CacheBlend do; the result is not bit-equal to a fresh rotation.
-  For schemes whose cached keys carry no absolute position, keys are
-  returned as they are.
+  For `ABSOLUTE` keys, R(p + delta) k is approximated by R(delta) R(p) k, as
+  llama.cpp's K-shift and CacheBlend do; the result is not bit-equal to a
+  fresh rotation. Other keys carry no absolute position: returned as they are.
+
+  Raises:
+    UnknownSchemeError: if `scheme` is not registered.
   """
-  if scheme not in (Scheme.ROPE, Scheme.ROPE_F64):
+  scheme = schemes.get(scheme)
+  if scheme.keys != schemes.Keys.ABSOLUTE:
     return k
   head_dim = k.shape[-1]
-  if scheme == Scheme.ROPE:
+  if scheme.angles == 'float32':
     delta_position = jnp.full((1, 1), delta, jnp.int32)
     cos, sin = rotary.rotary_cos_sin(
       delta_position, rotary.rotary_inv_freq_float32(head_dim, theta)
@@ -118,8 +161,3 @@ def relocate_keys(k: jax.Array, delta: int, *, scheme: Scheme, theta: float) -> 
     cos, sin = (jnp.asarray(t)[None] for t in rotary.rotary_table(head_dim, theta, [delta]))
   flat = k.reshape((1, -1) + k.shape[-2:])  # every cached row shifts by the same delta
   return rotary.rotate_reference(flat, cos, sin).reshape(k.shape)
-
-
-def alibi_slopes(num_heads: int) -> jax.Array:
-  """[N] geometric ALiBi slopes 2^(-8 (h+1) / N)."""
-  return jnp.float32(2.0) ** (-8.0 * jnp.arange(1, num_heads + 1, dtype=jnp.float32) / num_heads)

@@ -2,8 +2,8 @@
 
 Runs the kernel natively on GPU and in the Pallas interpreter elsewhere.
 Shapes are small; head shapes are gemma-3-270m's (N=4, K=1, H=256) unless a
-test needs grouped kv heads. The optional variants (segments, ALiBi, rotary
-from distances) run at H=32 over S=64 slots.
+test needs grouped kv heads. The optional variants (segments, a distance
+bias, rotary from distances) run at H=32 over S=64 slots.
 """
 
 import dataclasses
@@ -298,10 +298,11 @@ def test_rows_that_see_nothing_are_zero():
   np.testing.assert_array_equal(np.asarray(ref), 0.0)
 
 
-# The optional variants: block-attention segments, ALiBi slopes, and rotary
-# scores from distances (un-rotated q and k, a cos/sin table indexed by
-# q_pos - k_pos). Small heads: H=32 is two block_h steps of the relative score.
-VARIANTS = ('segments', 'alibi', 'relative')
+# The optional variants: block-attention segments, a distance bias (ALiBi's
+# linear one, or a log bias), and rotary scores from distances (un-rotated q
+# and k, a cos/sin table indexed by q_pos - k_pos). Small heads: H=32 is two
+# block_h steps of the relative score.
+VARIANTS = ('segments', 'alibi', 'log_bias', 'relative')
 VAR_DIM = 32
 VAR_CAPACITY = 64
 TABLE_SIZE = 128  # > every distance in these caches
@@ -314,7 +315,18 @@ def _segment_of(positions):
 
 
 def _slopes(num_heads):
-  return jnp.asarray(2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads), jnp.float32)
+  return 2.0 ** (-8.0 * np.arange(1, num_heads + 1) / num_heads)  # float64
+
+
+def _alibi_table(num_heads):
+  """[N, TABLE_SIZE] float32: -slope[n] * d."""
+  return jnp.asarray(-_slopes(num_heads)[:, None] * np.arange(TABLE_SIZE), jnp.float32)
+
+
+def _log_table(num_heads):
+  """[N, TABLE_SIZE] float32: -r1[n] * log(1 + r2[n] * d), a KERPLE-log bias."""
+  r1, r2 = 1.0 + np.arange(num_heads), 0.5 ** np.arange(num_heads)
+  return jnp.asarray(-r1[:, None] * np.log1p(r2[:, None] * np.arange(TABLE_SIZE)), jnp.float32)
 
 
 def _inverse_frequencies(head_dim):
@@ -332,7 +344,9 @@ def _options(variant, q_pos, k_pos):
   if variant in ('segments', 'all'):
     options.update(q_segments=_segment_of(q_pos), k_segments=_segment_of(k_pos))
   if variant in ('alibi', 'all'):
-    options.update(alibi_slopes=_slopes(HEADS))
+    options.update(distance_bias=_alibi_table(HEADS))
+  if variant == 'log_bias':
+    options.update(distance_bias=_log_table(HEADS))
   if variant in ('relative', 'all'):
     options.update(relative_table=_distance_table(VAR_DIM))
   return options
@@ -359,6 +373,7 @@ def _shuffled_cache(rng, batch, num_q):
     ('segments', jnp.bfloat16, None, 1),
     ('alibi', jnp.float32, None, 1),
     ('alibi', jnp.bfloat16, WINDOW, 2),
+    ('log_bias', jnp.float32, WINDOW, 2),
     ('relative', jnp.float32, WINDOW, 2),
     ('relative', jnp.bfloat16, None, 1),
     ('all', jnp.float32, WINDOW, 2),
@@ -389,7 +404,8 @@ def test_variants_match_reference(variant, dtype, window, kv_heads):
 
 def test_reference_variants_follow_their_definitions():
   """The reference with every option equals, in float64, rotary attention of
-  q and k rotated by their absolute positions, plus -slope * distance,
+  q and k rotated by their absolute positions, plus the bias table at each
+  distance,
   masked by causality, window and segments."""
   rng = np.random.default_rng(13)
   batch, num_q, window = 2, 20, WINDOW
@@ -410,7 +426,8 @@ def test_reference_variants_follow_their_definitions():
 
   scores = np.einsum('BTNH,BSH->BNTS', rotated(q, q_pos), rotated(k, k_pos)[:, :, 0])
   distance = q_pos[:, :, None] - k_pos[:, None, :]
-  scores -= np.asarray(options['alibi_slopes'], np.float64)[:, None, None] * (distance[:, None])
+  bias = np.asarray(options['distance_bias'], np.float64)  # [N, D]
+  scores += bias[:, np.clip(distance, 0, TABLE_SIZE - 1)].transpose(1, 0, 2, 3)
   q_seg = np.asarray(options['q_segments'])[:, :, None]
   k_seg = np.asarray(options['k_segments'])[:, None, :]
   seen = (
@@ -432,6 +449,7 @@ def test_reference_variants_follow_their_definitions():
   [
     ('segments', jnp.float32, WINDOW, 1),
     ('alibi', jnp.bfloat16, None, 2),
+    ('log_bias', jnp.float32, None, 2),
     ('relative', jnp.float32, WINDOW, 2),
   ],
 )
@@ -514,8 +532,8 @@ def test_tile_ranges_cover_every_visible_tile(window):
     ),
     (
       ((1, 4, 4, 256), (1, 128, 1, 256)),
-      {'alibi_slopes': jnp.zeros((1,), jnp.float32)},
-      r'\[N\] = \(4,\)',
+      {'distance_bias': jnp.zeros((1, 64), jnp.float32)},
+      r'distance_bias \(1, 64\) must be \[N, D\] with N=4',
     ),
     (
       ((1, 4, 4, 256), (1, 128, 1, 256)),

@@ -17,11 +17,12 @@ from graftjax import exactness
 from graftjax import ledger
 from graftjax.studies import position_sweep
 from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import schemes
 
-SCHEMES = ('rope', 'rope_relative', 'alibi', 'nope')
+SCHEMES = schemes.names()
 OFFSETS = (0, 7, 4096)
 PAIR = (16, 900)
-RELATIVE = ('rope_relative', 'alibi', 'nope')
+RELATIVE = tuple(s.name for s in schemes.registered() if s.relocation_exact)
 REPO = pathlib.Path(__file__).resolve().parents[3]
 LAYOUT = position_sweep.layout_for(block_tokens=12, continuation_tokens=4, chunk_size=4)
 

@@ -1,9 +1,10 @@
 """Relocation and composition: exact for schemes whose keys carry no absolute position.
 
-The same assertion fails for `rope` with re-rotated keys, which shows the
-byte test can fail and that absolute rotary relocation is not exact. Both
-hold under impl='xla' and under impl='pallas' (the chunk-invariant kernels,
-in the Pallas interpreter on CPU).
+Every registered scheme is run, and its declared `relocation_exact` is what
+the bytes show. The same assertion fails for `rope` with re-rotated keys,
+which shows the byte test can fail and that absolute rotary relocation is
+not exact. Both hold under impl='xla' and under impl='pallas' (the
+chunk-invariant kernels, in the Pallas interpreter on CPU).
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ import pytest
 from graftjax import blocks
 from graftjax.studies import relocation
 from graftjax.models.gemma import model as gemma_model
+from graftjax.models.gemma import schemes
 
 RNG = np.random.default_rng(11)
 BLOCK = [int(t) for t in RNG.integers(3, 256, 10)]
@@ -22,7 +24,7 @@ LAYOUT = relocation.Layout(capacity=16, chunk_size=4)
 OFFSETS = (1, 7, 4096)
 
 
-@pytest.fixture(scope='module', params=['rope', 'rope_relative', 'alibi', 'nope'])
+@pytest.fixture(scope='module', params=schemes.names())
 def model(request):
   return gemma_model.tiny().with_position_scheme(request.param)
 
@@ -49,15 +51,17 @@ def test_relocation_is_exact_only_without_absolute_positions(model):
   ]
   if model.position_scheme == 'rope':
     assert not any(equal)  # re-rotated keys differ in the last bits
-  else:
-    assert all(equal)
+  assert all(equal) == schemes.get(model.position_scheme).relocation_exact
 
 
 def test_composition_is_exact_only_without_absolute_positions(model):
   a, b = BLOCK[:4], BLOCK[4:]
   fresh = relocation.composed_fresh(model, a, b, CONT, (50, 900), LAYOUT)
   grafted = relocation.composed_grafted(model, a, b, CONT, (50, 900), LAYOUT)
-  assert same_bytes(fresh, grafted) == (model.position_scheme != 'rope')
+  if schemes.get(model.position_scheme).relocation_exact:
+    assert same_bytes(fresh, grafted)
+  if model.position_scheme == 'rope':
+    assert not same_bytes(fresh, grafted)
   np.testing.assert_allclose(fresh, grafted, atol=1e-3)
 
 
@@ -94,7 +98,7 @@ PALLAS_LAYOUT = relocation.Layout(capacity=64, chunk_size=3)
 PALLAS_OFFSETS = (64, 200)
 
 
-@pytest.mark.parametrize('scheme', ['rope', 'rope_relative', 'alibi', 'nope'])
+@pytest.mark.parametrize('scheme', schemes.names())
 def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
   m = gemma_model.tiny(position_scheme=scheme, impl='pallas')
   fresh = {
@@ -109,8 +113,7 @@ def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
   ]
   if scheme == 'rope':
     assert not any(equal)  # re-rotated keys differ in the last bits
-  else:
-    assert all(equal)
+  assert all(equal) == schemes.get(scheme).relocation_exact
   # ...and the kernels compute the same model as the XLA path.
   xla = relocation.fresh_at(
     m.with_impl('xla'), PALLAS_BLOCK, PALLAS_CONT, PALLAS_OFFSETS[1], PALLAS_LAYOUT
