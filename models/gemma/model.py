@@ -288,20 +288,38 @@ def load(
   scheme = config_lib.PositionScheme(position_scheme)
   if weights is None:
     return _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
-  user_place = place or params_lib.default_place(dtype)
-  place = lambda tensor, value: jnp.asarray(user_place(tensor, value), dtype)
   if isinstance(weights, str) and weights == 'random':
     if name is None:
-      raise ValueError(
-        f"weights='random' needs a config name; known: {sorted(config_lib.NAMED_CONFIGS)}"
-      )
+      known = sorted(config_lib.NAMED_CONFIGS)
+      raise ValueError(f"weights='random' needs a config name; known: {known}")
     config = config_lib.get_config(name, position_scheme=scheme)
-    params = random_init.random_params(config, seed=seed, dtype=dtype, place=place)
-    digest = random_init.random_digest(config, seed)
-  else:
-    config, params, digest = _load_checkpoint(pathlib.Path(weights), name, place)
-    config = config.replace(position_scheme=scheme)
+    return random(config, seed=seed, dtype=dtype, place=place)
+  config, params, digest = _load_checkpoint(pathlib.Path(weights), name, _placer(place, dtype))
+  config = config.replace(position_scheme=scheme)
   return Gemma(config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest)
+
+
+def _placer(place: params_lib.Place | None, dtype) -> params_lib.Place:
+  """`place` (default: the default device), its result in `dtype`."""
+  user_place = place or params_lib.default_place(dtype)
+  return lambda tensor, value: jnp.asarray(user_place(tensor, value), dtype)
+
+
+def random(
+  config: config_lib.GemmaConfig,
+  *,
+  seed: int = 0,
+  dtype=jnp.float32,
+  place: params_lib.Place | None = None,
+) -> Gemma:
+  """`config` with seeded random weights (`random_init`), each tensor through `place`."""
+  params = random_init.random_params(config, seed=seed, dtype=dtype, place=_placer(place, dtype))
+  return Gemma(
+    config=config,
+    params=params,
+    dtype=jnp.dtype(dtype),
+    params_digest=random_init.random_digest(config, seed),
+  )
 
 
 def _load_checkpoint(path: pathlib.Path, name: str | None, place):
