@@ -4,10 +4,10 @@ Each tensor has its own counter-based stream: block i of it is drawn with
 `fold_in(fold_in(PRNGKey(seed), crc32(name)), i)`, so its values depend on
 the seed, its name and its size only: not on the order of
 drawing, the other tensors, the dtype asked for or the machine (jax's
-threefry gives the same bits on every backend). Blocks are drawn in float32 and cast
-inside one jitted call, then joined and handed to `place`; no second copy of
-the model exists at any time (one tensor's blocks at most), so a 27B model in
-bfloat16 fits where its weights fit.
+threefry gives the same bits on every backend). Values are drawn in float32 and cast
+inside one jitted call per tensor, then handed to `place`; no second copy of
+the model exists at any time (one tensor's float32 draw at most), so a 27B
+model in bfloat16 fits where its weights fit.
 
 Values: dense matrices N(0, 1 / fan_in); norm weights (which include Gemma's
 +1) 1 + N(0, 0.1^2); the embedding N(0, 1 / D).
@@ -31,32 +31,44 @@ RANDOM_INIT_VERSION = 1
 BLOCK = 1 << 18  # values per compiled draw
 
 
-@functools.partial(jax.jit, static_argnames=('dtype',))
-def _block(seed, name_hash, index, std, offset, *, dtype) -> jax.Array:
+def _stream(seed, name_hash, index, std, offset, dtype) -> jax.Array:
   """`BLOCK` values: block `index` of one tensor's stream."""
   key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), name_hash), index)
   return (offset + std * jax.random.normal(key, (BLOCK,), jnp.float32)).astype(dtype)
+
+
+@functools.partial(jax.jit, static_argnames=('dtype',))
+def _block(seed, name_hash, index, std, offset, *, dtype) -> jax.Array:
+  """One block (one compilation for every tensor of at most `BLOCK` values)."""
+  return _stream(seed, name_hash, index, std, offset, dtype)
+
+
+@functools.partial(jax.jit, static_argnames=('shape', 'dtype'))
+def _blocks(seed, name_hash, std, offset, *, shape, dtype) -> jax.Array:
+  """A whole tensor of several blocks, in one call (compiled per shape)."""
+  size = math.prod(shape)
+  indices = jnp.arange(-(-size // BLOCK), dtype=jnp.uint32)
+  values = jax.vmap(lambda i: _stream(seed, name_hash, i, std, offset, dtype))(indices)
+  return values.reshape(-1)[:size].reshape(shape)
 
 
 def draw(spec: params_lib.ParamSpec, seed: int, dtype=jnp.float32) -> jax.Array:
   """The random value of one tensor (default device), in `dtype`.
 
   The tensor's elements, row-major, are the first ones of its stream of
-  blocks; one compiled block serves every shape.
+  blocks. A tensor of one block takes the one compiled block; a larger one
+  is drawn whole by one call compiled for its shape.
   """
   std, offset = (0.1, 1.0) if spec.is_norm else (float(spec.fan_in) ** -0.5, 0.0)
-  size = math.prod(spec.shape)
   args = (
     jnp.uint32(seed),
     jnp.uint32(zlib.crc32(spec.name.encode())),
   )
-  blocks = [
-    _block(*args, jnp.uint32(i), jnp.float32(std), jnp.float32(offset), dtype=jnp.dtype(dtype))
-    for i in range(-(-size // BLOCK))
-  ]
-  flat = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks)
-  del blocks
-  return flat[:size].reshape(spec.shape)
+  size, dtype = math.prod(spec.shape), jnp.dtype(dtype)
+  if size > BLOCK:
+    return _blocks(*args, jnp.float32(std), jnp.float32(offset), shape=spec.shape, dtype=dtype)
+  block = _block(*args, jnp.uint32(0), jnp.float32(std), jnp.float32(offset), dtype=dtype)
+  return block[:size].reshape(spec.shape)
 
 
 def random_digest(config: config_lib.GemmaConfig, seed: int) -> str:

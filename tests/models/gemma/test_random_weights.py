@@ -1,5 +1,7 @@
 """Seeded random weights: deterministic per tensor, any dtype, through a placement hook."""
 
+import zlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -96,3 +98,25 @@ def test_every_size_has_the_published_tensor_shapes(name):
   # Parameter counts of the text decoders (embedding included): 3.9B, 11.8B, 27.0B.
   expected = {'gemma3-4b': 3.88e9, 'gemma3-12b': 11.77e9, 'gemma3-27b': 27.01e9}[name]
   assert abs(total - expected) / expected < 0.01, total
+
+
+def test_a_large_tensor_is_its_blocks_in_order():
+  """The whole-tensor draw (several blocks in one call) equals its blocks drawn one by one."""
+  spec = params_lib.ParamSpec("['layers'][0]['gate']", ('layers', 0, 'gate'), (300, 2000), 300)
+  whole = np.asarray(random_init.draw(spec, 9))
+  name_hash = jnp.uint32(zlib.crc32(spec.name.encode()))
+  blocks = [
+    np.asarray(
+      random_init._block(
+        jnp.uint32(9),
+        name_hash,
+        jnp.uint32(i),
+        jnp.float32(300**-0.5),
+        jnp.float32(0.0),
+        dtype=jnp.dtype(jnp.float32),
+      )
+    )
+    for i in range(3)
+  ]
+  assert whole.size > 2 * random_init.BLOCK
+  assert np.array_equal(whole.reshape(-1), np.concatenate(blocks)[: whole.size])
