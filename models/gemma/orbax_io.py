@@ -144,7 +144,7 @@ class _Reader:
     self._ckpt = ocp.PyTreeCheckpointer()
     try:
       meta = self._ckpt.metadata(path)
-    except Exception as e:  # orbax raises many types for an unreadable folder
+    except Exception as e:  # noqa: BLE001 (orbax raises many types for an unreadable folder)
       raise params_lib.CheckpointError(f'{path}: cannot read orbax metadata ({e})') from None
     tree = getattr(getattr(meta, 'item_metadata', None), 'tree', None)
     tree = tree if tree is not None else getattr(meta, 'tree', meta)
@@ -204,13 +204,17 @@ def load(
       if name not in held:
         held.clear()
         held[name] = reader.read(name)
+        params_lib.check_float(name, held[name], str(path))
       value = _to_ours(spec, held[name][index])
     else:
       if shape != want:
         raise params_lib.CheckpointError(
           f'{path}: tensor {name} has shape {shape}, the config needs {want} for {spec.name}'
         )
-      value = _to_ours(spec, reader.read(name))
+      raw = reader.read(name)
+      params_lib.check_float(name, raw, str(path))
+      value = _to_ours(spec, raw)
+      del raw
     digest.update(spec, value)
     params_lib.tree_put(tree, spec, place(spec.name, value))
     del value

@@ -131,3 +131,10 @@ class StreamDigest:
 
   def hexdigest(self) -> str:
     return self._sha.hexdigest()
+
+
+def check_float(name: str, value, source: str) -> None:
+  """Raises CheckpointError naming the tensor unless its dtype is a float type."""
+  dtype = np.dtype(getattr(value, 'dtype', np.float32))
+  if dtype.kind != 'f' and dtype.name != 'bfloat16':
+    raise CheckpointError(f'{source}: tensor {name} has dtype {dtype.name}, not a float type')

@@ -22,6 +22,7 @@ import zlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import params as params_lib
@@ -96,6 +97,8 @@ def random_params(
   Returns:
     The params pytree (layout of `transformer.py`).
   """
+  if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+    raise ValueError(f'seed must be an integer in [0, 2**32), got {seed!r}')
   tree = params_lib.empty_tree(config)
   for spec in params_lib.param_specs(config):
     value = draw(spec, seed, dtype)

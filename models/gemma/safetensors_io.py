@@ -227,7 +227,10 @@ def load(
       raise params_lib.CheckpointError(
         f'{path}: tensor {name} has shape {reader.shape(name)}, the config needs {hf_shape(spec)}'
       )
-    value = to_ours(spec, reader.read(name))
+    raw = reader.read(name)
+    params_lib.check_float(name, raw, str(path))
+    value = to_ours(spec, raw)
+    del raw
     digest.update(spec, value)
     params_lib.tree_put(tree, spec, place(spec.name, value))
     del value

@@ -253,3 +253,12 @@ def test_real_270m_exported_and_loaded_back_is_byte_equal(tmp_path, real, fmt):
   assert loaded.config == m.config
   assert loaded.params_digest == m.params_digest  # the GGUF path's digest of the same weights
   assert np.array_equal(_real_logits(loaded, ids), want)
+
+
+def test_integer_tensor_refused(tmp_path, tiny):
+  folder = safetensors_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ckpt')
+  tensors = load_file(folder / 'model.safetensors')
+  tensors['model.norm.weight'] = tensors['model.norm.weight'].astype(np.int32)
+  save_file(tensors, str(folder / 'model.safetensors'))
+  with pytest.raises(params_lib.CheckpointError, match=r'model\.norm\.weight has dtype int32'):
+    model.load(weights=folder)

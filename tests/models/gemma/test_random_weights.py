@@ -120,3 +120,9 @@ def test_a_large_tensor_is_its_blocks_in_order():
   ]
   assert whole.size > 2 * random_init.BLOCK
   assert np.array_equal(whole.reshape(-1), np.concatenate(blocks)[: whole.size])
+
+
+@pytest.mark.parametrize('seed', [-1, 2**32, 1.5, '3'])
+def test_bad_seed_refused(seed):
+  with pytest.raises(ValueError, match='seed'):
+    model.load('tiny', weights='random', seed=seed)
