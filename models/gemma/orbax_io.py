@@ -146,8 +146,10 @@ class _Reader:
       meta = self._ckpt.metadata(path)
     except Exception as e:  # noqa: BLE001 (orbax raises many types for an unreadable folder)
       raise params_lib.CheckpointError(f'{path}: cannot read orbax metadata ({e})') from None
-    tree = getattr(getattr(meta, 'item_metadata', None), 'tree', None)
-    tree = tree if tree is not None else getattr(meta, 'tree', meta)
+    item = getattr(meta, 'item_metadata', meta)
+    tree = getattr(item, 'tree', item)
+    if not isinstance(tree, dict) or not tree:
+      raise params_lib.CheckpointError(f'{path}: no readable orbax params tree in its metadata')
     self.tensors = _flat_metadata(tree)
 
   def read(self, name: str) -> np.ndarray:
@@ -158,10 +160,11 @@ class _Reader:
       node = node.setdefault(k, {})
     node[keys[-1]] = 0
     restore_args = jax.tree.map(lambda _: self._ocp.RestoreArgs(restore_type=np.ndarray), item)
-    out = self._ckpt.restore(
-      self.path,
-      args=self._ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True),
-    )
+    args = self._ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True)
+    try:
+      out = self._ckpt.restore(self.path, args=args)
+    except Exception as e:  # noqa: BLE001 (orbax and tensorstore raise many types)
+      raise params_lib.CheckpointError(f'{self.path}: cannot read tensor {name} ({e})') from None
     for k in keys:
       out = out[k]
     return np.asarray(out)

@@ -262,3 +262,16 @@ def test_integer_tensor_refused(tmp_path, tiny):
   save_file(tensors, str(folder / 'model.safetensors'))
   with pytest.raises(params_lib.CheckpointError, match=r'model\.norm\.weight has dtype int32'):
     model.load(weights=folder)
+
+
+def test_damaged_orbax_is_a_project_error(tmp_path, tiny):
+  folder = orbax_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ox')
+  (folder / '_METADATA').write_text('{')
+  with pytest.raises(params_lib.CheckpointError, match='orbax'):
+    model.load(weights=folder)
+  folder = orbax_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ox2')
+  for data in (folder / 'd').rglob('*'):
+    if data.is_file():
+      data.write_bytes(b'\0' * 8)
+  with pytest.raises(params_lib.CheckpointError, match=r'cannot read tensor|orbax'):
+    model.load(weights=folder)
