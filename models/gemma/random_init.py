@@ -49,7 +49,8 @@ def _blocks(seed, name_hash, std, offset, *, shape, dtype) -> jax.Array:
   """A whole tensor of several blocks, in one call (compiled per shape)."""
   size = math.prod(shape)
   indices = jnp.arange(-(-size // BLOCK), dtype=jnp.uint32)
-  values = jax.vmap(lambda i: _stream(seed, name_hash, i, std, offset, dtype))(indices)
+  # One block at a time (a loop, not a batch): no float32 copy of the whole tensor.
+  values = jax.lax.map(lambda i: _stream(seed, name_hash, i, std, offset, dtype), indices)
   return values.reshape(-1)[:size].reshape(shape)
 
 
