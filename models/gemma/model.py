@@ -277,8 +277,9 @@ def load(
     position_scheme: see `config.PositionScheme`.
     gguf_path: another GGUF of the 270M's architecture (no SHA-256 check).
     place: (tensor name, value) -> placed array, called once per tensor as it
-      is loaded (e.g. `jax.device_put` onto a sharding); default: the
-      default device in `dtype`.
+      is loaded, with the value in `dtype` (a numpy array from a checkpoint,
+      a jax array for random weights), e.g. `jax.device_put` onto a
+      sharding; default: the default device.
   Raises:
     ImportError: if the GGUF package is not installed (names the package).
     ValueError: for an unknown name, or a GGUF with another SHA-256.
@@ -300,9 +301,16 @@ def load(
 
 
 def _placer(place: params_lib.Place | None, dtype) -> params_lib.Place:
-  """`place` (default: the default device), its result in `dtype`."""
+  """`place` (default: the default device), handed each value in `dtype` (cast on the host)."""
+  dtype = jnp.dtype(dtype)
   user_place = place or params_lib.default_place(dtype)
-  return lambda tensor, value: jnp.asarray(user_place(tensor, value), dtype)
+
+  def placed(tensor: str, value) -> jax.Array:
+    if isinstance(value, np.ndarray):
+      value = value.astype(dtype, copy=False)
+    return jnp.asarray(user_place(tensor, value), dtype)
+
+  return placed
 
 
 def random(

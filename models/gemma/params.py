@@ -21,7 +21,8 @@ import numpy as np
 
 from graftjax.models.gemma import config as config_lib
 
-# Places one tensor: (name, value in the target dtype) -> array on its device(s).
+# Places one tensor: (name, value in the target dtype: numpy from a checkpoint,
+# a jax array for random weights) -> the array on its device(s).
 Place = Callable[[str, Any], jax.Array]
 
 LAYER_NORMS = ('attn_norm', 'post_attn_norm', 'ffn_norm', 'post_ffn_norm', 'q_norm', 'k_norm')

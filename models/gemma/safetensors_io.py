@@ -204,7 +204,8 @@ def load(
   Args:
     path: a `.safetensors` file, or a folder with one or with an index.
     config: the architecture the tensors must have.
-    place: (name, float32 numpy value) -> placed array.
+    place: (name, float32 numpy value) -> placed array (`model.load` casts
+      the value to its dtype first).
   Returns:
     (params pytree, the float32 weights' digest, equal to
     `checkpoint.params_digest` of the same weights).

@@ -274,3 +274,15 @@ def test_damaged_orbax_is_a_project_error(tmp_path, tiny):
       data.write_bytes(b'\0' * 8)
   with pytest.raises(params_lib.CheckpointError, match=r'cannot read tensor|orbax'):
     model.load(weights=folder)
+
+
+def test_placement_hook_gets_host_values_in_the_dtype(tmp_path, tiny):
+  folder = safetensors_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ckpt')
+  dtypes = set()
+
+  def place(name, value):
+    dtypes.add((type(value), value.dtype))
+    return jax.device_put(value, jax.devices()[0])
+
+  model.load(weights=folder, dtype=jnp.bfloat16, place=place)
+  assert dtypes == {(np.ndarray, jnp.dtype(jnp.bfloat16))}
