@@ -27,6 +27,7 @@ at run time, as the loader does.)
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 
@@ -138,17 +139,16 @@ class _Reader:
     self._open, self._errors = safetensors.safe_open, (OSError, safetensors.SafetensorError)
     self._handles: dict[pathlib.Path, object] = {}
     if path.is_file():
-      self.root, files = path.parent, {path}
+      files = {path}
       self.where = {name: path for name in self._handle(path).keys()}  # noqa: SIM118 (a safe_open handle)
     elif (path / INDEX_FILE).exists():
-      self.root = path
       weight_map = _read_json(path / INDEX_FILE).get('weight_map')
       if not isinstance(weight_map, dict):
         raise params_lib.CheckpointError(f'{path / INDEX_FILE}: no weight_map')
       self.where = {name: path / file for name, file in weight_map.items()}
       files = set(self.where.values())
     elif (path / SINGLE_FILE).exists():
-      self.root, files = path, {path / SINGLE_FILE}
+      files = {path / SINGLE_FILE}
       self.where = {name: path / SINGLE_FILE for name in self._handle(path / SINGLE_FILE).keys()}  # noqa: SIM118
     else:
       raise params_lib.CheckpointError(
@@ -269,36 +269,32 @@ def save(
   if any((directory / f).exists() for f in (SINGLE_FILE, INDEX_FILE)):
     raise params_lib.CheckpointError(f'{directory} already holds a checkpoint')
   (directory / CONFIG_FILE).write_text(json.dumps(hf_config.config_to_hf(config), indent=2))
-  shards: list[dict[str, np.ndarray]] = [{}]
-  sizes = [0]
-  files: list[str] = []
-  weight_map: dict[str, str] = {}
-
-  def flush(last: bool):
-    index = len(files)
-    name = SINGLE_FILE if max_shard_bytes is None else f'model-{index + 1:05d}.safetensors'
-    save_file(shards[-1], str(directory / name), metadata={'format': 'pt'})
-    files.append(name)
-    weight_map.update({t: name for t in shards[-1]})
-    if not last:
-      shards[-1], sizes[-1] = {}, 0
-
   specs = params_lib.param_specs(config)
+  written: list[tuple[str, list[str]]] = []  # (file, its tensor names)
+
+  def write(shard: dict[str, np.ndarray]) -> None:
+    name = SINGLE_FILE if max_shard_bytes is None else f'part-{len(written):05d}.safetensors'
+    save_file(shard, str(directory / name), metadata={'format': 'pt'})
+    written.append((name, list(shard)))
+
+  shard, shard_bytes = {}, 0
   for spec in specs:
     value = from_ours(spec, np.asarray(_leaf(params, spec.key), np.float32))
-    if max_shard_bytes is not None and shards[-1] and sizes[-1] + value.nbytes > max_shard_bytes:
-      flush(last=False)
-    shards[-1]['model.' + hf_name(spec)] = value
-    sizes[-1] += value.nbytes
-  flush(last=True)
+    if max_shard_bytes is not None and shard and shard_bytes + value.nbytes > max_shard_bytes:
+      write(shard)
+      shard, shard_bytes = {}, 0
+    shard['model.' + hf_name(spec)] = value
+    shard_bytes += value.nbytes
+  write(shard)
   if max_shard_bytes is not None:
-    total = len(files)
-    renamed = {f: f'model-{i + 1:05d}-of-{total:05d}.safetensors' for i, f in enumerate(files)}
-    for old, new in renamed.items():
-      os.replace(directory / old, directory / new)
+    weight_map = {}
+    for i, (name, tensors) in enumerate(written):
+      final = f'model-{i + 1:05d}-of-{len(written):05d}.safetensors'
+      os.replace(directory / name, directory / final)
+      weight_map.update(dict.fromkeys(tensors, final))
     index = {
-      'metadata': {'total_size': sum(int(np.prod(s.shape)) * 4 for s in specs)},
-      'weight_map': {t: renamed[f] for t, f in weight_map.items()},
+      'metadata': {'total_size': sum(math.prod(s.shape) * 4 for s in specs)},
+      'weight_map': weight_map,
     }
     (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
   return directory
