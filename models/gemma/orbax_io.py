@@ -187,6 +187,10 @@ def load(
   """
   path = pathlib.Path(path)
   reader = _Reader(path)
+  if any(n.startswith('stacked_layers') for n in reader.tensors):
+    raise params_lib.CheckpointError(
+      f'{path}: a stacked-layers checkpoint; save it in the gemma library flat or nested layout'
+    )
   unused = {n for n in reader.tensors if not n.startswith(('vision_encoder', 'SigLiP'))}
   unused = {n for n in unused if not n.startswith('embedder/mm_')}
   digest = params_lib.StreamDigest()
@@ -200,9 +204,10 @@ def load(
     want = _source_shape(spec)
     shape = reader.tensors[name][1]
     if index is not None:
-      if not shape or shape[0] <= index or shape[1:] != want:
+      parts = 3 if name.endswith('qkv_einsum/w') else 2
+      if tuple(shape) != (parts, *want):
         raise params_lib.CheckpointError(
-          f'{path}: tensor {name} has shape {shape}; the config needs [n, *{want}] for {spec.name}'
+          f'{path}: tensor {name} has shape {shape}; the config needs {(parts, *want)} for {spec.name}'
         )
       if name not in held:
         held.clear()

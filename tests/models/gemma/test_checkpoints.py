@@ -286,3 +286,27 @@ def test_placement_hook_gets_host_values_in_the_dtype(tmp_path, tiny):
 
   model.load(weights=folder, dtype=jnp.bfloat16, place=place)
   assert dtypes == {(np.ndarray, jnp.dtype(jnp.bfloat16))}
+
+
+def test_orbax_fused_tensor_of_another_shape_named(tmp_path, tiny):
+  import orbax.checkpoint as ocp
+
+  folder = orbax_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ox')
+  flat = ocp.PyTreeCheckpointer().restore(folder)
+  flat['transformer/layer_4/attn/kv_einsum']['w'] = flat['transformer/layer_4/attn/kv_einsum']['w'][
+    :1
+  ]
+  other = tmp_path / 'other'
+  ocp.PyTreeCheckpointer().save(other, flat)
+  with pytest.raises(params_lib.CheckpointError, match=r'layer_4/attn/kv_einsum/w has shape \(1, '):
+    _with(other, tiny[0].config)
+
+
+def test_orbax_stacked_layout_refused(tmp_path, tiny):
+  import orbax.checkpoint as ocp
+
+  folder = tmp_path / 'stacked'
+  stacked = {'transformer/stacked_layers/attention_type_0/attn/q_einsum': {'w': np.zeros((2, 2))}}
+  ocp.PyTreeCheckpointer().save(folder, stacked)
+  with pytest.raises(params_lib.CheckpointError, match='stacked-layers'):
+    _with(folder, tiny[0].config)
