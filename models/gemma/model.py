@@ -1,6 +1,8 @@
 """`Gemma`: config + params + fingerprint, with the small interface the method drives.
 
     m = load('gemma3-270m')                       # the real model, float32
+    m = load('gemma3-12b', weights='random', seed=0, dtype=jnp.bfloat16)
+    m = load(weights='/path/to/checkpoint')       # safetensors or orbax (docs/checkpoints.md)
     cache = m.init_cache(batch_size=1, capacity=2048)
     logits, cache = m.prefill(ids, cache=cache, chunk_size=256)
     logits, cache = m.forward(tokens, positions, cache)

@@ -180,3 +180,18 @@ def test_unimplemented_config_keys_refused(key, value):
 def test_hf_config_round_trip(name):
   cfg = config_lib.get_config(name)
   assert hf_config.config_from_hf(hf_config.config_to_hf(cfg)) == cfg
+
+
+def test_relocating_keys_follows_the_scaled_rotation():
+  """Keys moved by delta match keys computed at the later positions, global layer included."""
+  m = model.random(config_lib.tiny(rope_scale_factor=8.0), seed=3)
+  ids, delta = np.arange(1, 9), 40
+
+  def keys(start):
+    _, cache = m.prefill(ids, cache=m.init_cache(capacity=16), chunk_size=8, start_position=start)
+    return np.asarray(cache.k[:, 0, :8])  # [L, n, K, H]
+
+  moved = np.asarray(m.relocate_keys(keys(0), delta))
+  np.testing.assert_allclose(moved, keys(delta), atol=1e-5)
+  unscaled = np.asarray(model.random(config_lib.tiny(), seed=3).relocate_keys(keys(0), delta))
+  assert np.abs(unscaled[5] - keys(delta)[5]).max() > 1e-3  # the global layer is scaled
