@@ -72,6 +72,10 @@ def config_from_hf(raw: dict) -> config_lib.GemmaConfig:
   for key in ('final_logit_softcapping', 'attn_logit_softcapping'):
     if cfg.get(key) is not None:
       raise _error(key, cfg[key], 'soft-capping is not implemented (Gemma 3 has none)')
+  if cfg.get('tie_word_embeddings', True) is False:
+    raise _error('tie_word_embeddings', False, 'Gemma 3 unembeds with its embedding table')
+  if cfg.get('use_bidirectional_attention'):
+    raise _error('use_bidirectional_attention', True, 'only causal attention is implemented')
   activation = cfg.get('hidden_activation') or cfg.get('hidden_act') or 'gelu_pytorch_tanh'
   if activation != 'gelu_pytorch_tanh':
     raise _error('hidden_activation', activation, 'only gelu_pytorch_tanh is implemented')

@@ -168,6 +168,8 @@ def test_unknown_config_name_and_random_needs_a_name():
     ('hidden_activation', 'relu'),
     ('rope_scaling', {'rope_type': 'yarn', 'factor': 8.0}),
     ('layer_types', ['chunked_attention'] * 6),
+    ('tie_word_embeddings', False),
+    ('use_bidirectional_attention', True),
   ],
 )
 def test_unimplemented_config_keys_refused(key, value):
