@@ -3,8 +3,9 @@
 Each tensor has its own counter-based stream: block i of it is drawn with
 `fold_in(fold_in(PRNGKey(seed), crc32(name)), i)`, so its values depend on
 the seed, its name and its size only: not on the order of
-drawing, the other tensors, the dtype asked for or the machine (jax's
-threefry gives the same bits on every backend). Values are drawn in float32 and cast
+drawing, the other tensors, the dtype asked for or the machine (threefry2x32
+in its partitionable mode, pinned whatever jax's defaults, gives the same
+bits on every backend). Values are drawn in float32 and cast
 inside one jitted call per tensor, then handed to `place`; no second copy of
 the model exists at any time (one tensor's float32 draw at most), so a 27B
 model in bfloat16 fits where its weights fit.
@@ -34,7 +35,8 @@ BLOCK = 1 << 18  # values per compiled draw
 
 def _stream(seed, name_hash, index, std, offset, dtype) -> jax.Array:
   """`BLOCK` values: block `index` of one tensor's stream."""
-  key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), name_hash), index)
+  root = jax.random.PRNGKey(seed, impl='threefry2x32')
+  key = jax.random.fold_in(jax.random.fold_in(root, name_hash), index)
   return (offset + std * jax.random.normal(key, (BLOCK,), jnp.float32)).astype(dtype)
 
 
@@ -67,9 +69,10 @@ def draw(spec: params_lib.ParamSpec, seed: int, dtype=jnp.float32) -> jax.Array:
     jnp.uint32(zlib.crc32(spec.name.encode())),
   )
   size, dtype = math.prod(spec.shape), jnp.dtype(dtype)
-  if size > BLOCK:
-    return _blocks(*args, jnp.float32(std), jnp.float32(offset), shape=spec.shape, dtype=dtype)
-  block = _block(*args, jnp.uint32(0), jnp.float32(std), jnp.float32(offset), dtype=dtype)
+  with jax.threefry_partitionable(True):  # the generator's mode, whatever the user's default
+    if size > BLOCK:
+      return _blocks(*args, jnp.float32(std), jnp.float32(offset), shape=spec.shape, dtype=dtype)
+    block = _block(*args, jnp.uint32(0), jnp.float32(std), jnp.float32(offset), dtype=dtype)
   return block[:size].reshape(spec.shape)
 
 

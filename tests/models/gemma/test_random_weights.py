@@ -126,3 +126,10 @@ def test_a_large_tensor_is_its_blocks_in_order():
 def test_bad_seed_refused(seed):
   with pytest.raises(ValueError, match='seed'):
     model.load('tiny', weights='random', seed=seed)
+
+
+def test_values_do_not_follow_jax_prng_defaults():
+  m = model.load('tiny', weights='random', seed=8)
+  with jax.threefry_partitionable(False):
+    other = model.load('tiny', weights='random', seed=8)
+  assert all(np.array_equal(x, y) for x, y in zip(_leaves(m), _leaves(other), strict=True))
