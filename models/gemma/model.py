@@ -347,6 +347,8 @@ def _load_checkpoint(path: pathlib.Path, name: str | None, place):
   if config is None:
     raise params_lib.CheckpointError(f'{path} has no config.json: name its config')
   if orbax_io.is_orbax(path):
+    if found is None:  # the named size, with the table the checkpoint has (no image tokens)
+      config = config.replace(vocab_size=orbax_io.vocab_size(path))
     params, digest = orbax_io.load(path, config, place=place)
   else:
     params, digest = safetensors_io.load(path, config, place=place)

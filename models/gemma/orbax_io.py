@@ -170,6 +170,14 @@ class _Reader:
     return np.asarray(out)
 
 
+def vocab_size(path: str | os.PathLike) -> int:
+  """Rows of the checkpoint's embedding table (the gemma library keeps 262,144 at 4B and up)."""
+  reader = _Reader(pathlib.Path(path))
+  if 'embedder/input_embedding' not in reader.tensors:
+    raise params_lib.CheckpointError(f'{path}: tensor embedder/input_embedding missing')
+  return reader.tensors['embedder/input_embedding'][1][0]
+
+
 def load(
   path: str | os.PathLike,
   config: config_lib.GemmaConfig,

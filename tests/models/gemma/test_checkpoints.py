@@ -310,3 +310,13 @@ def test_orbax_stacked_layout_refused(tmp_path, tiny):
   ocp.PyTreeCheckpointer().save(folder, stacked)
   with pytest.raises(params_lib.CheckpointError, match='stacked-layers'):
     _with(folder, tiny[0].config)
+
+
+def test_orbax_without_config_takes_the_named_size_and_its_table(tmp_path):
+  """The gemma library's 4B+ tables have 262,144 rows where Hugging Face's have 262,208."""
+  m = model.random(config_lib.tiny(vocab_size=300), seed=1)
+  folder = orbax_io.save(m.params, m.config, tmp_path / 'ox')
+  (folder / 'config.json').unlink()
+  loaded = model.load('tiny', weights=folder)
+  assert loaded.config == m.config
+  assert np.array_equal(_logits(loaded), _logits(m))
