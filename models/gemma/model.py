@@ -284,11 +284,16 @@ def load(
       sharding; default: the default device.
   Raises:
     ImportError: if the GGUF package is not installed (names the package).
-    ValueError: for an unknown name, or a GGUF with another SHA-256.
+    ValueError: for an unknown name or dtype, weights of another kind, or a
+      GGUF with another SHA-256.
     params.CheckpointError: a checkpoint of another architecture, or with a
       tensor missing or misshapen (named).
   """
   scheme = config_lib.PositionScheme(position_scheme)
+  if jnp.dtype(dtype) not in (jnp.float32, jnp.bfloat16):
+    raise ValueError(f'dtype must be float32 or bfloat16, got {jnp.dtype(dtype).name}')
+  if weights is not None and not isinstance(weights, (str, os.PathLike)):
+    raise ValueError(f"weights must be None, 'random' or a checkpoint path, got {weights!r}")
   if weights is None:
     return _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
   if isinstance(weights, str) and weights == 'random':

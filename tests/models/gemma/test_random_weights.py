@@ -133,3 +133,12 @@ def test_values_do_not_follow_jax_prng_defaults():
   with jax.threefry_partitionable(False):
     other = model.load('tiny', weights='random', seed=8)
   assert all(np.array_equal(x, y) for x, y in zip(_leaves(m), _leaves(other), strict=True))
+
+
+@pytest.mark.parametrize(
+  ('kwargs', 'match'),
+  [({'dtype': jnp.int8}, 'dtype'), ({'weights': 3}, 'weights must be')],
+)
+def test_bad_load_arguments_refused(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    model.load('tiny', **{'weights': 'random', **kwargs})
