@@ -66,9 +66,22 @@ def config_from_hf(raw: dict) -> config_lib.GemmaConfig:
   """The GemmaConfig of a Gemma 3 config.json (dict).
 
   Raises:
-    CheckpointError: for a key this model does not implement.
+    CheckpointError: for a key this model does not implement, or a value
+      of the wrong type or out of range (named).
   """
-  cfg = {**_DEFAULTS, **raw.get('text_config', raw)}
+  text = raw.get('text_config', raw) if isinstance(raw, dict) else None
+  if not isinstance(text, dict):
+    raise params_lib.CheckpointError(f'config.json: expected an object, got {type(raw).__name__}')
+  try:
+    return _config_from_text(text)
+  except (TypeError, ValueError, KeyError) as e:
+    if isinstance(e, params_lib.CheckpointError):
+      raise
+    raise params_lib.CheckpointError(f'config.json: {type(e).__name__}: {e}') from None
+
+
+def _config_from_text(text: dict) -> config_lib.GemmaConfig:
+  cfg = {**_DEFAULTS, **text}
   for key in ('final_logit_softcapping', 'attn_logit_softcapping'):
     if cfg.get(key) is not None:
       raise _error(key, cfg[key], 'soft-capping is not implemented (Gemma 3 has none)')

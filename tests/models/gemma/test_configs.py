@@ -197,3 +197,18 @@ def test_relocating_keys_follows_the_scaled_rotation():
   np.testing.assert_allclose(moved, keys(delta), atol=1e-5)
   unscaled = np.asarray(model.random(config_lib.tiny(), seed=3).relocate_keys(keys(0), delta))
   assert np.abs(unscaled[5] - keys(delta)[5]).max() > 1e-3  # the global layer is scaled
+
+
+@pytest.mark.parametrize(
+  ('raw', 'match'),
+  [
+    ([1, 2], 'expected an object'),
+    ({'hidden_size': 'wide'}, 'ValueError'),
+    ({'num_attention_heads': 3, 'num_key_value_heads': 2}, 'not a multiple'),
+    ({'rope_theta': 'big'}, 'ValueError'),
+    ({'rope_scaling': {'rope_type': 'linear', 'factor': None}}, 'TypeError'),
+  ],
+)
+def test_malformed_config_json_is_a_checkpoint_error(raw, match):
+  with pytest.raises(params_lib.CheckpointError, match=match):
+    hf_config.config_from_hf(raw)
