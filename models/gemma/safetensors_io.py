@@ -145,6 +145,11 @@ class _Reader:
       weight_map = _read_json(path / INDEX_FILE).get('weight_map')
       if not isinstance(weight_map, dict):
         raise params_lib.CheckpointError(f'{path / INDEX_FILE}: no weight_map')
+      bad = [f for f in weight_map.values() if not isinstance(f, str) or pathlib.Path(f).name != f]
+      if bad:
+        raise params_lib.CheckpointError(
+          f'{path / INDEX_FILE}: shard {bad[0]!r} is not a file name in the folder'
+        )
       self.where = {name: path / file for name, file in weight_map.items()}
       files = set(self.where.values())
     elif (path / SINGLE_FILE).exists():
@@ -167,10 +172,16 @@ class _Reader:
     return self._handles[file]
 
   def shape(self, name: str) -> tuple[int, ...]:
-    return tuple(self._handle(self.where[name]).get_slice(name).get_shape())
+    try:
+      return tuple(self._handle(self.where[name]).get_slice(name).get_shape())
+    except self._errors as e:
+      raise params_lib.CheckpointError(f'{self.where[name]}: tensor {name}: {e}') from None
 
   def read(self, name: str) -> np.ndarray:
-    return self._handle(self.where[name]).get_tensor(name)
+    try:
+      return self._handle(self.where[name]).get_tensor(name)
+    except self._errors as e:
+      raise params_lib.CheckpointError(f'{self.where[name]}: tensor {name}: {e}') from None
 
 
 def _prefix(names, source: str) -> str:

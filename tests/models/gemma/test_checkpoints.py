@@ -320,3 +320,21 @@ def test_orbax_without_config_takes_the_named_size_and_its_table(tmp_path):
   loaded = model.load('tiny', weights=folder)
   assert loaded.config == m.config
   assert np.array_equal(_logits(loaded), _logits(m))
+
+
+@pytest.mark.parametrize('target', ['../elsewhere.safetensors', 7, 'wrong-shard'])
+def test_index_pointing_outside_or_to_the_wrong_shard(tmp_path, tiny, target):
+  folder = safetensors_io.save(
+    tiny[0].params, tiny[0].config, tmp_path / 'ckpt', max_shard_bytes=20_000
+  )
+  index = json.loads((folder / 'model.safetensors.index.json').read_text())
+  name = 'model.layers.0.mlp.up_proj.weight'
+  if target == 'wrong-shard':  # a shard that exists but does not hold the tensor
+    target = next(f for f in set(index['weight_map'].values()) if f != index['weight_map'][name])
+    match = r'tensor model\.layers\.0\.mlp\.up_proj\.weight'
+  else:
+    match = 'not a file name'
+  index['weight_map'][name] = target
+  (folder / 'model.safetensors.index.json').write_text(json.dumps(index))
+  with pytest.raises(params_lib.CheckpointError, match=match):
+    model.load(weights=folder)
