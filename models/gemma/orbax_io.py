@@ -250,6 +250,8 @@ def save(params, config: config_lib.GemmaConfig, directory: str | os.PathLike) -
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
   directory = pathlib.Path(directory)
+  if directory.exists() and not directory.is_dir():
+    raise params_lib.CheckpointError(f'{directory} is a file, not a folder')
   if directory.exists() and any(directory.iterdir()):
     raise params_lib.CheckpointError(f'{directory} exists and is not empty')
   flat: dict[str, dict[str, np.ndarray]] = {}

@@ -276,6 +276,8 @@ def save(
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
 
   directory = pathlib.Path(directory)
+  if directory.exists() and not directory.is_dir():
+    raise params_lib.CheckpointError(f'{directory} is a file, not a folder')
   directory.mkdir(parents=True, exist_ok=True)
   if any((directory / f).exists() for f in (SINGLE_FILE, INDEX_FILE)):
     raise params_lib.CheckpointError(f'{directory} already holds a checkpoint')

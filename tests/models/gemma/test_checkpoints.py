@@ -338,3 +338,10 @@ def test_index_pointing_outside_or_to_the_wrong_shard(tmp_path, tiny, target):
   (folder / 'model.safetensors.index.json').write_text(json.dumps(index))
   with pytest.raises(params_lib.CheckpointError, match=match):
     model.load(weights=folder)
+
+
+def test_exporters_refuse_a_file_as_folder(tmp_path, tiny):
+  (tmp_path / 'file').write_text('x')
+  for save in (safetensors_io.save, orbax_io.save):
+    with pytest.raises(params_lib.CheckpointError, match='is a file'):
+      save(tiny[0].params, tiny[0].config, tmp_path / 'file')
