@@ -52,7 +52,8 @@ class Gemma:
     config: architecture (includes the position scheme).
     params: params pytree in `dtype`.
     dtype: compute and cache dtype (float32 or bfloat16).
-    params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`).
+    params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`),
+      or of what draws seeded random ones (`random_init.random_digest`).
     tokenizer: the vocabulary's tokenizer, or None for test models.
     table_size: rows of float64 position tables (rope_f64 / rope_relative).
   """
