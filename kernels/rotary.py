@@ -77,12 +77,13 @@ def _rotary_kernel(x_ref, pos_ref, inv_freq_ref, o_ref):
   o_ref[:, :, hi] = out2.astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=('theta', 'block_t', 'num_warps', 'interpret'))
+@functools.partial(jax.jit, static_argnames=('theta', 'scale', 'block_t', 'num_warps', 'interpret'))
 def apply_rotary(
   x: jax.Array,
   positions: jax.Array,
   *,
   theta: float,
+  scale: float = 1.0,
   block_t: int = DEFAULT_BLOCK_SIZES.block_t,
   num_warps: int = 4,
   interpret: bool = False,
@@ -93,6 +94,8 @@ def apply_rotary(
     x: [B, T, N, H] queries or keys, H even.
     positions: [B, T] integer positions.
     theta: rotary base (Gemma 3: 10_000 local, 1_000_000 global).
+    scale: linear rope scaling: inverse frequencies divided by it (Gemma 3
+      global layers from 4B up: 8).
     block_t: tokens per program (T is padded to a multiple).
     num_warps: Triton only.
     interpret: run the kernel in the Pallas interpreter (CPU).
@@ -109,7 +112,7 @@ def apply_rotary(
     raise ValueError(f'head dim H={head_dim} must be even')
   if block_t <= 0:
     raise ValueError(f'{block_t=} must be positive')
-  inv_freq = jnp.asarray(rotary_inv_freq(head_dim, theta))
+  inv_freq = jnp.asarray(rotary_inv_freq(head_dim, theta) / np.float32(scale))
   padded = pl.cdiv(num_t, block_t) * block_t
   if interpret and batch * padded == block_t:
     padded += block_t  # keep the interpreter's grid a loop (see rmsnorm.py)

@@ -54,15 +54,15 @@ def attention_block(
   """
   scheme, matmul_impl = schemes.get(config.position_scheme), config.impl_of('matmul')
   precision = config.dot_precision
-  theta = config.rope_theta(layer)
+  theta, scale = config.rope_theta(layer), config.rope_scale(layer)
   q = ops.dense(x, params['q'], impl=matmul_impl, precision=precision)  # [B, T, N, H]
   k = ops.dense(x, params['k'], impl=matmul_impl, precision=precision)  # [B, T, K, H]
   v = ops.dense(x, params['v'], impl=matmul_impl, precision=precision)
   q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
   if scheme.angles == 'float32':
-    q = ops.rotate(q, q_positions, theta, impl=config.impl_of('rotary'))
-    k = ops.rotate(k, q_positions, theta, impl=config.impl_of('rotary'))
+    q = ops.rotate(q, q_positions, theta, impl=config.impl_of('rotary'), scale=scale)
+    k = ops.rotate(k, q_positions, theta, impl=config.impl_of('rotary'), scale=scale)
   else:
     q = positions_lib.rotate_for_cache(q, q_positions, scheme=scheme, theta=theta, tabs=tables)
     k = positions_lib.rotate_for_cache(k, q_positions, scheme=scheme, theta=theta, tabs=tables)

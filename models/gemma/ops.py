@@ -204,15 +204,17 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float, *, impl: str) -> jax.A
   return rmsnorm.rms_norm(x, weight, eps=eps, interpret=_interpret())
 
 
-def rotate(x: jax.Array, positions: jax.Array, theta: float, *, impl: str) -> jax.Array:
-  """Absolute rotary (float32 angles) of x [B, T, N, H]."""
+def rotate(
+  x: jax.Array, positions: jax.Array, theta: float, *, impl: str, scale: float = 1.0
+) -> jax.Array:
+  """Absolute rotary (float32 angles) of x [B, T, N, H], positions divided by `scale`."""
   from graftjax.models.gemma import positions as positions_lib  # pylint: disable=g-import-not-at-top
 
   if impl == 'xla':
-    return positions_lib.rotate_for_cache(x, positions, scheme='rope', theta=theta)
+    return positions_lib.rotate_for_cache(x, positions, scheme='rope', theta=theta, scale=scale)
   from graftjax.kernels import rotary  # pylint: disable=g-import-not-at-top
 
-  return rotary.apply_rotary(x, positions, theta=theta, interpret=_interpret())
+  return rotary.apply_rotary(x, positions, theta=theta, scale=scale, interpret=_interpret())
 
 
 def attention(

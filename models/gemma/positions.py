@@ -119,17 +119,19 @@ def rotate_for_cache(
   scheme: str | schemes.Scheme,
   theta: float,
   tabs=None,
+  scale: float = 1.0,
 ) -> jax.Array:
   """Applies the scheme's rotation to queries or keys [B, T, N, H] at positions [B, T].
 
-  Identity for schemes whose keys are not `ABSOLUTE`.
+  Identity for schemes whose keys are not `ABSOLUTE`. `scale` is linear rope scaling
+  (float32 angles only): inverse frequencies divided by it.
 
   Raises:
     UnknownSchemeError: if `scheme` is not registered.
   """
   scheme = schemes.get(scheme)
   if scheme.angles == 'float32':
-    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta)
+    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta) / jnp.float32(scale)
     return rotary.apply_rotary_reference(x, positions, theta=theta, inv_freq=inv_freq)
   if scheme.angles == 'float64':
     return rotary.rotate_reference(x, *_lookup(tabs[theta_key(theta)], positions))
@@ -137,7 +139,7 @@ def rotate_for_cache(
 
 
 def relocate_keys(
-  k: jax.Array, delta: int, *, scheme: str | schemes.Scheme, theta: float
+  k: jax.Array, delta: int, *, scheme: str | schemes.Scheme, theta: float, scale: float = 1.0
 ) -> jax.Array:
   """Re-rotates cached keys [..., n, K, H] by `delta` positions (K-shift).
 
@@ -155,7 +157,7 @@ def relocate_keys(
   if scheme.angles == 'float32':
     delta_position = jnp.full((1, 1), delta, jnp.int32)
     cos, sin = rotary.rotary_cos_sin(
-      delta_position, rotary.rotary_inv_freq_float32(head_dim, theta)
+      delta_position, rotary.rotary_inv_freq_float32(head_dim, theta) / jnp.float32(scale)
     )
   else:
     cos, sin = (jnp.asarray(t)[None] for t in rotary.rotary_table(head_dim, theta, [delta]))

@@ -2,6 +2,7 @@
 
     mesh = jax.make_mesh((1, 4), ('data', 'model'))
     m = sharding.shard_model(model, mesh)        # params placed, forward pinned
+    m = sharding.load('gemma3-12b', weights=ckpt, mesh=mesh)  # placed as each tensor loads
     cache = m.init_cache(batch_size=1, capacity=256)  # k/v split by kv heads
     logits, cache = m.prefill(ids, cache=cache, chunk_size=16)
 
@@ -165,7 +166,7 @@ def place_params(params, mesh: Mesh):
   place = placer(mesh)
 
   def one(path, a):
-    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+    if isinstance(a, jax.Array) and (not a.is_fully_addressable or len(a.devices()) > 1):
       return jax.device_put(a, NamedSharding(mesh, param_spec(_leaf_name(path), a.shape, mesh)))
     return place(path, np.asarray(a))
 
@@ -315,6 +316,14 @@ class ShardedGemma(model_lib.Gemma):
       logits=logits,
       layout=lay,
     )
+
+
+def load(name: str | None = None, *, mesh: Mesh, dtype=jnp.float32, **kwargs) -> ShardedGemma:
+  """`model.load(name, dtype=dtype, **kwargs)` with each tensor placed on `mesh` as it
+  is loaded (a checkpoint streams one tensor at a time onto its shards), then sharded."""
+  mesh = check_mesh(mesh)
+  model = model_lib.load(name, dtype=dtype, place=placer(mesh, dtype=dtype), **kwargs)
+  return shard_model(model, mesh)
 
 
 def shard_model(model: model_lib.Gemma, mesh: Mesh) -> ShardedGemma:

@@ -118,6 +118,18 @@ def test_place_one_tensor_at_a_time_gives_the_same_model():
     assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
 
 
+def test_load_places_each_tensor_on_the_mesh():
+  mesh = sharding.make_mesh(1, 4)
+  loaded = sharding.load('tiny', weights='random', seed=3, mesh=mesh)
+  whole = sharding.shard_model(gemma_model.load('tiny', weights='random', seed=3), mesh)
+  assert loaded.graft_target.fingerprint == whole.graft_target.fingerprint
+  for got, want in zip(jax.tree.leaves(loaded.params), jax.tree.leaves(whole.params), strict=True):
+    assert got.sharding == want.sharding
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+  fresh, grafted, _ = _fresh_and_grafted(loaded, _ids())
+  assert fresh.tobytes() == grafted.tobytes()
+
+
 def test_sharded_and_unsharded_bits(capsys):
   """One device on a mesh computes what the unsharded model does; split heads sum in another
   order (see docs/sharding.md), so only their closeness is checked, and the measure reported."""

@@ -1,0 +1,141 @@
+"""The params pytree as a list of named tensors: what loaders stream, one at a time.
+
+A tensor is named by its path in the pytree of `transformer.py`, as
+`jax.tree_util.keystr` writes it (`"['layers'][3]['q']"`), and specs come in
+the pytree's own flattening order, so a digest taken while streaming equals
+`checkpoint.params_digest` of the assembled tree.
+
+    for spec in param_specs(config):
+      tree_put(tree, spec, place(spec.name, value))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from graftjax.models.gemma import config as config_lib
+
+# Places one tensor: (name, value in the target dtype: numpy from a checkpoint,
+# a jax array for random weights) -> the array on its device(s).
+Place = Callable[[str, Any], jax.Array]
+
+LAYER_NORMS = ('attn_norm', 'post_attn_norm', 'ffn_norm', 'post_ffn_norm', 'q_norm', 'k_norm')
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that does not hold the model asked for (names the tensor or field)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+  """One tensor of the params pytree.
+
+  Attributes:
+    name: its key path (`"['layers'][3]['q']"`).
+    key: the same path as a tuple (`('layers', 3, 'q')`).
+    shape: its shape.
+    fan_in: inputs summed per output (dense matrices), else None.
+    is_norm: an RMSNorm weight (stored with Gemma's +1).
+  """
+
+  name: str
+  key: tuple
+  shape: tuple[int, ...]
+  fan_in: int | None = None
+
+  @property
+  def is_norm(self) -> bool:
+    return self.key[-1] in LAYER_NORMS or self.key == ('final_norm',)
+
+
+def _layer_shapes(config: config_lib.GemmaConfig) -> dict[str, tuple[tuple[int, ...], int | None]]:
+  d, f, n, k, h = (
+    config.embed_dim,
+    config.hidden_dim,
+    config.num_heads,
+    config.num_kv_heads,
+    config.head_dim,
+  )
+  return {
+    'attn_norm': ((d,), None),
+    'post_attn_norm': ((d,), None),
+    'ffn_norm': ((d,), None),
+    'post_ffn_norm': ((d,), None),
+    'q': ((d, n, h), d),
+    'k': ((d, k, h), d),
+    'v': ((d, k, h), d),
+    'o': ((n, h, d), n * h),
+    'q_norm': ((h,), None),
+    'k_norm': ((h,), None),
+    'gate': ((d, f), d),
+    'up': ((d, f), d),
+    'down': ((f, d), f),
+  }
+
+
+def param_specs(config: config_lib.GemmaConfig) -> list[ParamSpec]:
+  """Every tensor of `config`'s params, in pytree flattening order."""
+  shapes = _layer_shapes(config)
+  tree = {
+    'embedding': ((config.vocab_size, config.embed_dim), config.embed_dim),
+    'final_norm': ((config.embed_dim,), None),
+    'layers': tuple(dict(shapes) for _ in range(config.num_layers)),
+  }
+  is_leaf = lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
+  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
+  specs = []
+  for path, (shape, fan_in) in leaves:
+    key = tuple(getattr(p, 'key', getattr(p, 'idx', None)) for p in path)
+    specs.append(ParamSpec(jax.tree_util.keystr(path), key, shape, fan_in))
+  return specs
+
+
+def empty_tree(config: config_lib.GemmaConfig) -> dict:
+  """A params pytree skeleton to fill with `tree_put`."""
+  return {
+    'embedding': None,
+    'final_norm': None,
+    'layers': tuple({} for _ in range(config.num_layers)),
+  }
+
+
+def tree_put(tree: dict, spec: ParamSpec, value) -> None:
+  """Sets `spec`'s tensor in a tree made by `empty_tree`."""
+  if spec.key[0] == 'layers':
+    tree['layers'][spec.key[1]][spec.key[2]] = value
+  else:
+    tree[spec.key[0]] = value
+
+
+def default_place(dtype) -> Place:
+  """Places a tensor on the default device, in `dtype`."""
+  return lambda name, value: jax.numpy.asarray(value, dtype)
+
+
+class StreamDigest:
+  """`checkpoint.params_digest`, computed one float32 tensor at a time in spec order."""
+
+  def __init__(self):
+    self._sha = hashlib.sha256()
+
+  def update(self, spec: ParamSpec, value: np.ndarray) -> None:
+    arr = np.ascontiguousarray(value, np.float32)
+    self._sha.update(spec.name.encode())
+    self._sha.update(f'{arr.dtype.str}{arr.shape}'.encode())
+    self._sha.update(arr.tobytes())
+
+  def hexdigest(self) -> str:
+    return self._sha.hexdigest()
+
+
+def check_float(name: str, value, source: str) -> None:
+  """Raises CheckpointError naming the tensor unless its dtype is a float type."""
+  dtype = np.dtype(getattr(value, 'dtype', np.float32))
+  if dtype.kind != 'f' and dtype.name != 'bfloat16':
+    raise CheckpointError(f'{source}: tensor {name} has dtype {dtype.name}, not a float type')

@@ -1,0 +1,320 @@
+"""Hugging Face safetensors checkpoints of Gemma 3: load (streamed) and export.
+
+A checkpoint is a `model.safetensors`, or shards listed by
+`model.safetensors.index.json`, with a `config.json` beside it. Tensor names
+are transformers' (`Gemma3ForCausalLM`, `model.` prefix), or those of the text
+model inside `Gemma3ForConditionalGeneration` (`language_model.model.` or
+`model.language_model.`); other tensors (the vision tower) are ignored.
+
+    HF name (under the prefix)              shape        ours
+    embed_tokens.weight                     [V, D]       embedding
+    norm.weight                             [D]          final_norm - 1
+    layers.i.input_layernorm.weight         [D]          attn_norm - 1
+    layers.i.post_attention_layernorm       [D]          post_attn_norm - 1
+    layers.i.pre_feedforward_layernorm      [D]          ffn_norm - 1
+    layers.i.post_feedforward_layernorm     [D]          post_ffn_norm - 1
+    layers.i.self_attn.q_proj.weight        [N*H, D]     q [D, N, H]
+    layers.i.self_attn.{k,v}_proj.weight    [K*H, D]     k, v [D, K, H]
+    layers.i.self_attn.o_proj.weight        [D, N*H]     o [N, H, D]
+    layers.i.self_attn.{q,k}_norm.weight    [H]          q_norm, k_norm - 1
+    layers.i.mlp.{gate,up}_proj.weight      [F, D]       gate, up [D, F]
+    layers.i.mlp.down_proj.weight           [D, F]       down [F, D]
+
+(transformers stores norm weights without Gemma's +1; it adds 1 in float32
+at run time, as the loader does.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+
+import numpy as np
+
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import hf_config
+from graftjax.models.gemma import params as params_lib
+
+SINGLE_FILE = 'model.safetensors'
+INDEX_FILE = 'model.safetensors.index.json'
+CONFIG_FILE = 'config.json'
+PREFIXES = ('model.', 'language_model.model.', 'model.language_model.')
+
+_LAYER_NAMES = {
+  'attn_norm': 'input_layernorm',
+  'post_attn_norm': 'post_attention_layernorm',
+  'ffn_norm': 'pre_feedforward_layernorm',
+  'post_ffn_norm': 'post_feedforward_layernorm',
+  'q': 'self_attn.q_proj',
+  'k': 'self_attn.k_proj',
+  'v': 'self_attn.v_proj',
+  'o': 'self_attn.o_proj',
+  'q_norm': 'self_attn.q_norm',
+  'k_norm': 'self_attn.k_norm',
+  'gate': 'mlp.gate_proj',
+  'up': 'mlp.up_proj',
+  'down': 'mlp.down_proj',
+}
+
+
+def hf_name(spec: params_lib.ParamSpec) -> str:
+  """The tensor's name under the text model's prefix (e.g. 'layers.3.self_attn.q_proj.weight')."""
+  if spec.key[0] == 'layers':
+    return f'layers.{spec.key[1]}.{_LAYER_NAMES[spec.key[2]]}.weight'
+  return {'embedding': 'embed_tokens.weight', 'final_norm': 'norm.weight'}[spec.key[0]]
+
+
+def hf_shape(spec: params_lib.ParamSpec) -> tuple[int, ...]:
+  """The tensor's shape in HF's layout."""
+  name = spec.key[-1]
+  if name in ('q', 'k', 'v'):
+    d, heads, h = spec.shape
+    return (heads * h, d)
+  if name == 'o':
+    heads, h, d = spec.shape
+    return (d, heads * h)
+  if name in ('gate', 'up', 'down'):
+    return tuple(reversed(spec.shape))
+  return tuple(spec.shape)
+
+
+def to_ours(spec: params_lib.ParamSpec, value: np.ndarray) -> np.ndarray:
+  """An HF tensor in our layout, float32 (norms + 1, in float32 as transformers adds it)."""
+  x = np.asarray(value).astype(np.float32)
+  name = spec.key[-1]
+  if spec.is_norm:
+    return x + np.float32(1.0)
+  if name in ('q', 'k', 'v'):
+    d, heads, h = spec.shape
+    return np.ascontiguousarray(x.reshape(heads, h, d).transpose(2, 0, 1))
+  if name == 'o':
+    heads, h, d = spec.shape
+    return np.ascontiguousarray(x.reshape(d, heads, h).transpose(1, 2, 0))
+  if name in ('gate', 'up', 'down'):
+    return np.ascontiguousarray(x.T)
+  return x
+
+
+def from_ours(spec: params_lib.ParamSpec, value: np.ndarray) -> np.ndarray:
+  """Our tensor (float32) in HF's layout; `to_ours` gives back the same bits.
+
+  Raises:
+    CheckpointError: if a norm weight w has no float32 v with v + 1 == w (HF
+      cannot store it).
+  """
+  x = np.asarray(value, np.float32)
+  name = spec.key[-1]
+  if spec.is_norm:
+    hf = x - np.float32(1.0)
+    bad = np.flatnonzero(hf + np.float32(1.0) != x)
+    if bad.size:
+      raise params_lib.CheckpointError(
+        f'{spec.name}[{bad[0]}] = {x.flat[bad[0]]!r} has no exact form as (weight - 1) in float32'
+      )
+    return hf
+  if name in ('q', 'k', 'v'):
+    return np.ascontiguousarray(x.transpose(1, 2, 0).reshape(-1, x.shape[0]))
+  if name == 'o':
+    return np.ascontiguousarray(x.transpose(2, 0, 1).reshape(x.shape[2], -1))
+  if name in ('gate', 'up', 'down'):
+    return np.ascontiguousarray(x.T)
+  return x
+
+
+def _read_json(path: pathlib.Path) -> dict:
+  try:
+    return json.loads(path.read_text())
+  except (OSError, json.JSONDecodeError) as e:
+    raise params_lib.CheckpointError(f'{path}: cannot read JSON ({e})') from None
+
+
+class _Reader:
+  """Opens the checkpoint's files lazily; finds one tensor by full name."""
+
+  def __init__(self, path: pathlib.Path):
+    import safetensors  # pylint: disable=g-import-not-at-top
+
+    self._open, self._errors = safetensors.safe_open, (OSError, safetensors.SafetensorError)
+    self._handles: dict[pathlib.Path, object] = {}
+    if path.is_file():
+      files = {path}
+      self.where = {name: path for name in self._handle(path).keys()}  # noqa: SIM118 (a safe_open handle)
+    elif (path / INDEX_FILE).exists():
+      weight_map = _read_json(path / INDEX_FILE).get('weight_map')
+      if not isinstance(weight_map, dict):
+        raise params_lib.CheckpointError(f'{path / INDEX_FILE}: no weight_map')
+      bad = [f for f in weight_map.values() if not isinstance(f, str) or pathlib.Path(f).name != f]
+      if bad:
+        raise params_lib.CheckpointError(
+          f'{path / INDEX_FILE}: shard {bad[0]!r} is not a file name in the folder'
+        )
+      self.where = {name: path / file for name, file in weight_map.items()}
+      files = set(self.where.values())
+    elif (path / SINGLE_FILE).exists():
+      files = {path / SINGLE_FILE}
+      self.where = {name: path / SINGLE_FILE for name in self._handle(path / SINGLE_FILE).keys()}  # noqa: SIM118
+    else:
+      raise params_lib.CheckpointError(
+        f'{path}: no {SINGLE_FILE} or {INDEX_FILE} (not a safetensors checkpoint)'
+      )
+    missing = sorted(str(f) for f in files if not f.exists())
+    if missing:
+      raise params_lib.CheckpointError(f'{path}: shard files missing: {missing}')
+
+  def _handle(self, file: pathlib.Path):
+    if file not in self._handles:
+      try:
+        self._handles[file] = self._open(str(file), framework='np')
+      except self._errors as e:
+        raise params_lib.CheckpointError(f'{file}: not a safetensors file ({e})') from None
+    return self._handles[file]
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    try:
+      return tuple(self._handle(self.where[name]).get_slice(name).get_shape())
+    except self._errors as e:
+      raise params_lib.CheckpointError(f'{self.where[name]}: tensor {name}: {e}') from None
+
+  def read(self, name: str) -> np.ndarray:
+    try:
+      return self._handle(self.where[name]).get_tensor(name)
+    except self._errors as e:
+      raise params_lib.CheckpointError(f'{self.where[name]}: tensor {name}: {e}') from None
+
+
+def _prefix(names, source: str) -> str:
+  for prefix in PREFIXES:
+    if f'{prefix}embed_tokens.weight' in names:
+      return prefix
+  raise params_lib.CheckpointError(
+    f'{source}: no embed_tokens.weight under any of {PREFIXES} (not a Gemma 3 checkpoint)'
+  )
+
+
+def read_config(path: str | os.PathLike) -> config_lib.GemmaConfig | None:
+  """The config of the checkpoint at `path` (its config.json), or None if it has none."""
+  path = pathlib.Path(path)
+  file = (path.parent if path.is_file() else path) / CONFIG_FILE
+  return hf_config.config_from_hf(_read_json(file)) if file.exists() else None
+
+
+def load(
+  path: str | os.PathLike,
+  config: config_lib.GemmaConfig,
+  *,
+  place: params_lib.Place,
+) -> tuple[dict, str]:
+  """Streams a safetensors checkpoint into params, one tensor at a time.
+
+  Each tensor is read, converted to our layout in float32, added to the
+  digest, handed to `place` (which casts and puts it on its devices) and
+  dropped: host memory holds one tensor at a time.
+
+  Args:
+    path: a `.safetensors` file, or a folder with one or with an index.
+    config: the architecture the tensors must have.
+    place: (name, float32 numpy value) -> placed array (`model.load` casts
+      the value to its dtype first).
+  Returns:
+    (params pytree, the float32 weights' digest, equal to
+    `checkpoint.params_digest` of the same weights).
+  Raises:
+    CheckpointError: a tensor missing, of another shape, or left over,
+      named.
+  """
+  path = pathlib.Path(path)
+  reader = _Reader(path)
+  prefix = _prefix(reader.where, str(path))
+  text_names = {n for n in reader.where if n.startswith(prefix)}
+  digest = params_lib.StreamDigest()
+  tree = params_lib.empty_tree(config)
+  for spec in params_lib.param_specs(config):
+    name = prefix + hf_name(spec)
+    if name not in reader.where:
+      raise params_lib.CheckpointError(f'{path}: tensor {name} missing (needed for {spec.name})')
+    text_names.discard(name)
+    if reader.shape(name) != hf_shape(spec):
+      raise params_lib.CheckpointError(
+        f'{path}: tensor {name} has shape {reader.shape(name)}, the config needs {hf_shape(spec)}'
+      )
+    raw = reader.read(name)
+    params_lib.check_float(name, raw, str(path))
+    value = to_ours(spec, raw)
+    del raw
+    digest.update(spec, value)
+    params_lib.tree_put(tree, spec, place(spec.name, value))
+    del value
+  if text_names:
+    raise params_lib.CheckpointError(
+      f'{path}: tensors the config has no place for: {sorted(text_names)[:5]}'
+      f' ({len(text_names)} in all)'
+    )
+  return tree, digest.hexdigest()
+
+
+def save(
+  params,
+  config: config_lib.GemmaConfig,
+  directory: str | os.PathLike,
+  *,
+  max_shard_bytes: int | None = None,
+) -> pathlib.Path:
+  """Writes params as a float32 `Gemma3ForCausalLM` checkpoint that `load` reads back bit-equal.
+
+  Args:
+    params: the params pytree (float32 values, numpy or jax).
+    config: its architecture (written as config.json).
+    directory: created if needed; must not hold a checkpoint already.
+    max_shard_bytes: if set, shards of at most this many bytes (one tensor
+      per shard at least) and an index; else one `model.safetensors`.
+      Host memory holds one shard's tensors at a time.
+  Returns:
+    The directory.
+  """
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+
+  directory = pathlib.Path(directory)
+  if directory.exists() and not directory.is_dir():
+    raise params_lib.CheckpointError(f'{directory} is a file, not a folder')
+  directory.mkdir(parents=True, exist_ok=True)
+  if any((directory / f).exists() for f in (SINGLE_FILE, INDEX_FILE)):
+    raise params_lib.CheckpointError(f'{directory} already holds a checkpoint')
+  (directory / CONFIG_FILE).write_text(json.dumps(hf_config.config_to_hf(config), indent=2))
+  specs = params_lib.param_specs(config)
+  written: list[tuple[str, list[str]]] = []  # (file, its tensor names)
+
+  def write(shard: dict[str, np.ndarray]) -> None:
+    name = SINGLE_FILE if max_shard_bytes is None else f'part-{len(written):05d}.safetensors'
+    save_file(shard, str(directory / name), metadata={'format': 'pt'})
+    written.append((name, list(shard)))
+
+  shard, shard_bytes = {}, 0
+  for spec in specs:
+    value = from_ours(spec, np.asarray(_leaf(params, spec.key), np.float32))
+    if max_shard_bytes is not None and shard and shard_bytes + value.nbytes > max_shard_bytes:
+      write(shard)
+      shard, shard_bytes = {}, 0
+    shard['model.' + hf_name(spec)] = value
+    shard_bytes += value.nbytes
+  write(shard)
+  if max_shard_bytes is not None:
+    weight_map = {}
+    for i, (name, tensors) in enumerate(written):
+      final = f'model-{i + 1:05d}-of-{len(written):05d}.safetensors'
+      os.replace(directory / name, directory / final)
+      weight_map.update(dict.fromkeys(tensors, final))
+    index = {
+      'metadata': {'total_size': sum(math.prod(s.shape) * 4 for s in specs)},
+      'weight_map': weight_map,
+    }
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
+  return directory
+
+
+def _leaf(params, key: tuple):
+  node = params
+  for part in key:
+    node = node[part]
+  return node
