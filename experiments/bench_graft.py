@@ -32,7 +32,9 @@ from graftjax.studies import bench_graft
 from graftjax.studies import cli
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
+_MODEL = flags.DEFINE_string(
+  'model', 'gemma3-270m', "gemma3-270m, tiny, or '<config>:random' (e.g. gemma3-12b:random)."
+)
 _PREFIX_TOKENS = flags.DEFINE_list(
   'prefix_tokens', ['1024', '4096', '8192', '32768'], 'Prefix lengths.'
 )

@@ -27,7 +27,9 @@ from graftjax.studies import cli
 from graftjax.studies import graft_gate
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = flags.DEFINE_string(
+  'model', 'gemma3-270m', "gemma3-270m, tiny, or '<config>:random' (e.g. gemma3-12b:random)."
+)
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Number of text samples.')
 _PREFIX_TOKENS = flags.DEFINE_integer(
   'prefix_tokens', 256, 'Tokens in the grafted prefix (BOS included).'
@@ -72,6 +74,7 @@ def main(argv):
   ]
   table = '\n\n'.join(graft_gate.format_table(r) for r in runs)
   table_path = pathlib.Path(_OUT.value).with_suffix('.txt')
+  table_path.parent.mkdir(parents=True, exist_ok=True)
   table_path.write_text(table + '\n')
   print(table)
   results.write(

@@ -30,7 +30,9 @@ from graftjax.studies import impl_flags
 from graftjax.studies import invariance
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
+_MODEL = flags.DEFINE_string(
+  'model', 'gemma3-270m', "gemma3-270m, tiny, or '<config>:random' (e.g. gemma3-12b:random)."
+)
 _IMPLS = impl_flags.define(default='pallas')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _DOT_PRECISION = flags.DEFINE_enum(

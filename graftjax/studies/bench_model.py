@@ -27,7 +27,6 @@ from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import sampler
-from graftjax.models.gemma import transformer
 from graftjax.studies import corpus
 from graftjax.studies import results
 
@@ -82,8 +81,7 @@ def measure(model, prompt: list[int], *, chunk_size: int, decode_tokens: int, re
 
 def random_model(name: str, dtype) -> gemma_model.Gemma:
   """The named architecture with seeded random weights (timing only)."""
-  config = config_lib.get_config(name)
-  return gemma_model.from_params(config, transformer.init_params(config, seed=0), dtype=dtype)
+  return gemma_model.load(name, weights='random', seed=0, dtype=dtype)
 
 
 def random_prompt(config: config_lib.GemmaConfig, n: int) -> list[int]:

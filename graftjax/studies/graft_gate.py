@@ -373,7 +373,7 @@ def experiment(
       progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
     )
   inputs = {'model_fingerprint': model.fingerprint, 'params_sha256': model.params_digest}
-  if model_name != 'tiny':
+  if model_name == 'gemma3-270m':
     inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
     **results.header('exactness', inputs=inputs, command=command),

@@ -463,7 +463,18 @@ def _load_gguf(name: str, *, dtype, scheme, gguf_path) -> Gemma:
 def load_named(
   name: str, *, dtype=jnp.float32, position_scheme: str = 'rope', impl: str = 'xla'
 ) -> Gemma:
-  """A model by name: 'gemma3-270m' (the real weights) or 'tiny' (random, seed 0)."""
-  if name == 'tiny':
+  """A model by the name the experiments' --model flags take.
+
+  'gemma3-270m' (the real weights, from its GGUF), 'tiny' (random, seed 0), or
+  '<config>:random' for any config in `config.NAMED_CONFIGS` with seeded random
+  weights (seed 0), e.g. 'gemma3-12b:random': exactness and speed at full size
+  need no checkpoint.
+  """
+  config_name, _, weights = name.partition(':')
+  if weights not in ('', 'random'):
+    raise ValueError(f"model {name!r}: the only suffix is ':random'")
+  if config_name == 'tiny' and not weights:
     return tiny(dtype=dtype, position_scheme=position_scheme, impl=impl)
-  return load(name, dtype=dtype, position_scheme=position_scheme).with_impl(impl)
+  return load(
+    config_name, weights=weights or None, dtype=dtype, position_scheme=position_scheme
+  ).with_impl(impl)
