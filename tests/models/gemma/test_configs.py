@@ -119,7 +119,7 @@ def test_new_field_set_enters_digest_with_its_rule():
 def test_rope_scale_factor_checked():
   with pytest.raises(ValueError, match='rope_scale_factor'):
     config_lib.tiny(rope_scale_factor=0.5)
-  with pytest.raises(ValueError, match='rope scheme'):
+  with pytest.raises(ValueError, match='float32 angles'):
     config_lib.tiny(rope_scale_factor=8.0, position_scheme='rope_relative')
 
 
