@@ -210,4 +210,4 @@ def quarantine_kvstore(kv: ts.KvStore, where: str, key: str) -> str:
     copies = {name: store_kvstore.value(read, name) for name, read in zip(names, reads)}
     store_kvstore.write_files(kv / target, copies)
   delete_kvstore(kv, where, key)
-  return f'{kv.url}{target}'
+  return f'{store_kvstore.location(kv)}{target}'

@@ -80,6 +80,16 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
   return kv, local
 
 
+def location(kv: ts.KvStore) -> str:
+  """Where `kv` is, for messages: its URL, or `driver://bucket/path` for a spec with no
+  URL form (an `s3` store on a named endpoint). Never credentials."""
+  try:
+    return kv.url
+  except NotImplementedError:
+    spec = kv.spec().to_json()
+    return f'{spec.get("driver")}://{spec.get("bucket", "")}/{kv.path}'
+
+
 def local_path(path: Any) -> str:
   """`path` as tensorstore's `file` driver takes it: absolute and normalised (`.`, `..` and
   `//` resolved as `os.path.abspath` does, without following symlinks).
