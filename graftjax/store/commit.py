@@ -151,7 +151,7 @@ def deposit_kvstore(
     # read, and overwritten by the next deposit of the key.
     store_kvstore.write_files(block_kv, payload)
     stamp = store_kvstore.result(
-      block_kv.write(manifest, files[manifest], if_equal=absent.stamp.generation)
+      block_kv.write(manifest, files[manifest], if_equal=absent.stamp.generation), writing=True
     )
   if not stamp.generation:  # the condition failed: another manifest is there
     return False

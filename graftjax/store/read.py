@@ -146,7 +146,10 @@ def _read_once(
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
-    raise store_errors.StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
+    error = store_errors.AccessDeniedError if getattr(e, 'denied', False) else None
+    raise (error or store_errors.StoreIOError)(
+      where, f'cannot read the block: {e.strerror or e}'
+    ) from e
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
     blocks.check_positions(block.positions, meta)

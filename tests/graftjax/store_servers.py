@@ -160,3 +160,81 @@ def gcs_spec(path: str, **extra) -> dict:
 def unique_path() -> str:
   """A fresh prefix in the bucket: each test's store starts empty."""
   return f'stores/{uuid.uuid4().hex}/'
+
+
+class Faults:
+  """What `FaultyProxy` does to the requests it passes on (changed by the tests)."""
+
+  def __init__(self):
+    self.status = None  # answer this HTTP status instead of passing on ...
+    self.status_count = 0  # ... this many times (then pass on again)
+    self.delay = 0.0  # seconds to wait before answering
+    self.body = None  # body -> body, applied to what a GET of an object returns
+    self.requests = 0
+
+
+class FaultyProxy:
+  """An HTTP proxy on loopback in front of `upstream`, answering as `faults` says.
+
+  It forwards each request (method, path, headers, body) and the answer; with a status
+  set it answers that status (an S3-style XML error) without forwarding.
+  """
+
+  def __init__(self, upstream: str):
+    import http.client
+    import http.server
+    import threading
+
+    faults = self.faults = Faults()
+    host, port = upstream.removeprefix('http://').split(':')
+    hop = {'connection', 'keep-alive', 'transfer-encoding', 'expect', 'content-length'}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      protocol_version = 'HTTP/1.1'
+
+      def log_message(self, *args):
+        pass
+
+      def _forward(self):
+        faults.requests += 1
+        length = int(self.headers.get('Content-Length') or 0)
+        body = self.rfile.read(length) if length else b''
+        if faults.delay:
+          time.sleep(faults.delay)
+        if faults.status is not None and faults.status_count > 0:
+          faults.status_count -= 1
+          error = b'<?xml version="1.0"?><Error><Code>ServiceUnavailable</Code></Error>'
+          self.send_response(faults.status)
+          self.send_header('Content-Type', 'application/xml')
+          self.send_header('Content-Length', str(len(error)))
+          self.end_headers()
+          self.wfile.write(error)
+          return
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
+        connection.request(self.command, self.path, body=body or None, headers=headers)
+        answer = connection.getresponse()
+        data = answer.read()
+        connection.close()
+        if faults.body is not None and self.command == 'GET' and answer.status == 200:
+          data = faults.body(self.path, data)
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+          if name.lower() not in hop:
+            self.send_header(name, value)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        if self.command != 'HEAD':
+          self.wfile.write(data)
+
+      do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+    self._server.daemon_threads = True
+    self.url = f'http://{HOST}:{self._server.server_address[1]}'
+    self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    self._thread.start()
+
+  def close(self) -> None:
+    self._server.shutdown()
+    self._server.server_close()
