@@ -19,6 +19,7 @@ array_digest = _manifest.array_digest
 digest_tree = _files.digest_tree
 key_for = _manifest.key_for
 StoreError = _errors.StoreError
+AccessDeniedError = _errors.AccessDeniedError
 ConflictingBlockError = _errors.ConflictingBlockError
 CorruptBlockError = _errors.CorruptBlockError
 InvalidBlockError = _errors.InvalidBlockError
@@ -37,6 +38,7 @@ __all__ = [
   'KV_DTYPES',
   'MANIFEST',
   'PAGE_ARRAY_NAMES',
+  'AccessDeniedError',
   'BlockStore',
   'ConflictingBlockError',
   'CorruptBlockError',

@@ -43,7 +43,7 @@ class BlockStore:
   def __init__(self, root: Any, *, read_only: bool = False):
     self.read_only = read_only
     self._kv, self._local = store_kvstore.open_kvstore(root, read_only)
-    self.root = self._local if self._local is not None else self._kv.url
+    self.root = self._local if self._local is not None else store_kvstore.location(self._kv)
     if self._local is not None:
       self._staging = store_commit.Staging(self._local)
 

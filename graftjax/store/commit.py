@@ -27,6 +27,8 @@ from graftjax.store import read as store_read
 STAGING = '.tmp'
 QUARANTINE = '.quarantine'  # blocks set aside by `BlockStore.quarantine`, kept for inspection
 _LOCK = '.lock'
+# Times a deposit on an object store writes its payload again over another writer's.
+_REPAIRS = 3
 
 
 class Staging:
@@ -128,26 +130,41 @@ def deposit_local(
 def deposit_kvstore(
   kv: ts.KvStore, where: str, key: str, files: dict[str, bytes | memoryview]
 ) -> bool:
-  """Writes the payload under `key/`, then the manifest if still absent.
+  """Writes the payload under `key/`, then the manifest if still absent: the commit point.
 
   The manifest write is conditional on the manifest not existing (a
-  generation condition), so of racing writers exactly one publishes.
-  Returns False if another writer's manifest came first.
+  generation condition), so of racing writers one publishes where the
+  server honours the condition. The block is then read back and verified:
+  if another writer's payload landed over ours (a rival whose manifest lost,
+  or a server that ignores the condition), the owner of the stored manifest
+  writes its payload again, at most `_REPAIRS` times.
+  Returns False if another writer's manifest is the one stored.
   """
   manifest = store_manifest.MANIFEST
   block_kv = kv / f'{key}/'
+  payload = {name: data for name, data in files.items() if name != manifest}
   with store_errors.io_errors(where, 'cannot deposit the block'):
     absent = store_kvstore.result(block_kv.read(manifest))
     if absent.state != 'missing':
       return False
     # A failed deposit leaves payload without a manifest: never listed or
     # read, and overwritten by the next deposit of the key.
-    store_kvstore.write_files(block_kv, {n: data for n, data in files.items() if n != manifest})
+    store_kvstore.write_files(block_kv, payload)
     stamp = store_kvstore.result(
-      block_kv.write(manifest, files[manifest], if_equal=absent.stamp.generation)
+      block_kv.write(manifest, files[manifest], if_equal=absent.stamp.generation), writing=True
     )
   if not stamp.generation:  # the condition failed: another manifest is there
     return False
+  for _ in range(_REPAIRS):
+    try:
+      store_read.read_block(block_kv, where, key, None)
+      return True
+    except store_errors.CorruptBlockError:
+      with store_errors.io_errors(where, 'cannot deposit the block'):
+        stored = store_kvstore.result(block_kv.read(manifest))
+        if stored.state != 'value' or stored.value != bytes(files[manifest]):
+          return False  # deleted, or another writer's manifest replaced ours: the caller looks
+        store_kvstore.write_files(block_kv, payload)
   store_read.read_block(block_kv, where, key, None)
   return True
 
@@ -210,4 +227,4 @@ def quarantine_kvstore(kv: ts.KvStore, where: str, key: str) -> str:
     copies = {name: store_kvstore.value(read, name) for name, read in zip(names, reads)}
     store_kvstore.write_files(kv / target, copies)
   delete_kvstore(kv, where, key)
-  return f'{kv.url}{target}'
+  return f'{store_kvstore.location(kv)}{target}'

@@ -61,6 +61,10 @@ class ReadOnlyStoreError(StoreIOError):
   """A write to a store opened read-only, or on storage that refuses writes."""
 
 
+class AccessDeniedError(StoreIOError):
+  """An object store refused the credentials, or their rights, for a request."""
+
+
 class UnknownDriverError(StoreError):
   """The store names a tensorstore kvstore driver that does not exist here."""
 
@@ -80,6 +84,8 @@ def io_errors(path: str, doing: str) -> Iterator[None]:
   except OSError as e:
     where = e.filename if isinstance(e.filename, str) else path
     cause = f'{doing}: {e.strerror or e}'
+    if getattr(e, 'denied', False):
+      raise AccessDeniedError(where, cause) from e
     if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
       raise ReadOnlyStoreError(where, cause) from e
     raise StoreIOError(where, cause) from e

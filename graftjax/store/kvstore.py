@@ -24,6 +24,24 @@ _TS_ERRNO = (
   ('PERMISSION_DENIED', errno.EACCES),
   ('NOT_FOUND', errno.ENOENT),
 )
+# An object store's answers that name the bucket or the credentials, not a key.
+_NO_BUCKET = ('NoSuchBucket', 'bucket does not exist', 'Bucket not found')
+_DENIED = ('UNAUTHENTICATED', 'InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied')
+
+# Seconds a request may take before the store gives up on it (a server that stopped
+# answering); each chunk of a block is one request.
+TIMEOUT_SECONDS = 120.0
+# Retries of a request that failed transiently (unreachable, 500, 503, 429) on `s3` and
+# `gcs`, unless the spec's context sets its own: about 6 s in all, not tensorstore's
+# default of 32 attempts backing off to 32 s each.
+RETRIES = {'max_retries': 5, 'initial_delay': '0.2s', 'max_delay': '2s'}
+_RETRIED_DRIVERS = ('s3', 'gcs')
+
+
+class DeniedError(PermissionError):
+  """The server refused the credentials (or their rights) for a request."""
+
+  denied = True  # `store_errors.io_errors` raises AccessDeniedError for it
 
 
 def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
@@ -41,7 +59,7 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
   elif isinstance(root, ts.KvStore):
     spec = root.spec(retain_context=True)
   else:
-    spec = root
+    spec = _with_retries(root)
   try:
     kv = root.copy() if isinstance(root, ts.KvStore) else ts.KvStore.open(spec).result()
   except ValueError as e:
@@ -78,6 +96,32 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
     raise store_errors.StoreIOError(local, 'the store root is not a directory')
   kv.path = local + '/'
   return kv, local
+
+
+def _with_retries(spec: Any) -> Any:
+  """`spec` (a dict or URL) with `RETRIES` in its context, for `s3` and `gcs` specs that set none."""
+  if isinstance(spec, str) and spec.split('://')[0] in ('s3', 'gs'):
+    try:
+      spec = ts.KvStore.Spec(spec).to_json()
+    except ValueError:
+      return spec
+  if not isinstance(spec, dict) or spec.get('driver') not in _RETRIED_DRIVERS:
+    return spec
+  context = spec.get('context', {})
+  resource = f'{spec["driver"]}_request_retries'
+  if not isinstance(context, dict) or resource in context or resource in spec:
+    return spec
+  return {**spec, 'context': {**context, resource: RETRIES}}
+
+
+def location(kv: ts.KvStore) -> str:
+  """Where `kv` is, for messages: its URL, or `driver://bucket/path` for a spec with no
+  URL form (an `s3` store on a named endpoint). Never credentials."""
+  try:
+    return kv.url
+  except NotImplementedError:
+    spec = kv.spec().to_json()
+    return f'{spec.get("driver")}://{spec.get("bucket", "")}/{kv.path}'
 
 
 def local_path(path: Any) -> str:
@@ -128,12 +172,26 @@ def _check_not_in_a_block(local: str) -> None:
     path = parent
 
 
-def result(future: Any) -> Any:
-  """`future.result()`, tensorstore's errors (ValueError) raised as OSError."""
+def result(future: Any, *, writing: bool = False) -> Any:
+  """`future.result()`, tensorstore's errors (ValueError) raised as OSError.
+
+  A missing bucket is ENXIO (not ENOENT: no key of it is missing; a write,
+  `writing`, that finds nothing found no bucket), refused credentials
+  `DeniedError`, no answer within `TIMEOUT_SECONDS` ETIMEDOUT.
+  """
   try:
-    return future.result()
+    return future.result(timeout=TIMEOUT_SECONDS)
+  except TimeoutError as e:
+    future.cancel()
+    raise OSError(errno.ETIMEDOUT, f'no answer within {TIMEOUT_SECONDS:g} s') from e
   except ValueError as e:
     text = str(e)
+    if any(marker in text for marker in _NO_BUCKET) or (writing and 'NOT_FOUND' in text):
+      raise OSError(errno.ENXIO, f'no such bucket: {text}') from e
+    if any(marker in text for marker in _DENIED) or (
+      'PERMISSION_DENIED' in text and 'http_response_code' in text
+    ):
+      raise DeniedError(errno.EACCES, f'access denied (credentials or their rights): {text}') from e
     code = next((c for marker, c in _TS_ERRNO if marker in text), errno.EIO)
     raise OSError(code, text) from e
 
@@ -142,7 +200,7 @@ def write_files(kv: ts.KvStore, files: dict[str, bytes]) -> None:
   """Writes every value at once (tensorstore overlaps them); waits for all."""
   futures = [kv.write(name, data) for name, data in files.items()]
   for future in futures:
-    result(future)
+    result(future, writing=True)
 
 
 def read_value(kv: ts.KvStore, name: str) -> bytes:

@@ -146,7 +146,10 @@ def _read_once(
   except FileNotFoundError as e:
     raise _Vanished() from e
   except OSError as e:
-    raise store_errors.StoreIOError(where, f'cannot read the block: {e.strerror or e}') from e
+    error = store_errors.AccessDeniedError if getattr(e, 'denied', False) else None
+    raise (error or store_errors.StoreIOError)(
+      where, f'cannot read the block: {e.strerror or e}'
+    ) from e
   try:
     block = blocks.KVBlock(meta=meta, **arrays)
     blocks.check_positions(block.positions, meta)
@@ -180,6 +183,12 @@ def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
     files = {name.decode('utf-8', 'replace') for name in store_kvstore.result(kv.list())}
     if not files:
       raise store_errors.MissingBlockError(where, 'no such block')
+    if store_manifest.MANIFEST not in files:  # the commit point: a deposit not (yet) made
+      raise store_errors.MissingBlockError(
+        where,
+        f'no such block (a payload without {store_manifest.MANIFEST}: a deposit that'
+        ' did not finish, or a deletion that did not)',
+      )
     return files
   try:
     mode = os.lstat(local).st_mode

@@ -45,6 +45,7 @@ from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
+from graftjax.store import kvstore as store_kvstore
 
 # Format 4 with k and v chunked along kv heads as well as layers.
 FORMAT = 'graftjax.blockstore/4-kv-heads'
@@ -130,7 +131,7 @@ class ShardedStore:
       raise store_lib.StoreIOError(str(root), f'cannot open the kvstore: {e}') from e
     if self._kv.path and not self._kv.path.endswith('/'):
       self._kv.path += '/'
-    self.root = self._local or self._kv.url
+    self.root = self._local or store_kvstore.location(self._kv)
     self.reads = Reads()
 
   # ---- listing -------------------------------------------------------------

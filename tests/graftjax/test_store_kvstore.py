@@ -66,7 +66,7 @@ def test_memory_payload_without_manifest_is_invisible_and_redeposited(store, kv)
 
   assert store.list() == []
   assert key not in store
-  with pytest.raises(store_lib.CorruptBlockError, match='missing file manifest.json'):
+  with pytest.raises(store_lib.MissingBlockError, match='a payload without manifest.json'):
     store.get(key)
   assert store.put(block) == key
   _assert_same_block(store.get(key), block)

