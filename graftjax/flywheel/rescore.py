@@ -9,6 +9,7 @@ import argparse
 from collections.abc import Sequence
 import dataclasses
 import functools
+import importlib
 import math
 import pathlib
 import re
@@ -46,6 +47,7 @@ _VERDICT = {
   'verifier': 'str',
   'version': 'int',
 }
+_VERDICT_OPTIONAL = {'detail': 'str'}
 _DEPOSIT = {'item_id': 'str', 'key': 'str?', 'source': 'str?'}
 _DEPOSIT_OPTIONAL = {'block_tokens': 'int?', 'existing': 'bool?', 'refused': 'str?'}
 _COMPARED = {  # one grafted_vs_prompted item
@@ -95,6 +97,25 @@ def _wrong(where: str, record: Any, fields: dict[str, str], optional=None) -> li
 def _json_kind(value: Any) -> str:
   kinds = {dict: 'object', list: 'array', str: 'string', bool: 'boolean', int: 'number'}
   return 'null' if value is None else kinds.get(type(value), 'number')
+
+
+class RescoreError(Exception):
+  """A verifier module that cannot be loaded."""
+
+
+def load_verifiers(modules: Sequence[str]) -> list[tuple[str, int]]:
+  """Imports each named module (they register verifiers); returns what they added.
+
+  Only modules the user names are imported: a result file's own verifier names
+  never cause an import.
+  """
+  before = set(verifiers.registered())
+  for name in modules:
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # any failure of user code, named with its cause
+      raise RescoreError(f'--verifiers: cannot import {name!r}: {type(e).__name__}: {e}') from e
+  return sorted(set(verifiers.registered()) - before)
 
 
 @dataclasses.dataclass
@@ -223,7 +244,7 @@ def _attempt(i, a, budget, blocks, out: Rescore) -> bool:
   label = _label(i, a)
   routed = _ROUTED if a.get('phase') in ANSWERED else {}
   found = _wrong(label, a, {**_FIELDS, **routed}, _OPTIONAL) or _wrong(
-    f'{label}: verdict', a['verdict'], _VERDICT
+    f'{label}: verdict', a['verdict'], _VERDICT, _VERDICT_OPTIONAL
   )
   if found:
     out.problems += found
@@ -283,6 +304,9 @@ def _verdict(label, a, out: Rescore) -> bool:
     return False
   try:
     again = verifier(a['text'], verdict.gold).to_json()
+  except verifiers.VerifierError as e:
+    out.problems.append(f'{label}: verdict cannot be re-run: {e}')
+    return False
   except ValueError as e:
     out.problems.append(f'{label}: verifier {verdict.verifier} refuses the recorded gold: {e}')
     return True
@@ -647,12 +671,26 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
   parser.add_argument('results', nargs='+', metavar='RESULT.json')
   parser.add_argument(
+    '--verifiers',
+    action='append',
+    default=[],
+    metavar='MODULE',
+    help='import MODULE first (it registers verifiers that results name); repeatable',
+  )
+  parser.add_argument(
     '--gold_from_dataset',
     '--gold-from-dataset',
     action='store_true',
     help="also check each item's question, gold and verdict against the installed dataset",
   )
   args = parser.parse_args(argv)
+  try:
+    added = load_verifiers(args.verifiers)
+  except RescoreError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  for name, version in added:
+    print(f'verifier {name} v{version} registered by --verifiers')
   failed = 0
   for path in args.results:
     r = rescore(path, gold_from_dataset=args.gold_from_dataset)
