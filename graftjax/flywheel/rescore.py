@@ -488,10 +488,13 @@ def _prompt(result, out: Rescore) -> None:
 def _routing(result, by_phase, out: Rescore) -> None:
   """Each router's rates: Wilson intervals recomputed, trials = the held-out items."""
   routing = result.get('routing')
+  n = len(by_phase['transfer_flywheel'])
+  if routing == {} and not n and not by_phase['transfer_base']:
+    out.notes.append('routing: no held-out items, so no router was evaluated (recurrence only)')
+    return
   if not isinstance(routing, dict) or not routing:
     out.problems.append('routing: missing or no router evaluated')
     return
-  n = len(by_phase['transfer_flywheel'])
   for router, ev in sorted(routing.items()):
     if malformed := _wrong(f'routing.{router}', ev, _ROUTER, _ROUTER_OPTIONAL):
       out.problems += malformed
@@ -580,7 +583,7 @@ def _dataset_items(ids: set[str], out: Rescore) -> tuple[dict[str, Any], set[str
       task = load()
       for item in task.items():
         if item.id in scope:
-          found[item.id] = (item, task.verifier)
+          found[item.id] = (item, task.checker)
     except datasets.DatasetError as e:
       out.notes.append(f'--gold_from_dataset: {name} skipped: {e}')
       continue
