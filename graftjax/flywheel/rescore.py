@@ -61,7 +61,11 @@ _BUDGET = {'samples': 'int', 'max_new_tokens': 'int', 'recall_tokens': 'int'}
 _ENERGY_PHASE = {'seconds': 'number', 'joules': 'number', 'answers': 'int'}
 _RATE = {'successes': 'int', 'trials': 'int', 'low': 'number', 'high': 'number'}
 _ROUTER = {'accuracy': 'dict', 'false_hit': 'dict', 'abstain': 'dict'}
-_ROUTER_OPTIONAL = {'false_hit_abstain': 'dict?', 'threshold': 'number?'}
+_ROUTER_OPTIONAL = {
+  'false_hit_abstain': 'dict?',
+  'threshold': 'threshold?',
+  'calibration': 'dict',
+}
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -71,6 +75,8 @@ def _is(value: Any, kind: str) -> bool:
     return type(value) is int
   if kind == 'number':
     return type(value) in (int, float) and math.isfinite(value)
+  if kind == 'threshold':  # a router that always abstains records 'inf'
+    return value == 'inf' or _is(value, 'number')
   return type(value) is {'str': str, 'bool': bool, 'list': list, 'dict': dict}[kind]
 
 
@@ -89,7 +95,9 @@ def _wrong(where: str, record: Any, fields: dict[str, str], optional=None) -> li
       if name in fields:
         found.append(f'{where}: missing {name}')
     elif not _is(record[name], kind):
-      what = 'a finite number' if kind.rstrip('?') == 'number' else f'a JSON {kind.rstrip("?")}'
+      what = {'number': 'a finite number', 'threshold': "a finite number or 'inf'"}.get(
+        kind.rstrip('?'), f'a JSON {kind.rstrip("?")}'
+      )
       found.append(f'{where}: {name} is {_shown(record[name])}, not {what}')
   return found
 
@@ -499,25 +507,51 @@ def _routing(result, by_phase, out: Rescore) -> None:
     if malformed := _wrong(f'routing.{router}', ev, _ROUTER, _ROUTER_OPTIONAL):
       out.problems += malformed
       continue
-    for name, value in sorted(ev.items()):
-      if name not in _ROUTER and name != 'false_hit_abstain' or value is None:
-        continue
-      if malformed := _wrong(f'routing.{router}.{name}', value, _RATE, {'confidence': 'number'}):
-        out.problems += malformed
-        continue
-      try:
-        found = stats.rate(
-          value['successes'], value['trials'], confidence=value.get('confidence', 0.95)
-        ).to_json()
-      except ValueError as e:
-        out.problems.append(f'routing.{router}.{name}: not a rate: {e}')
-        continue
-      _diff(f'routing.{router}.{name}', value, found, out.problems)
+    rates = {n: v for n, v in ev.items() if n in _ROUTER or n == 'false_hit_abstain'}
+    _rates(f'routing.{router}', rates, out)
+    if 'calibration' in ev:
+      _calibration(f'routing.{router}.calibration', ev['calibration'], ev.get('threshold'), out)
     for name in ('false_hit', 'abstain'):
       if _is(ev[name].get('trials'), 'int') and ev[name]['trials'] != n:
         out.problems.append(
           f'routing.{router}.{name}: {ev[name]["trials"]} trials, {n} held-out items answered'
         )
+
+
+def _rates(where: str, rates: dict[str, Any], out: Rescore) -> None:
+  """Each rate's Wilson interval recomputed from its counts (None: no trials)."""
+  for name, value in sorted(rates.items()):
+    if value is None:
+      continue
+    if malformed := _wrong(f'{where}.{name}', value, _RATE, {'confidence': 'number'}):
+      out.problems += malformed
+      continue
+    try:
+      found = stats.rate(
+        value['successes'], value['trials'], confidence=value.get('confidence', 0.95)
+      ).to_json()
+    except ValueError as e:
+      out.problems.append(f'{where}.{name}: not a rate: {e}')
+      continue
+    _diff(f'{where}.{name}', value, found, out.problems)
+
+
+def _calibration(where: str, calibration: Any, threshold: Any, out: Rescore) -> None:
+  """A fitted threshold: the one evaluated, with the rates of both splits recomputed."""
+  fields = {'threshold': 'threshold', 'split': 'dict', 'fitted': 'dict', 'report': 'dict'}
+  if malformed := _wrong(where, calibration, fields):
+    out.problems += malformed
+    return
+  if calibration['threshold'] != threshold:
+    out.problems.append(
+      f'{where}.threshold {calibration["threshold"]!r} is not the evaluated threshold {threshold!r}'
+    )
+  for split, names in (
+    ('fitted', ('accuracy', 'false_hit', 'false_hit_abstain', 'abstain')),
+    ('report', ('deposited', 'reworded', 'false_hit')),
+  ):
+    values = calibration[split]
+    _rates(f'{where}.{split}', {n: values[n] for n in names if n in values}, out)
 
 
 def _energy(result, by_phase, out: Rescore) -> None:

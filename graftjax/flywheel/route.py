@@ -746,7 +746,7 @@ def calibrate(
   if both:
     raise ValueError(
       f'{len(both)} query texts are in both the calibration and the report split,'
-      f' e.g. {sorted(both)[0]!r}: the splits must be disjoint'
+      f' e.g. {min(both)!r}: the splits must be disjoint'
     )
   bounded = 'unrelated' if fit_on.unrelated else 'all'
   fitted, _ = sweep(

@@ -176,7 +176,7 @@ def run(
   recurrence = _recurrence(ask, unsolved, exact, budget)
   transfer = {'attempts': [], 'routing': {}}
   if held_out:
-    transfer = _transfer(ask, held_out, routers, prompt, budget, task.targets)
+    transfer = _transfer(ask, held_out, routers, prompt, budget, task.targets, task.name)
   return {
     'task': task.name,
     'verifier': {'name': verify.name, 'version': verify.version},
@@ -217,6 +217,12 @@ def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, A
     raise tasks.TaskError(f'held-out items are also deposited items: {sorted(overlap)[:5]}')
   if held_out and not routers:
     raise tasks.TaskError(f'task {task.name!r} has held-out items: transfer needs a router')
+  unfitted = [type(r).__name__ for r in routers if r.threshold is None]
+  if held_out and unfitted and len(items) < 2 and len(held_out) < 2:
+    raise tasks.TaskError(
+      f'{unfitted} have no threshold and {len(items)} + {len(held_out)} items are too few to'
+      ' fit one on a split of their own'
+    )
   prompt = task.prompt or ZERO_SHOT
   if '{question}' not in prompt.query:
     raise tasks.TaskError(f'the prompt query {prompt.query!r} has no {{question}} field')
@@ -392,11 +398,26 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
-  """Held-out items: the base model (few-shot) against the routed block."""
+def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets, task_name):
+  """Held-out items: the base model (few-shot) against the routed block.
+
+  A router without a threshold is first calibrated (`route.calibrate`, seeded
+  by the budget's seed) on the task's deposited questions and the held-out
+  questions labelled with their targets; its routing records the fit.
+  """
   entries = {e.key: e for e in ask.library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
+  calibrations = {}
+  for router in routers:
+    if router.threshold is None:
+      queries = route_lib.Queries(
+        deposited=[(e.question, e.key) for e in entries.values() if e.task == task_name],
+        reworded=[(q, k) for q, k in _labelled(held_out, entries, targets) if k is not None],
+      )
+      calibrations[type(router).__name__] = route_lib.calibrate(
+        router, queries, seed=budget.seed
+      ).to_json()
   with ask.measured('transfer_base', len(held_out)):
     attempts = ask.journal.step(
       'transfer_base',
@@ -433,20 +454,25 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
       )
       if tick:
         tick(1)
-  routing = {type(r).__name__: _routing(r, held_out, entries, targets) for r in routers}
+  routing = {}
+  for r in routers:
+    name = type(r).__name__
+    evaluation = route_lib.evaluate(r, _labelled(held_out, entries, targets), r.threshold)
+    routing[name] = evaluation.to_json()
+    if name in calibrations:
+      routing[name]['calibration'] = calibrations[name]
   return {'attempts': attempts, 'routing': routing}
 
 
-def _routing(router, held_out, entries, targets) -> dict[str, Any]:
-  """Top-1 routing to the deposited item each held-out item was paired with."""
+def _labelled(held_out, entries, targets) -> list[tuple[str, str | None]]:
+  """Each held-out question with the key of the deposited item it was paired with."""
   by_item = {}
   for e in entries.values():
     by_item.setdefault(e.item_id, e.key)
-  labelled = [
+  return [
     (it.question, by_item.get(targets[it.id] if targets is not None else it.template))
     for it in held_out
   ]
-  return route_lib.evaluate(router, labelled, router.threshold).to_json()
 
 
 def _routed_answer(ask: _Ask, phase, item, router, entries, mode, max_new_tokens, preamble=''):
@@ -900,7 +926,7 @@ def experiment(
       routers=[
         route_lib.BM25Router(threshold=bm25_threshold),
         route_lib.ExactRouter(),
-        route_lib.EmbeddingRouter(model, threshold=0.0),
+        route_lib.EmbeddingRouter(model),  # threshold fitted on a calibration split
       ],
       progress=progress,
       meter=meter,

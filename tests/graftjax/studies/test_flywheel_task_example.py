@@ -22,6 +22,10 @@ def _task(monkeypatch):
   return flywheel.load_task('my_task:TASK')
 
 
+def _bytes(text):
+  return [1 + b % 200 for b in text.encode()]
+
+
 def _library(path):
   return library_lib.Library(path, shape=library_lib.Shape(capacity=256, chunk_size=16))
 
@@ -38,15 +42,30 @@ def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypa
     task,
     library=_library(tmp_path),
     budget=BUDGET,
-    routers=[route_lib.BM25Router(threshold=0.0)],
+    routers=[
+      route_lib.BM25Router(threshold=0.0),
+      route_lib.EmbeddingRouter(text_model, chunk_size=16, batch_size=2, encode=_bytes),  # fitted
+    ],
   )
   phases = [a['phase'] for a in out['attempts']]
   assert phases.count('base') == phases.count('transfer_flywheel') == 3
   assert out['verifier'] == {'name': 'first_word', 'version': 1}
   assert {a['verdict']['verifier'] for a in out['attempts']} == {'first_word'}
   assert out['routing']['BM25Router']['accuracy']['trials'] == 3
+  assert 'calibration' not in out['routing']['BM25Router']  # its threshold was given
+  fitted = out['routing']['EmbeddingRouter']
+  assert fitted['calibration']['threshold'] == fitted['threshold']
+  assert fitted['calibration']['sizes'] == {
+    'calibration': {'deposited': 1, 'reworded': 1, 'unrelated': 0},
+    'report': {'deposited': 2, 'reworded': 2, 'unrelated': 0},
+  }
   found = rescore.check(out)
   assert not found.problems, found.problems
+  fitted['calibration']['threshold'] = 0.123
+  fitted['calibration']['report']['deposited']['high'] = 0.5
+  problems = rescore.check(out).problems
+  assert any('calibration.threshold 0.123 is not the evaluated threshold' in p for p in problems)
+  assert any('calibration.report.deposited.high' in p for p in problems)
 
 
 @pytest.mark.slow
