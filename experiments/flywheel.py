@@ -53,7 +53,9 @@ _RECALL_TOKENS = flags.DEFINE_integer('recall_tokens', 16, 'Recurrence decode bu
 _ROWS = flags.DEFINE_integer('rows', 8, 'Rows per batch of base attempts.')
 _CAPACITY = flags.DEFINE_integer('capacity', 1024, 'Cache slots of a library block + query.')
 _LIBRARY = flags.DEFINE_string('library', None, 'Library folder (resumable; default: temporary).')
-_BM25_THRESHOLD = flags.DEFINE_float('bm25_threshold', 0.5, 'BM25 router abstains below this.')
+_BM25_THRESHOLD = flags.DEFINE_float(
+  'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
+)
 _ENERGY = flags.DEFINE_bool('energy', False, 'Measure accelerator energy per phase (NVML).')
 
 

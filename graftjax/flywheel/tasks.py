@@ -103,6 +103,8 @@ class Task:
       through the nearest block (transfer); None: recurrence only.
     targets: held-out item id -> the id of the deposited item its routing
       should find; None: each held-out item's `template`.
+    unrelated: yields questions no deposited item answers; routers fitted in
+      the run bound their false hits on them (None: on wrong hits of all).
     record: fields the result records about how the items were chosen.
   """
 
@@ -112,6 +114,7 @@ class Task:
   prompt: Prompt | None = None
   held_out: Callable[[], Iterable[Item]] | None = None
   targets: Mapping[str, str] | None = None
+  unrelated: Callable[[], Iterable[str]] | None = None
   record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property

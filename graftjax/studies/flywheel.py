@@ -176,7 +176,7 @@ def run(
   recurrence = _recurrence(ask, unsolved, exact, budget)
   transfer = {'attempts': [], 'routing': {}}
   if held_out:
-    transfer = _transfer(ask, held_out, routers, prompt, budget, task.targets, task.name)
+    transfer = _transfer(ask, held_out, routers, prompt, budget, task)
   return {
     'task': task.name,
     'verifier': {'name': verify.name, 'version': verify.version},
@@ -398,13 +398,15 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets, task_name):
+def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
   """Held-out items: the base model (few-shot) against the routed block.
 
   A router without a threshold is first calibrated (`route.calibrate`, seeded
-  by the budget's seed) on the task's deposited questions and the held-out
-  questions labelled with their targets; its routing records the fit.
+  by the budget's seed) on the task's deposited questions, the held-out
+  questions labelled with their targets and the task's unrelated questions;
+  its routing records the fit.
   """
+  targets = task.targets
   entries = {e.key: e for e in ask.library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
@@ -412,8 +414,9 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets, task_name):
   for router in routers:
     if router.threshold is None:
       queries = route_lib.Queries(
-        deposited=[(e.question, e.key) for e in entries.values() if e.task == task_name],
+        deposited=[(e.question, e.key) for e in entries.values() if e.task == task.name],
         reworded=[(q, k) for q, k in _labelled(held_out, entries, targets) if k is not None],
+        unrelated=list(task.unrelated()) if task.unrelated else [],
       )
       calibrations[type(router).__name__] = route_lib.calibrate(
         router, queries, seed=budget.seed
@@ -740,19 +743,30 @@ QA_WHY = (
 
 
 def gsm8k_task(templates: Sequence[int], *, seed: int = 0, per_template: int = 1) -> tasks.Task:
-  """GSM8K items of the GSM-Symbolic `templates` (8-shot), new instances of each held out."""
+  """GSM8K items of the GSM-Symbolic `templates` (8-shot), new instances of each held out,
+  and as many other GSM8K test questions (seeded) as unrelated routing queries."""
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
 
   if not templates:
     raise tasks.TaskError('task gsm8k needs GSM-Symbolic template ids (--templates)')
   items, held_out = gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
+  deposited = {item.id for item in items}
+  others = [item for item in datasets.gsm8k_test().items() if item.id not in deposited]
+  unrelated = [item.question for item in random.Random(seed).sample(others, len(held_out))]
   return tasks.Task(
     'gsm8k',
     'numeric',
     lambda: items,
     prompt=Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
     held_out=lambda: held_out,
-    record={'templates': list(templates)},
+    unrelated=lambda: unrelated,
+    record={
+      'templates': list(templates),
+      'unrelated': (
+        f'{len(unrelated)} GSM8K test questions not deposited (seed {seed}): routers fitted'
+        ' in the run bound their false hits on them'
+      ),
+    },
   )
 
 
@@ -855,7 +869,7 @@ def experiment(
   budget: Budget,
   capacity: int,
   library_dir: str | None,
-  bm25_threshold: float,
+  bm25_threshold: float | None,
   measure_energy: bool,
   task: str | tasks.Task = 'gsm8k',
   templates: Sequence[int] = (),
@@ -924,7 +938,7 @@ def experiment(
       library=library,
       budget=budget,
       routers=[
-        route_lib.BM25Router(threshold=bm25_threshold),
+        route_lib.BM25Router(threshold=bm25_threshold),  # None: fitted in the run
         route_lib.ExactRouter(),
         route_lib.EmbeddingRouter(model),  # threshold fitted on a calibration split
       ],

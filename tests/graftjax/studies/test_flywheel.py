@@ -326,3 +326,16 @@ def test_result_inputs_name_each_source_once_and_no_gguf_for_the_tiny_model(text
   assert inputs == {'model_fingerprint': text_model.fingerprint, 'items': ['other', 'test']}
   real = flywheel.result_inputs(text_model, 'gemma3-270m', items)
   assert real == {**inputs, 'gguf_sha256': gguf.expected_sha256()}
+
+
+def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
+  try:
+    task = flywheel.load_task('gsm8k', templates=[0, 1], seed=3)
+  except datasets.DatasetError as e:
+    pytest.skip(str(e))
+  items, held_out, unrelated = list(task.items()), task.held_out_items(), list(task.unrelated())
+  assert task.checker.name == 'numeric' and len(unrelated) == len(held_out) == 2
+  assert {h.template for h in held_out} == {i.id for i in items}
+  asked = {i.question for i in [*items, *held_out]}
+  assert not asked & set(unrelated) and task.record['templates'] == [0, 1]
+  assert flywheel.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated

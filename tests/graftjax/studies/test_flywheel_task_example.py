@@ -36,7 +36,8 @@ def test_the_walk_through_fits_in_40_lines():
 
 @pytest.mark.slow
 def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypatch):
-  task = _task(monkeypatch)
+  unrelated = [f'The mascot of {team} is' for team in ('Ajax', 'Boca', 'Celtic', 'Dynamo')]
+  task = dataclasses.replace(_task(monkeypatch), unrelated=lambda: unrelated)
   out = flywheel.run(
     text_model,
     task,
@@ -56,9 +57,11 @@ def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypa
   fitted = out['routing']['EmbeddingRouter']
   assert fitted['calibration']['threshold'] == fitted['threshold']
   assert fitted['calibration']['sizes'] == {
-    'calibration': {'deposited': 1, 'reworded': 1, 'unrelated': 0},
-    'report': {'deposited': 2, 'reworded': 2, 'unrelated': 0},
+    'calibration': {'deposited': 1, 'reworded': 1, 'unrelated': 2},
+    'report': {'deposited': 2, 'reworded': 2, 'unrelated': 2},
   }
+  assert fitted['calibration']['bounded'] == 'unrelated'
+  assert fitted['calibration']['report']['false_hit']['trials'] == 2
   found = rescore.check(out)
   assert not found.problems, found.problems
   fitted['calibration']['threshold'] = 0.123
