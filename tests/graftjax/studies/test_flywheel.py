@@ -206,7 +206,7 @@ def test_overlapping_held_out_items_and_a_kept_prefix_of_another_query_are_refus
     'keep_prefix needs the recall query',
     prompt=dataclasses.replace(QA_PROMPT, query='Q: {question}\nA:'),
   )
-  refused('has no items', load=lambda: [])
+  refused('has no items', load=list)
   refused('transfer needs a router', routers=[])
   refused(
     'no {question} field', prompt=dataclasses.replace(QA_PROMPT, query='Q:', keep_prefix=False)
