@@ -215,6 +215,12 @@ def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, A
   held_out = task.held_out_items()
   if overlap := {it.id for it in items} & {it.id for it in held_out}:
     raise tasks.TaskError(f'held-out items are also deposited items: {sorted(overlap)[:5]}')
+  if task.targets is not None:
+    ids, held_ids = {it.id for it in items}, {it.id for it in held_out}
+    if wrong := sorted(h for h, d in task.targets.items() if h not in held_ids or d not in ids):
+      raise tasks.TaskError(
+        f'task {task.name!r}: targets {wrong[:5]} pair no held-out item with a deposited one'
+      )
   if held_out and not routers:
     raise tasks.TaskError(f'task {task.name!r} has held-out items: transfer needs a router')
   unfitted = [type(r).__name__ for r in routers if r.threshold is None]

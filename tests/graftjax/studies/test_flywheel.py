@@ -212,6 +212,7 @@ def test_overlapping_held_out_items_and_a_kept_prefix_of_another_query_are_refus
     'no {question} field', prompt=dataclasses.replace(QA_PROMPT, query='Q:', keep_prefix=False)
   )
   refused('held-out item ids repeat', held_out=lambda: HELD_FACTS[:1] * 2)
+  refused(r"targets \['f3'\] pair no held-out item", targets={'f3': 'nowhere'})
   one = {'load': lambda: FACTS[:1], 'held_out': lambda: HELD_FACTS[:1], 'targets': None}
   refused('too few to fit one', routers=[route_lib.BM25Router()], **one)
   with pytest.raises(verifiers.VerifierError, match="unknown verifier 'nope'"):
