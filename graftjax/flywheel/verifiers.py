@@ -1,5 +1,10 @@
 r"""Exact, deterministic verifiers: raw answer text in, a re-checkable verdict out.
 
+Verifiers are open: any module registers one by name and version,
+
+  verifiers.register('exact', 1, lambda text, gold: text.strip() in gold)
+
+and every verdict records both, so `rescore --verifiers=MODULE` can re-run it.
 Details: docs/flywheel.md, section `graftjax/flywheel/verifiers.py`.
 """
 
@@ -8,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import fractions
 import re
-from typing import Any, Sequence
 import unicodedata
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 _DIGITS = r'(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+'
 _NUMBER = re.compile(
@@ -24,6 +30,10 @@ _ANSWER_IS = re.compile(r'\banswer is\s*[:*]*\s*', re.IGNORECASE)
 _ARTICLES = re.compile(r'\b(?:a|an|the)\b')
 
 
+class VerifierError(ValueError):
+  """A verifier that is unknown, registered twice, or broke its contract."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
   """One verification: enough to re-score it from the raw text later.
@@ -32,8 +42,10 @@ class Verdict:
     verdict: whether the extracted answer matches the gold.
     extracted: the answer found in the text, normalised; None if none.
     gold: the accepted answers, normalised.
-    verifier: the verifier's name (a key of `VERIFIERS`).
+    verifier: the verifier's registered name.
     version: the verifier's version; a change of rules bumps it.
+    detail: why the answer failed, when the verifier says (a timeout, an
+      exception); recorded only when set.
   """
 
   verdict: bool
@@ -41,13 +53,34 @@ class Verdict:
   gold: tuple[str, ...]
   verifier: str
   version: int
+  detail: str | None = None
 
   def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self) | {'gold': list(self.gold)}
+    data = dataclasses.asdict(self) | {'gold': list(self.gold)}
+    if self.detail is None:
+      del data['detail']
+    return data
 
   @classmethod
   def from_json(cls, data: dict[str, Any]) -> Verdict:
     return cls(**(data | {'gold': tuple(data['gold'])}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  """What a registered check function returns (or a plain bool: `verdict` alone).
+
+  Attributes:
+    verdict: whether the answer is right.
+    extracted: the answer found in the text, normalised; None if none.
+    gold: the accepted answers as compared; None: the gold as given.
+    detail: why the answer failed, when there is more to say than "wrong".
+  """
+
+  verdict: bool
+  extracted: str | None = None
+  gold: Sequence[str] | None = None
+  detail: str | None = None
 
 
 def _prepare(text: str) -> str:
@@ -158,18 +191,127 @@ class Alias:
     )
 
 
-Verifier = Numeric | Alias
-VERIFIERS: dict[str, Verifier] = {v.name: v for v in (Numeric(), Alias())}
+class Verifier(Protocol):
+  """`verifier(text, gold) -> Verdict`, with the `name` and `version` it records."""
+
+  name: str
+  version: int
+
+  def __call__(self, text: str, gold: Sequence[str]) -> Verdict: ...
 
 
-def get(name: str, version: int) -> Verifier:
-  """The verifier that wrote a verdict; refuses another version of its rules."""
-  if name not in VERIFIERS:
-    raise ValueError(f'unknown verifier {name!r}; known: {sorted(VERIFIERS)}')
-  verifier = VERIFIERS[name]
-  if verifier.version != version:
-    raise ValueError(
-      f'verifier {name!r} is version {verifier.version}, the record was '
-      f'written by version {version}'
+CheckFn = Callable[[str, Sequence[str]], 'Check | bool']
+
+
+class Registered:
+  """A verifier made by `register` from a check function."""
+
+  def __init__(self, name: str, version: int, fn: CheckFn):
+    self.name, self.version, self.fn = name, version, fn
+
+  def __call__(self, text: str, gold: Sequence[str]) -> Verdict:
+    found = self.fn(text, tuple(gold))
+    if isinstance(found, bool):
+      found = Check(found)
+    if not isinstance(found, Check):
+      raise VerifierError(
+        f'verifier {self.name!r} v{self.version} returned {type(found).__name__},'
+        ' not a Check or a bool'
+      )
+    return Verdict(
+      verdict=bool(found.verdict),
+      extracted=found.extracted,
+      gold=tuple(gold if found.gold is None else found.gold),
+      verifier=self.name,
+      version=self.version,
+      detail=found.detail,
     )
+
+
+_REGISTRY: dict[tuple[str, int], Verifier] = {}
+
+
+def _definition(verifier: Verifier) -> Any:
+  return verifier.fn if isinstance(verifier, Registered) else type(verifier)
+
+
+def _origin(verifier: Verifier) -> tuple[str | None, str | None]:
+  fn = _definition(verifier)
+  return getattr(fn, '__module__', None), getattr(fn, '__qualname__', None)
+
+
+def _same(a: Verifier, b: Verifier) -> bool:
+  """Whether two verifiers are one definition (the same one, or a re-import of it)."""
+  if _definition(a) is _definition(b):
+    return True
+  where = _origin(a)
+  return where == _origin(b) and None not in where and '<lambda>' not in where[1]
+
+
+def add(verifier: Verifier) -> Verifier:
+  """Registers a verifier object under its own `name` and `version`; returns it.
+
+  Registering one definition again (the same object, or the same function after
+  a module is imported again) replaces it; another definition under a taken name
+  and version is a `VerifierError`: bump the version when the rules change.
+  """
+  name, version = getattr(verifier, 'name', None), getattr(verifier, 'version', None)
+  if not isinstance(name, str) or not name or type(version) is not int or version < 1:
+    raise VerifierError(
+      f'a verifier needs a non-empty name and an integer version >= 1, got {name!r} {version!r}'
+    )
+  held = _REGISTRY.get((name, version))
+  if held is not None and not _same(held, verifier):
+    raise VerifierError(
+      f'verifier {name!r} version {version} is already registered by another definition'
+      f' ({".".join(map(str, _origin(held)))}); bump the version for new rules'
+    )
+  _REGISTRY[(name, version)] = verifier
   return verifier
+
+
+def register(name: str, version: int, fn: CheckFn) -> Verifier:
+  """Registers `fn(text, gold) -> Check | bool` as verifier `name` at `version`.
+
+  Args:
+    name: the name verdicts record ('exact', 'code').
+    version: a positive integer; bump it whenever the rules change, so old
+      verdicts are re-checked by the rules that wrote them.
+    fn: the check: the raw answer text and the accepted gold answers in, a
+      `Check` (or just a bool) out. It must be deterministic.
+
+  Returns:
+    The verifier: `verifier(text, gold) -> Verdict`.
+  """
+  if not callable(fn):
+    raise VerifierError(f'verifier {name!r}: {fn!r} is not callable')
+  return add(Registered(name, version, fn))
+
+
+def registered() -> list[tuple[str, int]]:
+  """Every registered (name, version), sorted."""
+  return sorted(_REGISTRY)
+
+
+def get(name: str, version: int | None = None) -> Verifier:
+  """The verifier `name` at `version` (None: its newest); a `VerifierError` if unregistered."""
+  versions = sorted(v for n, v in _REGISTRY if n == name)
+  if not versions:
+    known = sorted({n for n, _ in _REGISTRY})
+    raise VerifierError(
+      f'unknown verifier {name!r}; registered: {known} (a module that registers it must be'
+      ' imported first, e.g. rescore --verifiers=MODULE)'
+    )
+  if version is None:
+    version = versions[-1]
+  if version not in versions:
+    raise VerifierError(
+      f'verifier {name!r} is registered at versions {versions}, the record was written by'
+      f' version {version}'
+    )
+  return _REGISTRY[(name, version)]
+
+
+NUMERIC = add(Numeric())
+ALIAS = add(Alias())
+VERIFIERS: dict[str, Verifier] = {v.name: v for v in (NUMERIC, ALIAS)}  # the built-in ones

@@ -404,7 +404,7 @@ def experiment(
   )
   compose_lib.check_model(model)
   items, held = flywheel.gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
-  verify = datasets.gsm8k_test().verifier
+  verify = datasets.gsm8k_test().checker
   base = []
   if base_tokens > 0:
     base = flywheel.base_attempts(

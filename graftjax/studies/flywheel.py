@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
+import importlib
 import random
 import time
 from typing import Any
@@ -38,38 +39,13 @@ from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import solve
 from graftjax.flywheel import summary as summary_lib
+from graftjax.flywheel import tasks
 from graftjax.models.gemma import sampler
 from graftjax.studies import energy
 from graftjax.studies import journal as journal_lib
 
 
-@dataclasses.dataclass(frozen=True)
-class Prompt:
-  """How the base model is asked: `prefix` (few-shot examples) once, then `query` per item.
-
-  `query` has a `{question}` field; the answer ends at a blank line.
-
-  Attributes:
-    prefix: the few-shot examples.
-    query: the question's template.
-    answer_only: answers are one short line (QA): base attempts stop at the
-      line's end, a deposit holds the answer alone (`library.ANSWER_TEMPLATE`)
-      and held-out items are asked in recall mode ('Final answer:').
-    keep_prefix: held-out items asked through the library get the few-shot
-      prefix after the grafted block, so the block is the one difference
-      from the base model's prompt (`query` must then be the answer mode's
-      query); otherwise the block alone precedes the query.
-  """
-
-  prefix: str
-  query: str
-  answer_only: bool = False
-  keep_prefix: bool = False
-
-  @property
-  def transfer_mode(self) -> str:
-    """How held-out items are asked through the library (`answer.MODES`)."""
-    return 'recall' if self.answer_only else 'solve'
+Prompt = tasks.Prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,51 +110,42 @@ def base_attempts(
 
 def run(
   model,
+  task: tasks.Task,
   *,
-  task: str,
-  items: Sequence[Any],
-  held_out: Sequence[Any],
-  prompt: Prompt,
-  verify: Callable,
   library: library_lib.Library,
   budget: Budget,
-  routers: Sequence[route_lib.Router],
+  routers: Sequence[route_lib.Router] = (),
   progress: Callable[[str, int], Callable[[int], None]] | None = None,
   meter: energy.Meter | None = None,
-  targets: Mapping[str, str] | None = None,
   journal: journal_lib.Journal | None = None,
 ) -> dict[str, Any]:
-  """The whole loop on `items` (deposited) and `held_out` (never deposited).
+  """The whole loop on a task's items (deposited) and held-out items (never deposited).
+
+  Everything a run needs is checked before the model is asked anything: the
+  task has items, its verifier is registered, held-out items are disjoint from
+  the deposited ones and have a router. A task without held-out items runs
+  base, deposits and recurrence only (no transfer phase, no routing).
 
   Args:
     model: the frozen `Gemma`.
-    task: the task's name (recorded).
-    items: items the base model attempts and the library deposits.
-    held_out: items disjoint from `items` and from the prompt's examples.
-    prompt: how the base model is asked (few-shot prefix, query).
-    verify: the task's verifier, `verify(text, gold) -> verifiers.Verdict`.
+    task: the `tasks.Task`: items, prompt, verifier, optional held-out items.
     library: where blocks and the catalog go (resumable).
     budget: what each phase may spend.
     routers: routers for transfer; the first is used to answer, every one
-      is evaluated.
+      is evaluated. Needed only when the task has held-out items.
     progress: `progress(phase, total)` returns a callback taking a count.
     meter: if given, the accelerator energy of each phase (`energy.Meter`).
-    targets: held-out item id -> the deposited item id its routing should
-      find; default: each held-out item's `template`.
     journal: finished steps (the base phases whole, answers one by one);
       a restarted run with the same journal skips them.
   Returns:
     JSON-ready dict: attempts, deposits, routing and a summary per phase.
+  Raises:
+    tasks.TaskError: the task cannot be run as given (nothing was run).
+    verifiers.VerifierError: its verifier is not registered.
   """
+  items, held_out, prompt, verify = _checked(task, routers)
   bar = progress or (lambda phase, total: None)
   journal = journal or journal_lib.Journal(None, config={})
-  if overlap := {it.id for it in items} & {it.id for it in held_out}:
-    raise ValueError(f'held-out items are also deposited items: {sorted(overlap)[:5]}')
-  if prompt.keep_prefix and prompt.query != answer_lib.MODES[prompt.transfer_mode]:
-    raise ValueError(
-      f'keep_prefix needs the {prompt.transfer_mode} query'
-      f' {answer_lib.MODES[prompt.transfer_mode]!r} as the prompt, got {prompt.query!r}'
-    )
 
   def measured(name, answers):
     return meter.phase(name, answers=answers) if meter else contextlib.nullcontext()
@@ -201,15 +168,18 @@ def run(
   deposits = deposit_verified(
     model, library, items, verify, base, form=form, progress=bar('deposits', len(items))
   )
-  by_item = {e.item_id: e for e in library.entries() if e.task == task}
+  by_item = {e.item_id: e for e in library.entries() if e.task == task.name}
   unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
   exact = route_lib.ExactRouter()
   exact.add_many((e.key, e.question) for e in by_item.values())
   ask = _Ask(model, library, verify, journal, bar, measured)
   recurrence = _recurrence(ask, unsolved, exact, budget)
-  transfer = _transfer(ask, held_out, routers, prompt, budget, targets)
+  transfer = {'attempts': [], 'routing': {}}
+  if held_out:
+    transfer = _transfer(ask, held_out, routers, prompt, budget, task)
   return {
-    'task': task,
+    'task': task.name,
+    'verifier': {'name': verify.name, 'version': verify.version},
     'budget': dataclasses.asdict(budget),
     'prompt': {
       **dataclasses.asdict(prompt),
@@ -224,6 +194,52 @@ def run(
     ),
     'energy': meter.to_json() if meter else None,
   }
+
+
+ZERO_SHOT = Prompt(prefix='', query=answer_lib.MODES['solve'])
+
+
+def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, Any]:
+  """(items, held_out, prompt, verifier) of `task`, or why it cannot run."""
+  verify = task.checker
+  if not isinstance(getattr(verify, 'name', None), str) or not isinstance(
+    getattr(verify, 'version', None), int
+  ):
+    raise tasks.TaskError(
+      f'task {task.name!r}: its verifier {verify!r} has no name and version to record'
+      ' (make it with verifiers.register)'
+    )
+  items = list(task.items())
+  if not items:
+    raise tasks.TaskError(f'task {task.name!r} has no items')
+  held_out = task.held_out_items()
+  if overlap := {it.id for it in items} & {it.id for it in held_out}:
+    raise tasks.TaskError(f'held-out items are also deposited items: {sorted(overlap)[:5]}')
+  if task.targets is not None:
+    ids, held_ids = {it.id for it in items}, {it.id for it in held_out}
+    if wrong := sorted(h for h, d in task.targets.items() if h not in held_ids or d not in ids):
+      raise tasks.TaskError(
+        f'task {task.name!r}: targets {wrong[:5]} pair no held-out item with a deposited one'
+      )
+  if held_out and not routers:
+    raise tasks.TaskError(f'task {task.name!r} has held-out items: transfer needs a router')
+  unfitted = [type(r).__name__ for r in routers if r.threshold is None]
+  if held_out and unfitted and len(items) < 2 and len(held_out) < 2:
+    raise tasks.TaskError(
+      f'{unfitted} have no threshold and {len(items)} + {len(held_out)} items are too few to'
+      ' fit one on a split of their own'
+    )
+  prompt = task.prompt or ZERO_SHOT
+  if '{question}' not in prompt.query:
+    raise tasks.TaskError(f'the prompt query {prompt.query!r} has no {{question}} field')
+  if prompt.keep_prefix and prompt.query != answer_lib.MODES[prompt.transfer_mode]:
+    raise tasks.TaskError(
+      f'keep_prefix needs the {prompt.transfer_mode} query'
+      f' {answer_lib.MODES[prompt.transfer_mode]!r} as the prompt, got {prompt.query!r}'
+    )
+  if empty := [it.id for it in [*items, *held_out] if not it.question.strip()]:
+    raise tasks.TaskError(f'task {task.name!r}: items with an empty question: {empty[:5]}')
+  return items, held_out, prompt, verify
 
 
 def _record(phase, item, sample, ids, text, verdict, seconds, **extra) -> dict[str, Any]:
@@ -388,11 +404,29 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
-  """Held-out items: the base model (few-shot) against the routed block."""
+def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
+  """Held-out items: the base model (few-shot) against the routed block.
+
+  A router without a threshold is first calibrated (`route.calibrate`, seeded
+  by the budget's seed) on the task's deposited questions, the held-out
+  questions labelled with their targets and the task's unrelated questions;
+  its routing records the fit.
+  """
+  targets = task.targets
   entries = {e.key: e for e in ask.library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
+  calibrations = {}
+  for router in routers:
+    if router.threshold is None:
+      queries = route_lib.Queries(
+        deposited=[(e.question, e.key) for e in entries.values() if e.task == task.name],
+        reworded=[(q, k) for q, k in _labelled(held_out, entries, targets) if k is not None],
+        unrelated=list(task.unrelated()) if task.unrelated else [],
+      )
+      calibrations[type(router).__name__] = route_lib.calibrate(
+        router, queries, seed=budget.seed
+      ).to_json()
   with ask.measured('transfer_base', len(held_out)):
     attempts = ask.journal.step(
       'transfer_base',
@@ -429,20 +463,25 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, targets):
       )
       if tick:
         tick(1)
-  routing = {type(r).__name__: _routing(r, held_out, entries, targets) for r in routers}
+  routing = {}
+  for r in routers:
+    name = type(r).__name__
+    evaluation = route_lib.evaluate(r, _labelled(held_out, entries, targets), r.threshold)
+    routing[name] = evaluation.to_json()
+    if name in calibrations:
+      routing[name]['calibration'] = calibrations[name]
   return {'attempts': attempts, 'routing': routing}
 
 
-def _routing(router, held_out, entries, targets) -> dict[str, Any]:
-  """Top-1 routing to the deposited item each held-out item was paired with."""
+def _labelled(held_out, entries, targets) -> list[tuple[str, str | None]]:
+  """Each held-out question with the key of the deposited item it was paired with."""
   by_item = {}
   for e in entries.values():
     by_item.setdefault(e.item_id, e.key)
-  labelled = [
+  return [
     (it.question, by_item.get(targets[it.id] if targets is not None else it.template))
     for it in held_out
   ]
-  return route_lib.evaluate(router, labelled, router.threshold).to_json()
 
 
 def _routed_answer(ask: _Ask, phase, item, router, entries, mode, max_new_tokens, preamble=''):
@@ -669,7 +708,7 @@ def qa_wikidata_pairs(
     raise ValueError(f'{len(examples)} relations give few-shot examples, {shots} asked for')
 
   def gold(item) -> set[str]:  # the verifier's normal forms of the gold and its aliases
-    return set(task.verifier('', item.gold).gold)
+    return set(task.checker('', item.gold).gold)
 
   return Pairs(
     items=deposited,
@@ -700,7 +739,7 @@ def format_summary(summary: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
-TASKS = ('gsm8k', 'qa_wikidata')
+TASKS = ('gsm8k', 'qa_wikidata')  # built in; any other task: --task=package.module:Name
 QA_WHY = (
   'qa_wikidata (facts) over arithmetic: a fact the model does not know is exactly what a'
   ' deposited block can supply, the dataset answer is its own reference (it passes the alias'
@@ -709,48 +748,94 @@ QA_WHY = (
 )
 
 
-def _setup(task: str, *, templates, per_template, pairs, shots, seed):
-  """(items, held_out, prompt, verifier, targets, what the result records) of a task."""
+def gsm8k_task(templates: Sequence[int], *, seed: int = 0, per_template: int = 1) -> tasks.Task:
+  """GSM8K items of the GSM-Symbolic `templates` (8-shot), new instances of each held out,
+  and as many other GSM8K test questions (seeded) as unrelated routing queries."""
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
 
-  if task == 'gsm8k':
-    if not templates:
-      raise ValueError('task gsm8k needs GSM-Symbolic template ids (--templates)')
-    items, held_out = gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
-    prompt = Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}'))
-    return items, held_out, prompt, datasets.gsm8k_test().verifier, None, {'templates': templates}
-  if task == 'qa_wikidata':
-    qa = datasets.bigbench_qa_wikidata()
-    chosen = qa_wikidata_pairs(qa, pairs, seed=seed, shots=shots)
-    prefix = ''.join(
-      library_lib.ANSWER_TEMPLATE.format(question=i.question, answer=i.answer) for i in chosen.shots
-    )
-    prompt = Prompt(prefix, library_lib.RECALL_QUERY, answer_only=True, keep_prefix=True)
-    selection = {
-      'why': QA_WHY,
-      'pairs': pairs,
-      'shots': [i.id for i in chosen.shots],
-      'held_out': (
-        'per subject, a question of another relation than its deposited one; no question text'
-        ' occurs twice in the task, so no held-out question is a deposited one (ids and texts'
-        ' disjoint); the few-shot examples are of other subjects'
+  if not templates:
+    raise tasks.TaskError('task gsm8k needs GSM-Symbolic template ids (--templates)')
+  items, held_out = gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
+  deposited = {item.id for item in items}
+  others = [item for item in datasets.gsm8k_test().items() if item.id not in deposited]
+  unrelated = [item.question for item in random.Random(seed).sample(others, len(held_out))]
+  return tasks.Task(
+    'gsm8k',
+    'numeric',
+    lambda: items,
+    prompt=Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
+    held_out=lambda: held_out,
+    unrelated=lambda: unrelated,
+    record={
+      'templates': list(templates),
+      'unrelated': (
+        f'{len(unrelated)} GSM8K test questions not deposited (seed {seed}): routers fitted'
+        ' in the run bound their false hits on them'
       ),
-      'held_out_same_answer': chosen.same_answer,
-      'transfer_flywheel': (
-        "the routed block grafted before the base model's own few-shot prompt and question,"
-        ' so the block is the one difference between the two transfer conditions'
-      ),
-      'targets': chosen.targets,
-    }
-    return (
-      chosen.items,
-      chosen.held_out,
-      prompt,
-      qa.verifier,
-      chosen.targets,
-      {'selection': selection},
+    },
+  )
+
+
+def qa_wikidata_task(pairs: int, *, seed: int = 0, shots: int = 5) -> tasks.Task:
+  """BIG-bench qa_wikidata: per subject one fact deposited, one of another relation held out."""
+  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+
+  qa = datasets.bigbench_qa_wikidata()
+  chosen = qa_wikidata_pairs(qa, pairs, seed=seed, shots=shots)
+  prefix = ''.join(
+    library_lib.ANSWER_TEMPLATE.format(question=i.question, answer=i.answer) for i in chosen.shots
+  )
+  selection = {
+    'why': QA_WHY,
+    'pairs': pairs,
+    'shots': [i.id for i in chosen.shots],
+    'held_out': (
+      'per subject, a question of another relation than its deposited one; no question text'
+      ' occurs twice in the task, so no held-out question is a deposited one (ids and texts'
+      ' disjoint); the few-shot examples are of other subjects'
+    ),
+    'held_out_same_answer': chosen.same_answer,
+    'transfer_flywheel': (
+      "the routed block grafted before the base model's own few-shot prompt and question,"
+      ' so the block is the one difference between the two transfer conditions'
+    ),
+    'targets': chosen.targets,
+  }
+  return tasks.Task(
+    qa.name,
+    'alias',
+    lambda: chosen.items,
+    prompt=Prompt(prefix, library_lib.RECALL_QUERY, answer_only=True, keep_prefix=True),
+    held_out=lambda: chosen.held_out,
+    targets=chosen.targets,
+    record={'selection': selection},
+  )
+
+
+def load_task(spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0) -> tasks.Task:
+  """The task `spec` names: a built-in (`TASKS`) or 'package.module:Name'.
+
+  `Name` is a `tasks.Task`, or a function of no arguments that returns one.
+  The built-ins take the other arguments (`gsm8k_task`, `qa_wikidata_task`).
+  """
+  if spec == 'gsm8k':
+    return gsm8k_task(templates, seed=seed, per_template=per_template)
+  if spec == 'qa_wikidata':
+    return qa_wikidata_task(pairs, seed=seed, shots=shots)
+  module, _, name = spec.partition(':')
+  if not module or not name:
+    raise tasks.TaskError(f'task must be one of {TASKS} or package.module:Name, got {spec!r}')
+  try:
+    found = getattr(importlib.import_module(module), name)
+  except Exception as e:  # any failure of the user's module, named with its cause
+    raise tasks.TaskError(f'task {spec!r} cannot be loaded: {type(e).__name__}: {e}') from e
+  if callable(found) and not isinstance(found, tasks.Task):
+    found = found()
+  if not isinstance(found, tasks.Task):
+    raise tasks.TaskError(
+      f'task {spec!r} is a {type(found).__name__}, not a graftjax.flywheel.Task'
     )
-  raise ValueError(f'task must be one of {TASKS}, got {task!r}')
+  return found
 
 
 def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any]:
@@ -790,9 +875,9 @@ def experiment(
   budget: Budget,
   capacity: int,
   library_dir: str | None,
-  bm25_threshold: float,
+  bm25_threshold: float | None,
   measure_energy: bool,
-  task: str = 'gsm8k',
+  task: str | tasks.Task = 'gsm8k',
   templates: Sequence[int] = (),
   per_template: int = 1,
   pairs: int = 60,
@@ -801,11 +886,11 @@ def experiment(
 ) -> dict[str, Any]:
   """experiments/flywheel.py: the loop on one task's items, with progress bars.
 
-  `task` 'gsm8k': GSM8K items of the GSM-Symbolic `templates`, new instances
-  held out. 'qa_wikidata': `pairs` subjects of BIG-bench qa_wikidata, one
-  question deposited and one held out each (`qa_wikidata_pairs`), `shots`
-  few-shot examples. `journal_path` makes the run resumable (refused with
-  `measure_energy`, whose phases must be measured whole).
+  `task`: a `tasks.Task`, or a name for `load_task`: 'gsm8k' (GSM8K items of
+  the GSM-Symbolic `templates`, new instances held out), 'qa_wikidata'
+  (`pairs` subjects of BIG-bench qa_wikidata, `shots` few-shot examples), or
+  'package.module:Name' (any importable task). `journal_path` makes the run
+  resumable (refused with `measure_energy`, whose phases must be measured whole).
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
@@ -819,14 +904,17 @@ def experiment(
     raise RuntimeError(reason)
   if measure_energy and journal_path:
     raise ValueError('energy is measured over whole phases: run without a journal')
-  items, held_out, prompt, verifier, targets, setup = _setup(
-    task,
-    templates=list(templates),
-    per_template=per_template,
-    pairs=pairs,
-    shots=shots,
-    seed=budget.seed,
-  )
+  spec = task
+  if not isinstance(task, tasks.Task):
+    task = load_task(
+      task,
+      templates=list(templates),
+      per_template=per_template,
+      pairs=pairs,
+      shots=shots,
+      seed=budget.seed,
+    )
+  items, held_out = list(task.items()), task.held_out_items()
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
   journal = journal_lib.Journal(
     journal_path,
@@ -834,10 +922,10 @@ def experiment(
       'model': model.fingerprint,
       'dtype': dtype,
       'impl': impl,
-      'task': task,
+      'task': task.name,
       'items': [i.id for i in items],
       'held_out': [i.id for i in held_out],
-      'prompt': dataclasses.asdict(prompt),
+      'prompt': dataclasses.asdict(task.prompt or ZERO_SHOT),
       'budget': dataclasses.asdict(budget),
       'capacity': capacity,
       'bm25_threshold': bm25_threshold,
@@ -852,33 +940,29 @@ def experiment(
     )
     out = run(
       model,
-      task=items[0].task,
-      items=items,
-      held_out=held_out,
-      prompt=prompt,
-      verify=verifier,
+      task,
       library=library,
       budget=budget,
       routers=[
-        route_lib.BM25Router(threshold=bm25_threshold),
+        route_lib.BM25Router(threshold=bm25_threshold),  # None: fitted in the run
         route_lib.ExactRouter(),
-        route_lib.EmbeddingRouter(model, threshold=0.0),
+        route_lib.EmbeddingRouter(model),  # threshold fitted on a calibration split
       ],
       progress=progress,
       meter=meter,
-      targets=targets,
       journal=journal,
     )
     library.close()
   inputs = result_inputs(model, model_name, items[:1] + held_out[:1])
-  if task == 'qa_wikidata':
+  if spec == 'qa_wikidata':
     inputs['bigbench_sdist_sha256'] = datasets.BIGBENCH_SHA256
   return {
     **results.header('flywheel', inputs=inputs),
     'model': model_name,
     'dtype': dtype,
     'impl': impl,
-    **setup,
+    **({} if isinstance(spec, tasks.Task) or spec in TASKS else {'task_spec': spec}),
+    **task.record,
     **({'resumed_steps': journal.resumed} if journal.resumed else {}),
     **out,
   }

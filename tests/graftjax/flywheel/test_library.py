@@ -367,3 +367,20 @@ def test_rebuild_adopts_a_catalog_of_the_earlier_schema(text_model, library, tmp
   rebuilt = library_lib.Library.rebuild(tmp_path, shape=SHAPE)
   assert rebuilt.entries() == [first, second] and rebuilt.rebuilt['rows'] == 2
   assert len(list((tmp_path / 'records').glob('*.json'))) == 2
+
+
+def _whole_code(text, gold):
+  """A code task's verifier: the answer is the whole program (several lines)."""
+  code = text.strip()
+  return verifiers.Verdict(code in gold, code, tuple(gold), 'whole_code', 1)
+
+
+def test_a_code_deposit_holds_the_solution_once(text_model, library):
+  code = 'def add(a, b):\n  return a + b'
+  item = dataclasses.replace(ITEM, id='code1', question='Write add.', answer=code)
+  entry = library.deposit(
+    text_model, item=item, verifier=_whole_code, solution=code, source='reference', tokens_spent=0
+  )
+  assert entry.text == f'Question: Write add.\nFinal answer: {code}\n\n'
+  assert entry.text.count('return a + b') == 1 and entry.answer == code
+  library.check(entry, text_model)  # still a deposit of its question, bound to its block

@@ -18,11 +18,12 @@ from graftjax.studies import flywheel
 from graftjax.studies import journal as journal_lib
 
 
-def last_word(text, gold):
+def _last_word(text, gold):
   words = text.replace('.', ' ').split()
-  return verifiers.Verdict(
-    bool(words) and words[-1] in gold, words[-1] if words else None, tuple(gold), 'last_word', 1
-  )
+  return verifiers.Check(bool(words) and words[-1] in gold, words[-1] if words else None)
+
+
+last_word = verifiers.Registered('last_word', 1, _last_word)  # a verifier object, unregistered
 
 
 def _item(i, a, b, template=None, prefix='q'):
@@ -49,14 +50,12 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
   budget = flywheel.Budget(samples=2, max_new_tokens=6, recall_tokens=4, rows=2)
 
+  task = tasks.Task('toy', last_word, lambda: items, prompt=PROMPT, held_out=lambda: held_out)
+
   def run(routers):
     return flywheel.run(
       text_model,
-      task='toy',
-      items=items,
-      held_out=held_out,
-      prompt=PROMPT,
-      verify=last_word,
+      task,
       library=library,
       budget=budget,
       routers=routers,
@@ -113,18 +112,23 @@ QA_PROMPT = flywheel.Prompt(
 QA_BUDGET = flywheel.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
 
 
+QA_TASK = tasks.Task(
+  'toy_qa',
+  'alias',
+  lambda: FACTS,
+  prompt=QA_PROMPT,
+  held_out=lambda: HELD_FACTS,
+  targets={h.id: d.id for d, h in zip(FACTS, HELD_FACTS)},
+)
+
+
 def _run_qa(model, library, **kwargs):
   return flywheel.run(
     model,
-    task='toy_qa',
-    items=FACTS,
-    held_out=HELD_FACTS,
-    prompt=QA_PROMPT,
-    verify=ALIAS,
+    QA_TASK,
     library=library,
     budget=QA_BUDGET,
     routers=[route_lib.BM25Router(threshold=0.0)],
-    targets={h.id: d.id for d, h in zip(FACTS, HELD_FACTS)},
     **kwargs,
   )
 
@@ -189,19 +193,30 @@ def test_overlapping_held_out_items_and_a_kept_prefix_of_another_query_are_refus
   text_model, tmp_path
 ):
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
-  kwargs = {
-    'task': 'toy_qa',
-    'items': FACTS,
-    'verify': ALIAS,
-    'library': library,
-    'budget': QA_BUDGET,
-    'routers': [route_lib.ExactRouter()],
-  }
-  with pytest.raises(ValueError, match='held-out items are also deposited'):
-    flywheel.run(text_model, held_out=FACTS[:1], prompt=QA_PROMPT, **kwargs)
-  other = dataclasses.replace(QA_PROMPT, query='Q: {question}\nA:')
-  with pytest.raises(ValueError, match='keep_prefix needs the recall query'):
-    flywheel.run(text_model, held_out=HELD_FACTS, prompt=other, **kwargs)
+  kwargs = {'library': library, 'budget': QA_BUDGET, 'routers': [route_lib.ExactRouter()]}
+
+  def refused(match, routers=kwargs['routers'], **changes):
+    with pytest.raises(tasks.TaskError, match=match):
+      flywheel.run(
+        text_model, dataclasses.replace(QA_TASK, **changes), **kwargs | {'routers': routers}
+      )
+
+  refused('held-out items are also deposited', held_out=lambda: FACTS[:1])
+  refused(
+    'keep_prefix needs the recall query',
+    prompt=dataclasses.replace(QA_PROMPT, query='Q: {question}\nA:'),
+  )
+  refused('has no items', load=list)
+  refused('transfer needs a router', routers=[])
+  refused(
+    'no {question} field', prompt=dataclasses.replace(QA_PROMPT, query='Q:', keep_prefix=False)
+  )
+  refused('held-out item ids repeat', held_out=lambda: HELD_FACTS[:1] * 2)
+  refused(r"targets \['f3'\] pair no held-out item", targets={'f3': 'nowhere'})
+  one = {'load': lambda: FACTS[:1], 'held_out': lambda: HELD_FACTS[:1], 'targets': None}
+  refused('too few to fit one', routers=[route_lib.BM25Router()], **one)
+  with pytest.raises(verifiers.VerifierError, match="unknown verifier 'nope'"):
+    flywheel.run(text_model, dataclasses.replace(QA_TASK, verifier='nope'), **kwargs)
   assert library.entries() == []
 
 
@@ -258,22 +273,42 @@ def test_the_committed_qa_wikidata_selection_is_disjoint():
   assert not {i.id for i in pairs.shots} & {i.id for i in [*pairs.items, *pairs.held_out]}
 
 
-def test_the_experiment_setup_of_each_task_and_its_refusals():
-  with pytest.raises(ValueError, match='task must be one of'):
-    flywheel._setup('trivia', templates=[], per_template=1, pairs=2, shots=1, seed=0)
-  with pytest.raises(ValueError, match='needs GSM-Symbolic template ids'):
-    flywheel._setup('gsm8k', templates=[], per_template=1, pairs=2, shots=1, seed=0)
+def test_the_built_in_tasks_and_their_refusals():
+  with pytest.raises(tasks.TaskError, match='package.module:Name'):
+    flywheel.load_task('trivia')
+  with pytest.raises(tasks.TaskError, match='needs GSM-Symbolic template ids'):
+    flywheel.load_task('gsm8k')
   try:
     datasets.bigbench_sdist(download=False)
   except datasets.DatasetError as e:
     pytest.skip(str(e))
-  items, held_out, prompt, verifier, targets, setup = flywheel._setup(
-    'qa_wikidata', templates=[], per_template=1, pairs=3, shots=2, seed=0
-  )
-  assert len(items) == len(held_out) == len(targets) == 3 and verifier.name == 'alias'
+  task = flywheel.load_task('qa_wikidata', pairs=3, shots=2)
+  items, held_out, prompt = list(task.items()), task.held_out_items(), task.prompt
+  assert len(items) == len(held_out) == len(task.targets) == 3 and task.checker.name == 'alias'
   assert prompt.answer_only and prompt.keep_prefix and prompt.query == library_lib.RECALL_QUERY
   assert prompt.prefix.count('\nFinal answer: ') == 2 and prompt.prefix.endswith('\n\n')
-  assert set(setup) == {'selection'} and setup['selection']['targets'] == targets
+  assert set(task.record) == {'selection'} and task.record['selection']['targets'] == task.targets
+
+
+def test_a_task_loads_from_any_importable_module(tmp_path, monkeypatch):
+  (tmp_path / 'user_tasks.py').write_text(
+    'from graftjax import flywheel\n'
+    'from tests.graftjax.studies.test_flywheel import FACTS\n'
+    'QA = flywheel.Task("toy_qa", "alias", lambda: FACTS)\n'
+    'def make():\n'
+    '  return QA\n'
+    'NOT_A_TASK = 3\n'
+  )
+  (tmp_path / 'broken_tasks.py').write_text('raise ImportError("no dataset here")\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  task = flywheel.load_task('user_tasks:QA')
+  assert task.name == 'toy_qa' and flywheel.load_task('user_tasks:make') is task
+  with pytest.raises(tasks.TaskError, match='is a int, not a graftjax.flywheel.Task'):
+    flywheel.load_task('user_tasks:NOT_A_TASK')
+  with pytest.raises(tasks.TaskError, match='AttributeError'):
+    flywheel.load_task('user_tasks:Missing')
+  with pytest.raises(tasks.TaskError, match='ImportError: no dataset here'):
+    flywheel.load_task('broken_tasks:QA')
 
 
 def test_progress_bars_are_closed_even_when_the_run_fails():
@@ -292,3 +327,16 @@ def test_result_inputs_name_each_source_once_and_no_gguf_for_the_tiny_model(text
   assert inputs == {'model_fingerprint': text_model.fingerprint, 'items': ['other', 'test']}
   real = flywheel.result_inputs(text_model, 'gemma3-270m', items)
   assert real == {**inputs, 'gguf_sha256': gguf.expected_sha256()}
+
+
+def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
+  try:
+    task = flywheel.load_task('gsm8k', templates=[0, 1], seed=3)
+  except datasets.DatasetError as e:
+    pytest.skip(str(e))
+  items, held_out, unrelated = list(task.items()), task.held_out_items(), list(task.unrelated())
+  assert task.checker.name == 'numeric' and len(unrelated) == len(held_out) == 2
+  assert {h.template for h in held_out} == {i.id for i in items}
+  asked = {i.question for i in [*items, *held_out]}
+  assert not asked & set(unrelated) and task.record['templates'] == [0, 1]
+  assert flywheel.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated
