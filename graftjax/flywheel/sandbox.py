@@ -182,10 +182,9 @@ def _cause(exit_code: int | None, signal_name: str | None, error: str | None) ->
   return 'exit_code'
 
 
-def _status(status: bytes) -> tuple[bool, int | None]:
-  """Whether bubblewrap started the program, and the exit code it reported."""
-  started, exit_code = False, None
-  decoder, text, index = json.JSONDecoder(), status.decode(errors='replace'), 0
+def _exit_code(status: bytes) -> int | None:
+  """The exit status bubblewrap reports once the program ends; None if it never ran."""
+  exit_code, decoder, text, index = None, json.JSONDecoder(), status.decode(errors='replace'), 0
   while index < len(text):
     if text[index].isspace():
       index += 1
@@ -194,9 +193,8 @@ def _status(status: bytes) -> tuple[bool, int | None]:
       document, index = decoder.raw_decode(text, index)
     except json.JSONDecodeError:
       break
-    started = started or 'child-pid' in document
     exit_code = document.get('exit-code', exit_code)
-  return started, exit_code
+  return exit_code
 
 
 def _read(file, limit: int) -> str:
@@ -246,9 +244,9 @@ def run_python(code: str, *, limits: Limits = Limits(), args: tuple[str, ...] = 
       process.wait()
     seconds = time.monotonic() - start
     with os.fdopen(status_read, 'rb') as status_file:
-      started, exit_code = _status(status_file.read())
+      exit_code = _exit_code(status_file.read())
     out, err = _read(stdout, limits.file_bytes), _read(stderr, limits.file_bytes)
-  if not started and not timed_out:
+  if exit_code is None and not timed_out:
     raise SandboxError(f'bubblewrap could not create the sandbox: {err.strip()}')
   return _result(timed_out, exit_code, out, err, seconds)
 
