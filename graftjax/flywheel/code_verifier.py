@@ -1,0 +1,96 @@
+"""The `code` verifier: a model's completion of a HumanEval-style problem, run against its tests.
+
+The gold of a code item is its problem as HumanEval ships it: `(prompt, test, entry_point)`.
+The program run is the prompt, the completion's code, the test code and `check(entry_point)`,
+in a fresh sandbox (graftjax/flywheel/sandbox.py); it passes when that exits with status 0.
+A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
+'exit_code: AssertionError').
+
+    from graftjax.flywheel import code_verifier
+    code_verifier.VERIFIER(completion, (prompt, test, entry_point)).verdict
+
+Details: docs/flywheel.md, section "Code verification".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from graftjax.flywheel import sandbox, verifiers
+
+NAME = 'code'
+VERSION = 1
+LIMITS = sandbox.Limits(wall_seconds=20, cpu_seconds=10, memory_bytes=1 << 30, processes=16)
+
+_FENCE = re.compile(r'```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)', re.DOTALL | re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """One HumanEval-style problem.
+
+  Attributes:
+    prompt: the code the model continues (imports, signature, docstring).
+    test: code defining `check(candidate)`, which asserts on the candidate function.
+    entry_point: the name of the function `check` is called with.
+  """
+
+  prompt: str
+  test: str
+  entry_point: str
+
+  def __post_init__(self):
+    if not self.entry_point.isidentifier():
+      raise ValueError(f'entry point {self.entry_point!r} is not a Python identifier')
+
+  @property
+  def gold(self) -> tuple[str, str, str]:
+    """The gold a verdict records: enough to run the check again."""
+    return (self.prompt, self.test, self.entry_point)
+
+  @classmethod
+  def from_gold(cls, gold: Sequence[str]) -> Problem:
+    if len(gold) != 3 or not all(isinstance(part, str) for part in gold):
+      raise ValueError(f'a code gold is (prompt, test, entry_point), got {len(gold)} parts')
+    return cls(*gold)
+
+
+def completion_code(text: str) -> str:
+  """The code in a model's answer: its first fenced block if it has one, else the whole text."""
+  fenced = _FENCE.search(text)
+  return fenced[1] if fenced else text
+
+
+def program(problem: Problem, text: str) -> str:
+  """The program one check runs: prompt, completion, tests, and the call of `check`."""
+  code = completion_code(text)
+  return f'{problem.prompt}{code}\n\n{problem.test}\n\ncheck({problem.entry_point})\n'
+
+
+def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> sandbox.Result:
+  """Runs `text`'s code against `problem`'s tests in a fresh sandbox."""
+  return sandbox.run_python(program(problem, text), limits=limits)
+
+
+def describe(result: sandbox.Result) -> str | None:
+  """Why a run failed, in one line ('exit_code: AssertionError'); None if it passed."""
+  if result.passed:
+    return None
+  if result.error is not None:
+    return f'{result.cause}: {result.error}'
+  if result.signal is not None:
+    return f'{result.cause}: {result.signal}'
+  if result.exit_code is not None:
+    return f'{result.cause}: {result.exit_code}'
+  return result.cause
+
+
+def check(text: str, gold: Sequence[str]) -> verifiers.Check:
+  """The registered check: `text`'s code run against the problem `gold` names."""
+  result = run(Problem.from_gold(gold), text)
+  return verifiers.Check(result.passed, extracted=completion_code(text), detail=describe(result))
+
+
+VERIFIER = verifiers.register(NAME, VERSION, check)

@@ -1,0 +1,84 @@
+"""The code verifier runs prompt + completion + tests in the sandbox and names why one failed."""
+
+import shutil
+
+import pytest
+
+from graftjax.flywheel import code_verifier, sandbox, verifiers
+
+needs_bwrap = pytest.mark.skipif(
+  shutil.which('bwrap') is None,
+  reason='bubblewrap is not installed here (`make setup` installs it as root)',
+)
+
+PROBLEM = code_verifier.Problem(
+  prompt='def add(a, b):\n  """The sum of a and b."""\n',
+  test='def check(candidate):\n  assert candidate(2, 3) == 5\n  assert candidate(-1, 1) == 0\n',
+  entry_point='add',
+)
+_FAST = sandbox.Limits(wall_seconds=20, cpu_seconds=2)
+
+
+@needs_bwrap
+def test_a_right_completion_passes_and_records_its_problem():
+  verdict = code_verifier.VERIFIER('  return a + b\n', PROBLEM.gold)
+  assert (verdict.verdict, verdict.detail) == (True, None)
+  assert (verdict.verifier, verdict.version) == ('code', 1)
+  assert verdict.gold == PROBLEM.gold
+  assert verdict.extracted == '  return a + b\n'
+
+
+@needs_bwrap
+def test_a_wrong_completion_fails_with_the_assertion_named():
+  verdict = code_verifier.VERIFIER('  return a - b\n', PROBLEM.gold)
+  assert (verdict.verdict, verdict.detail) == (False, 'exit_code: AssertionError')
+
+
+@needs_bwrap
+def test_a_fenced_whole_function_is_the_code_checked():
+  text = 'Here it is:\n```python\ndef add(a, b):\n  return b + a\n```\nDone.'
+  verdict = code_verifier.VERIFIER(text, PROBLEM.gold)
+  assert verdict.verdict
+  assert verdict.extracted == 'def add(a, b):\n  return b + a\n'
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+  ('body', 'cause'),
+  [
+    ('  while True:\n    pass\n', 'cpu_time'),
+    ('  import os\n  while True:\n    os.fork()\n', 'processes'),
+    ('  return len(bytearray(10 * 2**30))\n', 'memory'),
+    ("  return len(open('/root/.bashrc').read())\n", 'exit_code'),
+    ("  import socket\n  socket.create_connection(('127.0.0.1', 22), timeout=5)\n", 'exit_code'),
+  ],
+)
+def test_a_hostile_completion_is_contained_and_scored_with_its_cause(body, cause):
+  result = code_verifier.run(PROBLEM, body, limits=_FAST)
+  assert (result.passed, result.cause) == (False, cause)
+  assert code_verifier.describe(result).startswith(cause)
+
+
+@needs_bwrap
+def test_a_verdict_is_re_checked_from_its_own_record():
+  verdict = code_verifier.VERIFIER('  return a * b\n', PROBLEM.gold)
+  record = verifiers.Verdict.from_json(verdict.to_json())
+  again = verifiers.get(record.verifier, record.version)('  return a * b\n', record.gold)
+  assert again == verdict
+
+
+def test_the_verifier_is_registered_by_name_and_version():
+  assert verifiers.get('code', 1) is code_verifier.VERIFIER
+
+
+def test_a_gold_that_is_not_a_problem_is_refused():
+  with pytest.raises(ValueError, match='prompt, test, entry_point'):
+    code_verifier.VERIFIER('  return a + b\n', ('5',))
+  with pytest.raises(ValueError, match='not a Python identifier'):
+    code_verifier.Problem('def f():\n', 'def check(c):\n  pass\n', 'f); import os; (f')
+
+
+def test_the_program_is_prompt_completion_tests_and_the_check_call():
+  assert code_verifier.program(PROBLEM, '  return a + b\n') == (
+    PROBLEM.prompt + '  return a + b\n\n\n' + PROBLEM.test + '\n\ncheck(add)\n'
+  )
