@@ -4,9 +4,20 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test
+.PHONY: setup sandbox demo test
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed sandbox
+
+# The code verifier runs model-written code under bubblewrap (graftjax/flywheel/sandbox.py).
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
+	      || echo 'could not install bubblewrap: the code sandbox tests skip' >&2; \
+	  else \
+	    echo 'bubblewrap (bwrap) is missing: the code sandbox needs it and its tests skip;' \
+	      'install it as root: apt-get install bubblewrap (or your distribution'"'"'s package)' >&2; \
+	  fi; }
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
