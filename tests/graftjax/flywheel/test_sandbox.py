@@ -1,5 +1,6 @@
 """Each hostile program is contained and scored as a failure that names its cause."""
 
+import ast
 import os
 import pathlib
 import shutil
@@ -34,6 +35,24 @@ def test_a_passing_program_passes():
   result = sandbox.run_python('import sys\nprint(sum(range(10)), sys.argv[1:])', args=('a',))
   assert (result.passed, result.cause, result.exit_code) == (True, 'ok', 0)
   assert result.stdout == "45 ['a']\n"
+
+
+@needs_bwrap
+def test_it_runs_unprivileged_with_no_way_to_regain_privileges():
+  code = (
+    "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+    "print(*(status[k].split()[0] for k in ('Uid', 'CapEff', 'NoNewPrivs')))"
+  )
+  uid, capabilities, no_new_privileges = sandbox.run_python(code).stdout.split()
+  assert uid != '0' and int(capabilities, 16) == 0 and no_new_privileges == '1'
+
+
+@needs_bwrap
+def test_the_callers_environment_does_not_reach_it(monkeypatch):
+  monkeypatch.setenv('GRAFTJAX_PROBE_TOKEN', 'the token')
+  result = sandbox.run_python('import os\nprint(sorted(os.environ))')
+  assert 'GRAFTJAX_PROBE_TOKEN' not in result.stdout
+  assert set(ast.literal_eval(result.stdout)) <= {'HOME', 'LC_CTYPE', 'PATH', 'PWD'}
 
 
 @needs_bwrap
