@@ -94,8 +94,17 @@ def describe(result: sandbox.Result) -> str | None:
 
 
 def check(text: str, gold: Sequence[str]) -> verifiers.Check:
-  """The registered check: `text`'s code run against the problem `gold` names."""
-  result = run(Problem.from_gold(gold), text)
+  """The registered check: `text`'s code run against the problem `gold` names.
+
+  Raises:
+    ValueError: `gold` is not a problem.
+    verifiers.VerifierError: the sandbox cannot run here (says why).
+  """
+  problem = Problem.from_gold(gold)
+  try:
+    result = run(problem, text)
+  except sandbox.SandboxError as error:
+    raise verifiers.VerifierError(f'code verifier v{VERSION} cannot run: {error}') from error
   return verifiers.Check(result.passed, extracted=completion_code(text), detail=describe(result))
 
 

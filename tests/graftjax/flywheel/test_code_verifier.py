@@ -78,6 +78,12 @@ def test_a_gold_that_is_not_a_problem_is_refused():
     code_verifier.Problem('def f():\n', 'def check(c):\n  pass\n', 'f); import os; (f')
 
 
+def test_a_machine_without_the_sandbox_is_a_verifier_error_naming_it(monkeypatch):
+  monkeypatch.setenv('PATH', '/nonexistent')
+  with pytest.raises(verifiers.VerifierError, match='bubblewrap'):
+    code_verifier.VERIFIER('  return a + b\n', PROBLEM.gold)
+
+
 def test_the_program_is_prompt_completion_tests_and_the_check_call():
   assert code_verifier.program(PROBLEM, '  return a + b\n') == (
     PROBLEM.prompt + '  return a + b\n\n\n' + PROBLEM.test + '\n\ncheck(add)\n'
