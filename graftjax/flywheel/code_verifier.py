@@ -2,7 +2,8 @@
 
 The gold of a code item is its problem as HumanEval ships it: `(prompt, test, entry_point)`.
 The program run is the prompt, the completion's code, the test code and `check(entry_point)`,
-in a fresh sandbox (graftjax/flywheel/sandbox.py); it passes when that exits with status 0.
+in a fresh sandbox (graftjax/flywheel/sandbox.py); it passes when that exits with status 0
+after `check` returned.
 A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
 'exit_code: AssertionError').
 
@@ -30,6 +31,7 @@ NAME = 'code'
 VERSION = 1
 LIMITS = sandbox.Limits(wall_seconds=20, cpu_seconds=10, memory_bytes=1 << 30, processes=16)
 
+_CHECKED = 'graftjax code verifier: check() returned'
 _FENCE = re.compile(r'```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)', re.DOTALL | re.IGNORECASE)
 
 
@@ -70,9 +72,12 @@ def completion_code(text: str) -> str:
 
 
 def program(problem: Problem, text: str) -> str:
-  """The program one check runs: prompt, completion, tests, and the call of `check`."""
+  """The program one check runs: prompt, completion, tests, `check`, then a line saying so."""
   code = completion_code(text)
-  return f'{problem.prompt}{code}\n\n{problem.test}\n\ncheck({problem.entry_point})\n'
+  return (
+    f'{problem.prompt}{code}\n\n{problem.test}\n\n'
+    f'check({problem.entry_point})\nprint({_CHECKED!r})\n'
+  )
 
 
 def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> sandbox.Result:
@@ -80,17 +85,23 @@ def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> sand
   return sandbox.run_python(program(problem, text), limits=limits)
 
 
-def describe(result: sandbox.Result) -> str | None:
-  """Why a run failed, in one line ('exit_code: AssertionError'); None if it passed."""
+def outcome(result: sandbox.Result) -> tuple[bool, str | None]:
+  """Whether a run passed, and if not why in one line ('exit_code: AssertionError').
+
+  A run passes when it exits with status 0 after `check` returned: code that exits early
+  (`sys.exit(0)` before the tests) fails.
+  """
   if result.passed:
-    return None
+    if result.stdout.endswith(_CHECKED + '\n'):
+      return True, None
+    return False, 'exit_code: 0 before check() returned'
   if result.error is not None:
-    return f'{result.cause}: {result.error}'
+    return False, f'{result.cause}: {result.error}'
   if result.signal is not None:
-    return f'{result.cause}: {result.signal}'
+    return False, f'{result.cause}: {result.signal}'
   if result.exit_code is not None:
-    return f'{result.cause}: {result.exit_code}'
-  return result.cause
+    return False, f'{result.cause}: {result.exit_code}'
+  return False, result.cause
 
 
 def check(text: str, gold: Sequence[str]) -> verifiers.Check:
@@ -105,7 +116,8 @@ def check(text: str, gold: Sequence[str]) -> verifiers.Check:
     result = run(problem, text)
   except sandbox.SandboxError as error:
     raise verifiers.VerifierError(f'code verifier v{VERSION} cannot run: {error}') from error
-  return verifiers.Check(result.passed, extracted=completion_code(text), detail=describe(result))
+  passed, detail = outcome(result)
+  return verifiers.Check(passed, extracted=completion_code(text), detail=detail)
 
 
 VERIFIER = verifiers.register(NAME, VERSION, check)

@@ -35,6 +35,12 @@ def test_a_wrong_completion_fails_with_the_assertion_named():
 
 
 @needs_bwrap
+def test_code_that_exits_before_the_tests_fails():
+  verdict = code_verifier.VERIFIER('  return 0\nimport sys\nsys.exit(0)\n', PROBLEM.gold)
+  assert (verdict.verdict, verdict.detail) == (False, 'exit_code: 0 before check() returned')
+
+
+@needs_bwrap
 def test_a_fenced_whole_function_is_the_code_checked():
   text = 'Here it is:\n```python\ndef add(a, b):\n  return b + a\n```\nDone.'
   verdict = code_verifier.VERIFIER(text, PROBLEM.gold)
@@ -56,7 +62,8 @@ def test_a_fenced_whole_function_is_the_code_checked():
 def test_a_hostile_completion_is_contained_and_scored_with_its_cause(body, cause):
   result = code_verifier.run(PROBLEM, body, limits=_FAST)
   assert (result.passed, result.cause) == (False, cause)
-  assert code_verifier.describe(result).startswith(cause)
+  passed, detail = code_verifier.outcome(result)
+  assert not passed and detail.startswith(cause)
 
 
 @needs_bwrap
@@ -87,6 +94,7 @@ def test_a_machine_without_the_sandbox_is_a_verifier_error_naming_it(monkeypatch
 def test_the_program_is_prompt_completion_tests_and_the_check_call():
   assert code_verifier.program(PROBLEM, '  return a + b\n') == (
     PROBLEM.prompt + '  return a + b\n\n\n' + PROBLEM.test + '\n\ncheck(add)\n'
+    "print('graftjax code verifier: check() returned')\n"
   )
 
 
