@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import select
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,9 @@ for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_NPROC, proce
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 os.execv(sys.executable, [sys.executable, '-I', 'main.py', *sys.argv[6:]])
 """
+
+# The longest wait for the kernel to end the processes a program left behind.
+_TEARDOWN_SECONDS = 10.0
 
 # A fork or a thread refused under RLIMIT_NPROC, as Python reports it.
 _PROCESS_REFUSED = (
@@ -100,9 +104,6 @@ class Result:
   stdout: str
   stderr: str
   seconds: float
-
-  def to_json(self) -> dict[str, object]:
-    return dataclasses.asdict(self)
 
 
 def bwrap() -> str:
@@ -182,9 +183,13 @@ def _cause(exit_code: int | None, signal_name: str | None, error: str | None) ->
   return 'exit_code'
 
 
-def _exit_code(status: bytes) -> int | None:
-  """The exit status bubblewrap reports once the program ends; None if it never ran."""
-  exit_code, decoder, text, index = None, json.JSONDecoder(), status.decode(errors='replace'), 0
+def _status(status: bytes) -> tuple[int | None, int | None]:
+  """bubblewrap's report: the pid of the sandbox's init (host view) and the program's exit status.
+
+  The exit status is None when the program never ran (or was killed at the timeout).
+  """
+  child_pid = exit_code = None
+  decoder, text, index = json.JSONDecoder(), status.decode(errors='replace'), 0
   while index < len(text):
     if text[index].isspace():
       index += 1
@@ -193,8 +198,21 @@ def _exit_code(status: bytes) -> int | None:
       document, index = decoder.raw_decode(text, index)
     except json.JSONDecodeError:
       break
+    child_pid = document.get('child-pid', child_pid)
     exit_code = document.get('exit-code', exit_code)
-  return exit_code
+  return child_pid, exit_code
+
+
+def _wait_until_gone(pid: int, timeout: float) -> None:
+  """Waits for the sandbox's init to exit: the kernel ends it only once its namespace is empty."""
+  try:
+    pidfd = os.pidfd_open(pid)
+  except ProcessLookupError:
+    return
+  try:
+    select.select([pidfd], [], [], timeout)
+  finally:
+    os.close(pidfd)
 
 
 def _read(file, limit: int) -> str:
@@ -244,7 +262,10 @@ def run_python(code: str, *, limits: Limits = Limits(), args: tuple[str, ...] = 
       process.wait()
     seconds = time.monotonic() - start
     with os.fdopen(status_read, 'rb') as status_file:
-      exit_code = _exit_code(status_file.read())
+      child_pid, exit_code = _status(status_file.read())
+    if child_pid is not None:
+      # bubblewrap returns when the program ends; what it forked dies with its namespace.
+      _wait_until_gone(child_pid, _TEARDOWN_SECONDS)
     out, err = _read(stdout, limits.file_bytes), _read(stderr, limits.file_bytes)
   if exit_code is None and not timed_out:
     raise SandboxError(f'bubblewrap could not create the sandbox: {err.strip()}')

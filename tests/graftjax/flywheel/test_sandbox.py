@@ -87,6 +87,18 @@ def test_a_fork_bomb_is_refused_and_leaves_no_process():
 
 
 @needs_bwrap
+def test_a_fork_bomb_that_outlives_refusals_is_killed_whole_at_the_timeout():
+  marker = f'forkbomb-{uuid.uuid4().hex}'
+  code = (
+    'import os, time\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    time.sleep(0.01)'
+  )
+  limits = sandbox.Limits(wall_seconds=2, cpu_seconds=30)
+  result = sandbox.run_python(code, limits=limits, args=(marker,))
+  assert (result.passed, result.cause) == (False, 'timeout')
+  assert _processes_with(marker) == []
+
+
+@needs_bwrap
 def test_a_10_gb_allocation_is_refused():
   result = sandbox.run_python('data = bytearray(10 * 2**30)\nprint(len(data))', limits=_FAST)
   assert (result.passed, result.cause, result.error) == (False, 'memory', 'MemoryError')
