@@ -3,8 +3,7 @@
 The gold of a code item is its problem as HumanEval ships it: `(prompt, test, entry_point)`.
 The program run is the prompt, the completion's code, the test code and `check(entry_point)`,
 in a fresh sandbox (graftjax/flywheel/sandbox.py); it passes when that exits with status 0
-after `check` returned.
-A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
+after `check` returned. A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
 'exit_code: AssertionError').
 
     from graftjax.flywheel import code_verifier
