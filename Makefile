@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup sandbox demo test
+.PHONY: setup sandbox demo test test-fast
 
 setup: $(VENV)/.installed sandbox
 
@@ -34,3 +34,8 @@ demo: setup
 # GPU stays one process (two would each claim the device's memory).
 test: setup
 	$(PY) -m pytest -q -n 2
+
+# The unit tier: what runs in a few minutes on two cores (no slow, real-model or
+# multi-process tests). CI runs the full suite (`make test`).
+test-fast: setup
+	$(PY) -m pytest -q -n 2 -m 'not slow and not real_model and not subprocess'

@@ -9,6 +9,7 @@ determinism.pin()
 
 import concurrent.futures  # pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
+import inspect  # pylint: disable=g-import-not-at-top,wrong-import-position
 import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -68,3 +69,29 @@ def run_together():
       )
 
   return run
+
+
+# Fixtures that start other processes: a test using one is marked `subprocess`.
+_PROCESS_FIXTURES = ('run_together', 's3_server', 'gcs_server')
+
+
+def _starts_processes(item) -> bool:
+  if any(name in item.fixturenames for name in _PROCESS_FIXTURES):
+    return True
+  try:
+    source = inspect.getsource(item.function)
+  except (OSError, TypeError):
+    return False
+  return 'subprocess.' in source or 'multiprocessing' in source
+
+
+def pytest_collection_modifyitems(config, items):
+  """Markers the fast tier deselects, found from what a test uses: `real_model` for a test
+  taking the real-model fixture, `subprocess` for one that starts processes (the test
+  function's own code, or a fixture that starts a server). `slow` is written on the test."""
+  del config
+  for item in items:
+    if 'real_model' in item.fixturenames:
+      item.add_marker(pytest.mark.real_model)
+    if _starts_processes(item):
+      item.add_marker(pytest.mark.subprocess)

@@ -1,5 +1,6 @@
 """experiments/bench_graft.py on the tiny model: runs, and its graft reproduces the recompute bits."""
 
+import pytest
 import pathlib
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from graftjax import ledger
 SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench_graft.py'
 
 
+@pytest.mark.slow
 def test_bench_graft_smoke(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(

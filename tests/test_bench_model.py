@@ -1,5 +1,6 @@
 """experiments/bench_model.py on the tiny architecture: every row and ratio is written."""
 
+import pytest
 import pathlib
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from graftjax.models.gemma import config as config_lib
 SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench_model.py'
 
 
+@pytest.mark.slow
 def test_bench_model_per_op_smoke(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(

@@ -1,5 +1,6 @@
 """experiments/kernel_determinism.py: runs digest every kernel; merge finds differences."""
 
+import pytest
 import json
 import pathlib
 import subprocess
@@ -17,6 +18,7 @@ def _run(*flags):
   return proc
 
 
+@pytest.mark.slow
 def test_two_processes_agree_and_a_changed_digest_is_found(tmp_path, run_together):
   paths = [tmp_path / f'{label}.json' for label in ('a', 'b')]
   flags = ['--model=tiny', '--quick', '--samples=1', '--prefix_tokens=16']

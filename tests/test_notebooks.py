@@ -78,6 +78,7 @@ def test_position_sensitivity_notebook_runs_and_agrees_with_the_registry():
   assert len(_images(nb)) == 2
 
 
+@pytest.mark.slow
 def test_flywheel_notebook_runs_and_grafted_equals_prompted():
   nb = _run(NOTEBOOKS / 'flywheel.ipynb')
   out = _stdout(nb)

@@ -84,6 +84,7 @@ def test_python_example_runs_on_the_tiny_model(monkeypatch, tmp_path):
   exec(compile(code, 'README.md', 'exec'), {})
 
 
+@pytest.mark.slow
 @pytest.mark.real_model
 def test_python_example_runs_on_the_real_model(real_model, monkeypatch, tmp_path):
   code = _code('From Python', 'python').replace('/tmp/graftjax_blocks', str(tmp_path / 'blocks'))

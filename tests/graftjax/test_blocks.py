@@ -53,6 +53,7 @@ def test_graft_reproduces_the_captured_cache_bit_for_bit(tiny_model):
     ), name
 
 
+@pytest.mark.slow
 def test_continuation_after_graft_is_byte_equal(tiny_model):
   fresh, _ = tiny_model.prefill(
     CONT, cache=prefilled(tiny_model), chunk_size=4, start_position=PREFIX.size, logits='all'
@@ -259,6 +260,7 @@ def test_positions_that_disagree_with_the_metadata_are_refused(tiny_model, edit,
     graft_into_new(tiny_model, bad)
 
 
+@pytest.mark.slow
 def test_capture_refuses_positions_that_are_not_consecutive(tiny_model):
   cache = tiny_model.init_cache(capacity=CAPACITY)
   _, cache = tiny_model.forward(PREFIX[None, :3], np.arange(3)[None], cache)
@@ -268,6 +270,7 @@ def test_capture_refuses_positions_that_are_not_consecutive(tiny_model):
   blocks.capture(cache, blocks.Span(3, 5), token_ids=PREFIX[3:5], target=tiny_model.graft_target)
 
 
+@pytest.mark.slow
 def test_capture_records_cache_shape_and_segment(tiny_model):
   _, cache = tiny_model.prefill(
     PREFIX,
@@ -385,6 +388,7 @@ def test_metadata_of_another_layout_is_named_so(tiny_model):
     blocks.BlockMeta.from_json([_json_meta(tiny_model)])
 
 
+@pytest.mark.slow
 def test_blocks_of_any_length_share_compiled_installs(tiny_model):
   """Rows are padded to INSTALL_BUCKET: a new length compiles nothing new (else the first
   restore of each block length paid a compile, 3.3 s on the H200)."""

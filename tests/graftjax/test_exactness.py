@@ -56,6 +56,7 @@ def test_compare_refuses_mismatched_arrays():
     exactness.compare(np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float64))
 
 
+@pytest.mark.slow
 def test_gate_on_tiny_model(tiny_model, tmp_path):
   rng = np.random.default_rng(5)
   samples = [

@@ -105,6 +105,7 @@ def check_against_this_machines_recording(request) -> None:
   assert_matches_recording(grafted_logits(request.getfixturevalue('real_model')), recording)
 
 
+@pytest.mark.slow
 @pytest.mark.real_model
 def test_block_from_another_machine_gives_the_recorded_logit_bytes(request):
   check_against_this_machines_recording(request)

@@ -43,6 +43,7 @@ def snapshot(cache):
   }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('donate', [False, True])
 def test_restore_then_continue_is_byte_equal_to_fresh(tiny_model, deposited, donate):
   store, key, fresh = deposited

@@ -122,6 +122,7 @@ def _cache_case(tokens_k, tokens_v, filled, garbage_seed, dtype):
     (jnp.float32, None, 'highest', dict(combine_group=2)),
   ],
 )
+@pytest.mark.slow
 def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precision, combine):
   """A query row gives the same bits alone, in a chunk of 7 or 64, at batch 1
   or 8, whether its prefix was written with it or restored from pieces, in a
@@ -226,6 +227,7 @@ def test_row_bits_do_not_depend_on_chunk_batch_or_history(dtype, window, precisi
   np.testing.assert_allclose(out64, np.asarray(ref.astype(jnp.float32)), **tolerance)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('group', [1, 2, 4, 8])
 def test_combine_groups_stay_close_to_the_reference(group):
   """The combine's sum by groups of splits (4 live here; 8 walks padding it
@@ -241,6 +243,7 @@ def test_combine_groups_stay_close_to_the_reference(group):
   np.testing.assert_allclose(got, np.asarray(ref), **TOLERANCE[jnp.float32])
 
 
+@pytest.mark.slow
 def test_empty_slot_contents_do_not_matter():
   rng = np.random.default_rng(4)
   dtype = jnp.float32
@@ -264,6 +267,7 @@ def test_empty_slot_contents_do_not_matter():
   np.testing.assert_array_equal(outs[0], outs[2])
 
 
+@pytest.mark.slow
 def test_window_equals_emptying_out_of_window_slots():
   """window=W gives the bits of a cache whose slots at p - W or older are
   empty; and it does change the result."""
@@ -379,6 +383,7 @@ def _shuffled_cache(rng, batch, num_q):
     ('all', jnp.float32, WINDOW, 2),
   ],
 )
+@pytest.mark.slow
 def test_variants_match_reference(variant, dtype, window, kv_heads):
   rng = np.random.default_rng(12)
   batch, num_q = 2, 20
@@ -453,6 +458,7 @@ def test_reference_variants_follow_their_definitions():
     ('relative', jnp.float32, WINDOW, 2),
   ],
 )
+@pytest.mark.slow
 def test_variant_row_bits_depend_only_on_the_row_and_distances(variant, dtype, window, kv_heads):
   """A query row gives the same bits alone, in a chunk of 7 or of 20, with
   garbage in the empty slots; and, every position moved by M, the same bits
@@ -486,6 +492,7 @@ def test_variant_row_bits_depend_only_on_the_row_and_distances(variant, dtype, w
   np.testing.assert_array_equal(moved, out20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('window', [None, 5])
 def test_tile_ranges_cover_every_visible_tile(window):
   rng = np.random.default_rng(7)

@@ -3,6 +3,7 @@
 In a subprocess, because the script pins XLA flags before jax starts.
 """
 
+import pytest
 import json
 import os
 import pathlib
@@ -12,6 +13,7 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_quick_run_writes_json(tmp_path):
   out = tmp_path / 'bench.json'
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false')
@@ -41,6 +43,7 @@ def test_quick_run_writes_json(tmp_path):
     assert case['max_abs_diff_pallas_vs_xla'] < 1e-4
 
 
+@pytest.mark.slow
 def test_attention_tile_sweep_quick_run_writes_json(tmp_path):
   out = tmp_path / 'tiles.json'
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false')

@@ -72,6 +72,7 @@ def bits_differ(got: np.ndarray, want: np.ndarray) -> int:
   return int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('variant', list(VARIANTS))
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 @pytest.mark.parametrize('depth,cols', SHAPES)

@@ -56,6 +56,7 @@ def test_matches_reference(dtype):
     (jnp.float32, 'bf16x6'),
   ],
 )
+@pytest.mark.slow
 def test_rows_do_not_depend_on_m(dtype, precision):
   x, w = _data(np.random.default_rng(1), 70, dtype)
   precision = dots.from_name(precision)

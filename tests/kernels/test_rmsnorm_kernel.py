@@ -32,6 +32,7 @@ def _run(x, w, block_d=None):
   return np.asarray(_kernel(block_d=block_d)(x, w).astype(jnp.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize('features,block_d', [(FEATURES, None), (48, 16)])
 def test_matches_reference(dtype, features, block_d):
@@ -49,6 +50,7 @@ def test_default_block_d():
   assert rmsnorm.default_block_d(48) == 16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 def test_rows_do_not_depend_on_batch(dtype):
   x, w = _data(np.random.default_rng(1), (4, 64, FEATURES), dtype)

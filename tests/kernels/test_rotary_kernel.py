@@ -62,6 +62,7 @@ def test_formula():
   assert inv_freq[0] == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 def test_rows_do_not_depend_on_chunk_or_batch(dtype):
   x, positions = _data(np.random.default_rng(2), 4, 64, dtype)

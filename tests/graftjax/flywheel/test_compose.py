@@ -63,6 +63,7 @@ def query_logits(model, cache, layout):
   return np.asarray(logits)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('k', [2, 3])
 def test_composed_context_is_byte_equal_to_fresh_prefill(model, library, k):
   store, keys = library
@@ -165,6 +166,7 @@ def test_compose_refuses_a_missing_block(model, library):
     compose.compose(model, store, [keys[0], 'f' * 64], capacity=CAPACITY)
 
 
+@pytest.mark.slow
 def test_bfloat16_pages_are_byte_equal_to_fresh_prefill(tmp_path):
   """bfloat16's split is 512 slots: pages of 512."""
   m = gemma_model.tiny(dtype=jnp.bfloat16).with_position_scheme('rope_relative').with_impl('pallas')

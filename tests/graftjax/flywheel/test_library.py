@@ -68,6 +68,7 @@ def test_unknown_source_is_refused(text_model, library):
     deposit(text_model, library, solution='5', source='guess')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', ['recall', 'solve'])
 def test_grafted_answer_is_byte_equal_to_the_prompted_one(text_model, library, mode):
   entry = deposit(text_model, library)

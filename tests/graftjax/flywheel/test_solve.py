@@ -27,6 +27,7 @@ def test_cut_at_stop():
   assert solve.cut_at_stop([5, 6, 7], (1,)) == (5, 6, 7)
 
 
+@pytest.mark.slow
 def test_batched_greedy_equals_one_prompt_at_a_time(tiny_model):
   batched = solve.generate(tiny_model, PROMPTS, max_new_tokens=6, stop_ids=(1,), rows=4, bucket=16)
   for prompt, tokens in zip(PROMPTS, batched):
@@ -58,6 +59,7 @@ def test_prompts_of_any_length_share_compiled_programs(tiny_model):
   assert (transformer.forward_jit._cache_size(), sampler.decode._cache_size()) == before
 
 
+@pytest.mark.slow
 def test_a_prefix_is_the_same_as_prepending_it(tiny_model):
   prefix = [2, 40, 41, 42, 43]
   with_prefix = solve.generate(
@@ -94,6 +96,7 @@ print(json.dumps({'tokens': out, 'refused': refused, 'devices': len(cache.k.shar
 """
 
 
+@pytest.mark.slow
 def test_rows_are_split_over_every_local_device(tiny_model):
   """Four host devices (forced) run the same batches as one, each holding a quarter of the rows."""
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}

@@ -38,6 +38,7 @@ def model(text_model):
   return text_model.with_position_scheme('rope_relative').with_impl('pallas')
 
 
+@pytest.mark.slow
 def test_the_study_checks_every_layout_and_answers_every_arm(model, tmp_path):
   items = [_item(i, i, 2) for i in range(3)] + [_item(3, 1, 1, solution='1 + 1 = 3')]
   held_out = [_item(i, i, 5, prefix='h', template=f'q{i}') for i in range(2)]

@@ -44,6 +44,7 @@ PROMPT = flywheel.Prompt(
 )
 
 
+@pytest.mark.slow
 def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   items = [_item(i, i, 2) for i in range(3)]
   held_out = [_item(i, i, 3, template=f'q{i}', prefix='h') for i in range(2)]
@@ -133,6 +134,7 @@ def _run_qa(model, library, **kwargs):
   )
 
 
+@pytest.mark.slow
 def test_an_answer_only_task_runs_and_rescores_clean(text_model, tmp_path):
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
   out = _run_qa(text_model, library)

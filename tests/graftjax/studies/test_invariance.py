@@ -36,6 +36,7 @@ def cells(impl, tmp_path, dot_precision='highest'):
   )['cells']
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('dot_precision', ['highest', 'bf16x3'])
 def test_pallas_grafted_equals_single_pass(tmp_path, dot_precision):
   for cell in cells('pallas', tmp_path, dot_precision):
@@ -43,12 +44,14 @@ def test_pallas_grafted_equals_single_pass(tmp_path, dot_precision):
     assert cell['rows_kl_max'] == 0.0
 
 
+@pytest.mark.slow
 def test_xla_grafted_differs_from_single_pass(tmp_path):
   found = cells('xla', tmp_path)
   assert any(cell['samples_byte_equal'] == 0 for cell in found)
   assert all(cell['rows_argmax_agreement'] == 1.0 for cell in found)
 
 
+@pytest.mark.slow
 def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
   model = gemma_model.tiny(impl='pallas')
   result = invariance.run_invariance(
@@ -70,6 +73,7 @@ def _command(*flags):
   return [sys.executable, str(script), '--model=tiny', '--impl=xla', *flags]
 
 
+@pytest.mark.slow
 def test_shards_merge_into_the_unsharded_table(tmp_path, run_together):
   common = [
     '--samples=3',

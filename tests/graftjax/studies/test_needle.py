@@ -1,5 +1,6 @@
 """needle: facts planted at known places, answered paged and by the base model."""
 
+import pytest
 import json
 
 from graftjax.studies import corpus
@@ -20,6 +21,7 @@ def test_facts_are_planted_whole_at_their_offsets():
   assert needle.first_number(' 4821.') == 4821 and needle.first_number('none') is None
 
 
+@pytest.mark.slow
 def test_experiment_runs_both_arms_with_wilson_intervals():
   result = needle.experiment(
     model_name='tiny',
@@ -44,6 +46,7 @@ def test_experiment_runs_both_arms_with_wilson_intervals():
   json.dumps(result)
 
 
+@pytest.mark.slow
 def test_needles_join_a_grown_store_and_route_over_all_of_it(tmp_path):
   kwargs = dict(model_name='tiny', dtype='float32', progress=False)
   grown = paging_scale.experiment(

@@ -10,6 +10,7 @@ from graftjax.studies import corpus
 from graftjax.studies import paging_scale
 
 
+@pytest.mark.slow
 def test_plan_cuts_real_text_into_pages_of_bos_and_one_file():
   plan = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=16, num_pages=20, seed=0)
   assert plan.ids.shape == (20, 16) and len(set(plan.sources)) == 20
@@ -42,6 +43,7 @@ def grown(tmp_path_factory):
   return folder, kwargs, paging_scale.experiment(**kwargs)
 
 
+@pytest.mark.slow
 def test_result_holds_the_summary_the_results_page_reads(grown):
   _, _, result = grown
   s = result['summary']
@@ -88,6 +90,7 @@ def test_figure_is_written_beside_the_result(tmp_path, grown):
   assert np.isfinite(result['summary']['access_max_deviation_from_smallest'])
 
 
+@pytest.mark.slow
 def test_batched_pages_are_byte_equal_to_pages_made_alone_under_invariant_kernels():
   model = paging_scale.load_model('tiny', dtype='float32', impl='pallas')
   plan = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=40, num_pages=3, seed=0)
@@ -103,6 +106,7 @@ def test_batched_pages_are_byte_equal_to_pages_made_alone_under_invariant_kernel
   assert np.asarray(together[0].block.k).tobytes() != np.asarray(together[1].block.k).tobytes()
 
 
+@pytest.mark.slow
 def test_batched_growth_stores_each_planned_page_once(tmp_path, grown):
   _, kwargs, first = grown
   result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'batch': 3})

@@ -52,6 +52,7 @@ def result():
   return out
 
 
+@pytest.mark.slow
 def test_result_structure(result):
   assert result['progress_total'] == len(SCHEMES) * (len(OFFSETS) + 1)
   assert len(result['cells']) == len(SCHEMES) * len(OFFSETS)

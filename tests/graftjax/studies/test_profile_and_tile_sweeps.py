@@ -21,6 +21,7 @@ def test_summary_sums_by_name_largest_first():
   assert s['kernels'] == [{'name': 'mm', 'calls': 2, 'total_us': 6.0, 'mean_us': 3.0}]
 
 
+@pytest.mark.slow
 def test_profile_of_the_tiny_model_finds_kernels():
   result = profile_model.experiment(
     dtype='float32',
@@ -54,6 +55,7 @@ def test_matmul_candidates_are_parsed_or_refused():
     )
 
 
+@pytest.mark.slow
 def test_matmul_sweep_compares_bytes_with_the_default_tiles():
   result = bench_matmul_tiles.sweep(
     dtypes=['float32'],
@@ -83,6 +85,7 @@ def test_attention_candidates_take_the_launch_knobs():
       bench_attention_tiles.parse_candidate(bad)
 
 
+@pytest.mark.slow
 def test_attention_sweep_can_trace_each_call():
   result = bench_attention_tiles.sweep(
     candidates={'float32': ['4,32,256,4'], 'bfloat16': []},

@@ -98,6 +98,7 @@ PALLAS_LAYOUT = relocation.Layout(capacity=64, chunk_size=3)
 PALLAS_OFFSETS = (64, 200)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scheme', schemes.names())
 def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
   m = gemma_model.tiny(position_scheme=scheme, impl='pallas')
@@ -121,6 +122,7 @@ def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
   np.testing.assert_allclose(fresh[PALLAS_OFFSETS[1]], xla, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_pallas_block_attention_matches_xla_and_composes_exactly():
   m = gemma_model.tiny(position_scheme='alibi', impl='pallas')
   a, b = PALLAS_BLOCK[:3], PALLAS_BLOCK[3:]

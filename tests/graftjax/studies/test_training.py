@@ -33,6 +33,7 @@ def test_split_is_by_file_and_deterministic():
   assert training.load_corpus(held_out_every=4, max_files=12).to_json() == data.to_json()
 
 
+@pytest.mark.slow
 def test_loss_goes_down(trained):
   _, result, _ = trained
   assert result.train_loss.shape == (SETTINGS.steps,)

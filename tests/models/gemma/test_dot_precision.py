@@ -24,6 +24,7 @@ def test_unknown_precisions_are_refused():
     config_lib.tiny().replace(dot_precision='tf32')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl', ['xla', 'pallas'])
 def test_split_logits_repeat_and_stay_close_to_ieee(impl):
   ieee = gemma_model.tiny(impl=impl)

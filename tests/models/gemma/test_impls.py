@@ -44,6 +44,7 @@ def test_bad_settings_are_refused():
     config_lib.tiny().impl_of('softmax')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('op', config_lib.OPS)
 def test_one_op_on_pallas_runs_and_stays_close_to_xla(op):
   xla = gemma_model.tiny()

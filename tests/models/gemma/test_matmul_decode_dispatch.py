@@ -74,6 +74,7 @@ def _logits(model, monkeypatch, setting):
   return np.asarray(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('variant', ops.MATMUL_DECODE_VARIANTS)
 def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
   if INTERPRET and variant == 'transposed':

@@ -19,6 +19,7 @@ def prefill_all(model, ids, chunk_size, capacity=64):
   )
 
 
+@pytest.mark.slow
 def test_forward_shapes(tiny_model):
   logits, cache = prefill_all(tiny_model, IDS, chunk_size=16)
   cfg = tiny_model.config
@@ -30,6 +31,7 @@ def test_forward_shapes(tiny_model):
   assert np.all(np.asarray(cache.positions[0, IDS.size :]) == -1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('chunk_size', [1, 5, 16, 37])
 def test_chunking_gives_same_layout_and_close_values(tiny_model, chunk_size):
   ref_logits, ref_cache = prefill_all(tiny_model, IDS, chunk_size=64)
@@ -56,6 +58,7 @@ def test_sliding_window_changes_late_logits():
   assert float(jnp.max(jnp.abs(a[:, window:] - b[:, window:]))) > 1e-3
 
 
+@pytest.mark.slow
 def test_bfloat16_runs_and_stays_close(tiny_model):
   bf16 = gemma_model.tiny(dtype=jnp.bfloat16)
   a, cache = prefill_all(bf16, IDS, chunk_size=16)
@@ -85,6 +88,7 @@ def test_fingerprint_depends_on_weights_and_scheme():
   assert a.with_position_scheme('alibi').fingerprint != a.fingerprint
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('scheme', ['rope_f64', 'rope_relative'])
 def test_positions_beyond_the_float64_tables_are_refused(scheme):
   model = dataclasses.replace(gemma_model.tiny(position_scheme=scheme), table_size=32)
@@ -101,6 +105,7 @@ def test_pallas_capacity_multiple_fits_every_attention_tile():
     assert ops.CAPACITY_MULTIPLE % block_k == 0, block_k
 
 
+@pytest.mark.slow
 def test_prefill_returns_the_hidden_state_of_every_chunk(tiny_model):
   """'hidden' used to return only the last chunk's rows."""
   ids = [2, 5, 9, 11, 13, 17, 19]
@@ -109,6 +114,7 @@ def test_prefill_returns_the_hidden_state_of_every_chunk(tiny_model):
   assert hidden.shape == (1, len(ids), tiny_model.config.embed_dim)
 
 
+@pytest.mark.slow
 def test_prefill_last_unembeds_only_the_final_chunk(tiny_model, monkeypatch):
   """'last' computes the vocabulary logits once, for the final chunk's last token (Pallas:
   its rows do not depend on how many share the call, so they equal 'all''s last row)."""

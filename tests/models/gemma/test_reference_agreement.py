@@ -102,6 +102,7 @@ def test_subset_reaches_beyond_the_sliding_window(hf_fixture):
   assert len(_record(hf_fixture, _SLIDING_WINDOW_PROMPT)['token_ids']) > window
 
 
+@pytest.mark.slow
 @pytest.mark.real_model
 def test_logits_match_hf(figures, agreement):
   tolerance = agreement.LOGIT_TOLERANCE
@@ -144,6 +145,7 @@ def _hf_max_abs_diff(agreement, model, record, *, from_position=0):
   return float(np.abs(run.gathered['hf'].astype(np.float64) - theirs).max())
 
 
+@pytest.mark.slow
 @pytest.mark.real_model
 def test_norm_plus_one_twice_is_caught(real_model, agreement, hf_fixture):
   def plus_one(layer):
@@ -157,6 +159,7 @@ def test_norm_plus_one_twice_is_caught(real_model, agreement, hf_fixture):
   assert diff > agreement.LOGIT_TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.real_model
 @pytest.mark.parametrize('wrong_window', [1 << 30, 513], ids=['no_window', 'off_by_one'])
 def test_a_wrong_sliding_window_is_caught(real_model, agreement, hf_fixture, wrong_window):

@@ -10,6 +10,7 @@ from graftjax.models.gemma import sampler
 PROMPT = np.random.default_rng(1).integers(3, 256, 11).astype(np.int32)
 
 
+@pytest.mark.slow
 def test_greedy_matches_step_by_step_argmax(tiny_model):
   out = sampler.generate(
     tiny_model, PROMPT, max_new_tokens=6, capacity=32, chunk_size=4, stop_ids=(), keep_logits=True
@@ -25,6 +26,7 @@ def test_greedy_matches_step_by_step_argmax(tiny_model):
     ids.append(token)
 
 
+@pytest.mark.slow
 def test_stops_on_stop_token(tiny_model):
   first = sampler.generate(tiny_model, PROMPT, max_new_tokens=5, capacity=32, stop_ids=())
   stop = first['tokens'][2]
