@@ -318,6 +318,7 @@ def experiment(
     ),
     'model': model_name,
     'page_tokens': page_tokens,
+    'summary': _summary(overlap, routed),
     'timing': 'median of per-query wall times on a CPU shared with other work',
     'overlap': overlap,
     'gemma3_270m_bfloat16_bytes': real_model_bytes(page_tokens, overlaps),
@@ -329,6 +330,21 @@ def experiment(
       'routers': routed,
     },
   }
+
+
+def _summary(overlap: list[dict[str, Any]], routed: dict[str, Any]) -> dict[str, Any]:
+  """Headline scalars: per overlap, tokens stored and boundary facts kept; per router, top-k."""
+  out: dict[str, Any] = {}
+  for r in overlap:
+    out[f'overlap_{r["overlap"]}'] = {
+      'stored_tokens_per_document_token': r['stored_tokens_per_document_token'],
+      'boundary_facts_whole_in_routed_page': r['boundary_facts_whole_in_routed_page']['rate'],
+      'access_median_s': r['access_median_s'],
+    }
+  for name, by_wording in routed.items():
+    for wording, r in by_wording.items():
+      out[f'{name}_{wording}'] = {'top1': r['top1']['rate'], 'top4': r['top4']['rate']}
+  return out
 
 
 def format_rows(result: dict[str, Any]) -> str:
