@@ -20,7 +20,8 @@ locker of {name} is {number}.", "question": "...{name}...?", "answer": "The
 locker of {name} is"}; fact i takes template i mod their count),
 `--haystack=a.txt,b.txt` (text files, read in order), `--placement=inside`
 (a line break inside a page), `boundary` (across a page boundary) or `mixed`,
-and `--overlap` (tokens shared by consecutive pages). The result splits the
+`--overlap` (tokens shared by consecutive pages) and `--router=units` (BM25 over
+fixed-size routing units, for stores of mixed page sizes). The result splits the
 base arm by whether the window holds another fact of the same template, both
 arms by facts at a boundary, and counts answers that give another fact's number.
 
@@ -61,6 +62,9 @@ _HAYSTACK = flags.DEFINE_list(
 )
 _PLACEMENT = flags.DEFINE_enum('placement', 'inside', needle.PLACEMENTS, 'Where facts go.')
 _OVERLAP = flags.DEFINE_integer('overlap', 0, 'Tokens shared by consecutive pages.')
+_ROUTER = flags.DEFINE_enum(
+  'router', 'bm25', list(needle.ROUTERS), 'BM25 over whole pages, or over fixed-size units.'
+)
 _MARGIN = flags.DEFINE_integer('margin', 32, 'Tokens kept clear of a page edge by inside facts.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_needle.json', 'Result JSON.')
 
@@ -87,6 +91,7 @@ def main(argv):
     overlap=_OVERLAP.value,
     haystack=_HAYSTACK.value,
     margin=_MARGIN.value,
+    router=_ROUTER.value,
   )
   print(needle.format_summary(result))
   results.write(_OUT.value, result)

@@ -28,6 +28,7 @@ from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import stats
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages
+from graftjax.paging import routing
 from graftjax.studies import corpus
 from graftjax.studies import paging_scale
 from graftjax.studies import results
@@ -79,6 +80,10 @@ ACCESS_CODE = Template(
   answer='The access code of {name} is',
 )
 PLACEMENTS = ('inside', 'boundary', 'mixed')
+ROUTERS = {  # BM25 over whole pages, or over fixed-size routing units (`paging.routing`)
+  'bm25': lambda: route_lib.BM25Router(threshold=0.0),
+  'units': lambda: routing.UnitRouter(threshold=0.0),
+}
 
 
 def load_templates(path: str | os.PathLike) -> tuple[Template, ...]:
@@ -299,6 +304,7 @@ def experiment(
   placement: str = 'inside',
   overlap: int = 0,
   haystack=None,
+  router: str = 'bm25',
   progress: bool = True,
   command: str | None = None,
 ) -> dict[str, Any]:
@@ -307,8 +313,11 @@ def experiment(
   With `store_dir` (a store grown by `paging_scale`, same model), the needle
   pages join that store and its catalog, and every question is routed over
   all of it; otherwise over the needle pages alone, in a temporary store.
-  `templates`, `placement`, `overlap` and `haystack` (text files) as `plant`.
+  `templates`, `placement`, `overlap` and `haystack` (text files) as `plant`; `router`
+  one of `ROUTERS`.
   """
+  if router not in ROUTERS:
+    raise NeedleError(f'router must be one of {sorted(ROUTERS)}, got {router!r}')
   model = paging_scale.load_model(model_name, dtype=dtype, impl=impl)
   tokenizer = paging_scale.tokenizer_of(model)
   page_ids, planted, docs, spans = plant(
@@ -350,9 +359,7 @@ def experiment(
   with contextlib.ExitStack() as stack:
     root = store_dir or stack.enter_context(tempfile.TemporaryDirectory())
     store = store_lib.BlockStore(os.path.join(root, 'store') if store_dir is None else root)
-    catalog = stack.enter_context(
-      catalog_lib.Catalog.beside(store, router=route_lib.BM25Router(threshold=0.0))
-    )
+    catalog = stack.enter_context(catalog_lib.Catalog.beside(store, router=ROUTERS[router]()))
     t0 = time.perf_counter()
     for p in tqdm.tqdm(range(len(page_ids)), desc='pages', disable=not progress):
       (page,) = paging_scale.make_pages(
@@ -476,6 +483,7 @@ def experiment(
     'answer_tokens': answer_tokens,
     'placement': placement,
     'overlap': overlap,
+    'router': router,
     'templates': [dataclasses.asdict(t) for t in kinds],
     'corpus': 'standard-library sources of this interpreter, in sorted order'
     if haystack is None

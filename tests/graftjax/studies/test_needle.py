@@ -81,6 +81,7 @@ def test_needles_join_a_grown_store_and_route_over_all_of_it(tmp_path):
   assert all('routed_right' in r for r in result['rows'])
 
 
+_ARMS = dict(answer_tokens=1, chunk_size=64, question_chunk=8)
 LOCKER = needle.Template(
   fact='The locker of {name} has number {number}.',
   question='Which locker is the one of {name}?',
@@ -133,6 +134,8 @@ def test_templates_haystack_and_placement_are_checked(tmp_path):
   kwargs = dict(needles=2, page_tokens=128, pages_per_window=2, margin=16, seed=0)
   with pytest.raises(needle.NeedleError, match='haystack holds'):
     needle.plant(corpus.ByteTokenizer(), **kwargs, haystack=[short])
+  with pytest.raises(needle.NeedleError, match='router'):
+    needle.experiment(model_name='tiny', dtype='float32', router='nope', **kwargs, **_ARMS)
   with pytest.raises(needle.NeedleError, match='placement'):
     needle.plant(corpus.ByteTokenizer(), **kwargs, placement='anywhere')
 
@@ -156,9 +159,11 @@ def test_a_users_needle_set_reports_neighbours_boundaries_and_confusions(tmp_pat
     placement='mixed',
     overlap=64,
     haystack=[haystack],
+    router='units',
     progress=False,
   )
   s, rows = result['summary'], result['rows']
+  assert result['router'] == 'units'
   assert [r['same_template_neighbours'] for r in rows] == [1, 1, 0, 0]
   assert s['base_accuracy_same_template_neighbour']['n'] == 2
   assert s['base_accuracy_no_same_template_neighbour']['n'] == 2
