@@ -55,7 +55,7 @@ _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk of pages an
 _QUESTION_CHUNK = flags.DEFINE_integer('question_chunk', 8, 'Prefill chunk of the question.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
 _TEMPLATES = flags.DEFINE_string(
-  'templates', None, 'JSON file of fact templates (default: the access code one).'
+  'templates', 'access_code', 'A JSON file of fact templates, or a named set: access_code, four.'
 )
 _HAYSTACK = flags.DEFINE_list(
   'haystack', None, 'Text files to plant the facts in (default: the standard library).'
@@ -84,9 +84,7 @@ def main(argv):
     chunk_size=_CHUNK_SIZE.value,
     question_chunk=_QUESTION_CHUNK.value,
     seed=_SEED.value,
-    templates=(
-      needle.load_templates(_TEMPLATES.value) if _TEMPLATES.value else (needle.ACCESS_CODE,)
-    ),
+    templates=needle.load_templates(_TEMPLATES.value),
     placement=_PLACEMENT.value,
     overlap=_OVERLAP.value,
     haystack=_HAYSTACK.value,

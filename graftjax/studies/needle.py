@@ -79,6 +79,27 @@ ACCESS_CODE = Template(
   question='What is the access code of {name}?',
   answer='The access code of {name} is',
 )
+TEMPLATE_SETS = {  # named sets `--templates` takes besides a JSON file
+  'access_code': (ACCESS_CODE,),
+  'four': (
+    ACCESS_CODE,
+    Template(
+      fact='{name} was born in the year {number}.',
+      question='In which year was {name} born?',
+      answer='{name} was born in the year',
+    ),
+    Template(
+      fact='The locker of {name} has number {number}.',
+      question='What number does the locker of {name} have?',
+      answer='The locker of {name} has number',
+    ),
+    Template(
+      fact='{name} paid {number} dollars for the car.',
+      question='How many dollars did {name} pay for the car?',
+      answer='{name} paid',
+    ),
+  ),
+}
 PLACEMENTS = ('inside', 'boundary', 'mixed')
 ROUTERS = {  # BM25 over whole pages, or over fixed-size routing units (`paging.routing`)
   'bm25': lambda: route_lib.BM25Router(threshold=0.0),
@@ -87,11 +108,14 @@ ROUTERS = {  # BM25 over whole pages, or over fixed-size routing units (`paging.
 
 
 def load_templates(path: str | os.PathLike) -> tuple[Template, ...]:
-  """Templates from a JSON file: a list of {"fact": ..., "question": ..., "answer": ...}.
+  """A named set of `TEMPLATE_SETS`, or templates from a JSON file: a list of
+  {"fact": ..., "question": ..., "answer": ...}.
 
   Raises:
     NeedleError: the file is unreadable, not such a list, or a template is unusable.
   """
+  if str(path) in TEMPLATE_SETS:
+    return TEMPLATE_SETS[str(path)]
   try:
     rows = json.loads(pathlib.Path(path).read_text(encoding='utf-8'))
   except OSError as e:

@@ -114,6 +114,9 @@ def test_templates_haystack_and_placement_are_checked(tmp_path):
   path = tmp_path / 'facts.json'
   path.write_text(json.dumps([dataclasses.asdict(LOCKER), dataclasses.asdict(needle.ACCESS_CODE)]))
   assert needle.load_templates(path) == (LOCKER, needle.ACCESS_CODE)
+  assert needle.load_templates('four')[0] == needle.ACCESS_CODE
+  for template in needle.load_templates('four'):
+    template.check()
   bad = {
     'no name': [{'fact': 'x {number}', 'question': '{name}?', 'answer': '{name}'}],
     'no number': [{'fact': '{name} x', 'question': '{name}?', 'answer': '{name}'}],
