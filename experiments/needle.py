@@ -14,6 +14,20 @@ facts included, and the question follows). Accuracy of both with Wilson 95%
 intervals, routing top-1, page access latency (route + read + verify +
 install) of this real-model store. On CPU the window is short (4 x 511 + 1
 tokens); the 32k window is for a GPU (`--pages_per_window=64`).
+
+A needle set of your own: `--templates=facts.json` (a list of {"fact": "The
+locker of {name} is {number}.", "question": "...{name}...?", "answer": "The
+locker of {name} is"}; fact i takes template i mod their count),
+`--haystack=a.txt,b.txt` (text files, read in order), `--placement=inside`
+(a line break inside a page), `boundary` (across a page boundary) or `mixed`,
+`--overlap` (tokens shared by consecutive pages) and `--router=units` (BM25 over
+fixed-size routing units, for stores of mixed page sizes). The result splits the
+base arm by whether the window holds another fact of the same template, both
+arms by facts at a boundary, and counts answers that give another fact's number.
+
+    python experiments/needle.py --model=tiny --needles=8 --page_tokens=256 \
+        --templates=facts.json --haystack=notes.txt --placement=mixed --overlap=64 \
+        --out=/tmp/needle.json
 """
 
 from graftjax import determinism
@@ -40,6 +54,18 @@ _ANSWER_TOKENS = flags.DEFINE_integer('answer_tokens', 6, 'Greedy answer tokens.
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk of pages and windows.')
 _QUESTION_CHUNK = flags.DEFINE_integer('question_chunk', 8, 'Prefill chunk of the question.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
+_TEMPLATES = flags.DEFINE_string(
+  'templates', 'access_code', 'A JSON file of fact templates, or a named set: access_code, four.'
+)
+_HAYSTACK = flags.DEFINE_list(
+  'haystack', None, 'Text files to plant the facts in (default: the standard library).'
+)
+_PLACEMENT = flags.DEFINE_enum('placement', 'inside', needle.PLACEMENTS, 'Where facts go.')
+_OVERLAP = flags.DEFINE_integer('overlap', 0, 'Tokens shared by consecutive pages.')
+_ROUTER = flags.DEFINE_enum(
+  'router', 'bm25', list(needle.ROUTERS), 'BM25 over whole pages, or over fixed-size units.'
+)
+_MARGIN = flags.DEFINE_integer('margin', 32, 'Tokens kept clear of a page edge by inside facts.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_needle.json', 'Result JSON.')
 
 
@@ -58,6 +84,12 @@ def main(argv):
     chunk_size=_CHUNK_SIZE.value,
     question_chunk=_QUESTION_CHUNK.value,
     seed=_SEED.value,
+    templates=needle.load_templates(_TEMPLATES.value),
+    placement=_PLACEMENT.value,
+    overlap=_OVERLAP.value,
+    haystack=_HAYSTACK.value,
+    margin=_MARGIN.value,
+    router=_ROUTER.value,
   )
   print(needle.format_summary(result))
   results.write(_OUT.value, result)

@@ -6,6 +6,7 @@ Details and the exactness argument: docs/paging.md, section `graftjax/paging/pag
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -192,6 +193,38 @@ def bytes_per_token(
   else:
     page = (num_global * n + num_local * min(r, n)) * row / n
   return {'block': float(block), 'page': float(page), 'ratio': block / page}
+
+
+def spans(n_tokens: int, body: int, overlap: int = 0) -> list[tuple[int, int]]:
+  """[begin, end) of each page cutting `n_tokens` text tokens into pages of `body` tokens.
+
+  Pages start every `body - overlap` tokens; the last one is moved back to end at
+  `n_tokens`, so every page holds `body` tokens (one page if `n_tokens <= body`). Any run
+  of at most `overlap + 1` consecutive tokens lies whole inside some page: a fact that
+  short is never cut by a boundary. Stored tokens grow by about body / (body - overlap).
+  """
+  if not 0 <= overlap < body:
+    raise ValueError(f'need 0 <= overlap < body, got overlap {overlap}, body {body}')
+  if n_tokens <= body:
+    return [(0, n_tokens)]
+  starts = [*range(0, n_tokens - body, body - overlap), n_tokens - body]
+  return [(begin, begin + body) for begin in starts]
+
+
+def cut(
+  token_ids: Sequence[int], page_tokens: int, *, overlap: int = 0, bos: int
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+  """Text tokens cut into pages: ([P, page_tokens] ids, BOS then the span's tokens; spans).
+
+  `spans(len(token_ids), page_tokens - 1, overlap)` says which tokens each page holds.
+  Each page is prefilled alone from slot 0, so installing it is exact by construction.
+  """
+  ids = np.asarray(token_ids, np.int32)
+  if len(ids) < page_tokens - 1:
+    raise ValueError(f'{len(ids)} tokens do not fill one page of {page_tokens - 1} text tokens')
+  cuts = spans(len(ids), page_tokens - 1, overlap)
+  rows = [np.concatenate([[bos], ids[begin:end]]) for begin, end in cuts]
+  return np.asarray(rows, np.int32), cuts
 
 
 def _check_layers(block: blocks.KVBlock, config: config_lib.GemmaConfig) -> None:

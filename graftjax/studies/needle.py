@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
+import pathlib
 import random
 import re
 import tempfile
@@ -26,6 +28,7 @@ from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import stats
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages
+from graftjax.paging import routing
 from graftjax.studies import corpus
 from graftjax.studies import paging_scale
 from graftjax.studies import results
@@ -45,24 +48,117 @@ LAST_NAMES = (
 )  # fmt: skip
 
 
+class NeedleError(ValueError):
+  """A needle study cannot run as asked: a template, haystack or placement is unusable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+  """A fact kind: its line, its question and the answer's opening ({name}, {number} in each)."""
+
+  fact: str
+  question: str
+  answer: str
+
+  def check(self) -> None:
+    """Raises NeedleError unless every field names {name} and the fact names {number}."""
+    for field in ('fact', 'question', 'answer'):
+      text = getattr(self, field)
+      if not isinstance(text, str) or '{name}' not in text:
+        raise NeedleError(f'template {field} {text!r} does not name {{name}}')
+      try:
+        text.format(name='x', number=0)
+      except (KeyError, IndexError, ValueError) as e:
+        raise NeedleError(f'template {field} {text!r}: only {{name}} and {{number}} ({e})') from e
+    if '{number}' not in self.fact:
+      raise NeedleError(f'template fact {self.fact!r} does not name {{number}}')
+
+
+ACCESS_CODE = Template(
+  fact='The access code of {name} is {number}.',
+  question='What is the access code of {name}?',
+  answer='The access code of {name} is',
+)
+TEMPLATE_SETS = {  # named sets `--templates` takes besides a JSON file
+  'access_code': (ACCESS_CODE,),
+  'four': (
+    ACCESS_CODE,
+    Template(
+      fact='{name} was born in the year {number}.',
+      question='In which year was {name} born?',
+      answer='{name} was born in the year',
+    ),
+    Template(
+      fact='The locker of {name} has number {number}.',
+      question='What number does the locker of {name} have?',
+      answer='The locker of {name} has number',
+    ),
+    Template(
+      fact='{name} paid {number} dollars for the car.',
+      question='How many dollars did {name} pay for the car?',
+      answer='{name} paid',
+    ),
+  ),
+}
+PLACEMENTS = ('inside', 'boundary', 'mixed')
+ROUTERS = {  # BM25 over whole pages, or over fixed-size routing units (`paging.routing`)
+  'bm25': lambda: route_lib.BM25Router(threshold=0.0),
+  'units': lambda: routing.UnitRouter(threshold=0.0),
+}
+
+
+def load_templates(path: str | os.PathLike) -> tuple[Template, ...]:
+  """A named set of `TEMPLATE_SETS`, or templates from a JSON file: a list of
+  {"fact": ..., "question": ..., "answer": ...}.
+
+  Raises:
+    NeedleError: the file is unreadable, not such a list, or a template is unusable.
+  """
+  if str(path) in TEMPLATE_SETS:
+    return TEMPLATE_SETS[str(path)]
+  try:
+    rows = json.loads(pathlib.Path(path).read_text(encoding='utf-8'))
+  except OSError as e:
+    raise NeedleError(f'{path}: cannot read the templates: {e.strerror or e}') from e
+  except (ValueError, RecursionError) as e:
+    raise NeedleError(f'{path}: not JSON ({e})') from e
+  fields = {'fact', 'question', 'answer'}
+  if (
+    not isinstance(rows, list)
+    or not rows
+    or not all(isinstance(r, dict) and set(r) == fields for r in rows)
+  ):
+    raise NeedleError(
+      f'{path}: templates must be a non-empty list of objects with {sorted(fields)}'
+    )
+  templates = tuple(Template(**r) for r in rows)
+  for template in templates:
+    template.check()
+  return templates
+
+
 @dataclasses.dataclass(frozen=True)
 class Needle:
   name: str
   number: int
-  page: int  # index of the page holding it (window = page // pages_per_window)
-  offset: int  # token offset of its line in the page (BOS at 0)
+  page: int  # the first page holding it whole, else the page it starts in
+  offset: int  # token offset of its line in that page (BOS at 0)
+  template: Template = ACCESS_CODE
+  window: int = 0
+  span: tuple[int, int] = (0, 0)  # [begin, end) of its tokens in its window's text
+  at_boundary: bool = False  # cut by a boundary of the plain (non-overlapping) pages
 
   @property
   def fact(self) -> str:
-    return f'The access code of {self.name} is {self.number}.'
+    return self.template.fact.format(name=self.name, number=self.number)
 
   @property
   def question(self) -> str:
-    return f'What is the access code of {self.name}?'
+    return self.template.question.format(name=self.name)
 
   @property
   def prompt(self) -> str:
-    return f'\nQuestion: {self.question}\nAnswer: The access code of {self.name} is'
+    return f'\nQuestion: {self.question}\nAnswer: {self.template.answer.format(name=self.name)}'
 
 
 def make_needles(count: int, seed: int) -> list[tuple[str, int]]:
@@ -74,32 +170,112 @@ def make_needles(count: int, seed: int) -> list[tuple[str, int]]:
   return list(zip(rng.sample(names, count), rng.sample(range(1000, 10000), count)))
 
 
-def plant(tokenizer, *, needles: int, page_tokens: int, pages_per_window: int, margin: int, seed):
-  """(page token ids [P, page_tokens], needles): windows of real text with facts planted."""
+def haystack_ids(tokenizer, paths, tokens: int) -> list[int]:
+  """At least `tokens` token ids of the files at `paths` in order (no BOS).
+
+  Raises:
+    NeedleError: a file cannot be read, or the files hold fewer tokens.
+  """
+  ids: list[int] = []
+  for path in paths:
+    try:
+      text = pathlib.Path(path).read_text(encoding='utf-8', errors='replace')
+    except OSError as e:
+      raise NeedleError(f'haystack {path}: cannot read it: {e.strerror or e}') from e
+    ids += tokenizer.encode(text, add_bos=False)
+    if len(ids) >= tokens:
+      return ids
+  raise NeedleError(f'the haystack holds {len(ids):,} tokens; the windows need {tokens:,}')
+
+
+def plant(
+  tokenizer,
+  *,
+  needles: int,
+  page_tokens: int,
+  pages_per_window: int,
+  margin: int,
+  seed,
+  templates=(ACCESS_CODE,),
+  placement: str = 'inside',
+  overlap: int = 0,
+  haystack=None,
+):
+  """(page token ids [P, page_tokens], needles, windows' text ids, page spans).
+
+  Windows of `pages_per_window * (page_tokens - 1)` tokens of the haystack (default: the
+  standard-library sources), fact i of template `templates[i % len]` in plain page i: at a
+  line break `margin` tokens or more inside it ('inside'), or written over its boundary
+  with the next page of its window ('boundary'; the window's last page keeps its fact
+  inside); 'mixed' does so for even i only. Each window is cut into pages (`pages.cut`, `overlap`);
+  page spans are (window, begin, end) in the window's text.
+  """
+  if placement not in PLACEMENTS:
+    raise NeedleError(f'placement must be one of {PLACEMENTS}, got {placement!r}')
+  for template in templates:
+    template.check()
   body = page_tokens - 1
   windows = -(-needles // pages_per_window)
-  num_pages = windows * pages_per_window
-  text_ids: list[int] = []
-  for path in corpus.stdlib_files():
-    text_ids += tokenizer.encode(path.read_text(encoding='utf-8', errors='replace'), add_bos=False)
-    if len(text_ids) >= num_pages * body:
-      break
+  text_ids = haystack_ids(
+    tokenizer,
+    corpus.stdlib_files() if haystack is None else haystack,
+    windows * pages_per_window * body,
+  )
   newline = {i for i in set(text_ids) if '\n' in paging_scale.decode(tokenizer, [i])}
-  rng = random.Random(seed)
+  rng, edges = random.Random(seed), random.Random(seed + 1)
   facts = make_needles(needles, seed)
-  page_ids, planted = [], []
-  for p in range(num_pages):
-    ids = text_ids[p * body : (p + 1) * body]
-    if p < needles:
+  page_ids, planted, docs, spans = [], [], [], []
+  for w in range(windows):
+    doc: list[int] = []
+    places = []
+    for j in range(pages_per_window):
+      p = w * pages_per_window + j
+      ids = text_ids[p * body : (p + 1) * body]
+      if p < needles:
+        name, number = facts[p]
+        template = templates[p % len(templates)]
+        fact_ids = tokenizer.encode(
+          template.fact.format(name=name, number=number) + '\n', add_bos=False
+        )
+        cross = placement == 'boundary' or (placement == 'mixed' and p % 2 == 0)
+        if cross and j + 1 < pages_per_window:  # at most `margin` tokens into the next page
+          lo = max(1, len(fact_ids) - margin)
+          before = edges.randrange(lo, max(lo + 1, len(fact_ids) - 1))
+          places.append((p, len(doc) + body - before, fact_ids))
+        else:
+          lo, hi = margin, body - margin - len(fact_ids)
+          breaks = [i + 1 for i in range(lo - 1, hi - 1) if ids[i] in newline] or [lo]
+          at = rng.choice(breaks)
+          ids = (ids[:at] + fact_ids + ids[at:])[:body]
+          places.append((p, len(doc) + at, fact_ids))
+      doc += ids
+    for p, at, fact_ids in places:
+      doc[at : at + len(fact_ids)] = fact_ids  # a crossing fact is written over the boundary
+    rows, cuts = pages.cut(doc, page_tokens, overlap=overlap, bos=_bos(tokenizer))
+    first = len(page_ids)
+    page_ids += list(rows)
+    spans += [(w, begin, end) for begin, end in cuts]
+    docs.append(doc)
+    for p, at, fact_ids in places:
+      end = at + len(fact_ids) - 1  # the newline after the fact is not needed whole
+      whole = [i for i, (b, e) in enumerate(cuts) if b <= at and end <= e]
+      page = first + (
+        whole[0] if whole else next(i for i, (b, e) in enumerate(cuts) if b <= at < e)
+      )
       name, number = facts[p]
-      needle_ids = tokenizer.encode(f'The access code of {name} is {number}.\n', add_bos=False)
-      lo, hi = margin, body - margin - len(needle_ids)
-      breaks = [i + 1 for i in range(lo - 1, hi - 1) if ids[i] in newline] or [lo]
-      at = rng.choice(breaks)
-      ids = (ids[:at] + needle_ids + ids[at:])[:body]
-      planted.append(Needle(name, number, p, at + 1))
-    page_ids.append([_bos(tokenizer), *ids])
-  return np.asarray(page_ids, np.int32), planted
+      planted.append(
+        Needle(
+          name,
+          number,
+          page,
+          at - spans[page][1] + 1,
+          templates[p % len(templates)],
+          w,
+          (at, end),
+          at // body != (end - 1) // body,
+        )
+      )
+  return np.asarray(page_ids, np.int32), planted, docs, spans
 
 
 def greedy(model, cache, prompt_ids, *, position: int, answer_tokens: int, chunk: int):
@@ -148,6 +324,11 @@ def experiment(
   question_chunk: int,
   margin: int = 32,
   seed: int = 0,
+  templates=(ACCESS_CODE,),
+  placement: str = 'inside',
+  overlap: int = 0,
+  haystack=None,
+  router: str = 'bm25',
   progress: bool = True,
   command: str | None = None,
 ) -> dict[str, Any]:
@@ -156,31 +337,53 @@ def experiment(
   With `store_dir` (a store grown by `paging_scale`, same model), the needle
   pages join that store and its catalog, and every question is routed over
   all of it; otherwise over the needle pages alone, in a temporary store.
+  `templates`, `placement`, `overlap` and `haystack` (text files) as `plant`; `router`
+  one of `ROUTERS`.
   """
+  if router not in ROUTERS:
+    raise NeedleError(f'router must be one of {sorted(ROUTERS)}, got {router!r}')
   model = paging_scale.load_model(model_name, dtype=dtype, impl=impl)
   tokenizer = paging_scale.tokenizer_of(model)
-  page_ids, planted = plant(
+  page_ids, planted, docs, spans = plant(
     tokenizer,
     needles=needles,
     page_tokens=page_tokens,
     pages_per_window=pages_per_window,
     margin=margin,
     seed=seed,
+    templates=templates,
+    placement=placement,
+    overlap=overlap,
+    haystack=haystack,
   )
   window_tokens = 1 + pages_per_window * (page_tokens - 1)
   prompts = [tokenizer.encode(n.prompt, add_bos=False) for n in planted]
   longest = max(len(p) for p in prompts) + answer_tokens
   capacity = -(-(window_tokens + longest) // 64) * 64
   config, target = model.config, model.graft_target
-  rows = [{'name': n.name, 'number': n.number, 'page': n.page, 'offset': n.offset} for n in planted]
+  kinds = list(dict.fromkeys(templates))
+  rows = [
+    {
+      'name': n.name,
+      'number': n.number,
+      'template': kinds.index(n.template),
+      'window': n.window,
+      'page': n.page,
+      'offset': n.offset,
+      'at_boundary': n.at_boundary,
+      'same_template_neighbours': sum(
+        m.window == n.window and m.template == n.template and m is not n for m in planted
+      ),
+    }
+    for n in planted
+  ]
+  number_of = {n.number: n.name for n in planted}
   t_start = time.perf_counter()
 
   with contextlib.ExitStack() as stack:
     root = store_dir or stack.enter_context(tempfile.TemporaryDirectory())
     store = store_lib.BlockStore(os.path.join(root, 'store') if store_dir is None else root)
-    catalog = stack.enter_context(
-      catalog_lib.Catalog.beside(store, router=route_lib.BM25Router(threshold=0.0))
-    )
+    catalog = stack.enter_context(catalog_lib.Catalog.beside(store, router=ROUTERS[router]()))
     t0 = time.perf_counter()
     for p in tqdm.tqdm(range(len(page_ids)), desc='pages', disable=not progress):
       (page,) = paging_scale.make_pages(
@@ -197,7 +400,7 @@ def experiment(
         page_layout=page.layout,
       )
     build_s = time.perf_counter() - t0
-    key_of = {catalog.get(k).source: k for k in catalog.keys()}
+    page_of = {k: _needle_page(catalog.get(k).source) for k in catalog.keys()}
     routed_over = [catalog.get(k) for k in catalog.keys()]
     store_bytes = paging_scale.disk_bytes(store.root)['bytes']
     window = model.init_cache(capacity=capacity)
@@ -225,20 +428,22 @@ def experiment(
       )
       t4 = time.perf_counter()
       text = paging_scale.decode(tokenizer, answer)
+      routed_page = page_of[hits[0][0].key]
       row.update(
         routed_page=hits[0][0].source,
-        routed_right=hits[0][0].key == key_of[f'{NEEDLE_SOURCE} {needle.page}'],
+        routed_right=routed_page is not None and _holds(spans[routed_page], needle),
         paged_answer=text,
         paged_right=first_number(text) == needle.number,
+        paged_confused_with=_confused(first_number(text), needle, number_of),
         route_s=t1 - t0,
         read_verify_s=t2 - t1,
         install_s=t3 - t2,
         access_s=t3 - t0,
         paged_answer_s=t4 - t3,
       )
-      if i == 0 and row['routed_right']:  # the paged context against a fresh prefill of it
+      if i == 0 and routed_page is not None:  # the paged context against a fresh prefill
         _, fresh = model.prefill(
-          page_ids[needle.page],
+          page_ids[routed_page],
           cache=model.init_cache(capacity=capacity),
           chunk_size=chunk_size,
           logits='none',
@@ -249,16 +454,16 @@ def experiment(
         row['paged_first_logits_equal_fresh_prefill'] = _sha(first) == _sha(fresh_first)
 
   base_s = []
-  for w in tqdm.tqdm(range(-(-needles // pages_per_window)), desc='base', disable=not progress):
-    members = range(w * pages_per_window, (w + 1) * pages_per_window)
-    ids = [_bos(tokenizer)] + [int(t) for p in members for t in page_ids[p][1:]]
+  for w in tqdm.tqdm(range(len(docs)), desc='base', disable=not progress):
+    members = [i for i, n in enumerate(planted) if n.window == w]
+    ids = [_bos(tokenizer), *(int(t) for t in docs[w])]
     t0 = time.perf_counter()
     _, context = model.prefill(
       ids, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
     )
     context = jax.block_until_ready(context)
     prefill_s = time.perf_counter() - t0
-    for i in (i for i in members if i < needles):
+    for i in members:
       t0 = time.perf_counter()
       answer, _, _ = greedy(
         model,
@@ -270,11 +475,10 @@ def experiment(
       )
       text = paging_scale.decode(tokenizer, answer)
       rows[i].update(
-        window=w,
-        fact_token_in_window=(planted[i].page - w * pages_per_window) * (page_tokens - 1)
-        + planted[i].offset,
+        fact_token_in_window=planted[i].span[0] + 1,
         base_answer=text,
         base_right=first_number(text) == planted[i].number,
+        base_confused_with=_confused(first_number(text), planted[i], number_of),
         base_answer_s=time.perf_counter() - t0,
       )
     base_s.append(prefill_s)
@@ -282,7 +486,7 @@ def experiment(
   paged = stats.rate(sum(r['paged_right'] for r in rows), len(rows))
   base = stats.rate(sum(r['base_right'] for r in rows), len(rows))
   routed = stats.rate(sum(r['routed_right'] for r in rows), len(rows))
-  overlap = paged.low <= base.high and base.low <= paged.high
+  intervals_overlap = paged.low <= base.high and base.low <= paged.high
   return {
     **results.header(
       'needle',
@@ -301,14 +505,20 @@ def experiment(
     'window_tokens': window_tokens,
     'window_capacity': capacity,
     'answer_tokens': answer_tokens,
-    'corpus': 'standard-library sources of this interpreter, in sorted order',
+    'placement': placement,
+    'overlap': overlap,
+    'router': router,
+    'templates': [dataclasses.asdict(t) for t in kinds],
+    'corpus': 'standard-library sources of this interpreter, in sorted order'
+    if haystack is None
+    else [str(path) for path in haystack],
     'summary': {
       'needles': len(rows),
       'paged_accuracy': paged.value,
       'paged_accuracy_wilson95': {'low': paged.low, 'high': paged.high},
       'base_accuracy': base.value,
       'base_accuracy_wilson95': {'low': base.low, 'high': base.high},
-      'intervals_overlap': overlap,
+      'intervals_overlap': intervals_overlap,
       'routing_top1': routed.value,
       'routing_top1_wilson95': {'low': routed.low, 'high': routed.high},
       'base_window_tokens': window_tokens,
@@ -323,6 +533,17 @@ def experiment(
       'paged_first_logits_equal_fresh_prefill': rows[0].get(
         'paged_first_logits_equal_fresh_prefill'
       ),
+      'base_accuracy_same_template_neighbour': _accuracy(
+        rows, 'base', lambda r: r['same_template_neighbours'] > 0
+      ),
+      'base_accuracy_no_same_template_neighbour': _accuracy(
+        rows, 'base', lambda r: r['same_template_neighbours'] == 0
+      ),
+      'paged_accuracy_at_boundary': _accuracy(rows, 'paged', lambda r: r['at_boundary']),
+      'base_accuracy_at_boundary': _accuracy(rows, 'base', lambda r: r['at_boundary']),
+      'paged_accuracy_inside_a_page': _accuracy(rows, 'paged', lambda r: not r['at_boundary']),
+      'paged_distractor_confusions': sum(r['paged_confused_with'] is not None for r in rows),
+      'base_distractor_confusions': sum(r['base_confused_with'] is not None for r in rows),
     },
     'rates': {'paged': paged.to_json(), 'base': base.to_json(), 'routing': routed.to_json()},
     'store_build_s': build_s,
@@ -331,14 +552,47 @@ def experiment(
   }
 
 
+def _needle_page(source: str) -> int | None:
+  """The needle page index of a catalog source, None for a page of another origin."""
+  head, _, index = source.rpartition(' ')
+  return int(index) if head == NEEDLE_SOURCE and index.isdigit() else None
+
+
+def _holds(span: tuple[int, int, int], needle: Needle) -> bool:
+  """Whether a page of (window, begin, end) holds the needle's fact whole."""
+  window, begin, end = span
+  return window == needle.window and begin <= needle.span[0] and needle.span[1] <= end
+
+
+def _confused(answer: int | None, needle: Needle, number_of: dict[int, str]) -> str | None:
+  """The name of another planted fact whose number `answer` is, else None."""
+  other = number_of.get(answer)
+  return None if other is None or other == needle.name else other
+
+
+def _accuracy(rows, arm: str, where) -> dict[str, float] | None:
+  """Accuracy of `arm` over the rows `where` holds, with its Wilson 95% interval (None: none)."""
+  picked = [r for r in rows if where(r)]
+  if not picked:
+    return None
+  rate = stats.rate(sum(r[f'{arm}_right'] for r in picked), len(picked))
+  return {'rate': rate.value, 'low': rate.low, 'high': rate.high, 'n': len(picked)}
+
+
 def format_summary(result: dict[str, Any]) -> str:
   s = result['summary']
   pct = lambda v: f'{100 * v:.1f}%'
   interval = lambda k: f'[{pct(s[k]["low"])}, {pct(s[k]["high"])}]'
+  part = lambda k: 'n/a' if s[k] is None else f'{pct(s[k]["rate"])} of {s[k]["n"]}'
   return (
     f'{s["needles"]} needles, {result["model"]} {result["dtype"]}:'
     f' paged {pct(s["paged_accuracy"])} {interval("paged_accuracy_wilson95")},'
     f' base over {s["base_window_tokens"]:,}-token windows {pct(s["base_accuracy"])}'
     f' {interval("base_accuracy_wilson95")}; routing top-1 {pct(s["routing_top1"])};'
-    f' page access {s["page_access_median_s"] * 1e3:.1f} ms (median)'
+    f' page access {s["page_access_median_s"] * 1e3:.1f} ms (median)\n'
+    f'base with a same-template neighbour {part("base_accuracy_same_template_neighbour")},'
+    f' without {part("base_accuracy_no_same_template_neighbour")}; at a boundary: paged'
+    f' {part("paged_accuracy_at_boundary")}, base {part("base_accuracy_at_boundary")};'
+    f' answers naming another fact: paged {s["paged_distractor_confusions"]},'
+    f' base {s["base_distractor_confusions"]}'
   )

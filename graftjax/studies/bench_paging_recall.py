@@ -1,0 +1,366 @@
+"""Paged recall: overlapping pages against facts cut by a boundary, and routing over mixed sizes.
+
+The library of experiments/bench_paging_recall.py. Two measurements:
+
+- `overlap_rows`: a document cut into pages of `page_tokens` with each overlap
+  (`pages.cut`), facts planted across the plain pages' boundaries; per
+  overlap, the pages and bytes stored per document token, how often the page
+  BM25 routes a fact's question to holds the whole fact, and the access time
+  (route + read + verify + install) on this machine.
+- `routing_rows`: a synthetic store of long pages (real text, one fact of one of
+  several templates each) and many short pages that repeat the templates'
+  words (`mixed_store`); per router, top-1 and top-4 routing of direct and
+  reworded questions with Wilson intervals, and the false-hit rate on
+  questions whose fact is not stored, by score threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from graftjax import store as store_lib
+from graftjax.flywheel import route as route_lib
+from graftjax.flywheel import stats
+from graftjax.models.gemma import config as config_lib
+from graftjax.paging import catalog as catalog_lib
+from graftjax.paging import pages
+from graftjax.paging import routing
+from graftjax.studies import needle
+from graftjax.studies import paging_scale
+from graftjax.studies import results
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+  """A fact kind: the fact's line, its question and a reworded question ({name}, {number})."""
+
+  fact: str
+  question: str
+  reworded: str
+
+
+TEMPLATES = (
+  Template(
+    'The access code of {name} is {number}.',
+    'What is the access code of {name}?',
+    'Which number lets {name} in?',
+  ),
+  Template(
+    '{name} was born in the year {number}.',
+    'In which year was {name} born?',
+    'When did {name} come into the world?',
+  ),
+  Template(
+    'The locker of {name} has number {number}.',
+    'What number is the locker of {name}?',
+    'Which locker belongs to {name}?',
+  ),
+  Template(
+    '{name} paid {number} dollars for the car.',
+    'How much did {name} pay for the car?',
+    'What did the car cost {name}?',
+  ),
+)
+SHORT_NOTES = (
+  'Access codes are reset every month; the access code is printed on the card.',
+  'Born in the year of the storm; the year is written in the book of the year.',
+  'Each locker has a number. Locker numbers: see the locker list.',
+  'The car was paid for in dollars. Pay for the car at the desk.',
+  'What is the code? The code is the access code of the door.',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+  """A question in both wordings; `key` the page holding its fact, None if it is not stored."""
+
+  direct: str
+  reworded: str
+  key: str | None
+
+
+def mixed_store(
+  filler: Sequence[str], *, facts: int, absent: int, short_pages: int, seed: int
+) -> tuple[list[tuple[str, str]], list[Question]]:
+  """(key, text) of `facts` long pages and `short_pages` short ones; the questions.
+
+  Long page i is `filler[i]` with the fact line of template i mod 4 inserted at a
+  random line; short pages are `SHORT_NOTES`, half of them followed by a first name
+  of the facts' names. `absent` more questions ask of names that are not stored.
+  """
+  if len(filler) < facts:
+    raise ValueError(f'{len(filler)} filler texts for {facts} long pages')
+  rng = random.Random(seed)
+  named = needle.make_needles(facts + absent, seed)
+  entries, questions = [], []
+  for i, (name, number) in enumerate(named):
+    template = TEMPLATES[i % len(TEMPLATES)]
+    key = None
+    if i < facts:
+      key = f'long/{i}'
+      lines = filler[i].splitlines()
+      lines.insert(rng.randrange(len(lines) + 1), template.fact.format(name=name, number=number))
+      entries.append((key, '\n'.join(lines)))
+    questions.append(
+      Question(template.question.format(name=name), template.reworded.format(name=name), key)
+    )
+  first_names = sorted({name.split()[0] for name, _ in named[:facts]})
+  for j in range(short_pages):
+    note = rng.choice(SHORT_NOTES)
+    entries.append((f'short/{j}', f'{note} {rng.choice(first_names)}.' if j % 2 else note))
+  return entries, questions
+
+
+ROUTERS: dict[str, Callable[[], route_lib.Router]] = {
+  'bm25': lambda: route_lib.BM25Router(threshold=0.0),
+  'bm25_b0': lambda: route_lib.BM25Router(threshold=0.0, b=0.0),
+  'bm25_units': lambda: routing.UnitRouter(threshold=0.0),
+}
+
+
+def routing_rows(
+  entries: Sequence[tuple[str, str]],
+  questions: Sequence[Question],
+  *,
+  router: route_lib.Router,
+  thresholds: Sequence[float],
+) -> dict[str, Any]:
+  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording."""
+  router.add_many(entries)
+  stored = [q for q in questions if q.key is not None]
+  missing = [q for q in questions if q.key is None]
+  out: dict[str, Any] = {}
+  for wording in ('direct', 'reworded'):
+    hits = router.route_many([getattr(q, wording) for q in stored], 4, threshold=-np.inf)
+    top1 = sum(bool(h) and h[0].key == q.key for q, h in zip(stored, hits))
+    top4 = sum(q.key in [x.key for x in h] for q, h in zip(stored, hits))
+    short1 = sum(bool(h) and h[0].key.startswith('short/') for h in hits)
+    best = [h[0].score if h else 0.0 for h in hits]
+    right_best = [h[0].score if h and h[0].key == q.key else None for q, h in zip(stored, hits)]
+    absent = router.route_many([getattr(q, wording) for q in missing], 1, threshold=-np.inf)
+    absent_best = [h[0].score if h else 0.0 for h in absent]
+    out[wording] = {
+      'questions': len(stored),
+      'top1': stats.rate(top1, len(stored)).to_json(),
+      'top4': stats.rate(top4, len(stored)).to_json(),
+      'top1_short_page': short1,
+      'median_best_score': float(np.median(best)),
+      'by_threshold': [
+        {
+          'threshold': t,
+          'top1_at_threshold': stats.rate(
+            sum(s is not None and s >= t for s in right_best), len(stored)
+          ).to_json(),
+          'false_hits': stats.rate(sum(s >= t for s in absent_best), len(missing)).to_json(),
+        }
+        for t in thresholds
+      ],
+    }
+  return out
+
+
+def _document(tokenizer, filler: Sequence[str], facts: Sequence[str], *, body: int, seed: int):
+  """(token ids, [(begin, end)] of each fact): text with fact i across plain boundary i + 1."""
+  ids: list[int] = []
+  for text in filler:
+    ids += tokenizer.encode(text, add_bos=False)
+    if len(ids) >= (len(facts) + 2) * body:
+      break
+  rng = random.Random(seed)
+  out, places = list(ids[: (len(facts) + 2) * body]), []
+  for i, fact in enumerate(facts):
+    fact_ids = tokenizer.encode(f' {fact} ', add_bos=False)
+    at = (i + 1) * body - rng.randrange(1, len(fact_ids))  # cut by the boundary at (i + 1) * body
+    out[at : at + len(fact_ids)] = fact_ids
+    places.append((at, at + len(fact_ids)))
+  return out, places
+
+
+def overlap_rows(
+  model,
+  filler: Sequence[str],
+  *,
+  page_tokens: int,
+  overlaps: Sequence[int],
+  facts: int,
+  chunk_size: int,
+  seed: int,
+) -> list[dict[str, Any]]:
+  """Per overlap: pages, stored tokens and bytes per document token, boundary facts whole in
+  the routed page, access time (route + read + verify + install, median)."""
+  tokenizer = paging_scale.tokenizer_of(model)
+  named = needle.make_needles(facts, seed)
+  lines = [
+    TEMPLATES[i % len(TEMPLATES)].fact.format(name=n, number=x) for i, (n, x) in enumerate(named)
+  ]
+  asks = [TEMPLATES[i % len(TEMPLATES)].question.format(name=n) for i, (n, _) in enumerate(named)]
+  doc, places = _document(tokenizer, filler, lines, body=page_tokens - 1, seed=seed)
+  capacity = paging_scale.prefill_capacity(page_tokens)
+  bos = getattr(tokenizer, 'bos_id', 2)
+  rows = []
+  for overlap in overlaps:
+    ids, cuts = pages.cut(doc, page_tokens, overlap=overlap, bos=bos)
+    with tempfile.TemporaryDirectory() as tmp:
+      store = store_lib.BlockStore(os.path.join(tmp, 'store'))
+      with catalog_lib.Catalog.beside(store) as catalog:
+        keys, nbytes = [], 0
+        for p, row in enumerate(ids):
+          (page,) = paging_scale.make_pages(
+            model, row[None], capacity=capacity, chunk_size=chunk_size, local_rows=None
+          )
+          nbytes += page.nbytes()
+          keys.append(pages.put(store, page))
+          catalog.add(
+            keys[-1],
+            paging_scale.decode(tokenizer, row[1:]),
+            source=f'page {p}',
+            n_tokens=page_tokens,
+            model_fingerprint=model.fingerprint,
+            dtype=jnp.dtype(model.dtype).name,
+            page_layout=page.layout,
+          )
+        window = model.init_cache(capacity=capacity)
+        catalog.route('warm up', k=1)
+        whole, access = 0, []
+        for ask, (begin, end) in zip(asks, places):
+          window = paging_scale.empty_window(window)
+          t0 = time.perf_counter()
+          (hit, _), *_ = catalog.route(ask, k=1)
+          got = pages.get(store, hit.key)
+          window = jax.block_until_ready(
+            pages.install(window, got, target=model.graft_target, config=model.config, donate=True)
+          )
+          access.append(time.perf_counter() - t0)
+          first, last = cuts[keys.index(hit.key)]
+          whole += first <= begin and end <= last
+    rows.append(
+      {
+        'overlap': overlap,
+        'stride': page_tokens - 1 - overlap,
+        'pages': len(ids),
+        'document_tokens': len(doc),
+        'stored_tokens_per_document_token': len(ids) * (page_tokens - 1) / len(doc),
+        'stored_bytes_per_document_token': nbytes / len(doc),
+        'boundary_facts': len(places),
+        'boundary_facts_whole_in_routed_page': stats.rate(whole, len(places)).to_json(),
+        'access_median_s': float(np.median(access)),
+        'access_p90_s': float(np.percentile(access, 90)),
+      }
+    )
+  return rows
+
+
+def real_model_bytes(page_tokens: int, overlaps: Sequence[int]) -> list[dict[str, Any]]:
+  """gemma-3-270m in bfloat16, from its config: page bytes per document token, by overlap."""
+  config = config_lib.gemma3_270m()
+  body = page_tokens - 1
+  per_token = pages.bytes_per_token(config, 'bfloat16', page_tokens)['page']
+  return [
+    {
+      'overlap': o,
+      'page_bytes_per_page_token': per_token,
+      'page_bytes_per_document_token': per_token * page_tokens * body / (body - o) / body,
+    }
+    for o in overlaps
+  ]
+
+
+def experiment(
+  *,
+  model_name: str,
+  page_tokens: int,
+  overlaps: Sequence[int],
+  boundary_facts: int,
+  facts: int,
+  absent: int,
+  short_pages: int,
+  thresholds: Sequence[float],
+  chunk_size: int,
+  seed: int,
+  filler: Sequence[str],
+  command: str | None = None,
+) -> dict[str, Any]:
+  """Both measurements; the result."""
+  model = paging_scale.load_model(model_name)
+  entries, questions = mixed_store(
+    filler, facts=facts, absent=absent, short_pages=short_pages, seed=seed
+  )
+  routed = {
+    name: routing_rows(entries, questions, router=make(), thresholds=thresholds)
+    for name, make in ROUTERS.items()
+  }
+  overlap = overlap_rows(
+    model,
+    filler[facts:],
+    page_tokens=page_tokens,
+    overlaps=overlaps,
+    facts=boundary_facts,
+    chunk_size=chunk_size,
+    seed=seed,
+  )
+  digest = hashlib.sha256('\0'.join(filler).encode()).hexdigest()
+  return {
+    **results.header(
+      'bench_paging_recall',
+      inputs={'model_fingerprint': model.fingerprint, 'sha256_filler': digest},
+      command=command,
+    ),
+    'model': model_name,
+    'page_tokens': page_tokens,
+    'summary': _summary(overlap, routed),
+    'timing': 'median of per-query wall times on a CPU shared with other work',
+    'overlap': overlap,
+    'gemma3_270m_bfloat16_bytes': real_model_bytes(page_tokens, overlaps),
+    'routing': {
+      'long_pages': facts,
+      'short_pages': short_pages,
+      'absent_questions': absent,
+      'templates': [dataclasses.asdict(t) for t in TEMPLATES],
+      'routers': routed,
+    },
+  }
+
+
+def _summary(overlap: list[dict[str, Any]], routed: dict[str, Any]) -> dict[str, Any]:
+  """Headline scalars: per overlap, tokens stored and boundary facts kept; per router, top-k."""
+  out: dict[str, Any] = {}
+  for r in overlap:
+    out[f'overlap_{r["overlap"]}'] = {
+      'stored_tokens_per_document_token': r['stored_tokens_per_document_token'],
+      'boundary_facts_whole_in_routed_page': r['boundary_facts_whole_in_routed_page']['rate'],
+      'access_median_s': r['access_median_s'],
+    }
+  for name, by_wording in routed.items():
+    for wording, r in by_wording.items():
+      out[f'{name}_{wording}'] = {'top1': r['top1']['rate'], 'top4': r['top4']['rate']}
+  return out
+
+
+def format_rows(result: dict[str, Any]) -> str:
+  """One line per overlap, then one per router and wording."""
+  pct = lambda r: f'{100 * r["rate"]:.0f}% [{100 * r["low"]:.0f}, {100 * r["high"]:.0f}]'
+  lines = [
+    f'overlap {r["overlap"]:>4}: {r["pages"]} pages, x{r["stored_tokens_per_document_token"]:.2f}'
+    f' tokens stored, {r["stored_bytes_per_document_token"]:.0f} B/token;'
+    f' boundary facts whole in the routed page {pct(r["boundary_facts_whole_in_routed_page"])};'
+    f' access {r["access_median_s"] * 1e3:.1f} ms'
+    for r in result['overlap']
+  ]
+  for name, by_wording in result['routing']['routers'].items():
+    for wording, r in by_wording.items():
+      lines.append(
+        f'{name:>10} {wording:>8}: top-1 {pct(r["top1"])}, top-4 {pct(r["top4"])},'
+        f' short page first {r["top1_short_page"]}/{r["questions"]}'
+      )
+  return '\n'.join(lines)
