@@ -138,6 +138,7 @@ def deposit(model, sample: corpus.TextSample, schedule: Schedule, store) -> str:
     blocks.Span(0, len(sample.prefix_ids)),
     token_ids=sample.prefix_ids,
     target=model.graft_target,
+    chunk_size=schedule.chunk_size,
   )
   return store.put(block)
 
@@ -159,6 +160,7 @@ def grafted(
     model.init_cache(capacity=schedule.capacity),
     target=model.graft_target,
     token_ids=sample.prefix_ids,
+    chunk_size=schedule.chunk_size,
   )
   return continue_and_roll_out(model, cache, sample, schedule, rollout=rollout)
 

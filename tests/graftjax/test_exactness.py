@@ -89,6 +89,21 @@ def test_gate_on_tiny_model(tiny_model, tmp_path):
   assert ledger.verify_result(path)['summary'] == summary
 
 
+def test_gate_blocks_record_their_chunk_size_and_refuse_another(tiny_model, tmp_path):
+  """Under XLA (not chunk-invariant) a gate block is grafted only under its own chunk size."""
+  from graftjax import blocks  # pylint: disable=g-import-not-at-top
+
+  sample = corpus.TextSample(
+    source='random', prefix_ids=tuple(range(3, 17)), continuation_ids=(20,) * 5
+  )
+  store = store_lib.BlockStore(tmp_path / 'store')
+  key = graft_gate.deposit(tiny_model, sample, graft_gate.Schedule(4, 3, 24), store)
+  assert store.get(key).meta.chunk_size == 4
+  graft_gate.grafted(tiny_model, sample, graft_gate.Schedule(4, 3, 24), store, key, rollout=False)
+  with pytest.raises(blocks.GraftError, match='chunk'):
+    graft_gate.grafted(tiny_model, sample, graft_gate.Schedule(8, 3, 24), store, key, rollout=False)
+
+
 def test_tampered_result_is_detected(tmp_path):
   path = tmp_path / 'r.json'
   ledger.write_result(path, {'byte_equal': 50})
