@@ -6,15 +6,16 @@
 #                                             at PREFIXES tokens (default 1024,4096,32768)
 #   bash experiments/device/scale.sh kernels  chunk invariance under Pallas at chunks 64 and
 #                                             512, then Pallas vs XLA prefill and decode time
-# MODEL=gemma3-27b:random runs another size. Writes under experiments/results/scale/.
+# MODEL=gemma3-27b:random runs another size (SAMPLES=20 OTHER_PROCESS=false fit its gate in
+# one 10-minute call). Writes under experiments/results/scale/.
 source experiments/device/common.sh
 study_out scale
 MODEL="${MODEL:-gemma3-12b:random}"
 NAME="${MODEL%%:*}"
 case "${1:-}" in
   gate)
-    python experiments/exactness.py --model="$MODEL" --samples=50 --dtype=bfloat16 \
-        --out="$OUT/exactness_${NAME}_${GPU}.json"
+    python experiments/exactness.py --model="$MODEL" --samples="${SAMPLES:-50}" --dtype=bfloat16 \
+        --other_process="${OTHER_PROCESS:-true}" --out="$OUT/exactness_${NAME}_${GPU}.json"
     ;;
   graft)
     PREFIXES="${PREFIXES:-1024,4096,32768}"
