@@ -63,6 +63,7 @@ def test_committed_position_notebook_shows_its_figures():
   assert 'agree with the registry' in _stdout(nb)
 
 
+@pytest.mark.slow
 def test_position_sensitivity_notebook_runs_and_agrees_with_the_registry():
   sweeps = position_sweep.committed(REPO)
   if not sweeps:

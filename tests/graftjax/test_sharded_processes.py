@@ -14,6 +14,9 @@ import pytest
 from graftjax.store import sharded as sharded_store
 from graftjax import store as store_lib
 
+# Every test here drives a pair of jax processes.
+pytestmark = pytest.mark.subprocess
+
 PAIR = pathlib.Path(__file__).with_name('sharded_pair.py')
 REPO = pathlib.Path(__file__).parents[2]
 TIMEOUT_S = 240

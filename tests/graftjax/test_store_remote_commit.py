@@ -33,6 +33,9 @@ from graftjax import store as store_lib
 from graftjax.store import kvstore as store_kvstore
 from graftjax.store import read as store_read
 
+# Every test here starts a server or a writer process.
+pytestmark = pytest.mark.subprocess
+
 
 def _spec(request, tmp_path, name, path=None):
   path = path or unique_path()

@@ -25,6 +25,9 @@ from test_store import _assert_same_block, make_block
 from graftjax import store as store_lib
 from graftjax.store import kvstore as store_kvstore
 
+# Every test here starts a server or a writer process.
+pytestmark = pytest.mark.subprocess
+
 _SECRETS = (AWS_ENV['AWS_SECRET_ACCESS_KEY'], AWS_ENV['AWS_ACCESS_KEY_ID'], GCS_TOKEN)
 _CHUNK = 'k/c.0.0.0.0'
 

@@ -147,6 +147,7 @@ def test_ring_as_large_as_the_capacity_is_the_full_layout():
   assert _bytes(got) == _bytes(want)
 
 
+@pytest.mark.slow
 def test_ring_is_chunk_invariant_under_pallas():
   """Pallas (interpreted): a continuation after a graft equals one pass over prompt and
   continuation, through a ring that wrapped (64 of 128 slots). Three chunk shapes only."""
@@ -240,6 +241,7 @@ def test_relocated_ring_block_is_exact_under_rope_relative():
   assert _bytes(got) == _bytes(want)
 
 
+@pytest.mark.slow
 def test_generation_decodes_through_a_wrapping_ring(ring_model):
   """The jitted decode loop writes the ring one row at a time and sees what the full layout does."""
   from graftjax.models.gemma import sampler

@@ -159,6 +159,7 @@ def test_the_answer_form_refuses_a_first_line_that_does_not_verify_alone(text_mo
   assert library.entries() == [] and library.store.list() == []
 
 
+@pytest.mark.slow
 def test_a_preamble_between_block_and_query_keeps_graft_equal_to_prompt(text_model, library):
   entry = deposit(text_model, library)
   preamble = 'Question: What is one plus one?\nFinal answer: 2\n\n'

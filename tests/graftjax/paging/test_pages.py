@@ -108,6 +108,7 @@ def test_a_page_of_fewer_rows_is_exact_for_queries_far_enough():
     assert _after(model, page.block, start - 1) != _after(model, block, start - 1)
 
 
+@pytest.mark.slow
 def test_page_exact_under_chunk_invariant_kernels():
   model = _model(impl='pallas')
   block = _block(model)

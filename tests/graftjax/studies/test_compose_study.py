@@ -103,6 +103,7 @@ def test_setup_refuses_empty_block_counts():
     compose.Setup(held_out_ks=())
 
 
+@pytest.mark.slow
 def test_own_verified_attempts_are_deposited_and_a_passed_deadline_asks_nothing(model, tmp_path):
   items = [_item(i, i, 2) for i in range(2)]
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=1024, chunk_size=16))

@@ -159,6 +159,7 @@ def test_an_answer_only_task_runs_and_rescores_clean(text_model, tmp_path):
   assert not found.problems, found.problems
 
 
+@pytest.mark.slow
 def test_a_journaled_run_resumes_to_the_same_attempts(text_model, tmp_path):
   shape = library_lib.Shape(capacity=256, chunk_size=16)
   path = tmp_path / 'journal.jsonl'

@@ -26,6 +26,7 @@ def test_facts_are_planted_whole_at_their_offsets():
   assert needle.first_number(' 4821.') == 4821 and needle.first_number('none') is None
 
 
+@pytest.mark.slow
 def test_experiment_runs_both_arms_with_wilson_intervals():
   result = needle.experiment(
     model_name='tiny',
@@ -143,6 +144,7 @@ def test_templates_haystack_and_placement_are_checked(tmp_path):
     needle.plant(corpus.ByteTokenizer(), **kwargs, placement='anywhere')
 
 
+@pytest.mark.slow
 def test_a_users_needle_set_reports_neighbours_boundaries_and_confusions(tmp_path):
   haystack = tmp_path / 'notes.txt'
   haystack.write_text(

@@ -67,11 +67,13 @@ def test_result_structure(result):
       assert len(c[arm]['per_sample']) == 1
 
 
+@pytest.mark.slow
 def test_own_position_is_byte_equal_everywhere(result):
   assert all(c['own_position']['byte_equal'] == 1 for c in result['cells'])
   assert all(c['own_position']['kl_max'] == 0.0 for c in result['cells'])
 
 
+@pytest.mark.slow
 def test_relocation_is_exact_only_without_absolute_positions(result):
   for c in result['cells']:
     exact = c['scheme'] in RELATIVE or c['offset'] == 0
@@ -80,16 +82,19 @@ def test_relocation_is_exact_only_without_absolute_positions(result):
     assert c['relocated']['max_abs_diff'] < 1e-3
 
 
+@pytest.mark.slow
 def test_graft_free_control_is_exact_only_without_absolute_positions(result):
   for c in result['cells']:
     assert c['control']['byte_equal'] == int(c['scheme'] in RELATIVE or c['offset'] == 0), c
 
 
+@pytest.mark.slow
 def test_composition_is_exact_only_without_absolute_positions(result):
   for c in result['composition']:
     assert c['byte_equal'] == int(c['scheme'] in RELATIVE), c
 
 
+@pytest.mark.slow
 def test_cell_lookup(result):
   assert position_sweep.cell(result, scheme='alibi', dtype='float32', offset=7)['offset'] == 7
   with pytest.raises(KeyError):

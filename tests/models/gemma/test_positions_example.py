@@ -55,6 +55,7 @@ def test_bias_table_follows_the_formula(kerple):
   assert (table[:, 0] == 0).all() and (np.diff(table, axis=1) < 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('impl', ['xla', 'pallas'])
 def test_relocation_is_exact(kerple, impl):
   model = gemma_model.tiny(position_scheme='kerple_log', impl=impl)
