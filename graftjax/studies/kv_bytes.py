@@ -23,6 +23,7 @@ from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as model_lib
 from graftjax.models.gemma import ops
+from graftjax.models.gemma import params as params_lib
 
 DEVICE_BYTES = 80 * 10**9  # an 80 GB accelerator
 CAPACITIES = (4096, 8192, 32768, 131072)
@@ -36,16 +37,8 @@ def resolve(config: str | config_lib.GemmaConfig) -> tuple[str, config_lib.Gemma
 
 
 def param_count(config: config_lib.GemmaConfig) -> int:
-  """Parameters of the decoder (`transformer.init_params`' shapes; tied embedding once)."""
-  d, f, n, k, h = (
-    config.embed_dim,
-    config.hidden_dim,
-    config.num_heads,
-    config.num_kv_heads,
-    config.head_dim,
-  )
-  layer = 4 * d + d * n * h + 2 * d * k * h + n * h * d + 2 * h + 3 * d * f
-  return config.vocab_size * d + d + config.num_layers * layer
+  """Parameters of the decoder (every tensor of `params.param_specs`; tied embedding once)."""
+  return sum(int(np.prod(spec.shape)) for spec in params_lib.param_specs(config))
 
 
 def ring_layers(config: config_lib.GemmaConfig) -> tuple[int, ...]:
