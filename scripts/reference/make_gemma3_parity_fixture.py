@@ -118,16 +118,19 @@ def reference(out: pathlib.Path) -> None:
       'dtype': 'float32',
       'attention': 'eager',
     }
-    np.savez_compressed(
-      FIXTURES / f'{name}.npz',
-      meta=np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8),
-      tokens=tokens.astype(np.int32),
-      positions=positions,
-      subset_ids=subset,
-      subset_logits=picked[:, subset],
-      top_ids=top,
-      top_logits=np.take_along_axis(picked, top, axis=-1),
-      argmax=np.argmax(picked, axis=-1).astype(np.int32),
+    # Reference outputs only (no weights): float32 values as JSON numbers read back exactly.
+    recorded = {
+      'meta': meta,
+      'tokens': tokens.astype(np.int32).tolist(),
+      'positions': positions.tolist(),
+      'subset_ids': subset.tolist(),
+      'subset_logits': picked[:, subset].tolist(),
+      'top_ids': top.tolist(),
+      'top_logits': np.take_along_axis(picked, top, axis=-1).tolist(),
+      'argmax': np.argmax(picked, axis=-1).astype(np.int32).tolist(),
+    }
+    (FIXTURES / f'{name}.json').write_text(
+      json.dumps(recorded, sort_keys=True, separators=(',', ':')) + '\n'
     )
     print(name, 'positions', len(positions), flush=True)
     del hf, logits

@@ -1,6 +1,6 @@
 """Our Gemma 3 against transformers' Gemma3ForCausalLM, every size's features.
 
-The fixtures (tests/fixtures/gemma3_parity/*.npz, made by
+The fixtures (tests/fixtures/gemma3_parity/*.json, made by
 scripts/reference/make_gemma3_parity_fixture.py with torch, which these
 tests do not need) hold transformers' float32 logits for our seeded random
 weights, exported as a safetensors checkpoint that transformers loaded with
@@ -30,8 +30,11 @@ REDUCED = ('1b_reduced', '4b_reduced', '12b_reduced', '27b_reduced')
 
 
 def _fixture(name):
-  data = dict(np.load(_FIXTURES / f'{name}.npz'))
-  data['meta'] = json.loads(data['meta'].tobytes().decode())
+  """The case's recorded outputs: arrays (float32 logits, int32 ids) and its `meta`."""
+  data = json.loads((_FIXTURES / f'{name}.json').read_text())
+  for key, value in data.items():
+    if key != 'meta':
+      data[key] = np.asarray(value, np.float32 if key.endswith('logits') else np.int32)
   return data
 
 
