@@ -201,8 +201,7 @@ def load(
     )
   unused = {n for n in reader.tensors if not n.startswith(('vision_encoder', 'SigLiP'))}
   unused = {n for n in unused if not n.startswith('embedder/mm_')}
-  digest = params_lib.StreamDigest()
-  tree = params_lib.empty_tree(config)
+  params = params_lib.Streamed(config, place)
   held: dict[str, np.ndarray] = {}  # fused tensors of the current layer
   for spec in params_lib.param_specs(config):
     name, index = _source(spec, config.num_kv_heads, config.num_heads)
@@ -213,32 +212,22 @@ def load(
     shape = reader.tensors[name][1]
     if index is not None:
       parts = 3 if name.endswith('qkv_einsum/w') else 2
-      if tuple(shape) != (parts, *want):
-        raise params_lib.CheckpointError(
-          f'{path}: tensor {name} has shape {shape}; the config needs {(parts, *want)} for {spec.name}'
-        )
+      params_lib.check_shape(str(path), name, shape, (parts, *want), spec)
       if name not in held:
         held.clear()
         held[name] = reader.read(name)
         params_lib.check_float(name, held[name], str(path))
       value = _to_ours(spec, held[name][index])
     else:
-      if shape != want:
-        raise params_lib.CheckpointError(
-          f'{path}: tensor {name} has shape {shape}, the config needs {want} for {spec.name}'
-        )
+      params_lib.check_shape(str(path), name, shape, want, spec)
       raw = reader.read(name)
       params_lib.check_float(name, raw, str(path))
       value = _to_ours(spec, raw)
       del raw
-    digest.update(spec, value)
-    params_lib.tree_put(tree, spec, place(spec.name, value))
+    params.put(spec, value)
     del value
-  if unused:
-    raise params_lib.CheckpointError(
-      f'{path}: tensors the config has no place for: {sorted(unused)[:5]} ({len(unused)} in all)'
-    )
-  return tree, digest.hexdigest()
+  params_lib.refuse_unused(str(path), unused)
+  return params.result()
 
 
 def save(params, config: config_lib.GemmaConfig, directory: str | os.PathLike) -> pathlib.Path:

@@ -134,6 +134,40 @@ class StreamDigest:
     return self._sha.hexdigest()
 
 
+class Streamed:
+  """A params tree filled one tensor at a time, each placed as it comes, and its digest."""
+
+  def __init__(self, config: config_lib.GemmaConfig, place: Place):
+    self.tree = empty_tree(config)
+    self._digest = StreamDigest()
+    self._place = place
+
+  def put(self, spec: ParamSpec, value: np.ndarray) -> None:
+    self._digest.update(spec, value)
+    tree_put(self.tree, spec, self._place(spec.name, value))
+
+  def result(self) -> tuple[dict, str]:
+    """(params tree, the float32 weights' digest)."""
+    return self.tree, self._digest.hexdigest()
+
+
+def check_shape(source: str, name: str, shape, want, spec: ParamSpec) -> None:
+  """Raises CheckpointError naming the tensor unless `shape` is `want`."""
+  if tuple(shape) != tuple(want):
+    raise CheckpointError(
+      f'{source}: tensor {name} has shape {tuple(shape)}, the config needs {tuple(want)}'
+      f' for {spec.name}'
+    )
+
+
+def refuse_unused(source: str, names) -> None:
+  """Raises CheckpointError naming a few of the tensors the config has no place for."""
+  if names:
+    raise CheckpointError(
+      f'{source}: tensors the config has no place for: {sorted(names)[:5]} ({len(names)} in all)'
+    )
+
+
 def check_float(name: str, value, source: str) -> None:
   """Raises CheckpointError naming the tensor unless its dtype is a float type."""
   dtype = np.dtype(getattr(value, 'dtype', np.float32))

@@ -228,30 +228,19 @@ def load(
   reader = _Reader(path)
   prefix = _prefix(reader.where, str(path))
   text_names = {n for n in reader.where if n.startswith(prefix)}
-  digest = params_lib.StreamDigest()
-  tree = params_lib.empty_tree(config)
+  params = params_lib.Streamed(config, place)
   for spec in params_lib.param_specs(config):
     name = prefix + hf_name(spec)
     if name not in reader.where:
       raise params_lib.CheckpointError(f'{path}: tensor {name} missing (needed for {spec.name})')
     text_names.discard(name)
-    if reader.shape(name) != hf_shape(spec):
-      raise params_lib.CheckpointError(
-        f'{path}: tensor {name} has shape {reader.shape(name)}, the config needs {hf_shape(spec)}'
-      )
+    params_lib.check_shape(str(path), name, reader.shape(name), hf_shape(spec), spec)
     raw = reader.read(name)
     params_lib.check_float(name, raw, str(path))
-    value = to_ours(spec, raw)
+    params.put(spec, to_ours(spec, raw))
     del raw
-    digest.update(spec, value)
-    params_lib.tree_put(tree, spec, place(spec.name, value))
-    del value
-  if text_names:
-    raise params_lib.CheckpointError(
-      f'{path}: tensors the config has no place for: {sorted(text_names)[:5]}'
-      f' ({len(text_names)} in all)'
-    )
-  return tree, digest.hexdigest()
+  params_lib.refuse_unused(str(path), text_names)
+  return params.result()
 
 
 def save(
