@@ -224,42 +224,45 @@ class Gemma:
         is not of this model's layout, or a position lies
         beyond the scheme's float64 tables (checked on the host).
     """
-    if self.tables is not None:  # distances never exceed the largest position
-      positions_lib.check_table_size(self.tables, int(np.max(np.asarray(positions))))
+    self.check_chunk(tokens, positions, cache)
     tokens = jnp.asarray(tokens, jnp.int32)
-    positions = jnp.asarray(positions, jnp.int32)
-    if tokens.shape != positions.shape or tokens.ndim != 2:
-      raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
-    if tokens.shape[0] != cache.batch_size:
-      raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
-    if self.config.impl_of('attention') == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
-      raise ValueError(
-        f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
-        f' got {cache.capacity}'
-      )
-    self.check_cache(cache)
-    if tokens.shape[1] > self.max_chunk(cache.capacity):
-      raise ValueError(
-        f'a chunk of {tokens.shape[1]} tokens does not fit the ring of'
-        f' {self.ring_capacity(cache.capacity)} slots (window {self.config.sliding_window}): at most'
-        f" {self.max_chunk(cache.capacity)} per call; use with_local_cache('ring',"
-        ' chunk_size=...) for larger chunks'
-      )
-    if int(cache.length) + tokens.shape[1] > cache.capacity:
-      raise ValueError(
-        f'{tokens.shape[1]} tokens do not fit: cache holds {int(cache.length)}'
-        f' of {cache.capacity} slots'
-      )
     return transformer.forward_jit(
       self.params,
       tokens,
-      positions,
+      jnp.asarray(positions, jnp.int32),
       cache,
       config=self.config,
       logits=logits,
       tables=self.tables,
       segments=jnp.full(tokens.shape, segment, jnp.int32),
     )
+
+  def check_chunk(self, tokens, positions, cache: cache_lib.KVCache) -> None:
+    """The refusals of `forward` for tokens and positions [B, T] (arrays or nested lists)."""
+    if self.tables is not None:  # distances never exceed the largest position
+      positions_lib.check_table_size(self.tables, int(np.max(np.asarray(positions))))
+    shape, positions_shape = np.shape(tokens), np.shape(positions)
+    if shape != positions_shape or len(shape) != 2:
+      raise ValueError(f'tokens {shape} and positions {positions_shape} must both be [B, T]')
+    if shape[0] != cache.batch_size:
+      raise ValueError(f'batch {shape[0]} != cache batch {cache.batch_size}')
+    if self.config.impl_of('attention') == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
+      raise ValueError(
+        f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
+        f' got {cache.capacity}'
+      )
+    self.check_cache(cache)
+    if shape[1] > self.max_chunk(cache.capacity):
+      raise ValueError(
+        f'a chunk of {shape[1]} tokens does not fit the ring of'
+        f' {self.ring_capacity(cache.capacity)} slots (window {self.config.sliding_window}): at most'
+        f" {self.max_chunk(cache.capacity)} per call; use with_local_cache('ring',"
+        ' chunk_size=...) for larger chunks'
+      )
+    if int(cache.length) + shape[1] > cache.capacity:
+      raise ValueError(
+        f'{shape[1]} tokens do not fit: cache holds {int(cache.length)} of {cache.capacity} slots'
+      )
 
   def prefill(
     self,

@@ -40,8 +40,6 @@ from jax.sharding import PartitionSpec as P
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as model_lib
-from graftjax.models.gemma import ops
-from graftjax.models.gemma import positions as positions_lib
 from graftjax.models.gemma import transformer
 
 DATA, MODEL = 'data', 'model'
@@ -280,30 +278,11 @@ class ShardedGemma(model_lib.Gemma):
     )
     return jax.jit(make, out_shardings=self.layout(batch_size).cache)()
 
-  def _check_chunk(self, tokens: np.ndarray, positions: np.ndarray, cache) -> None:
-    """The refusals of `Gemma.forward`, on host arrays."""
-    if self.tables is not None:
-      positions_lib.check_table_size(self.tables, int(np.max(positions)))
-    if tokens.shape != positions.shape or tokens.ndim != 2:
-      raise ValueError(f'tokens {tokens.shape} and positions {positions.shape} must both be [B, T]')
-    if tokens.shape[0] != cache.batch_size:
-      raise ValueError(f'batch {tokens.shape[0]} != cache batch {cache.batch_size}')
-    if self.config.impl_of('attention') == 'pallas' and cache.capacity % ops.CAPACITY_MULTIPLE:
-      raise ValueError(
-        f'Pallas attention needs a cache capacity that is a multiple of {ops.CAPACITY_MULTIPLE},'
-        f' got {cache.capacity}'
-      )
-    if int(cache.length) + tokens.shape[1] > cache.capacity:
-      raise ValueError(
-        f'{tokens.shape[1]} tokens do not fit: cache holds {int(cache.length)}'
-        f' of {cache.capacity} slots'
-      )
-
   def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all', segment: int = 0):
     """`Gemma.forward` on the mesh: same checks, same arithmetic per shard."""
     tokens = np.asarray(tokens, np.int32)
     positions = np.asarray(positions, np.int32)
-    self._check_chunk(tokens, positions, cache)
+    self.check_chunk(tokens, positions, cache)
     lay = self.layout(cache.batch_size)
     return _forward_jit(
       self.params,
