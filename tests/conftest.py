@@ -10,7 +10,10 @@ determinism.pin()
 import concurrent.futures  # pylint: disable=g-import-not-at-top,wrong-import-position
 import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
 import inspect  # pylint: disable=g-import-not-at-top,wrong-import-position
+import os  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
+import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -71,8 +74,30 @@ def run_together():
   return run
 
 
+@pytest.fixture(scope='session')
+def eight_host_devices():
+  """A function that runs a pytest file in a process with 8 forced host devices (the flag
+  must be set before jax starts) and asserts that every test in it passed."""
+
+  def run(cases):
+    env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8')
+    proc = subprocess.run(
+      [sys.executable, '-m', 'pytest', str(cases), '-x', '-q', '-p', 'no:cacheprovider'],
+      capture_output=True,
+      text=True,
+      check=False,
+      env=env,
+      cwd=pathlib.Path(__file__).parents[1],
+      timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert ' passed' in proc.stdout and 'skipped' not in proc.stdout, proc.stdout[-2000:]
+
+  return run
+
+
 # Fixtures that start other processes: a test using one is marked `subprocess`.
-_PROCESS_FIXTURES = ('run_together', 's3_server', 'gcs_server')
+_PROCESS_FIXTURES = ('run_together', 'eight_host_devices', 's3_server', 'gcs_server')
 
 
 def _starts_processes(item) -> bool:

@@ -1,10 +1,7 @@
 """graftjax/store/sharded.py on one device; the kv-head-split cases run in sharded_store_cases.py."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -107,19 +104,7 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
     store.read(key, model.layout(1).block)
 
 
-def test_on_eight_host_devices():
+def test_on_eight_host_devices(eight_host_devices):
   """Blocks of a cache split over 2, 4, 8 devices: chunks along kv heads, restored on any
   split, each chunk read once; in a process started with 8 forced host devices."""
-  env = dict(os.environ)
-  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
-  proc = subprocess.run(
-    [sys.executable, '-m', 'pytest', str(CASES), '-x', '-q', '-p', 'no:cacheprovider'],
-    capture_output=True,
-    text=True,
-    check=False,
-    env=env,
-    cwd=pathlib.Path(__file__).parents[2],
-    timeout=600,
-  )
-  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-  assert ' passed' in proc.stdout and 'skipped' not in proc.stdout, proc.stdout[-2000:]
+  eight_host_devices(CASES)

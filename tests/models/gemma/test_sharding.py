@@ -1,9 +1,6 @@
 """models/gemma/sharding.py: placement rules here; the 8-device runs in mesh_cases.py."""
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -68,19 +65,7 @@ def test_a_mesh_without_data_and_model_axes_is_refused():
     sharding.make_mesh(2, 2, devices=jax.devices()[:1])
 
 
-def test_on_eight_host_devices():
+def test_on_eight_host_devices(eight_host_devices):
   """grafted == fresh byte-equal at 1-, 2-, 4-, 8-way model parallelism, and the rest of
   mesh_cases.py, in a process started with 8 forced host devices."""
-  env = dict(os.environ)
-  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
-  proc = subprocess.run(
-    [sys.executable, '-m', 'pytest', str(CASES), '-x', '-q', '-p', 'no:cacheprovider'],
-    capture_output=True,
-    text=True,
-    check=False,
-    env=env,
-    cwd=pathlib.Path(__file__).parents[3],
-    timeout=600,
-  )
-  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-  assert ' passed' in proc.stdout and 'skipped' not in proc.stdout, proc.stdout[-2000:]
+  eight_host_devices(CASES)
