@@ -71,6 +71,8 @@ _LOOP_ITERS = flags.DEFINE_integer(
 _TIME_BUDGET_S = flags.DEFINE_float(
   'time_budget_s', 170.0, 'Skip the remaining cases after this long.'
 )
+_NORM_DIM = flags.DEFINE_integer('norm_dim', bench_kernels.HIDDEN, 'rms_norm features.')
+_NORM_WARPS = flags.DEFINE_list('norm_warps', ['4'], 'rms_norm warp counts (4: the default).')
 _OUT = flags.DEFINE_string(
   'out',
   None,
@@ -92,6 +94,8 @@ def main(argv):
     repeats=_REPEATS.value,
     loop_iters=_LOOP_ITERS.value,
     time_budget_s=_TIME_BUDGET_S.value,
+    norm_dim=_NORM_DIM.value,
+    norm_warps=[int(n) for n in _NORM_WARPS.value],
     quick=_QUICK.value,
   )
   out = pathlib.Path(

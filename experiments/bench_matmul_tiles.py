@@ -1,4 +1,4 @@
-r"""A sweep of the matmul kernel's tiles at gemma-3-270m's projection shapes.
+r"""A sweep of the matmul kernel's tiles at a model's projection shapes (--model).
 
     python experiments/bench_matmul_tiles.py --out=experiments/results/invariance_cost/bench_matmul_tiles_h200.json
 
@@ -25,6 +25,7 @@ _DTYPES = flags.DEFINE_multi_enum(
 )
 _ROWS = flags.DEFINE_multi_integer('rows', [1, 128], 'Rows M per call (repeat).')
 _SHAPES = flags.DEFINE_multi_string('shape', None, 'Projections to time (default: all).')
+_MODEL = flags.DEFINE_string('model', 'gemma3-270m', 'Config whose projection shapes to time.')
 _CANDIDATES = flags.DEFINE_multi_string(
   'candidate',
   [
@@ -40,6 +41,9 @@ _CANDIDATES = flags.DEFINE_multi_string(
     '16,256,32,4,3',
   ],
   'A candidate block_m,block_n,block_k,num_warps,num_stages (repeat).',
+)
+_DEFAULT = flags.DEFINE_string(
+  'default', bench_matmul_tiles.DEFAULT, 'The tiles every candidate is compared with.'
 )
 _PRECISION = flags.DEFINE_enum(
   'precision', 'highest', list(dots.NAMES), 'Of every product (kernels/dots.py).'
@@ -60,6 +64,8 @@ def main(argv):
       rows=_ROWS.value,
       candidates=_CANDIDATES.value,
       shapes=_SHAPES.value,
+      model=_MODEL.value,
+      default=_DEFAULT.value,
       precision=_PRECISION.value,
       iters=_ITERS.value,
       time_budget_s=_TIME_BUDGET_S.value,

@@ -50,15 +50,13 @@ def _rms_norm_kernel(x_ref, w_ref, o_ref, *, eps: float, block_d: int):
   """x_ref [D], w_ref [D], o_ref [D]: one row."""
   features = x_ref.shape[0]
   chunks = [pl.ds(c * block_d, block_d) for c in range(features // block_d)]
+  xs = [x_ref[chunk].astype(jnp.float32) for chunk in chunks]  # the row, read once
   sum_sq = jnp.zeros((), jnp.float32)
-  for chunk in chunks:
-    x = x_ref[chunk].astype(jnp.float32)
+  for x in xs:
     sum_sq = sum_sq + jnp.sum(x * x)
   inv = lax.rsqrt(sum_sq / features + eps)
-  for chunk in chunks:
-    x = x_ref[chunk].astype(jnp.float32)
-    w = w_ref[chunk].astype(jnp.float32)
-    o_ref[chunk] = (x * inv * w).astype(o_ref.dtype)
+  for chunk, x in zip(chunks, xs):
+    o_ref[chunk] = (x * inv * w_ref[chunk].astype(jnp.float32)).astype(o_ref.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=('eps', 'block_d', 'num_warps', 'interpret'))

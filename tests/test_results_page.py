@@ -398,3 +398,9 @@ def test_paging_section_renders_minimal_files(tmp_path):
     '`questions` | 64',
   ):
     assert figure in page, figure
+
+
+def test_a_relative_cost_keeps_its_sign():
+  assert results_page.more_time(0.07) == '+7%'
+  assert results_page.more_time(-0.05) == '-5%'
+  assert results_page.more_time(3.4) == '4.4x'

@@ -81,7 +81,19 @@ def _attention_cases(lengths, dtypes, window, xla_max_length, interpret):
   return cases
 
 
-def _aux_cases(kernels, lengths, dtypes, interpret):
+def _norm_impls(interpret, norm_warps):
+  """'pallas' (the default launch), 'pallas_warps<n>' for every other warp count, 'xla'."""
+  impls = {'pallas': lambda a: rmsnorm_lib.rms_norm(*a, interpret=interpret)}
+  for warps in norm_warps:
+    if warps != 4:
+      impls[f'pallas_warps{warps}'] = lambda a, warps=warps: rmsnorm_lib.rms_norm(
+        *a, num_warps=warps, interpret=interpret
+      )
+  impls['xla'] = lambda a: rmsnorm_lib.rms_norm_reference(*a)
+  return impls
+
+
+def _aux_cases(kernels, lengths, dtypes, interpret, norm_dim=HIDDEN, norm_warps=(4,)):
   cases = []
   for dtype in dtypes:
     item = jnp.dtype(dtype).itemsize
@@ -117,24 +129,21 @@ def _aux_cases(kernels, lengths, dtypes, interpret):
 
         def make_norm(tokens=tokens, dtype=dtype):
           rng = np.random.default_rng(0)
-          x = jnp.asarray(rng.standard_normal((tokens, HIDDEN)), dtype)
-          w = jnp.asarray(1 + 0.1 * rng.standard_normal(HIDDEN), jnp.float32)
+          x = jnp.asarray(rng.standard_normal((tokens, norm_dim)), dtype)
+          w = jnp.asarray(1 + 0.1 * rng.standard_normal(norm_dim), jnp.float32)
           return x, w
 
-        elems = tokens * HIDDEN
+        elems = tokens * norm_dim
         cases.append(
           (
             'rms_norm',
             phase,
             dtype,
-            dict(M=tokens, D=HIDDEN),
+            dict(M=tokens, D=norm_dim),
             4 * elems,
-            2 * elems * item + 4 * HIDDEN,
+            2 * elems * item + 4 * norm_dim,
             make_norm,
-            {
-              'pallas': lambda a: rmsnorm_lib.rms_norm(*a, interpret=interpret),
-              'xla': lambda a: rmsnorm_lib.rms_norm_reference(*a),
-            },
+            _norm_impls(interpret, norm_warps),
           )
         )
       if 'matmul' in kernels:
@@ -163,6 +172,10 @@ def _aux_cases(kernels, lengths, dtypes, interpret):
   return cases
 
 
+def _bytes(a: jax.Array) -> bytes:
+  return np.asarray(a).tobytes()
+
+
 def run_benchmarks(
   *,
   kernels: Sequence[str] = KERNELS,
@@ -175,6 +188,8 @@ def run_benchmarks(
   repeats: int = 10,
   loop_iters: int = 100,
   time_budget_s: float = 170.0,
+  norm_dim: int = HIDDEN,
+  norm_warps: Sequence[int] = (4,),
   interpret: bool | None = None,
   log: Callable[[str], None] = print,
   command: str | None = None,
@@ -183,7 +198,8 @@ def run_benchmarks(
   """Times every case; returns the JSON-ready result.
 
   `quick` (a smoke test, interpret mode off GPU) replaces the sizes and repeats by
-  `QUICK`'s.
+  `QUICK`'s. rms_norm runs over `norm_dim` features, at each of `norm_warps` (the default
+  launch, 4, is 'pallas'; every other variant records whether its bytes equal it).
   """
   if quick:
     lengths, aux_lengths, window = QUICK['lengths'], QUICK['aux_lengths'], QUICK['window']
@@ -196,7 +212,7 @@ def run_benchmarks(
   cases = []
   if 'attention' in kernels:
     cases += _attention_cases(lengths, dtypes, window, xla_max_length, interpret)
-  cases += _aux_cases(kernels, aux_lengths, dtypes, interpret)
+  cases += _aux_cases(kernels, aux_lengths, dtypes, interpret, norm_dim, norm_warps)
 
   started = time.perf_counter()
   rows = []
@@ -254,6 +270,8 @@ def run_benchmarks(
       )
       for row in rows[-len(impls) :]:
         row['max_abs_diff_pallas_vs_xla'] = diff
+        if row['impl'].startswith('pallas_') and row['impl'] in outs:
+          row['bits_equal_pallas'] = _bytes(outs[row['impl']]) == _bytes(outs['pallas'])
     del args, outs
   return dict(
     **results.header('bench_kernels', command=command),
@@ -269,6 +287,8 @@ def run_benchmarks(
       warmup=warmup,
       repeats=repeats,
       loop_iters=loop_iters,
+      norm_dim=norm_dim,
+      norm_warps=list(norm_warps),
     ),
     wall_s=time.perf_counter() - started,
     cases=rows,

@@ -1,10 +1,10 @@
-"""A sweep of the matmul kernel's tiles and launch knobs at the model's shapes.
+"""A sweep of the matmul kernel's tiles and launch knobs at a model's shapes.
 
 The library of experiments/bench_matmul_tiles.py. `sweep(...)` times every candidate
 'block_m,block_n,block_k,num_warps,num_stages' of `kernels.matmul` on each projection of
-gemma-3-270m (decode: 1 row; prefill: a chunk) against XLA's dot, and records whether its
-output is bit-equal to the default tiles' output: which knobs are free (speed only) and
-which change the numerics.
+a model (gemma-3-270m by default; decode: 1 row; prefill: a chunk) against XLA's dot, and
+records whether its output is bit-equal to the default tiles' output: which knobs are free
+(speed only) and which change the numerics.
 """
 
 from __future__ import annotations
@@ -19,19 +19,24 @@ import numpy as np
 from graftjax import ledger
 from graftjax.kernels import dots
 from graftjax.kernels import matmul
+from graftjax.models.gemma import config as config_lib
 from graftjax.studies import results
 from graftjax.studies import timing
 
-# (name, K, N) of gemma-3-270m's projections.
-SHAPES = (
-  ('q', 640, 1024),
-  ('kv', 640, 256),
-  ('o', 1024, 640),
-  ('gate_up', 640, 2048),
-  ('down', 2048, 640),
-  ('unembed', 640, 262144),
-)
 DEFAULT = '64,64,32,4,3'
+
+
+def projection_shapes(config: config_lib.GemmaConfig) -> tuple[tuple[str, int, int], ...]:
+  """(name, K, N) of each projection of `config`'s model (a layer's and the unembedding)."""
+  attention = config.num_heads * config.head_dim
+  return (
+    ('q', config.embed_dim, attention),
+    ('kv', config.embed_dim, config.num_kv_heads * config.head_dim),
+    ('o', attention, config.embed_dim),
+    ('gate_up', config.embed_dim, config.hidden_dim),
+    ('down', config.hidden_dim, config.embed_dim),
+    ('unembed', config.embed_dim, config.vocab_size),
+  )
 
 
 def parse_candidate(text: str) -> dict[str, int]:
@@ -56,6 +61,8 @@ def sweep(
   rows: Sequence[int],
   candidates: Sequence[str],
   shapes: Sequence[str] | None = None,
+  model: str = 'gemma3-270m',
+  default: str = DEFAULT,
   precision: str = 'highest',
   iters: int,
   time_budget_s: float,
@@ -65,7 +72,7 @@ def sweep(
 ) -> dict:
   """Times every candidate (and XLA) per dtype, row count and shape; the result.
 
-  The default tiles (`DEFAULT`) run first in each case; every candidate's
+  The `default` tiles (`DEFAULT` unless given) run first in each case; every candidate's
   `bits_equal_default` says whether its output has the same bytes. Every
   product (XLA's too) is at `precision` (a name in `dots.NAMES`); each row's
   `max_abs_error` is against the float64 product.
@@ -73,13 +80,14 @@ def sweep(
   Raises:
     ValueError: for a malformed candidate or an unknown shape name.
   """
-  for text in (DEFAULT, *candidates):
+  for text in (default, *candidates):
     parse_candidate(text)
   dot_precision = dots.from_name(precision)
-  known = {name for name, _, _ in SHAPES}
+  projections = projection_shapes(config_lib.get_config(model))
+  known = {name for name, _, _ in projections}
   if shapes and set(shapes) - known:
     raise ValueError(f'unknown shapes {sorted(set(shapes) - known)}; known: {sorted(known)}')
-  cases = [s for s in SHAPES if not shapes or s[0] in shapes]
+  cases = [s for s in projections if not shapes or s[0] in shapes]
   started = time.perf_counter()
   out_rows = []
   for dtype in dtypes:
@@ -97,7 +105,7 @@ def sweep(
         )
         log(f'{dtype:8s} M={m:4d} {name:8s} xla {1e6 * xla_s:9.2f} us')
         want = None
-        for text in dict.fromkeys((DEFAULT, *candidates)):
+        for text in dict.fromkeys((default, *candidates)):
           row = dict(base, impl='pallas', candidate=text)
           if time.perf_counter() - started > time_budget_s:
             out_rows.append(dict(row, skipped='time budget spent'))
@@ -116,7 +124,7 @@ def sweep(
             log(f'{dtype} M={m} {name} {text} FAILED: {out_rows[-1]["error"][:200]}')
             continue
           digest = ledger.sha256_array(got)
-          want = digest if text == DEFAULT else want
+          want = digest if text == default else want
           row.update(
             device_s=seconds,
             vs_xla=seconds / xla_s,
@@ -136,7 +144,8 @@ def sweep(
       dtypes=list(dtypes),
       rows=list(rows),
       candidates=list(candidates),
-      default=DEFAULT,
+      default=default,
+      model=model,
       shapes=[s[0] for s in cases],
       precision=precision,
       iters=iters,

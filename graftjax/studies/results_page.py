@@ -107,8 +107,8 @@ def pct(x: float) -> str:
 
 
 def more_time(x: float) -> str:
-  """A relative cost `x` (time ratio - 1) as '+52%' or, from 2x on, '4.4x'."""
-  return f'{1 + x:.1f}x' if x >= 1 else f'+{100 * x:.0f}%'
+  """A relative cost `x` (time ratio - 1) as '+52%', '-5%' or, from 2x on, '4.4x'."""
+  return f'{1 + x:.1f}x' if x >= 1 else f'{100 * x:+.0f}%'
 
 
 def yes(flag: bool) -> str:

@@ -38,6 +38,8 @@ from graftjax.models.gemma import layers
 DECODE_ROWS = 16
 # Tied-embedding-sized outputs (N >= this) take wider column tiles.
 _WIDE_N = 65536
+# A decode call contracting over at least this many features loads its tiles deeper.
+_LONG_K = 8192
 # Under 'pallas' the cache capacity must be a multiple of this: a multiple of
 # every dtype's KV tile (`attention.default_block_sizes`).
 CAPACITY_MULTIPLE = 64
@@ -99,13 +101,13 @@ def gpu_matmul_tiles(dtype, rows: int, k: int, n: int, precision: str = 'highest
   split (`dots`) each K step sums its piece products before adding them to
   the accumulator, so block_k groups the sums: it stays the fixed one.
   """
-  tiles = _gpu_tiles(dtype, rows, n)
+  tiles = _gpu_tiles(dtype, rows, k, n)
   if precision in dots.SPLITS:
     tiles = dataclasses.replace(tiles, block_k=MatmulTiles().block_k)
   return tiles.fit(k, n)
 
 
-def _gpu_tiles(dtype, rows: int, n: int) -> MatmulTiles:
+def _gpu_tiles(dtype, rows: int, k: int, n: int) -> MatmulTiles:
   wide = n >= _WIDE_N
   if jnp.dtype(dtype) == jnp.float32:
     if rows <= DECODE_ROWS:
@@ -113,7 +115,10 @@ def _gpu_tiles(dtype, rows: int, n: int) -> MatmulTiles:
     else:
       tiles = MatmulTiles()
   elif rows <= DECODE_ROWS:
-    tiles = MatmulTiles(16, 128 if wide else 32, 128)
+    # A long contraction (gemma3-12b's down projection, K = 15,360) streams its tiles
+    # best 5 deep: 50 us against 70 at 3 on the H100, bits equal
+    # (experiments/results/scale/runs/bench_matmul_tiles_gemma3-12b_decode_stages_h100.json).
+    tiles = MatmulTiles(16, 128 if wide else 32, 128, num_stages=5 if k >= _LONG_K else 3)
   else:
     tiles = MatmulTiles(128, 128, 64, num_warps=8) if wide else MatmulTiles(64, 64, 128)
   return tiles

@@ -1,7 +1,11 @@
 """The profile study's event arithmetic and the tile sweeps' parsing, on CPU."""
 
+import math
+
 import pytest
 
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import params
 from graftjax.studies import bench_attention_tiles
 from graftjax.studies import bench_matmul_tiles
 from graftjax.studies import device_trace
@@ -101,3 +105,22 @@ def test_attention_sweep_can_trace_each_call():
   timed = [r for r in result['rows'] if 'device_s' in r]
   assert timed and all(0 < len(r['kernels']) <= 3 for r in timed)
   assert result['settings']['trace_kernels'] == 3
+
+
+@pytest.mark.parametrize('name', ['gemma3-270m', 'gemma3-12b', 'gemma3-27b'])
+def test_projection_shapes_are_the_models_tensors(name):
+  config = config_lib.get_config(name)
+  shapes = {spec.key[-1]: spec.shape for spec in params.param_specs(config)}
+  as_matrix = lambda shape, contracted: (
+    math.prod(shape[:contracted]),
+    math.prod(shape[contracted:]),
+  )
+  want = {
+    'q': as_matrix(shapes['q'], 1),
+    'kv': as_matrix(shapes['k'], 1),
+    'o': as_matrix(shapes['o'], 2),
+    'gate_up': shapes['up'],
+    'down': shapes['down'],
+    'unembed': shapes['embedding'][::-1],
+  }
+  assert {name: (k, n) for name, k, n in bench_matmul_tiles.projection_shapes(config)} == want

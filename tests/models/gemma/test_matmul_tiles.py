@@ -1,5 +1,6 @@
 """The matmul's GPU tiles are speed only: `ops.dense` under the GPU tile table gives the
-bytes of the fixed tiles, for decode and prefill row counts, at gemma-3-270m's shapes.
+bytes of the fixed tiles, for decode and prefill row counts, at gemma-3-270m's shapes and a
+long contraction of gemma3-12b.
 
 Natively only: in the interpreter (CPU) `block_k` changes the order of the float32 sums,
 so there `ops.matmul_tiles` keeps the fixed tiles (checked below on any machine).
@@ -17,8 +18,17 @@ from graftjax.kernels import matmul
 from graftjax.models.gemma import ops
 
 GPU = jax.default_backend() == 'gpu'
-# (K, N): q, k/v, o, gate/up, down, the tied unembedding.
-SHAPES = [(640, 1024), (640, 256), (1024, 640), (640, 2048), (2048, 640), (640, 262144)]
+# (K, N): gemma-3-270m's q, k/v, o, gate/up, down, the tied unembedding; gemma3-12b's down
+# (a long contraction: its decode tiles load deeper).
+SHAPES = [
+  (640, 1024),
+  (640, 256),
+  (1024, 640),
+  (640, 2048),
+  (2048, 640),
+  (640, 262144),
+  (15360, 3840),
+]
 ROWS = (1, 7, 16, 17, 128)
 
 
