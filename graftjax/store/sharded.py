@@ -19,6 +19,12 @@ leaves no block: nothing is listed or readable, whatever files it wrote.
 
 `read` and `restore` read, on each process, only the chunks overlapping the
 heads its devices hold, each checked against its digest; `reads` counts them.
+
+A page (`put(block, page_layout=...)`, as `BlockStore.put` takes one) keeps its
+whole layers in k, v and the trimmed layers' last rows in k_tail, v_tail, each
+chunked along the kv heads the same way; `read` gives it back as a block with
+zeros in the rows not kept, and `restore` checks it against the model's windows
+first (`blocks.check_page`).
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
+from graftjax.store import errors as store_errors
 from graftjax.store import kvstore as store_kvstore
+from graftjax.store import pages as store_pages
 
 # Format 4 with k and v chunked along kv heads as well as layers.
 FORMAT = 'graftjax.blockstore/4-kv-heads'
@@ -64,8 +72,30 @@ class Reads:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Part:
+  """One stored array of a block: rows [first, n) of `layers` of the block's k or v."""
+
+  source: str
+  layers: tuple[int, ...]
+  first: int
+
+
+def _parts(rows: store_pages.Layout | None, layers: int, n: int) -> dict[str, _Part]:
+  """The arrays a block (rows None) or a page stores, by name (a page's as `page_arrays`)."""
+  if rows is None:
+    return {name: _Part(name, tuple(range(layers)), 0) for name in _KV}
+  whole = tuple(i for i, (first, _) in enumerate(rows) if first == 0)
+  tail = tuple(i for i, (first, _) in enumerate(rows) if first != 0)
+  first = rows[tail[0]][0]
+  parts = {name: _Part(name, whole, 0) for name in _KV}
+  if first < n:
+    parts.update({f'{name}_tail': _Part(name, tail, first) for name in _KV})
+  return parts
+
+
+@dataclasses.dataclass(frozen=True)
 class _Layout:
-  """A stored block's arrays: L layers, n rows, K kv heads of H, c heads per chunk."""
+  """A stored array: L layers, n rows, K kv heads of H, c heads per chunk."""
 
   layers: int
   rows: int
@@ -160,13 +190,15 @@ class ShardedStore:
 
   # ---- writing -------------------------------------------------------------
 
-  def put(self, block: blocks.KVBlock) -> str:
+  def put(self, block: blocks.KVBlock, *, page_layout=None) -> str:
     """Deposits `block` (collective: every process calls it) and returns its key.
 
     k and v may be global jax.Arrays split over kv heads (a block captured from
     a sharded cache) or whole arrays; each process writes only the chunks of
     the shards it holds. A key already published is left as it is (its
-    metadata must be the block's).
+    metadata must be the block's). With `page_layout` (one `(first_row,
+    stop_row)` per layer, as `BlockStore.put` takes it) only those rows are
+    stored, as a page under its own key.
 
     Raises:
       InvalidBlockError: if the block cannot be stored exactly (empty, dtype,
@@ -179,40 +211,59 @@ class ShardedStore:
       raise store_lib.ReadOnlyStoreError(self.root, 'the store was opened read-only')
     meta = block.meta
     positions = _checked_block(block, self.root)  # on every process, before anything is written
-    key = store_lib.key_for(meta)
+    layers, n, heads, head_dim = block.k.shape
+    try:
+      rows = None if page_layout is None else store_pages.checked_layout(page_layout, layers, n)
+    except store_errors.Malformed as e:
+      raise store_lib.InvalidBlockError(self.root, f'cannot store the page: {e}') from e
+    key = store_lib.key_for(meta, rows)
     where = self._where(key)
     if self._stored_meta(key) is not None:
       self._check_same_meta(key, meta)
       _barrier(f'sharded put {key} stored')
       return key
     sharding, per_chunk = _block_spec(block.k)
-    shape = tuple(block.k.shape)
-    layout = _Layout(*shape, per_chunk=per_chunk, dtype=meta.dtype)
+    parts = _parts(rows, layers, n)
+    layouts = {
+      name: _Layout(len(part.layers), n - part.first, heads, head_dim, per_chunk, meta.dtype)
+      for name, part in parts.items()
+    }
     token = _agreed_token()
     prefix = f'.tmp/{key}.{token}.sharded/' if self._local else f'{key}/'
     with self._io(where, 'cannot deposit the block'), self._shared_lock():
-      digests = np.zeros((2, layout.layers, layout.groups, 32), np.uint8)
-      for index, name in enumerate(_KV):
-        array = getattr(block, name)
-        for layer, group, data in _own_chunks(array, sharding, layout):
-          write_chunk(self._kv, prefix + layout.path(name, layer, group), data)
-          digests[index, layer, group] = np.frombuffer(blake3.blake3(data).digest(), np.uint8)
-      digests = _combine(digests, where)
+      groups = heads // per_chunk
+      digests = {
+        name: np.zeros((len(part.layers), groups, 32), np.uint8) for name, part in parts.items()
+      }
+      for source in _KV:
+        for lo, data in _own_shards(getattr(block, source), sharding):
+          for name, part in parts.items():
+            if part.source != source:
+              continue
+            for out, layer in enumerate(part.layers):
+              for i in range(data.shape[2] // per_chunk):
+                group = lo // per_chunk + i
+                chunk = data[layer, part.first :, i * per_chunk : (i + 1) * per_chunk].tobytes()
+                write_chunk(self._kv, prefix + layouts[name].path(name, out, group), chunk)
+                digests[name][out, group] = np.frombuffer(blake3.blake3(chunk).digest(), np.uint8)
+      merged = _combine(np.concatenate([d.reshape(-1, 32) for d in digests.values()]), where)
+      offsets = np.cumsum([0, *(d.size // 32 for d in digests.values())])
+      digests = {name: merged[offsets[i] : offsets[i + 1]] for i, name in enumerate(digests)}
       if jax.process_index() == 0:
-        self._publish(key, prefix, meta, layout, positions, digests)
+        self._publish(key, prefix, meta, layouts, positions, digests, rows)
     _barrier(f'sharded put {key} published')
     if self._stored_meta(key) is None:
       raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')
     return key
 
-  def _publish(self, key, prefix, meta, layout: _Layout, positions, digests) -> None:
+  def _publish(self, key, prefix, meta, layouts, positions, digests, rows) -> None:
     """Writes positions, zarr.json files and the manifest; makes the block visible."""
-    n = layout.rows
-    chunk_shape = [1, n, layout.per_chunk, layout.head_dim]
+    n = len(positions)
     files = {'positions/c.0': positions.tobytes()}
     arrays = {}
-    for index, name in enumerate(_KV):
-      chunk_digests = [bytes(d).hex() for d in digests[index].reshape(-1, 32)]
+    for name, layout in layouts.items():
+      chunk_shape = [1, layout.rows, layout.per_chunk, layout.head_dim]
+      chunk_digests = [bytes(d).hex() for d in digests[name]]
       arrays[name] = {
         'dtype': layout.dtype,
         'shape': list(layout.shape),
@@ -221,6 +272,7 @@ class ShardedStore:
         _ARRAY_DIGEST: store_lib.array_digest(layout.dtype, layout.shape, chunk_digests),
       }
       files[f'{name}/zarr.json'] = _zarr_json(layout.dtype, layout.shape, chunk_shape)
+    groups = layouts['k'].groups
     positions_digest = _blake3(files['positions/c.0'])
     arrays['positions'] = {
       'dtype': 'int32',
@@ -231,12 +283,14 @@ class ShardedStore:
     }
     files['positions/zarr.json'] = _zarr_json('int32', [n], [n])
     manifest = {
-      'format': store_lib.FORMAT if layout.groups == 1 else FORMAT,
+      'format': store_lib.FORMAT if groups == 1 else FORMAT,
       'key': key,
       'layout_version': meta.layout_version,
       'meta': meta.to_json(),
       'arrays': arrays,
     }
+    if rows is not None:
+      manifest['page_layout'] = {'rows': [list(pair) for pair in rows]}
     text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
     for name, data in files.items():
       write_chunk(self._kv, prefix + name, data)
@@ -266,39 +320,57 @@ class ShardedStore:
     Each process reads the chunks overlapping the kv heads its devices hold
     in `sharding`, each chunk once (devices holding the same heads share
     it), checking each against its digest; positions are read by every process.
+    For a page, the rows it does not keep are zeros (see `read_page`).
 
     Raises:
       MissingBlockError, CorruptBlockError, UnsupportedFormatError, StoreIOError.
     """
+    return self.read_page(key, sharding)[0]
+
+  def read_page(
+    self, key: str, sharding: NamedSharding
+  ) -> tuple[blocks.KVBlock, store_pages.Layout | None]:
+    """(block, page_layout) under `key`: as `read`, with the rows each layer keeps (None for
+    a plain block)."""
     key = self._checked_key(key)
-    manifest, meta, layout = self._manifest(key)
+    manifest, meta, layouts, rows = self._manifest(key)
     if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
       raise store_lib.InvalidBlockError(
         self._where(key), f'a block splits only kv heads; sharding {sharding.spec} splits more'
       )
+    n = len(meta.token_ids)
     positions = np.frombuffer(self._chunk(key, manifest, 'positions', 0, 'positions/c.0'), '<i4')
-    if not np.array_equal(positions, meta.first_position + meta.shift + np.arange(layout.rows)):
+    if not np.array_equal(positions, meta.first_position + meta.shift + np.arange(n)):
       raise store_lib.CorruptBlockError(
         self._where(key),
         f'positions {positions.tolist()[:8]}... do not start at meta.first_position'
         f' {meta.first_position} + shift {meta.shift} and count up',
       )
-    fetched: dict[str, np.ndarray] = {}  # chunk path -> its [n, c, H], read once
+    fetched: dict[str, np.ndarray] = {}  # chunk path -> its [rows, c, H], read once
+    whole = layouts['k']
+    layers = whole.layers if rows is None else len(rows)
+    shape = (layers, n, whole.heads, whole.head_dim)
+    parts = _parts(rows, layers, n)
 
-    def piece(index, name):
-      lo, hi, _ = index[2].indices(layout.heads)
-      heads = self._heads(key, manifest, layout, name, lo, hi, fetched)
-      return heads[index[0], index[1], :, index[3]]
+    def piece(index, source):
+      lo, hi, _ = index[2].indices(whole.heads)
+      out = np.zeros((layers, n, hi - lo, whole.head_dim), _dtype(whole.dtype))
+      for name, part in parts.items():
+        if part.source == source:
+          got = self._heads(key, manifest, layouts[name], name, lo, hi, fetched)
+          out[list(part.layers), part.first :] = got
+      return out[index[0], index[1], :, index[3]]
 
     arrays = {
       name: jax.make_array_from_callback(
-        layout.shape, sharding, lambda index, name=name: piece(index, name)
+        shape, sharding, lambda index, name=name: piece(index, name)
       )
       for name in _KV
     }
-    return blocks.KVBlock(
+    block = blocks.KVBlock(
       k=arrays['k'], v=arrays['v'], positions=positions.astype(np.int32), meta=meta
     )
+    return block, rows
 
   def restore(
     self,
@@ -306,12 +378,20 @@ class ShardedStore:
     cache: cache_lib.KVCache,
     *,
     target: target_lib.GraftTarget,
+    windows: tuple[int | None, ...] | None = None,
+    query_position: int | None = None,
     **graft_options: Any,
   ) -> cache_lib.KVCache:
     """`blocks.graft` of the block under `key` into `cache`, reading only its shards.
 
     The block is read in the cache's own split of kv heads (`cache.k`'s
-    sharding), so each device receives exactly the heads it holds.
+    sharding), so each device receives exactly the heads it holds. A page is
+    first checked against the model's `windows` (W per layer, None for a global
+    layer) and the first query's position (`blocks.check_page`).
+
+    Raises:
+      blocks.PageError: a page without `windows`, or one that drops rows a query sees.
+      blocks.GraftError, and the store's errors as `read`.
     """
     sharding = cache.k.sharding
     if isinstance(sharding, NamedSharding):
@@ -321,11 +401,18 @@ class ShardedStore:
       sharding = NamedSharding(
         jax.sharding.Mesh(np.asarray(list(cache.k.devices())[:1]), ('one',)), P()
       )
-    block = self.read(key, sharding)
+    block, rows = self.read_page(key, sharding)
     try:
+      if rows is not None:
+        if windows is None:
+          raise blocks.PageError(
+            f'the block is a page (rows kept per layer: {list(rows)}); pass the'
+            " model's windows to check that its layers keep what a query sees"
+          )
+        blocks.check_page(block, rows, windows, query_position=query_position)
       return blocks.graft(cache, block, target=target, **graft_options)
-    except blocks.GraftError as e:
-      raise blocks.GraftError(f'{self._where(key)}: {e}') from e
+    except blocks.GraftError as e:  # the same kind of error, naming the block
+      raise type(e)(f'{self._where(key)}: {e}') from e
 
   def _heads(
     self, key, manifest, layout: _Layout, name: str, lo: int, hi: int, fetched: dict
@@ -361,7 +448,9 @@ class ShardedStore:
       )
     return data
 
-  def _manifest(self, key: str) -> tuple[dict[str, Any], blocks.BlockMeta, _Layout]:
+  def _manifest(
+    self, key: str
+  ) -> tuple[dict[str, Any], blocks.BlockMeta, dict[str, _Layout], store_pages.Layout | None]:
     where = self._where(key)
     data = self._manifest_bytes(key)
     if data is None:
@@ -374,14 +463,14 @@ class ShardedStore:
       if manifest['key'] != key:
         raise ValueError(f'manifest key {manifest["key"]} != its folder {key}')
       meta = blocks.BlockMeta.from_json(manifest['meta'])
-      if store_lib.key_for(meta) != key:
-        raise ValueError(f'metadata hashes to {store_lib.key_for(meta)}, not its key {key}')
-      layout = _checked_layout(manifest, meta)
+      layouts, rows = _checked_layouts(manifest, meta)
+      if store_lib.key_for(meta, rows) != key:
+        raise ValueError(f'metadata hashes to {store_lib.key_for(meta, rows)}, not its key {key}')
     except store_lib.StoreError:
       raise
     except (ValueError, KeyError, TypeError, IndexError, blocks.BlockMetaError) as e:
       raise store_lib.CorruptBlockError(where, f'bad manifest: {e}') from e
-    return manifest, meta, layout
+    return manifest, meta, layouts, rows
 
   def _manifest_bytes(self, key: str) -> bytes | None:
     with self._io(self._where(key), 'cannot read the manifest'):
@@ -453,24 +542,22 @@ def _dtype(name: str) -> np.dtype:
   return np.dtype(jax.numpy.dtype(name)).newbyteorder('<')
 
 
-def _own_chunks(array, sharding: NamedSharding | None, layout: _Layout):
-  """(layer, group, bytes) of each chunk of `array` whose shard this process writes."""
+def _own_shards(array, sharding: NamedSharding | None) -> list[tuple[int, np.ndarray]]:
+  """(first kv head, [L, n, c', H] little-endian data) of each shard this process writes."""
   if sharding is None:  # whole: process 0 writes every chunk
     if jax.process_index() != 0:
-      return
+      return []
     shards = [(slice(None), np.asarray(array))]
   else:
     array = jax.device_put(array, sharding)
     shards = [
       (s.index[2], np.asarray(s.data)) for s in array.addressable_shards if s.replica_id == 0
     ]
-  c = layout.per_chunk
-  for heads, data in shards:
-    data = np.ascontiguousarray(data, data.dtype.newbyteorder('<'))
-    lo = heads.indices(layout.heads)[0]
-    for layer in range(layout.layers):
-      for i in range(data.shape[2] // c):
-        yield layer, lo // c + i, data[layer, :, i * c : (i + 1) * c].tobytes()
+  heads = array.shape[2]
+  return [
+    (index.indices(heads)[0], np.ascontiguousarray(data, data.dtype.newbyteorder('<')))
+    for index, data in shards
+  ]
 
 
 def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
@@ -527,40 +614,54 @@ def _barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def _checked_layout(manifest: dict[str, Any], meta: blocks.BlockMeta) -> _Layout:
-  """The k/v layout a manifest declares, checked against its metadata (ValueError)."""
+def _checked_layouts(
+  manifest: dict[str, Any], meta: blocks.BlockMeta
+) -> tuple[dict[str, _Layout], store_pages.Layout | None]:
+  """The arrays a manifest declares and its page layout, checked against its metadata
+  (ValueError)."""
   n = len(meta.token_ids)
   entries = manifest['arrays']
-  if set(entries) != {'k', 'v', 'positions'}:
-    raise ValueError(f'arrays {sorted(entries)}, expected k, v, positions')
   k = entries['k']
   shape, chunk_shape = k['shape'], k['chunk_shape']
-  if len(shape) != 4 or shape[1] != n:
-    raise ValueError(f'arrays.k.shape {shape}, expected [L, {n}, K, H] for {n} token ids')
-  if chunk_shape[:2] != [1, n] or chunk_shape[3] != shape[3] or shape[2] % chunk_shape[2]:
-    raise ValueError(
-      f'arrays.k.chunk_shape {chunk_shape} does not tile {shape} by layers and heads'
-    )
-  layout = _Layout(*shape, per_chunk=chunk_shape[2], dtype=meta.dtype)
-  if manifest['format'] == store_lib.FORMAT and layout.groups != 1:
-    raise ValueError(f'format {store_lib.FORMAT} keeps every kv head in a chunk: {chunk_shape}')
-  for name in _KV:
+  if len(shape) != 4 or len(chunk_shape) != 4:
+    raise ValueError(f'arrays.k.shape {shape}, expected [L, rows, K, H]')
+  rows = None
+  layers = shape[0]
+  if 'page_layout' in manifest:
+    layers = len(manifest['page_layout']['rows'])
+    rows = store_pages.checked_layout(manifest['page_layout']['rows'], layers, n)
+  parts = _parts(rows, layers, n)
+  if set(entries) != {*parts, 'positions'}:
+    raise ValueError(f'arrays {sorted(entries)}, expected {sorted({*parts, "positions"})}')
+  per_chunk, heads, head_dim = chunk_shape[2], shape[2], shape[3]
+  if per_chunk <= 0 or heads % per_chunk:
+    raise ValueError(f'arrays.k.chunk_shape {chunk_shape} does not tile {shape} by kv heads')
+  layouts = {}
+  for name, part in parts.items():
+    layout = _Layout(len(part.layers), n - part.first, heads, head_dim, per_chunk, meta.dtype)
     entry = entries[name]
-    if (
-      entry['shape'] != shape or entry['chunk_shape'] != chunk_shape or entry['dtype'] != meta.dtype
-    ):
-      raise ValueError(f'arrays.{name} is {entry["dtype"]}{entry["shape"]}/{entry["chunk_shape"]}')
+    want = [1, layout.rows, per_chunk, head_dim]
+    if entry['shape'] != list(layout.shape) or entry['chunk_shape'] != want:
+      raise ValueError(
+        f'arrays.{name} is {entry["shape"]}/{entry["chunk_shape"]}, expected'
+        f' {list(layout.shape)}/{want} for {n} token ids'
+      )
+    if entry['dtype'] != meta.dtype:
+      raise ValueError(f"arrays.{name}.dtype {entry['dtype']} != the metadata's {meta.dtype}")
     digests = entry[_DIGEST]
     if len(digests) != layout.layers * layout.groups:
       raise ValueError(
         f'arrays.{name} has {len(digests)} chunk digests, expected {layout.layers * layout.groups}'
       )
-    if store_lib.array_digest(meta.dtype, shape, digests) != entry[_ARRAY_DIGEST]:
+    if store_lib.array_digest(meta.dtype, entry['shape'], digests) != entry[_ARRAY_DIGEST]:
       raise ValueError(f'arrays.{name}.blake3 does not match its chunk digests')
+    layouts[name] = layout
+  if manifest['format'] == store_lib.FORMAT and layouts['k'].groups != 1:
+    raise ValueError(f'format {store_lib.FORMAT} keeps every kv head in a chunk: {chunk_shape}')
   positions = entries['positions']
   if positions['shape'] != [n] or positions['dtype'] != 'int32' or len(positions[_DIGEST]) != 1:
     raise ValueError(f'arrays.positions is {positions["dtype"]}{positions["shape"]}')
-  return layout
+  return layouts, rows
 
 
 def _fsync_tree(path: str) -> None:

@@ -13,6 +13,7 @@ from graftjax.store import sharded as sharded_store
 from graftjax import store as store_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sharding
+from graftjax.paging import pages
 
 PREFIX, CONTINUATION, CHUNK, CAPACITY = 24, 16, 8, 64
 HEADS = 8
@@ -99,3 +100,42 @@ def test_one_kv_head_replicated_over_the_model_axis(tmp_path):
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   assert np.asarray(out).tobytes() == fresh.tobytes()
+
+
+@pytest.mark.parametrize('ways', [2, 8])
+def test_a_page_is_written_and_read_in_kv_head_chunks(base, ways, tmp_path):
+  """Whole layers in k, v and local tails in k_tail, v_tail, each chunked by kv heads; the
+  page restores byte-equal, each of its chunks read once."""
+  model = sharding.shard_model(base, sharding.make_mesh(1, ways))
+  ids, block, fresh = _run(model)
+  rows = pages.page_layout(model.config, PREFIX)
+  whole = sum(first == 0 for first, _ in rows)
+  tail = len(rows) - whole
+  store = sharded_store.ShardedStore(tmp_path)
+  key = store.put(block, page_layout=rows)
+  manifest = json.loads((tmp_path / key / 'manifest.json').read_text())
+  assert manifest['format'] == sharded_store.FORMAT
+  kept = PREFIX - rows[0][0] if rows[0][0] else PREFIX - next(f for f, _ in rows if f)
+  assert manifest['arrays']['k_tail']['chunk_shape'] == [1, kept, HEADS // ways, 16]
+  assert len(list((tmp_path / key / 'k').glob('c.*'))) == whole * ways
+  assert len(list((tmp_path / key / 'k_tail').glob('c.*'))) == tail * ways
+  windows = tuple(model.config.window(i) for i in range(model.config.num_layers))
+  cache = store.restore(
+    key,
+    model.init_cache(capacity=CAPACITY),
+    target=model.graft_target,
+    windows=windows,
+    query_position=PREFIX,
+  )
+  assert store.reads.chunks == 2 * (whole + tail) * ways
+  assert store.reads.bytes < 2 * block.k.size * block.k.dtype.itemsize  # only the kept rows
+  out, _ = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  assert np.asarray(out).tobytes() == fresh.tobytes()
+  # Read into one device: the same page as the block store's reading of the unsplit one.
+  plain = store_lib.BlockStore(tmp_path / 'plain')
+  want, _ = plain.get_page(plain.put(jax.device_get(block), page_layout=rows))
+  got = store.read(key, sharding.shard_model(base, sharding.make_mesh(1, 1)).layout(1).block)
+  assert np.asarray(got.k).tobytes() == np.asarray(want.k).tobytes()
+  assert np.asarray(got.v).tobytes() == np.asarray(want.v).tobytes()

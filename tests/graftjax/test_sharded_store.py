@@ -12,6 +12,7 @@ from graftjax.store import sharded as sharded_store
 from graftjax import store as store_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sharding
+from graftjax.paging import pages
 
 CASES = pathlib.Path(__file__).with_name('sharded_store_cases.py')
 PREFIX, CHUNK, CAPACITY = 24, 8, 64
@@ -104,7 +105,56 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
     store.read(key, model.layout(1).block)
 
 
+def _windows(model):
+  return tuple(model.config.window(i) for i in range(model.config.num_layers))
+
+
+def test_an_unsplit_page_is_written_as_block_store_writes_it(captured, tmp_path):
+  model, ids, block, fresh = captured
+  rows = pages.page_layout(model.config, PREFIX)
+  assert rows is not None and any(first for first, _ in rows)
+  store = sharded_store.ShardedStore(tmp_path / 'sharded')
+  key = store.put(block, page_layout=rows)
+  plain = store_lib.BlockStore(tmp_path / 'plain')
+  assert plain.put(block, page_layout=rows) == key != store_lib.key_for(block.meta)
+  assert store_lib.digest_tree(tmp_path / 'sharded' / key) == store_lib.digest_tree(
+    tmp_path / 'plain' / key
+  )
+  got, layout = store.read_page(key, model.layout(1).block)
+  assert layout == rows
+  want, _ = plain.get_page(key)
+  assert np.asarray(got.k).tobytes() == np.asarray(want.k).tobytes()
+  # The page restores and continues as the block does: the query sees no dropped row.
+  cache = store.restore(
+    key,
+    model.init_cache(capacity=CAPACITY),
+    target=model.graft_target,
+    windows=_windows(model),
+    query_position=PREFIX,
+  )
+  out, _ = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
+  )
+  assert np.asarray(out).tobytes() == fresh.tobytes()
+
+
+def test_a_page_is_checked_against_the_windows_before_it_is_grafted(captured, tmp_path):
+  model, _, block, _ = captured
+  store = sharded_store.ShardedStore(tmp_path)
+  short = pages.page_layout(model.config, PREFIX, local_rows=2)  # fewer than W - 1 rows
+  key = store.put(block, page_layout=short)
+  cache = model.init_cache(capacity=CAPACITY)
+  with pytest.raises(blocks.PageError, match="pass the model's windows"):
+    store.restore(key, cache, target=model.graft_target)
+  with pytest.raises(blocks.PageError):
+    store.restore(
+      key, cache, target=model.graft_target, windows=_windows(model), query_position=PREFIX
+    )
+  with pytest.raises(store_lib.InvalidBlockError, match='cannot store the page'):
+    store.put(block, page_layout=[(0, PREFIX)])
+
+
 def test_on_eight_host_devices(eight_host_devices):
-  """Blocks of a cache split over 2, 4, 8 devices: chunks along kv heads, restored on any
-  split, each chunk read once; in a process started with 8 forced host devices."""
+  """Blocks and pages of a cache split over 2, 4, 8 devices: chunks along kv heads, restored
+  on any split, each chunk read once; in a process started with 8 forced host devices."""
   eight_host_devices(CASES)
