@@ -5,7 +5,9 @@ Started by test_sharded_processes.py, twice (process 0 and 1), each with 2 host 
     python tests/graftjax/sharded_pair.py <process_id> <port> <root> <out.json> [roundtrip|die]
 
 `roundtrip`: prefill, capture, `ShardedStore.put`, restore into a fresh sharded cache,
-continue; writes what it saw to out.json. `die`: deposits a block of random rows under
+continue; writes what it saw to out.json. `data`: the same with the processes along the
+'data' axis (a batch of two rows, one a process, each row split over its two devices by
+kv heads), capturing the row process 1 holds. `die`: deposits a block of random rows under
 the metadata the roundtrip's block has, and process 1 kills itself (SIGKILL) after
 writing its first chunk of the deposit.
 """
@@ -77,8 +79,11 @@ def main():
 
   sharded_store.write_chunk = recording_write
 
+  data = 2 if MODE == 'data' else 1
+  batch = data  # one row a data shard
   model = sharding.shard_model(
-    gemma_model.tiny(num_heads=8, num_kv_heads=8), sharding.make_mesh(1, jax.device_count())
+    gemma_model.tiny(num_heads=8, num_kv_heads=8),
+    sharding.make_mesh(data, jax.device_count() // data),
   )
   ids = np.random.default_rng(0).integers(3, 256, PREFIX + CONTINUATION)
   if MODE == 'die':  # no model run needed: random rows under the block's own metadata
@@ -87,13 +92,17 @@ def main():
       json.dump({'key': sharded_store.store_lib.key_for(block.meta)}, f)
     sharded_store.ShardedStore(ROOT).put(block)
     return
-  cache = model.init_cache(capacity=CAPACITY)
+  cache = model.init_cache(batch_size=batch, capacity=CAPACITY)
   _, cache = model.prefill(ids[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
   fresh, cache = model.prefill(
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   block = blocks.capture(
-    cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX], target=model.graft_target
+    cache,
+    blocks.Span(0, PREFIX),
+    token_ids=ids[:PREFIX],
+    target=model.graft_target,
+    batch_index=batch - 1,  # with data: the row process 1 holds
   )
   result = {'process': PROCESS_ID, 'devices': jax.device_count(), 'key': None}
   with open(OUT, 'w') as f:  # the key, before the deposit starts
@@ -102,7 +111,9 @@ def main():
   key = sharded_store.ShardedStore(ROOT).put(block)
   store = sharded_store.ShardedStore(ROOT)  # fresh counters
   before = _bytes_read()
-  restored = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  restored = store.restore(
+    key, model.init_cache(batch_size=batch, capacity=CAPACITY), target=model.graft_target
+  )
   ts_bytes = _bytes_read() - before
   cache_equal = all(
     np.asarray(a.data)[:, :, :PREFIX].tobytes() == np.asarray(b.data)[:, :, :PREFIX].tobytes()
@@ -114,6 +125,7 @@ def main():
     )
   )
   heads_held = sorted({s.index[3].indices(8)[:2] for s in restored.k.addressable_shards})
+  rows_held = sorted({s.index[1].indices(batch)[:2] for s in restored.k.addressable_shards})
   grafted, _ = model.prefill(
     ids[PREFIX:], cache=restored, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
@@ -129,8 +141,12 @@ def main():
     block_kv_bytes=2 * block.k.size * block.k.dtype.itemsize,
     positions_bytes=PREFIX * 4,
     heads_held=heads_held,
+    rows_held=rows_held,
     cache_equal=cache_equal,
-    grafted_equals_fresh=np.asarray(grafted).tobytes() == np.asarray(fresh).tobytes(),
+    grafted_equals_fresh=all(
+      np.asarray(a.data).tobytes() == np.asarray(b.data).tobytes()
+      for a, b in zip(grafted.addressable_shards, fresh.addressable_shards, strict=True)
+    ),
   )
   with open(OUT, 'w') as f:
     json.dump(result, f)

@@ -1,6 +1,7 @@
 """Two processes on this machine form one mesh (jax.distributed, CPU collectives):
 a block deposited from the pair is restored into the pair byte-equal, each process
-writing and reading only its own kv heads; a process killed mid-deposit leaves no block."""
+writing and reading only its own kv heads (the processes along 'model') or a batch row
+held by one process (along 'data'); a process killed mid-deposit leaves no block."""
 
 import json
 import pathlib
@@ -49,8 +50,8 @@ def _stop(procs):
   return [proc.communicate()[0] for proc in procs]
 
 
-def _run_pair(root, out):
-  procs = _start_pair(root, out, 'roundtrip')
+def _run_pair(root, out, mode='roundtrip'):
+  procs = _start_pair(root, out, mode)
   try:
     for proc in procs:
       proc.wait(timeout=TIMEOUT_S)
@@ -137,3 +138,18 @@ def test_each_process_writes_and_reads_only_its_kv_heads(pair_runs):
     # tensorstore's own count of bytes read from files: the half, the manifest, the positions
     expected = result['reads_bytes'] + result['manifest_bytes'] + result['positions_bytes']
     assert result['tensorstore_bytes_read'] == expected
+
+
+def test_processes_along_the_data_axis_deposit_and_restore_a_row(tmp_path):
+  """A batch of two rows, one a process (each row split over its process's two devices by
+  kv heads): the row process 1 holds is captured and deposited, and restored into both rows,
+  which continue byte-equal to the fresh ones."""
+  p0, p1 = _run_pair(tmp_path / 'store', tmp_path, mode='data')
+  assert p0['key'] == p1['key'] and p0['listed'] == [p0['key']]
+  assert p0['rows_held'] == [[0, 1]] and p1['rows_held'] == [[1, 2]]
+  for result in (p0, p1):
+    assert result['heads_held'] == [[0, 4], [4, 8]]  # every head of its own row
+    assert result['cache_equal'] and result['grafted_equals_fresh']
+    assert result['reads_bytes'] == result['block_kv_bytes']  # its row holds every head
+  # The block is replicated over 'data': its replica 0 (process 0's row) writes every chunk.
+  assert p1['written'] == [] and 'manifest.json' in p0['written']
