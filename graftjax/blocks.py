@@ -477,6 +477,7 @@ def check_graft(
   target: target_lib.GraftTarget,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  allow_ring_gap: bool = False,
   chunk_size: int | None = None,
 ) -> None:
   """Raises GraftError naming the first reason `graft` would refuse `block` (see there)."""
@@ -497,7 +498,7 @@ def check_graft(
     raise GraftError(
       f'block slots [{span.start}, {span.stop}) overlap the {length} slots already written'
     )
-  gap = cache_lib.gap_error(cache, span.start)
+  gap = not allow_ring_gap and cache_lib.gap_error(cache, span.start)
   if gap:
     raise GraftError(f'block slots [{span.start}, {span.stop}): {gap}')
   computed = (meta.batch_size, meta.capacity)
@@ -610,6 +611,7 @@ def graft(
   target: target_lib.GraftTarget,
   allow_shifted: bool = False,
   allow_other_shape: bool = False,
+  allow_ring_gap: bool = False,
   chunk_size: int | None = None,
   donate: bool = False,
 ) -> cache_lib.KVCache:
@@ -628,7 +630,10 @@ def graft(
 
   The block's slots must lie at or after the cache's write index (nothing
   already there is overwritten) and inside its capacity. Slots between the
-  old write index and the block stay empty (position -1, masked out).
+  old write index and the block stay empty (position -1, masked out). A ring
+  cache leaves such a gap only before its first write (`cache.gap_error`),
+  unless `allow_ring_gap`: the caller has checked that no later query sees a
+  row the gap drops (`flywheel.compose.check_ring_window`).
 
   Returns:
     A new cache whose `length` is the block's stop slot.
@@ -641,6 +646,7 @@ def graft(
     target=target,
     allow_shifted=allow_shifted,
     allow_other_shape=allow_other_shape,
+    allow_ring_gap=allow_ring_gap,
     chunk_size=chunk_size,
   )
   n, start = len(block), block.meta.start

@@ -357,16 +357,19 @@ def gap_error(cache: KVCache, start: int) -> str | None:
   return None
 
 
-def reserve(cache: KVCache, slots: int) -> KVCache:
+def reserve(cache: KVCache, slots: int, *, allow_ring_gap: bool = False) -> KVCache:
   """Skips `slots` slots, leaving them empty (position -1, always masked).
 
   Lets a block be computed alone at the slots it will occupy later, which
   keeps the arithmetic of every attention row the same in both places.
-  A ring cache skips slots only before its first write (`gap_error`).
+  A ring cache skips slots only before its first write (`gap_error`), unless
+  `allow_ring_gap`: the caller has checked that no later query sees a row the
+  gap drops (as composition does), and the ring keeps its older rows at the
+  skipped ring indices.
   """
   if slots < 0 or int(cache.length) + slots > cache.capacity:
     raise ValueError(f'cannot reserve {slots} slots: {int(cache.length)} of {cache.capacity} used')
-  error = gap_error(cache, int(cache.length) + slots)
+  error = not allow_ring_gap and gap_error(cache, int(cache.length) + slots)
   if error:
     raise ValueError(error)
   return cache.replace(length=cache.length + slots)

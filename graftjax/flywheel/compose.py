@@ -13,6 +13,7 @@ segments. The two caches are byte-equal, and so are the query's logits (tests/gr
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import jax
@@ -174,12 +175,15 @@ def compose(
   return install(model, placed, capacity=capacity), layout
 
 
-def check_model(model, page: int | None = None) -> int:
+def check_model(model, page: int | None = None, *, capacity: int | None = None) -> int:
   """The page size (default: one split) after checking `model` can compose exactly.
+
+  A model whose sliding-window layers keep a ring (`with_local_cache('ring')`) composes in
+  pages that are whole rings as well as whole splits (`ring_page`; `capacity` gives the ring).
 
   Raises:
     ComposeError: the model is not on the chunk-invariant kernels, not under `rope_relative`,
-      or `page` is not a whole number of its attention splits.
+      or `page` is not a whole number of its attention splits (and rings).
   """
   target = model.graft_target
   if not target.chunk_invariant:
@@ -196,13 +200,65 @@ def check_model(model, page: int | None = None) -> int:
       f' {model.position_scheme!r} (re-rotated rope keys are not byte-exact)'
     )
   split = split_slots(model)
-  page = split if page is None else page
+  unit = split if capacity is None else ring_page(model, capacity)
+  page = unit if page is None else page
   if page <= 0 or page % split:
     raise ComposeError(
       f'page {page} is not a multiple of the attention split ({split} slots for'
       f' {jnp.dtype(model.dtype).name}): a block moved by it would fold its tiles differently'
     )
+  if page % unit:
+    raise ComposeError(
+      f'page {page} is not a multiple of {unit} slots (the split and the ring of'
+      f' {model.ring_capacity(capacity)} slots of the local layers): a block moved by it would'
+      ' sit at other ring indices, where its window wraps elsewhere (docs/composition.md)'
+    )
   return page
+
+
+def ring_page(model, capacity: int) -> int:
+  """The least page of `model`'s cache of `capacity` slots: a whole number of attention splits
+  and, if its local layers keep a ring of R slots, of R (a block moved by it keeps its ring
+  indices)."""
+  split = split_slots(model)
+  ring = model.ring_capacity(capacity)
+  if ring is None or ring == capacity:
+    return split
+  return math.lcm(split, ring)
+
+
+def check_ring_window(model, layout: Layout) -> None:
+  """Raises ComposeError unless a query after `layout` finds, in a local layer's ring, every row
+  its window sees (no-op without a ring).
+
+  A block row at slot s is at ring index s mod R until a later write lands there: a later
+  block's row, or a query row, written at most `max_chunk` slots ahead of the last query token
+  that still sees it (a chunk is written before it attends). Without page gaps no such write
+  exists (R >= W - 1 + max_chunk); across a gap it may.
+  """
+  ring = model.ring_capacity(layout.capacity)
+  if ring is None or ring == layout.capacity:
+    return
+  window = model.config.sliding_window
+  chunk = model.max_chunk(layout.capacity)
+  first_seen = layout.next_position - (window - 1)
+  for i, placement in enumerate(layout.placements):
+    later = [(p.slot, p.stop) for p in layout.placements[i + 1 :]]
+    for t in range(max(0, first_seen - placement.position), placement.length):
+      slot, position = placement.slot + t, placement.position + t
+      last_query = position - first_seen  # the last query token that sees it
+      writes = [*later, (layout.length, layout.length + last_query + chunk)]
+      for begin, end in writes:
+        begin = max(begin, slot + 1)
+        over = begin + (slot - begin) % ring  # the first slot >= begin at index slot mod R
+        if over < end:
+          raise ComposeError(
+            f'the row of position {position} (slot {slot}) sits at ring index {slot % ring},'
+            f' which slot {over} overwrites before the query has seen it (a ring of {ring}'
+            f' slots, chunks of up to {chunk}): the gap before a later block breaks the ring.'
+            f' Make the last block at least {window - 1} tokens (the window less one), or use'
+            " local_cache='full'"
+          )
 
 
 def place(
@@ -224,7 +280,7 @@ def place(
     (placed, layout): block i moved to `layout.placements[i]`, for `install`.
   """
   target = model.graft_target
-  page = check_model(model, page)
+  page = check_model(model, page, capacity=capacity)
   names = list(keys) if keys is not None else [f'#{i}' for i in range(len(stored))]
   for key, block in zip(names, stored):
     if block.meta.start != 0:
@@ -239,6 +295,7 @@ def place(
     slots=slots,
     keys=None if keys is None else list(keys),
   )
+  check_ring_window(model, layout)
   shapes = jax.eval_shape(lambda: model.init_cache(capacity=capacity))
   placed = [_placed(model, b, p) for b, p in zip(stored, layout.placements)]
   for block in placed:
@@ -265,7 +322,14 @@ def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBloc
 
 def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:
   for block in placed:
-    cache = blocks.graft(cache, block, target=model.graft_target, allow_shifted=True, donate=True)
+    cache = blocks.graft(
+      cache,
+      block,
+      target=model.graft_target,
+      allow_shifted=True,
+      allow_ring_gap=True,  # the layout passed `check_ring_window` (`place`)
+      donate=True,
+    )
   return cache
 
 
@@ -275,11 +339,12 @@ def fresh_layout(
   """The reference: each block's tokens prefilled at its slots, positions and segment."""
   if len(token_ids) != len(layout.placements):
     raise ComposeError(f'{len(token_ids)} texts for {len(layout.placements)} placements')
+  check_ring_window(model, layout)
   cache = model.init_cache(capacity=layout.capacity)
   for ids, p in zip(token_ids, layout.placements):
     if len(ids) != p.length:
       raise ComposeError(f'{len(ids)} tokens for a placement of {p.length}')
-    cache = cache_lib.reserve(cache, p.slot - int(cache.length))
+    cache = cache_lib.reserve(cache, p.slot - int(cache.length), allow_ring_gap=True)
     _, cache = model.prefill(
       ids,
       cache=cache,

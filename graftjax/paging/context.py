@@ -247,7 +247,7 @@ class PagedContext:
     page: int | None = None,
     tier: HostTier | None = None,
   ):
-    self.page = compose.check_model(model, page)
+    self.page = compose.check_model(model, page, capacity=capacity)
     if capacity <= 0 or capacity % self.page:
       raise PagedContextError(
         f'capacity {capacity} is not a whole number of pages of {self.page} slots'
