@@ -87,6 +87,7 @@ def test_a_composed_ring_is_byte_equal_to_a_fresh_prefill_in_the_ring(model, lib
   assert _digest(_query(model, cache, layout)) == _digest(_query(model, fresh, layout))
 
 
+@pytest.mark.slow
 def test_a_layout_whose_query_would_overwrite_rows_it_sees_is_refused(model, library, tmp_path):
   """A last block of 4 tokens holds fewer than the W - 1 = 7 rows the query's window sees; the
   other 3 are the 100-token block's last rows, at ring indices a query chunk written after the
