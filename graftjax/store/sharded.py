@@ -240,15 +240,10 @@ class ShardedStore:
           for name, part in parts.items():
             if part.source != source:
               continue
-            for out, layer in enumerate(part.layers):
-              for i in range(data.shape[2] // per_chunk):
-                group = lo // per_chunk + i
-                chunk = data[layer, part.first :, i * per_chunk : (i + 1) * per_chunk].tobytes()
-                write_chunk(self._kv, prefix + layouts[name].path(name, out, group), chunk)
-                digests[name][out, group] = np.frombuffer(blake3.blake3(chunk).digest(), np.uint8)
-      merged = _combine(np.concatenate([d.reshape(-1, 32) for d in digests.values()]), where)
-      offsets = np.cumsum([0, *(d.size // 32 for d in digests.values())])
-      digests = {name: merged[offsets[i] : offsets[i + 1]] for i, name in enumerate(digests)}
+            for layer, group, chunk in _part_chunks(data, lo, part, per_chunk):
+              write_chunk(self._kv, prefix + layouts[name].path(name, layer, group), chunk)
+              digests[name][layer, group] = np.frombuffer(blake3.blake3(chunk).digest(), np.uint8)
+      digests = _combine(digests, where)
       if jax.process_index() == 0:
         self._publish(key, prefix, meta, layouts, positions, digests, rows)
     _barrier(f'sharded put {key} published')
@@ -560,6 +555,15 @@ def _own_shards(array, sharding: NamedSharding | None) -> list[tuple[int, np.nda
   ]
 
 
+def _part_chunks(data: np.ndarray, lo: int, part: _Part, per_chunk: int):
+  """(layer in the part, kv-head group, bytes) of each chunk of `part` in one shard
+  [L, n, c', H] whose first kv head is `lo`."""
+  for out, layer in enumerate(part.layers):
+    for i in range(data.shape[2] // per_chunk):
+      heads = slice(i * per_chunk, (i + 1) * per_chunk)
+      yield out, lo // per_chunk + i, data[layer, part.first :, heads].tobytes()
+
+
 def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
   """The block's positions as little-endian int32 [n]; InvalidBlockError unless it is storable
   exactly: a dtype the store keeps, k and v [L, n, K, H] of it, positions as its metadata says."""
@@ -592,13 +596,16 @@ def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
   return np.ascontiguousarray(positions, np.dtype('<i4'))
 
 
-def _combine(digests: np.ndarray, where: str) -> np.ndarray:
-  """Every process's chunk digests (zeros where another process wrote the chunk), merged."""
+def _combine(digests: dict[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+  """Every process's chunk digests per array [layers, groups, 32] (zeros where another
+  process wrote the chunk), merged and flattened to [layers * groups, 32]."""
+  flat = np.concatenate([d.reshape(-1, 32) for d in digests.values()])
   if jax.process_count() > 1:
-    digests = np.bitwise_or.reduce(multihost_utils.process_allgather(digests), axis=0)
-  if not digests.reshape(-1, 32).any(axis=1).all():
+    flat = np.bitwise_or.reduce(multihost_utils.process_allgather(flat), axis=0)
+  if not flat.any(axis=1).all():
     raise store_lib.StoreIOError(where, 'some chunk was written by no process')
-  return digests
+  stops = np.cumsum([d.size // 32 for d in digests.values()])
+  return dict(zip(digests, np.split(flat, stops[:-1]), strict=True))
 
 
 def _agreed_token() -> str:
