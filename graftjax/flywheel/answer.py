@@ -117,11 +117,12 @@ def answer_prompted(
   max_new_tokens: int,
   preamble: str = '',
 ) -> Answer:
-  """The same context as `answer`, computed from its text instead of grafted."""
+  """The same context as `answer`, computed from its text instead of grafted (as the deposit
+  computed it: `library.prefill_text`)."""
   start = time.perf_counter()
   ids = model.tokenizer.encode(entry.text)
   cache = model.init_cache(capacity=library.shape.capacity)
-  _, cache = model.prefill(ids, cache=cache, chunk_size=library.shape.chunk_size, logits='none')
+  cache = library_lib.prefill_text(model, ids, cache, chunk_size=library.shape.chunk_size)
   return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, preamble, start)
 
 

@@ -137,3 +137,22 @@ def test_padding_stays_within_the_library_capacity(text_model, tmp_path):
   assert out.first_logits.tobytes() == prompted.first_logits.tobytes()
   with pytest.raises(ValueError, match='exceed'):
     ask(text_model, library, entry, LONGER, max_new_tokens=5)
+
+
+def test_a_deposit_of_a_new_length_in_the_same_bucket_compiles_nothing(text_model, library):
+  deposit(text_model, library, LONGER)
+  with compilations() as seen:
+    entry = deposit(text_model, library, SHORTER)
+  assert entry.block_tokens == 67 and seen == []
+
+
+def test_the_padded_deposit_holds_the_rows_of_the_plain_prefill(text_model, library):
+  """Padding after the text at position -1 changes no row's meaning (to float rounding)."""
+  entry = deposit(text_model, library, LONGER)
+  block = library.store.get(entry.key)
+  ids = text_model.tokenizer.encode(entry.text)
+  cache = text_model.init_cache(capacity=SHAPE.capacity)
+  _, cache = text_model.prefill(ids, cache=cache, chunk_size=SHAPE.chunk_size, logits='none')
+  plain = np.asarray(cache.k)[:, 0, : len(ids)]
+  np.testing.assert_allclose(np.asarray(block.k), plain, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(block.positions), np.arange(len(ids)))
