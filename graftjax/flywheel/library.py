@@ -378,6 +378,11 @@ def prefill_text(model, ids, cache, *, chunk_size: int):
   length so run one compiled program, and the padding slots, never attended to,
   are free for what comes next. A deposit's block and `answer_prompted`'s context
   are both computed so: the same text gives the same rows.
+
+  Deposits are not batched over rows: XLA's bits for a row depend on how many
+  rows run beside it (on the tiny config, the keys of a text prefilled beside
+  another differ from the same text's alone by up to 3e-6), so a block of a
+  batched deposit would not be the block of its text deposited alone.
   """
   start, n = int(cache.length), len(ids)
   region = max(n, min(-(-n // chunk_size) * chunk_size, cache.capacity - start))
