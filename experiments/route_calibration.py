@@ -1,8 +1,11 @@
 r"""Routers that abstain: thresholds fitted on a calibration split, reported on a disjoint one.
 
-    python experiments/route_calibration.py --task=gsm8k --templates=0-99 \
-        --out=experiments/results/flywheel/route_calibration_gsm8k_cpu.json
+    python experiments/route_calibration.py --task=gsm8k --templates=0-2,4-6,8 --out=OUT
     python experiments/route_calibration.py --task=qa_wikidata --pairs=140 --out=OUT
+
+The committed run (experiments/results/flywheel/study.toml has its command) uses the 70
+GSM-Symbolic templates of the H200 flywheel run; the other 30 enumerate millions of
+combinations before sampling (minutes each).
 
 A flywheel task's deposited questions are indexed by BM25 and by the model's
 embeddings; deposited, reworded (held-out, labelled with their deposited item)
