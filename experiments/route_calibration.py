@@ -32,7 +32,7 @@ from graftjax.studies import route_calibration
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m'], 'Model of the embeddings.')
 _TASK = flags.DEFINE_string('task', 'gsm8k', f'One of {", ".join(flywheel.TASKS)}, or module:Name.')
 _TEMPLATES = flags.DEFINE_string(
-  'templates', '0-99', 'gsm8k: GSM-Symbolic templates (a-b or list).'
+  'templates', '', 'gsm8k: GSM-Symbolic template ids (0-99), e.g. 0-2,4.'
 )
 _PAIRS = flags.DEFINE_integer('pairs', 140, 'qa_wikidata: subjects (deposited + held-out pairs).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the task and of the split.')
