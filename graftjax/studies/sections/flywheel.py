@@ -5,6 +5,7 @@ Does a library of verified solutions make the frozen model better and cheaper?
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from graftjax.studies import results_page as page
@@ -303,7 +304,7 @@ def _bench_answer(results: list[page.Result]) -> list[str]:
           f'{across:.2f}x' if across is not None else '-',
         ]
       )
-  return out + page.table(
+  out += page.table(
     (
       'file',
       'model',
@@ -317,6 +318,15 @@ def _bench_answer(results: list[page.Result]) -> list[str]:
     ),
     rows,
   )
+  out += ['', 'Deposits of the bench items (padded last chunk: one program for every length):', '']
+  for r in results:
+    first, *later = [d['seconds'] for d in r.data.get('deposits', [])]
+    if later:
+      out.append(
+        f'- {page.cite(r)}: the first {page.num(first)} s (it compiles), the {len(later)} later'
+        f' ones {page.num(statistics.median(later))} s (median)'
+      )
+  return out
 
 
 def _calibration(results: list[page.Result]) -> list[str]:
