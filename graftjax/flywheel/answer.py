@@ -11,8 +11,8 @@ Both prefill the query in a region padded to a multiple of the library's
 `chunk_size` (`query_region`): the query right-aligned, the padding slots
 before it at position -1, which no query attends to (as `solve` pads its
 prompts). Queries of any length in one bucket so run the programs already
-compiled, and a block of any length installs through `restore`'s buckets:
-a new block or query length costs no compilation.
+compiled, and a block installs through `restore`'s row buckets: a new block
+or query length in a bucket already seen costs no compilation.
 """
 
 from __future__ import annotations
