@@ -6,6 +6,13 @@ preamble, such as the base model's few-shot examples) and decodes under a
 small budget. `answer_prompted` computes the same text as a plain prompt
 with the same chunk schedule; its logits are byte-equal to the grafted ones
 (tested), so the graft changes the cost, never the answer.
+
+Both prefill the query in a region padded to a multiple of the library's
+`chunk_size` (`query_region`): the query right-aligned, the padding slots
+before it at position -1, which no query attends to (as `solve` pads its
+prompts). Queries of any length in one bucket so run the programs already
+compiled, and a block installs through `restore`'s row buckets: a new block
+or query length in a bucket already seen costs no compilation.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import numpy as np
 
 from graftjax import restore as restore_lib
 from graftjax.flywheel import library as library_lib
+from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import sampler
 
 MODES = {'recall': library_lib.RECALL_QUERY, 'solve': library_lib.SOLVE_QUERY}
@@ -109,11 +117,12 @@ def answer_prompted(
   max_new_tokens: int,
   preamble: str = '',
 ) -> Answer:
-  """The same context as `answer`, computed from its text instead of grafted."""
+  """The same context as `answer`, computed from its text instead of grafted (as the deposit
+  computed it: `library.prefill_text`)."""
   start = time.perf_counter()
   ids = model.tokenizer.encode(entry.text)
   cache = model.init_cache(capacity=library.shape.capacity)
-  _, cache = model.prefill(ids, cache=cache, chunk_size=library.shape.chunk_size, logits='none')
+  cache = library_lib.prefill_text(model, ids, cache, chunk_size=library.shape.chunk_size)
   return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, preamble, start)
 
 
@@ -140,6 +149,33 @@ def greedy(
   return ids, model.tokenizer.decode(ids, skip_special=True)
 
 
+def query_region(n: int, *, context: int, max_new_tokens: int, shape: library_lib.Shape) -> int:
+  """Slots a query of n tokens after `context` ones takes: n rounded up to a multiple of
+  `shape.chunk_size`, within the room the capacity leaves for `max_new_tokens`."""
+  room = shape.capacity - context - max_new_tokens
+  return max(n, min(-(-n // shape.chunk_size) * shape.chunk_size, room))
+
+
+def prefill_query(model, ids, cache, *, context: int, region: int, chunk_size: int):
+  """(last [1, V] logits, cache): `ids` right-aligned in `region` slots after `context`.
+
+  The slots before the query hold padding at position -1; the query's tokens are at
+  positions context, context + 1, ...; chunks of `chunk_size` slots from the region's start.
+  """
+  tokens = np.full((1, region), model.config.pad_id, np.int32)
+  positions = np.full((1, region), cache_lib.EMPTY_POSITION, np.int32)
+  tokens[0, region - len(ids) :] = ids
+  positions[0, region - len(ids) :] = context + np.arange(len(ids))
+  last = None
+  for begin in range(0, region, chunk_size):
+    chunk = slice(begin, begin + chunk_size)
+    final = begin + chunk_size >= region
+    last, cache = model.forward(
+      tokens[:, chunk], positions[:, chunk], cache, logits='last' if final else 'none'
+    )
+  return last, cache
+
+
 def _continue(
   model, library, cache, context, question, mode, max_new_tokens, preamble, start
 ) -> Answer:
@@ -149,8 +185,11 @@ def _continue(
       f'context {context} + query {len(ids)} + {max_new_tokens} new tokens exceed the'
       f' library capacity {library.shape.capacity}'
     )
-  last, cache = model.prefill(
-    ids, cache=cache, chunk_size=library.shape.chunk_size, start_position=context
+  region = query_region(
+    len(ids), context=context, max_new_tokens=max_new_tokens, shape=library.shape
+  )
+  last, cache = prefill_query(
+    model, ids, cache, context=context, region=region, chunk_size=library.shape.chunk_size
   )
   generated, text = greedy(
     model, last, cache, context + len(ids), mode=mode, max_new_tokens=max_new_tokens

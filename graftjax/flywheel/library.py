@@ -30,9 +30,13 @@ import sqlite3
 import tempfile
 from typing import Any
 
+import jax.numpy as jnp
+import numpy as np
+
 from graftjax import blocks
 from graftjax import indexes
 from graftjax import store as store_lib
+from graftjax.models import cache as cache_lib
 
 # A recurring question is asked as RECALL_QUERY after its block: the query
 # repeats the block's first line and a half, so the answer is a copy a few
@@ -336,7 +340,7 @@ class Library:
     if len(ids) > self.shape.capacity:
       raise DepositError(f'{len(ids)} tokens do not fit the library capacity {self.shape.capacity}')
     cache = model.init_cache(capacity=self.shape.capacity)
-    _, cache = model.prefill(ids, cache=cache, chunk_size=self.shape.chunk_size, logits='none')
+    cache = prefill_text(model, ids, cache, chunk_size=self.shape.chunk_size)
     block = blocks.capture(
       cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target
     )
@@ -363,6 +367,33 @@ class Library:
         raise
       return self.find(item.task, item.id)  # another process deposited this item meanwhile
     return entry
+
+
+def prefill_text(model, ids, cache, *, chunk_size: int):
+  """`cache` with `ids` [n] prefilled after what it holds (positions continue its slots).
+
+  Chunks of `chunk_size` slots from the text's start; the last one is padded to
+  `chunk_size` slots (within the capacity) with tokens at position -1 after the
+  text, and the cache's length is then set back to the text's end. Texts of any
+  length so run one compiled program, and the padding slots, never attended to,
+  are free for what comes next. A deposit's block and `answer_prompted`'s context
+  are both computed so: the same text gives the same rows.
+
+  Deposits are not batched over rows: XLA's bits for a row depend on how many
+  rows run beside it (on the tiny config, the keys of a text prefilled beside
+  another differ from the same text's alone by up to 3e-6), so a block of a
+  batched deposit would not be the block of its text deposited alone.
+  """
+  start, n = int(cache.length), len(ids)
+  region = max(n, min(-(-n // chunk_size) * chunk_size, cache.capacity - start))
+  tokens = np.full((cache.batch_size, region), model.config.pad_id, np.int32)
+  positions = np.full((cache.batch_size, region), cache_lib.EMPTY_POSITION, np.int32)
+  tokens[:, :n] = ids
+  positions[:, :n] = start + np.arange(n)
+  for begin in range(0, region, chunk_size):
+    chunk = slice(begin, begin + chunk_size)
+    _, cache = model.forward(tokens[:, chunk], positions[:, chunk], cache, logits='none')
+  return cache.replace(length=jnp.asarray(start + n, jnp.int32))
 
 
 def check(entry: Entry, meta: blocks.BlockMeta) -> None:

@@ -5,6 +5,7 @@ Does a library of verified solutions make the frozen model better and cheaper?
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from graftjax.studies import results_page as page
@@ -71,6 +72,18 @@ def _rescored(results: list[page.Result]) -> list[str]:
 
 
 def render(results: list[page.Result]) -> list[str]:
+  """The flywheel runs, then the answer bench and the router calibrations (by experiment)."""
+  of = lambda name: [r for r in results if r.data.get('experiment') == name]
+  others = {'bench_answer', 'route_calibration'}
+  runs = [r for r in results if r.data.get('experiment') not in others]
+  return (
+    (_runs(runs) if runs else [])
+    + _bench_answer(of('bench_answer'))
+    + _calibration(of('route_calibration'))
+  )
+
+
+def _runs(results: list[page.Result]) -> list[str]:
   models = sorted({r.data.get('model', '?') for r in results})
   out = [
     'The base model attempts each item (few-shot prefix, stated budget); a verified solution of'
@@ -254,6 +267,108 @@ def render(results: list[page.Result]) -> list[str]:
       'transfer: base',
       'transfer: flywheel',
       'scope',
+    ),
+    rows,
+  )
+
+
+def _bench_answer(results: list[page.Result]) -> list[str]:
+  """Answer latency at a repeated length against unseen ones (experiments/bench_answer.py)."""
+  if not results:
+    return []
+  out = [
+    '',
+    (
+      '**Answer latency at new lengths** (one wall time per answer: restore + query + decode;'
+      ' medians; the CPU is shared, so only ratios within a file are read). *bucketed*: the'
+      " flywheel's answer, the query padded to the library's chunk bucket; *unbucketed*: the"
+      ' query prefilled unpadded, one compiled program per query length. Goal: an unseen length'
+      ' in a bucket within 1.5x of a repeated one.'
+    ),
+    '',
+  ]
+  rows = []
+  for r in results:
+    for name, arm in r.data['arms'].items():
+      across = arm.get('unseen_across_over_repeated')
+      rows.append(
+        [
+          page.cite(r),
+          r.data.get('model', '?'),
+          name,
+          page.num(arm['first']['seconds']),
+          page.num(arm['repeated_median_s']),
+          page.num(arm['unseen_in_bucket_median_s']),
+          f'{arm["unseen_in_bucket_over_repeated"]:.2f}x',
+          page.num(arm.get('unseen_across_median_s')),
+          f'{across:.2f}x' if across is not None else '-',
+        ]
+      )
+  out += page.table(
+    (
+      'file',
+      'model',
+      'arm',
+      'first answer s',
+      'repeated s',
+      'unseen in bucket s',
+      'unseen / repeated',
+      'unseen across buckets s',
+      'across / repeated',
+    ),
+    rows,
+  )
+  out += ['', 'Deposits of the bench items (padded last chunk: one program for every length):', '']
+  for r in results:
+    first, *later = [d['seconds'] for d in r.data.get('deposits', [])]
+    if later:
+      out.append(
+        f'- {page.cite(r)}: the first {page.num(first)} s (it compiles), the {len(later)} later'
+        f' ones {page.num(statistics.median(later))} s (median)'
+      )
+  return out
+
+
+def _calibration(results: list[page.Result]) -> list[str]:
+  """Router thresholds fitted on a calibration split (experiments/route_calibration.py)."""
+  if not results:
+    return []
+  out = [
+    '',
+    (
+      '**Calibrated routing**: each router indexes the deposited questions; deposited, reworded'
+      ' (held-out, labelled with their deposited item) and unrelated questions are each halved'
+      ' by a seeded shuffle; the threshold is fitted on one half under the false-hit bound on'
+      ' unrelated questions and reported on the other half (top-1 hits to the right block;'
+      ' false hits: any hit on an unrelated question).'
+    ),
+    '',
+  ]
+  rows = []
+  for r in results:
+    for name, s in sorted(r.data['summary'].items()):
+      rows.append(
+        [
+          page.cite(r),
+          r.data.get('task', '?'),
+          name,
+          page.num(s['threshold']) if not isinstance(s['threshold'], str) else s['threshold'],
+          f'{page.pct(r.data["max_false_hit"])} (seed {r.data["seed"]})',
+          rate(s['deposited']),
+          rate(s['reworded']),
+          rate(s['false_hit']),
+        ]
+      )
+  return out + page.table(
+    (
+      'file',
+      'task',
+      'router',
+      'fitted threshold',
+      'bound in the fit (split seed)',
+      'deposited: hits (report half)',
+      'reworded: hits',
+      'unrelated: false hits',
     ),
     rows,
   )

@@ -1,0 +1,158 @@
+"""Shape-stable answers: queries of any length in one bucket run the programs already compiled."""
+
+import contextlib
+
+import jax
+import numpy as np
+import pytest
+
+from graftjax.flywheel import answer as answer_lib
+from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import tasks
+from graftjax.flywheel import verifiers
+
+SHAPE = library_lib.Shape(capacity=256, chunk_size=16)
+_COMPILE = '/jax/core/compile/backend_compile_duration'
+
+
+def last_word(text, gold):
+  words = text.replace('.', ' ').split()
+  return verifiers.Verdict(
+    bool(words) and words[-1] in gold, words[-1] if words else None, tuple(gold), 'last_word', 1
+  )
+
+
+def item(index: int, question: str, answer: str) -> tasks.Item:
+  return tasks.Item(
+    task='toy', id=f'q{index}', question=question, answer=answer, source='test', split='test'
+  )
+
+
+# Byte tokens: queries of 47 and 45 tokens (one 16-slot bucket: 48), blocks of 69 and 67.
+LONGER = item(1, 'What is two plus three?', '5')
+SHORTER = item(2, 'What is two plus two?', '4')
+
+
+@contextlib.contextmanager
+def compilations():
+  """A list that counts the XLA compilations run inside the block (one entry each)."""
+  seen = []
+
+  def listen(event, duration, **kwargs):
+    del duration, kwargs
+    if event == _COMPILE:
+      seen.append(event)
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield seen
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+
+
+@pytest.fixture
+def library(tmp_path):
+  return library_lib.Library(tmp_path, shape=SHAPE)
+
+
+def deposit(model, library, it):
+  return library.deposit(
+    model,
+    item=it,
+    verifier=last_word,
+    solution=f'it is {it.answer}',
+    source='reference',
+    tokens_spent=0,
+  )
+
+
+def ask(model, library, entry, it, **kwargs):
+  return answer_lib.answer(model, library, entry, it.question, mode='recall', **kwargs)
+
+
+def base(model, library, it, **kwargs):
+  return answer_lib.answer(model, library, None, it.question, mode='recall', **kwargs)
+
+
+def test_a_new_length_in_the_same_bucket_compiles_nothing(text_model, library):
+  longer, shorter = deposit(text_model, library, LONGER), deposit(text_model, library, SHORTER)
+  assert longer.block_tokens != shorter.block_tokens
+  first = ask(text_model, library, longer, LONGER, max_new_tokens=3)
+  base(text_model, library, LONGER, max_new_tokens=3)
+  with compilations() as seen:
+    second = ask(text_model, library, shorter, SHORTER, max_new_tokens=3)
+    alone = base(text_model, library, SHORTER, max_new_tokens=3)
+  assert first.query_tokens != second.query_tokens
+  assert (first.query_tokens - 1) // SHAPE.chunk_size == (second.query_tokens - 1) // 16
+  assert seen == []
+  assert alone.context_tokens == 0 and alone.first_logits.tobytes() != second.first_logits.tobytes()
+
+
+def test_a_query_a_bucket_longer_compiles_nothing(text_model, library):
+  """It runs one more chunk of the programs compiled before."""
+  entry = deposit(text_model, library, LONGER)
+  ask(text_model, library, entry, LONGER, max_new_tokens=3)
+  preamble = 'Question: What is one plus one?\nFinal answer: 2\n\n'  # 49 tokens more
+  with compilations() as seen:
+    ask(text_model, library, entry, LONGER, max_new_tokens=3, preamble=preamble)
+  assert seen == []
+
+
+def test_a_padded_query_keeps_graft_equal_to_prompt(text_model, library):
+  """The padding slots change the slots the query lands in, the same in both paths."""
+  for it in (LONGER, SHORTER):
+    entry = deposit(text_model, library, it)
+    grafted = ask(text_model, library, entry, it, max_new_tokens=4)
+    prompted = answer_lib.answer_prompted(
+      text_model, library, entry, it.question, mode='recall', max_new_tokens=4
+    )
+    assert grafted.first_logits.tobytes() == prompted.first_logits.tobytes()
+    assert grafted.token_ids == prompted.token_ids
+    assert np.isfinite(grafted.first_logits).all()
+
+
+def test_the_padded_query_computes_what_the_plain_one_does(text_model, library):
+  """Padding at position -1 is never attended to: the logits are those of the query
+  prefilled unpadded (to float rounding: the shapes differ)."""
+  entry = deposit(text_model, library, LONGER)
+  padded = ask(text_model, library, entry, LONGER, max_new_tokens=1)
+  ids = answer_lib.query_ids(text_model, LONGER.question, mode='recall', after_block=True)
+  cache = text_model.init_cache(capacity=SHAPE.capacity)
+  context = text_model.tokenizer.encode(entry.text)
+  _, cache = text_model.prefill(context, cache=cache, chunk_size=SHAPE.chunk_size, logits='none')
+  plain, _ = text_model.prefill(
+    ids, cache=cache, chunk_size=SHAPE.chunk_size, start_position=len(context)
+  )
+  np.testing.assert_allclose(padded.first_logits, np.asarray(plain[0]), rtol=1e-4, atol=1e-4)
+
+
+def test_padding_stays_within_the_library_capacity(text_model, tmp_path):
+  """A query whose bucket would not fit is padded only as far as the capacity allows."""
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=120, chunk_size=64))
+  entry = deposit(text_model, library, LONGER)  # 69 + 47 + 3 = 119 slots: no room for 64
+  out = ask(text_model, library, entry, LONGER, max_new_tokens=3)
+  prompted = answer_lib.answer_prompted(
+    text_model, library, entry, LONGER.question, mode='recall', max_new_tokens=3
+  )
+  assert out.first_logits.tobytes() == prompted.first_logits.tobytes()
+  with pytest.raises(ValueError, match='exceed'):
+    ask(text_model, library, entry, LONGER, max_new_tokens=5)
+
+
+def test_a_deposit_of_a_new_length_in_the_same_bucket_compiles_nothing(text_model, library):
+  deposit(text_model, library, LONGER)
+  with compilations() as seen:
+    entry = deposit(text_model, library, SHORTER)
+  assert entry.block_tokens == 67 and seen == []
+
+
+def test_the_padded_deposit_holds_the_rows_of_the_plain_prefill(text_model, library):
+  """Padding after the text at position -1 changes no row's meaning (to float rounding)."""
+  entry = deposit(text_model, library, LONGER)
+  block = library.store.get(entry.key)
+  ids = text_model.tokenizer.encode(entry.text)
+  cache = text_model.init_cache(capacity=SHAPE.capacity)
+  _, cache = text_model.prefill(ids, cache=cache, chunk_size=SHAPE.chunk_size, logits='none')
+  plain = np.asarray(cache.k)[:, 0, : len(ids)]
+  np.testing.assert_allclose(np.asarray(block.k), plain, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(block.positions), np.arange(len(ids)))
