@@ -21,6 +21,7 @@ step with every `add` and `sync`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import operator
@@ -291,11 +292,7 @@ class Catalog:
         key for (key,) in self._db.execute('SELECT key FROM pages UNION SELECT key FROM synced')
       }
     new, read = [], []
-    for key in sorted(listed - seen):
-      try:
-        meta, layout = self.store.read_meta(key)
-      except store_lib.MissingBlockError:  # deleted since the listing
-        continue
+    for key, (meta, layout) in _read_metas(self.store, sorted(listed - seen)):
       read.append(key)
       described = describe(key, meta)
       if described is not None:
@@ -458,6 +455,23 @@ class Catalog:
     hits = self.router.route(query, k + len(self._removed), threshold=threshold)
     hits = [hit for hit in hits if hit.key not in self._removed][:k]
     return [(self.get(hit.key), hit.score) for hit in hits]
+
+
+_READS_IN_FLIGHT = 16  # manifest reads `sync` keeps in flight (an object store's latency)
+
+
+def _read_metas(store: store_lib.BlockStore, keys: Sequence[str]):
+  """(key, (meta, page layout)) of each key, in order, read `_READS_IN_FLIGHT` at a time;
+  keys whose blocks were deleted since the listing are left out."""
+
+  def read(key):
+    try:
+      return key, store.read_meta(key)
+    except store_lib.MissingBlockError:
+      return key, None
+
+  with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
+    return [(key, found) for key, found in pool.map(read, keys) if found is not None]
 
 
 def check_entry(entry: Entry, meta: blocks.BlockMeta, *, tokens_only: bool = False) -> None:
