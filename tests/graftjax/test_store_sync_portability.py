@@ -16,6 +16,7 @@ from test_portability import (
 from graftjax import blocks
 from graftjax import determinism
 from graftjax import store as store_lib
+from graftjax.studies import portable_block
 
 
 def _through_s3(server) -> store_lib.BlockStore:
@@ -73,3 +74,20 @@ def test_a_block_fetched_from_s3_grafts_to_the_recorded_logit_bytes(request):
     ids[prefix:], cache=cache, chunk_size=RECORD['chunk_size'], start_position=prefix, logits='all'
   )
   assert_matches_recording(logits, recording)
+
+
+def test_the_portable_block_experiment_deposits_and_grafts_on_cpu(tiny_model, tmp_path):
+  """experiments/portable_block.py's two halves, on one machine: the moved block grafts to the
+  fresh bytes, and a store.tar that is not the recorded one is refused."""
+  settings = portable_block.Settings(prefix_tokens=24, continuation_tokens=8, chunk_size=8)
+  deposited = portable_block.deposit(
+    tiny_model, model_name='tiny', settings=settings, folder=tmp_path / 'moved'
+  )
+  assert deposited['summary'] == {'grafted_equals_fresh_here': True}
+  grafted = portable_block.graft(tiny_model, model_name='tiny', folder=tmp_path / 'moved')
+  assert all(grafted['summary'].values()), grafted['summary']
+  assert 'ARE byte-equal' in portable_block.verdict(grafted)
+  with open(tmp_path / 'moved' / portable_block.STORE_TAR, 'ab') as f:
+    f.write(b'\0' * 512)
+  with pytest.raises(ValueError, match='not the file its record'):
+    portable_block.graft(tiny_model, model_name='tiny', folder=tmp_path / 'moved')
