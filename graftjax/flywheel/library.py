@@ -359,7 +359,7 @@ class Library:
         name = _record_name(entry.task, entry.item_id)
         self._db.execute('DELETE FROM synced WHERE name = ?', (name,))
       for name, entry in new:
-        self._db.execute(_INSERT.replace('INSERT', 'INSERT OR REPLACE'), entry.row())
+        self._db.execute(_UPSERT, entry.row())
         self._db.execute('INSERT OR IGNORE INTO synced VALUES (?)', (name,))
     return Synced(
       listed=len(stored),
@@ -532,6 +532,7 @@ def route_pairs(entries) -> list[tuple[str, str]]:
 
 
 _INSERT = f'INSERT INTO deposits VALUES ({", ".join("?" * (len(_FIELDS) + 1))})'
+_UPSERT = _INSERT.replace('INSERT', 'INSERT OR REPLACE', 1)
 
 
 def _open(root: Any) -> tuple[pathlib.Path | Any, store_lib.BlockStore, _Records]:
