@@ -24,6 +24,9 @@ from graftjax.studies import results
 _BACKEND = flags.DEFINE_enum('backend', 's3', ['s3', 'file'], 'Where the store lives.')
 _BLOCKS = flags.DEFINE_integer('blocks', 10_000, 'Blocks stored before the first sync.')
 _NEW = flags.DEFINE_integer('new', 100, 'Blocks stored before the incremental sync.')
+_TIMEOUT = flags.DEFINE_float(
+  'request_timeout', None, "Seconds a store request may take (default the store's 120)."
+)
 _OUT = flags.DEFINE_string('out', 'experiments/results/store_sync/store_sync.json', 'Result JSON.')
 
 
@@ -33,6 +36,7 @@ def main(argv):
   with tempfile.TemporaryDirectory() as scratch:
     folder = pathlib.Path(scratch)
     run = {'blocks_count': _BLOCKS.value, 'new': _NEW.value, 'folder': folder}
+    run['timeout'] = _TIMEOUT.value
     if _BACKEND.value == 'file':
       result = bench_store_sync.experiment(spec=str(folder / 'store'), backend='file', **run)
     else:

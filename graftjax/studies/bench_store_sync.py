@@ -106,10 +106,36 @@ def _listing_seconds(store: store_lib.BlockStore) -> float:
   return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def request_timeout(seconds: float | None) -> Iterator[None]:
+  """The store's request timeout (`kvstore.TIMEOUT_SECONDS`) set to `seconds` meanwhile
+  (None: left as it is): a listing of every object is one request."""
+  old = store_kvstore.TIMEOUT_SECONDS
+  if seconds is not None:
+    store_kvstore.TIMEOUT_SECONDS = seconds
+  try:
+    yield
+  finally:
+    store_kvstore.TIMEOUT_SECONDS = old
+
+
 def experiment(
-  *, spec: Any, backend: str, blocks_count: int, new: int, folder: pathlib.Path
+  *,
+  spec: Any,
+  backend: str,
+  blocks_count: int,
+  new: int,
+  folder: pathlib.Path,
+  timeout: float | None = None,
 ) -> dict[str, Any]:
-  """Fills the store at `spec`, syncs a catalog in `folder` three times; the result."""
+  """Fills the store at `spec`, syncs a catalog in `folder` three times; the result.
+
+  `timeout`: seconds a request may take (the listing is one), default the store's."""
+  with request_timeout(timeout):
+    return _experiment(spec, backend, blocks_count, new, folder)
+
+
+def _experiment(spec, backend, blocks_count, new, folder) -> dict[str, Any]:
   store = store_lib.BlockStore(spec)
   if store.list():
     raise ValueError(f'{store.root} is not empty: the bench fills a store of its own')
@@ -131,6 +157,7 @@ def experiment(
   )
   result.update(
     backend=backend,
+    request_timeout_s=store_kvstore.TIMEOUT_SECONDS,
     blocks=blocks_count,
     new=new,
     objects_listed=objects,
