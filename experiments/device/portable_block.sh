@@ -1,5 +1,6 @@
 # A block moved between two GPUs of one architecture (H100 and H200 are both Hopper),
-# Pallas kernels, bfloat16, 1,024 tokens grafted, 32 processed after:
+# Pallas kernels, bfloat16, 512 tokens grafted (gemma3-270m: a 9.4 MB block, one small file
+# to copy between machines), 32 processed after:
 #   bash experiments/device/portable_block.sh deposit
 #       deposits on this GPU into $OUT/portable_block_${GPU}/ (store.tar, deposit.json);
 #       bring that folder to the other machine
@@ -17,7 +18,7 @@ run() {
 }
 case "${1:-}" in
   deposit)
-    run --mode=deposit --prefix_tokens=1024 --continuation_tokens=32 --chunk_size=64 \
+    run --mode=deposit --prefix_tokens=512 --continuation_tokens=32 --chunk_size=64 \
         --dir="$OUT/portable_block_${GPU}" ;;
   graft)
     DIR="${2:?usage: bash experiments/device/portable_block.sh graft DIR}"
