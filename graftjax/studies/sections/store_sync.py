@@ -23,8 +23,8 @@ def _sync(r: page.Result) -> list[str]:
   head = (
     f'**Catalog sync** on {d["backend"]}, {page.cite(r)}: {d["blocks"]:,} small synthetic'
     f' blocks ({d["objects_listed"]:,} objects listed at the end), then {d["new"]:,} more.'
-    ' Only the manifests of blocks not seen before are read; every sync lists the store, and'
-    f' on an object store the listing (every object of every block) is the floor: the no-op'
+    ' Only the manifests of blocks not seen before are read; every sync lists the store'
+    f' (every object of every block), the floor of its cost: the no-op'
     f' sync took {page.num(s["noop_sync_s"])} s, the listing alone {page.num(s["listing_s"])} s;'
     f' a manifest read cost {page.num(s["full_ms_per_manifest"])} ms in the full sync.'
   )
