@@ -116,6 +116,7 @@ def test_sync_on_s3_gets_only_the_new_manifests(request, tmp_path):
       catalog.sync(describe)
       manifests = [u for u in gets if store_lib.MANIFEST in u]
       assert len(manifests) == 1 and new in manifests[0]
+      assert [u for u in gets if 'list-type' not in u] == manifests  # nothing else is read
       gets.clear()
       catalog.sync(describe)
       assert [u for u in gets if store_lib.MANIFEST in u] == []
@@ -159,6 +160,16 @@ def test_a_tampered_manifest_is_refused_naming_both_sides(spec, tmp_path):
     with pytest.raises(store_lib.CorruptBlockError):  # nothing was kept: read again, refused
       catalog.sync(describe)
     assert catalog.keys() == [] and good not in catalog
+
+
+def test_read_meta_reads_the_manifest_alone_and_names_a_missing_block(spec):
+  store = store_lib.BlockStore(spec(unique_path()))
+  block = make_block(4)
+  key = store.put(block)
+  meta, layout = store.read_meta(key)
+  assert meta == block.meta and layout is None
+  with pytest.raises(store_lib.MissingBlockError, match='no such block'):
+    store.read_meta('0' * 64)
 
 
 def test_a_catalog_without_its_store_cannot_sync(tmp_path):
