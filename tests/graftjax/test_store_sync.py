@@ -172,6 +172,16 @@ def test_read_meta_reads_the_manifest_alone_and_names_a_missing_block(spec):
     store.read_meta('0' * 64)
 
 
+def test_a_rebuilt_catalog_has_seen_every_block(spec, tmp_path, monkeypatch):
+  store = store_lib.BlockStore(spec(unique_path()))
+  keys = [store.put(make_block(i)) for i in range(3)]
+  rebuilt = catalog_lib.Catalog.rebuild(tmp_path / 'c.sqlite', store, describe)
+  counted = CountingReads(store, monkeypatch)
+  with rebuilt:
+    assert rebuilt.keys() == sorted(keys) and rebuilt.sync(describe).read == 0
+  assert counted.keys == []
+
+
 def test_a_catalog_without_its_store_cannot_sync(tmp_path):
   catalog = catalog_lib.Catalog(tmp_path / 'c.sqlite')
   with catalog, pytest.raises(catalog_lib.CatalogError, match='without its store'):
