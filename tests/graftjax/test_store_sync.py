@@ -28,7 +28,7 @@ def describe(key, meta):
   return ' '.join(f'w{t % 97}' for t in meta.token_ids[:6]), 'synced'
 
 
-@pytest.fixture(params=['file', 's3'])
+@pytest.fixture(params=['file', pytest.param('s3', marks=pytest.mark.subprocess)])
 def spec(request, tmp_path):
   """A function: path -> a store spec on the backend (a fresh prefix each test)."""
   if request.param == 'file':
@@ -94,6 +94,7 @@ def test_blocks_left_out_by_describe_are_not_read_again(spec, tmp_path, monkeypa
     assert catalog.sync(describe).read == 0 and counted.keys == []
 
 
+@pytest.mark.subprocess  # the S3 server
 def test_sync_on_s3_gets_only_the_new_manifests(request, tmp_path):
   """Counted on the wire: the GETs a sync sends, through a proxy in front of the server."""
   server = request.getfixturevalue('s3_server')
@@ -272,6 +273,7 @@ def test_a_record_that_does_not_match_its_block_is_refused_naming_both_sides(
   assert b.entries() == []
 
 
+@pytest.mark.subprocess  # the S3 server
 def test_a_shared_library_needs_a_local_index(request):
   url = request.getfixturevalue('s3_server').url
   with pytest.raises(library_lib.SharedLibraryError, match='index='):

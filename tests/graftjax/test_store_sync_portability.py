@@ -28,6 +28,7 @@ def _through_s3(server) -> store_lib.BlockStore:
   return store_lib.BlockStore(s3_spec(server.url, path), read_only=True)
 
 
+@pytest.mark.subprocess  # the S3 server
 def test_a_block_fetched_from_s3_is_the_committed_block_byte_for_byte(request, tmp_path):
   fetched = _through_s3(request.getfixturevalue('s3_server'))
   key = RECORD['key']
@@ -44,6 +45,7 @@ def test_a_block_fetched_from_s3_is_the_committed_block_byte_for_byte(request, t
   assert store_lib.digest_tree(tmp_path / 'store' / key) == RECORD['block_tree_sha256']
 
 
+@pytest.mark.subprocess  # the S3 server
 def test_an_altered_object_in_s3_is_not_fetched(request):
   fetched = _through_s3(request.getfixturevalue('s3_server'))
   chunk = f'{RECORD["key"]}/k/c.0.0.0.0'
@@ -57,6 +59,7 @@ def test_an_altered_object_in_s3_is_not_fetched(request):
 
 @pytest.mark.slow
 @pytest.mark.real_model
+@pytest.mark.subprocess  # the S3 server
 def test_a_block_fetched_from_s3_grafts_to_the_recorded_logit_bytes(request):
   recording = recording_for(determinism.record(), RECORD['logits_by_cpu_kind'])
   if recording is None:

@@ -28,6 +28,7 @@ def run_machine(role, spec_path, cache, out):
 
 
 @pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_second_machine_syncs_routes_and_answers_with_the_first_ones_logits(request, tmp_path):
   server = request.getfixturevalue('s3_server')
   spec_path = tmp_path / 'spec.json'
