@@ -15,6 +15,12 @@ its text against the block's tokens) before the block is grafted. The
 catalog is an index: `Library.rebuild` writes it again from the store's
 manifests and the deposit records (the item, verdict and source are not in a
 block's metadata, whose every field is part of its key).
+
+A library shared by machines lives on an object store (`root` a tensorstore
+kvstore spec or URL: blocks under `blocks/`, records under `records/`); each
+machine keeps its own catalog (`index`, a local sqlite file) and brings it up
+to date with `Library.sync`, which reads only the records not seen before and
+their blocks' manifests.
 """
 
 from __future__ import annotations
@@ -28,15 +34,18 @@ import pathlib
 import re
 import sqlite3
 import tempfile
+import time
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import tensorstore as ts
 
 from graftjax import blocks
 from graftjax import indexes
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
+from graftjax.store import kvstore as store_kvstore
 
 # A recurring question is asked as RECALL_QUERY after its block: the query
 # repeats the block's first line and a half, so the answer is a copy a few
@@ -68,12 +77,19 @@ CREATE TABLE IF NOT EXISTS deposits (
   PRIMARY KEY (task, item_id)
 )
 """
+# The deposit records (by name) whose rows are in the catalog: `sync` does not read them again.
+_SYNCED = 'CREATE TABLE IF NOT EXISTS synced (name TEXT PRIMARY KEY) WITHOUT ROWID'
+_RECORD_NAME = re.compile(r'[0-9a-f]{64}\.json')
 BindingError = indexes.BindingError
 CatalogFileError = indexes.CatalogFileError
 
 
 class DepositError(ValueError):
   """A solution cannot be deposited: it does not re-verify, or the item is inconsistent."""
+
+
+class SharedLibraryError(ValueError):
+  """A library on an object store was opened without a local catalog path (`index`)."""
 
 
 class DamagedLibraryError(ValueError):
@@ -143,25 +159,69 @@ class Entry:
     return entry
 
 
+@dataclasses.dataclass(frozen=True)
+class Synced:
+  """What one `Library.sync` did.
+
+  Attributes:
+    listed: blocks the store listed.
+    records: deposit records the store listed.
+    read: records and manifests read (those of deposits not seen before).
+    added: rows catalogued (a router is extended by `route_pairs(added)`).
+    removed: rows whose blocks are no longer in the store, taken out.
+    records_without_block: names of records whose block is not stored (read again next time).
+    list_seconds: wall time of listing the blocks and the records.
+    seconds: wall time of the whole sync.
+  """
+
+  listed: int
+  records: int
+  read: int
+  added: tuple[Entry, ...]
+  removed: tuple[Entry, ...]
+  records_without_block: tuple[str, ...]
+  list_seconds: float
+  seconds: float
+
+
 _FIELDS = [f.name for f in dataclasses.fields(Entry)]
 _CATALOG = 'catalog.db'
 
 
 class Library:
-  """Blocks in a `BlockStore` under `root`, their catalog in `root/catalog.db`.
+  """Blocks in a `BlockStore` under `root`, their catalog in `root/catalog.db` (or `index`).
 
+  Args:
+    root: a local folder, or a tensorstore kvstore spec (dict) or URL of a library shared
+      through an object store (blocks under `blocks/`, deposit records under `records/`).
+    shape: the cache every block is computed in.
+    timeout: seconds to wait for another writer's lock on the catalog.
+    index: the catalog's sqlite file: this machine's index of the library, started empty if
+      missing and brought up to date by `sync`. Required for a shared library; None: the
+      catalog beside a local library, which must not be missing beside its blocks.
   Raises:
-    DamagedLibraryError: the catalog is missing or empty beside a non-empty store, or of
-      another schema (rebuild it: `Library.rebuild`).
+    DamagedLibraryError: the catalog beside a local library is missing or empty beside a
+      non-empty store, or a catalog is of another schema (rebuild it: `Library.rebuild`).
+    SharedLibraryError: a shared library without `index`.
     CatalogFileError: sqlite cannot use the catalog (corrupt, locked, unreadable).
   """
 
-  def __init__(self, root: str | os.PathLike[str], *, shape: Shape = Shape(), timeout: float = 5.0):
-    self.root = pathlib.Path(root)
+  def __init__(
+    self,
+    root: Any,
+    *,
+    shape: Shape = Shape(),
+    timeout: float = 5.0,
+    index: str | os.PathLike[str] | None = None,
+  ):
     self.shape = shape
-    self.store = store_lib.BlockStore(self.root / 'blocks')
-    path = self.root / _CATALOG
-    if (not path.exists() or indexes.is_empty_file(path)) and self.store.list():
+    self.root, self.store, self._records = _open(root)
+    if index is None and not isinstance(self.root, pathlib.Path):
+      raise SharedLibraryError(
+        f'{self.store.root}: a library on an object store needs a local catalog path (index=)'
+      )
+    path = pathlib.Path(index) if index is not None else self.root / _CATALOG
+    if index is None and (not path.exists() or indexes.is_empty_file(path)) and self.store.list():
       state = 'is 0 bytes' if path.exists() else 'is missing'
       raise DamagedLibraryError(
         f'{path} {state} beside {len(self.store.list())} stored blocks: rebuild it from the'
@@ -190,9 +250,19 @@ class Library:
         f'{self.path} is a library catalog of schema version {version}; this code reads'
         f' version {SCHEMA_VERSION}: rebuild it (Library.rebuild)'
       )
+    if 'synced' not in tables:
+      with indexes.transaction(self._db, self.path):
+        self._db.execute(_SYNCED)
 
   @classmethod
-  def rebuild(cls, root: str | os.PathLike[str], *, shape: Shape = Shape(), **kwargs) -> Library:
+  def rebuild(
+    cls,
+    root: Any,
+    *,
+    shape: Shape = Shape(),
+    index: str | os.PathLike[str] | None = None,
+    **kwargs,
+  ) -> Library:
     """Writes the catalog again from the store's manifests and the deposit records; opens it.
 
     Every record's own digest is checked, and its claims (token digest, token count) against
@@ -207,37 +277,103 @@ class Library:
       BindingError: a record (or an adopted row) does not match the block it names.
       CatalogFileError: the new catalog cannot be written.
     """
-    root = pathlib.Path(root)
-    store = store_lib.BlockStore(root / 'blocks')
+    local, store, records = _open(root)
+    if index is None and not isinstance(local, pathlib.Path):
+      raise SharedLibraryError(f'{store.root}: rebuilding a shared library needs index=')
+    path = pathlib.Path(index) if index is not None else local / _CATALOG
     stored = set(store.list())
-    for entry in _earlier_rows(root / _CATALOG, store, stored):
-      _write_record(root / 'records', entry)
-    entries, orphans = [], []
-    for record in sorted((root / 'records').glob('*.json')):
-      entry = _read_record(record)
+    for entry in _earlier_rows(path, store, stored):
+      records.write(entry)
+    entries, orphans, names = [], [], []
+    for name in records.names():
+      entry = records.read(name)
       if entry.key not in stored:
         orphans.append(entry.key)
         continue
       check(entry, indexes.block_meta(store, entry.key))
       entries.append(entry)
-    partial = root / f'{_CATALOG}.rebuild'
+      names.append((name,))
+    partial = path.with_name(f'{path.name}.rebuild')
     indexes.remove_database(partial)
     db = indexes.connect(partial, timeout=5.0)
     try:
       with indexes.transaction(db, partial):
         db.execute(_SCHEMA)
+        db.execute(_SYNCED)
         db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
         db.executemany(_INSERT, [entry.row() for entry in entries])
+        db.executemany('INSERT INTO synced VALUES (?)', names)
     finally:
       db.close()
-    indexes.replace_database(partial, root / _CATALOG)
-    library = cls(root, shape=shape, **kwargs)
+    indexes.replace_database(partial, path)
+    library = cls(root, shape=shape, index=index, **kwargs)
     library.rebuilt = {
       'rows': len(entries),
       'blocks_without_record': sorted(stored - {e.key for e in entries}),
       'records_without_block': sorted(orphans),
     }
     return library
+
+  def sync(self) -> Synced:
+    """Brings the catalog up to date with the store; returns what it did.
+
+    The store's blocks and records are listed (on an object store the listing is the floor
+    of the cost); only records not catalogued before are read, each with its own digest
+    checked and then held against its block's manifest (`BlockStore.read_meta`: one read,
+    no arrays). Rows whose blocks are no longer stored are removed. The store is the
+    source of truth: a record replaces a row of the same item that differs from it.
+
+    Raises:
+      DamagedLibraryError: a record does not match its own digest.
+      BindingError: a record does not match the block it names (naming both sides).
+      store.StoreError: a block's manifest does not check (CorruptBlockError names the key
+        and the block the manifest describes). Nothing of the sync is kept then.
+      CatalogFileError: the catalog cannot be written.
+    """
+    start = time.perf_counter()
+    stored = set(self.store.list())
+    names = self._records.names()
+    list_seconds = time.perf_counter() - start
+    with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
+      seen = {name for (name,) in self._db.execute('SELECT name FROM synced')}
+    new, orphans, read = [], [], 0
+    for name in names:
+      if name in seen:
+        continue
+      entry = self._records.read(name)
+      read += 1
+      if entry.key not in stored:
+        orphans.append(name)
+        continue
+      try:
+        meta, _ = self.store.read_meta(entry.key)
+      except store_lib.MissingBlockError:  # deleted since the listing
+        orphans.append(name)
+        continue
+      read += 1
+      check(entry, meta)
+      new.append((name, entry))
+    removed = [entry for entry in self.entries() if entry.key not in stored]
+    with indexes.transaction(self._db, self.path):
+      for entry in removed:
+        self._db.execute(
+          'DELETE FROM deposits WHERE task = ? AND item_id = ?', (entry.task, entry.item_id)
+        )
+        name = _record_name(entry.task, entry.item_id)
+        self._db.execute('DELETE FROM synced WHERE name = ?', (name,))
+      for name, entry in new:
+        self._db.execute(_UPSERT, entry.row())
+        self._db.execute('INSERT OR IGNORE INTO synced VALUES (?)', (name,))
+    return Synced(
+      listed=len(stored),
+      records=len(names),
+      read=read,
+      added=tuple(entry for _, entry in new),
+      removed=tuple(removed),
+      records_without_block=tuple(orphans),
+      list_seconds=list_seconds,
+      seconds=time.perf_counter() - start,
+    )
 
   def close(self) -> None:
     self._db.close()
@@ -358,10 +494,12 @@ class Library:
       block_tokens=len(ids),
       tokens_sha256=indexes.tokens_sha256(ids),
     )
-    _write_record(self.root / 'records', entry)
+    self._records.write(entry)
     try:
       with indexes.transaction(self._db, self.path):
         self._db.execute(_INSERT, entry.row())
+        name = _record_name(entry.task, entry.item_id)
+        self._db.execute('INSERT OR IGNORE INTO synced VALUES (?)', (name,))
     except indexes.CatalogFileError as e:
       if not isinstance(e.__cause__, sqlite3.IntegrityError):
         raise
@@ -418,30 +556,104 @@ def check(entry: Entry, meta: blocks.BlockMeta) -> None:
     )
 
 
+def route_pairs(entries) -> list[tuple[str, str]]:
+  """(key, question) of each entry: what a router of the library holds (`Router.add_many`)."""
+  return [(entry.key, entry.question) for entry in entries]
+
+
 _INSERT = f'INSERT INTO deposits VALUES ({", ".join("?" * (len(_FIELDS) + 1))})'
+_UPSERT = _INSERT.replace('INSERT', 'INSERT OR REPLACE', 1)
 
 
-def _record_path(records: pathlib.Path, task: str, item_id: str) -> pathlib.Path:
-  name = hashlib.sha256(json.dumps([task, item_id]).encode()).hexdigest()
-  return records / f'{name}.json'
+def _open(root: Any) -> tuple[pathlib.Path | Any, store_lib.BlockStore, _Records]:
+  """(root, block store, records) of a library: a local folder, or an object-store prefix."""
+  if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
+    root = pathlib.Path(root)
+    return root, store_lib.BlockStore(root / 'blocks'), _Records(root / 'records')
+  kv, _ = store_kvstore.open_kvstore(root, read_only=False)
+  return root, store_lib.BlockStore(kv / 'blocks/'), _Records(kv / 'records/')
 
 
-def _write_record(records: pathlib.Path, entry: Entry) -> None:
-  """Writes the entry's deposit record whole (a record already there is kept).
+def _record_name(task: str, item_id: str) -> str:
+  return hashlib.sha256(json.dumps([task, item_id]).encode()).hexdigest() + '.json'
+
+
+def _record_body(entry: Entry) -> bytes:
+  body = {'fields': entry.fields(), 'sha256': indexes.row_sha256(entry.fields())}
+  return (json.dumps(body, sort_keys=True, indent=1, ensure_ascii=True) + '\n').encode()
+
+
+class _Records:
+  """The deposit records, one JSON file per item (`_record_name`): in a local folder, or
+  under a kvstore prefix (a shared library on an object store)."""
+
+  def __init__(self, where: pathlib.Path | ts.KvStore):
+    self.where = where
+    self._local = isinstance(where, pathlib.Path)
+    self._name = str(where) if self._local else store_kvstore.location(where)
+
+  def names(self) -> list[str]:
+    """The records' names, sorted."""
+    if self._local:
+      return sorted(path.name for path in self.where.glob('*.json'))
+    with _record_errors(self._name, 'cannot list the deposit records'):
+      listed = store_kvstore.result(self.where.list())
+    return sorted(n.decode() for n in listed if _RECORD_NAME.fullmatch(n.decode('latin-1')))
+
+  def read(self, name: str) -> Entry:
+    """The entry of record `name`, its digest checked.
+
+    Raises:
+      DamagedLibraryError: the record is unreadable or does not match its own digest.
+    """
+    if self._local:
+      return _read_record(self.where / name)
+    try:
+      data = store_kvstore.read_value(self.where, name)
+    except OSError as e:
+      raise DamagedLibraryError(f'deposit record {self._name}{name}: unreadable ({e})') from e
+    return _parse_record(data, f'deposit record {self._name}{name}')
+
+  def write(self, entry: Entry) -> None:
+    """Writes the entry's deposit record whole (a record already there is kept).
+
+    Raises:
+      CatalogFileError: the record cannot be written (e.g. a full disk); nothing is left.
+    """
+    name = _record_name(entry.task, entry.item_id)
+    if self._local:
+      _write_record(self.where / name, entry)
+      return
+    with _record_errors(f'{self._name}{name}', 'cannot write the deposit record'):
+      found = store_kvstore.result(self.where.read(name))
+      if found.state != 'value':  # conditional: of racing writers, the first one's is kept
+        self.where.write(name, _record_body(entry), if_equal=found.stamp.generation).result()
+
+
+@contextlib.contextmanager
+def _record_errors(where: str, doing: str):
+  """Re-raises a kvstore failure as a `CatalogFileError` naming `where` and the cause."""
+  try:
+    yield
+  except (OSError, ValueError) as e:
+    raise CatalogFileError(where, f'{doing}: {e}') from e
+
+
+def _write_record(path: pathlib.Path, entry: Entry) -> None:
+  """Writes the entry's deposit record at `path` whole (a record already there is kept).
 
   Raises:
     CatalogFileError: the record cannot be written (e.g. a full disk); nothing is left of it.
   """
-  path = _record_path(records, entry.task, entry.item_id)
-  body = {'fields': entry.fields(), 'sha256': indexes.row_sha256(entry.fields())}
+  records = path.parent
   try:
     if path.exists():
       return
     records.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=records, prefix='.record-')
     try:
-      with os.fdopen(fd, 'w') as f:
-        f.write(json.dumps(body, sort_keys=True, indent=1, ensure_ascii=True) + '\n')
+      with os.fdopen(fd, 'wb') as f:
+        f.write(_record_body(entry))
         f.flush()
         os.fsync(f.fileno())
       with contextlib.suppress(FileExistsError):  # another process wrote it first
@@ -494,12 +706,20 @@ def _earlier_rows(path: pathlib.Path, store: store_lib.BlockStore, stored: set[s
 
 def _read_record(path: pathlib.Path) -> Entry:
   try:
-    body = json.loads(path.read_bytes())
-    return Entry.from_fields(body['fields'], body['sha256'], f'deposit record {path}')
-  except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:
+    data = path.read_bytes()
+  except OSError as e:
+    raise DamagedLibraryError(f'deposit record {path}: unreadable ({e})') from e
+  return _parse_record(data, f'deposit record {path}')
+
+
+def _parse_record(data: bytes, where: str) -> Entry:
+  try:
+    body = json.loads(data)
+    return Entry.from_fields(body['fields'], body['sha256'], where)
+  except (ValueError, TypeError, KeyError, RecursionError) as e:
     if isinstance(e, DamagedLibraryError):
       raise
-    raise DamagedLibraryError(f'deposit record {path}: unreadable ({e})') from e
+    raise DamagedLibraryError(f'{where}: unreadable ({e})') from e
 
 
 def _answer_line(item, verifier, solution: str) -> str:

@@ -12,17 +12,21 @@ The catalog is an index of the store (stdlib `sqlite3`, one file, WAL
 journal): opened with its store, every row added is checked against the
 block's manifest; `PagedContext` checks every routed row against the block
 it reads before installing it; `rebuild` writes the catalog again from the
-store's manifests. The router (`graftjax.flywheel.route`: `ExactRouter`,
-`BM25Router`, `EmbeddingRouter`) is an in-memory index rebuilt from the
-catalog, kept in step with every `add`.
+store's manifests, and `sync` brings it up to date with a store that other
+machines deposit into (only the manifests of blocks it has not seen are
+read). The router (`graftjax.flywheel.route`: `ExactRouter`, `BM25Router`,
+`EmbeddingRouter`) is an in-memory index rebuilt from the catalog, kept in
+step with every `add` and `sync`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import operator
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Self
 
@@ -46,6 +50,8 @@ CREATE TABLE IF NOT EXISTS pages (
   row_sha256 TEXT NOT NULL
 ) WITHOUT ROWID
 """
+# The keys whose manifests `sync` has read (catalogued or left out by `describe`).
+_SYNCED = 'CREATE TABLE IF NOT EXISTS synced (key TEXT PRIMARY KEY) WITHOUT ROWID'
 _COLUMNS = (
   'key',
   'text',
@@ -62,6 +68,27 @@ BindingError = indexes.BindingError
 CatalogFileError = indexes.CatalogFileError
 # (key, the block's metadata) -> (text, source) of its row, or None to leave it out.
 Describe = Callable[[str, blocks.BlockMeta], tuple[str, str] | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Synced:
+  """What one `Catalog.sync` did.
+
+  Attributes:
+    listed: blocks the store listed.
+    read: manifests read (the blocks not seen before).
+    added: entries catalogued.
+    removed: keys no longer in the store, taken out of the catalog.
+    list_seconds: wall time of the store's listing.
+    seconds: wall time of the whole sync.
+  """
+
+  listed: int
+  read: int
+  added: tuple[Entry, ...]
+  removed: tuple[str, ...]
+  list_seconds: float
+  seconds: float
 
 
 class CatalogError(ValueError):
@@ -161,6 +188,7 @@ class Catalog:
       self._open()
       self.router = router if router is not None else route_lib.BM25Router(threshold=0.0)
       self.unroutable: list[str] = []  # keys whose text has nothing to route by
+      self._removed: set[str] = set()  # keys `sync` took out, still in the router
       for entry in self.entries():
         if route_lib.normalize(entry.text):
           self.router.add(entry.key, entry.text)
@@ -186,6 +214,9 @@ class Catalog:
         f'{self.path} is a catalog of schema version {version} (columns {", ".join(columns)});'
         f' this code reads version {SCHEMA_VERSION}: rebuild it from its store (Catalog.rebuild)'
       )
+    if 'synced' not in tables:
+      with indexes.transaction(self._db, self.path):
+        self._db.execute(_SYNCED)
 
   @classmethod
   def beside(cls, store: store_lib.BlockStore, **kwargs) -> Catalog:
@@ -215,8 +246,8 @@ class Catalog:
       CatalogFileError: the new file cannot be written.
     """
     path = os.fspath(path)
-    entries = []
-    for key in store.list():
+    entries, keys = [], store.list()
+    for key in keys:
       block, layout = store.get_page(key)
       described = describe(key, block.meta)
       if described is not None:
@@ -226,11 +257,67 @@ class Catalog:
     indexes.remove_database(partial)
     with cls(partial, store=store) as fresh:
       fresh.add_many(entries)
+      with indexes.transaction(fresh._db, partial):  # every block is seen: `sync` reads none
+        fresh._db.executemany('INSERT INTO synced VALUES (?)', [(key,) for key in keys])
       with indexes.sqlite_errors(partial, 'cannot finish the rebuilt catalog'):
         fresh._db.execute('PRAGMA wal_checkpoint(TRUNCATE)')
         fresh._db.execute('PRAGMA journal_mode=DELETE')
     indexes.replace_database(partial, path)
     return cls(path, store=store, **kwargs)
+
+  def sync(self, describe: Describe) -> Synced:
+    """Brings the catalog up to date with its store; returns what it did.
+
+    The store is listed (on an object store the listing is the floor of the cost: every
+    object is listed), and only the manifests of blocks not catalogued or seen by an
+    earlier sync are read (`BlockStore.read_meta`: one read each, no arrays). A new
+    block's row takes its token count, page layout, model, dtype and token digest from its
+    manifest, and its text and source from `describe(key, meta)`, which may return None to
+    leave it out (it is not read again). Rows of blocks no longer in the store are removed,
+    and are never routed again.
+
+    Raises:
+      store.StoreError: a new block's manifest does not check (CorruptBlockError names the
+        key and the block the manifest describes); nothing of the sync is kept.
+      CatalogError: `describe` gave a text with nothing to route by.
+      CatalogFileError: the catalog cannot be written.
+    """
+    if self.store is None:
+      raise CatalogError(f'{self.path}: a catalog opened without its store cannot sync')
+    start = time.perf_counter()
+    listed = set(self.store.list())
+    list_seconds = time.perf_counter() - start
+    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
+      seen = {
+        key for (key,) in self._db.execute('SELECT key FROM pages UNION SELECT key FROM synced')
+      }
+    new, read = [], []
+    for key, (meta, layout) in _read_metas(self.store, sorted(listed - seen)):
+      read.append(key)
+      described = describe(key, meta)
+      if described is not None:
+        text, source = described
+        new.append(self._checked(_entry_of(key, meta, layout, text, source), meta))
+    removed = sorted(seen - listed)
+    with indexes.transaction(self._db, self.path):
+      for key in removed:
+        self._db.execute('DELETE FROM pages WHERE key = ?', (key,))
+        self._db.execute('DELETE FROM synced WHERE key = ?', (key,))
+      self._db.executemany('INSERT OR IGNORE INTO synced VALUES (?)', [(k,) for k in read])
+      self._db.executemany(
+        f'INSERT INTO pages VALUES ({",".join("?" * len(_COLUMNS))})', [e.row() for e in new]
+      )
+    self._removed.update(removed)
+    self._removed.difference_update(e.key for e in new)
+    self.router.add_many((entry.key, entry.text) for entry in new)
+    return Synced(
+      listed=len(listed),
+      read=len(read),
+      added=tuple(new),
+      removed=tuple(removed),
+      list_seconds=list_seconds,
+      seconds=time.perf_counter() - start,
+    )
 
   def close(self) -> None:
     self._db.close()
@@ -301,7 +388,9 @@ class Catalog:
     self.router.add_many((entry.key, entry.text) for entry in new)
     return len(new)
 
-  def _checked(self, entry: Entry) -> Entry:
+  def _checked(self, entry: Entry, meta: blocks.BlockMeta | None = None) -> Entry:
+    """`entry` checked (and its token digest taken) against its block's metadata: `meta`,
+    or read from the store."""
     strings = ('key', 'text', 'source', 'model_fingerprint', 'dtype')
     wrong = [name for name in strings if not isinstance(getattr(entry, name), str)]
     if wrong or not isinstance(entry.n_tokens, int) or isinstance(entry.n_tokens, bool):
@@ -314,14 +403,14 @@ class Catalog:
       raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
     if entry.n_tokens <= 0:
       raise CatalogError(f'key {entry.key[:12]}…: n_tokens must be positive, got {entry.n_tokens}')
-    if self.store is None:
+    if self.store is None and meta is None:
       if entry.tokens_sha256 is None:
         raise CatalogError(
           f'key {entry.key[:12]}…: no token ids to bind the row to its block (give token_ids,'
           ' or open the catalog with its store)'
         )
       return entry
-    meta = indexes.block_meta(self.store, entry.key)
+    meta = meta or indexes.block_meta(self.store, entry.key)
     if entry.tokens_sha256 is None:
       entry = dataclasses.replace(entry, tokens_sha256=tokens_sha256(meta.token_ids))
     check_entry(entry, meta)
@@ -363,9 +452,26 @@ class Catalog:
     self, query: str, k: int = 1, *, threshold: float | None = None
   ) -> list[tuple[Entry, float]]:
     """The k best entries for `query` by the router, with their scores (best first)."""
-    return [
-      (self.get(hit.key), hit.score) for hit in self.router.route(query, k, threshold=threshold)
-    ]
+    hits = self.router.route(query, k + len(self._removed), threshold=threshold)
+    hits = [hit for hit in hits if hit.key not in self._removed][:k]
+    return [(self.get(hit.key), hit.score) for hit in hits]
+
+
+_READS_IN_FLIGHT = 16  # manifest reads `sync` keeps in flight (an object store's latency)
+
+
+def _read_metas(store: store_lib.BlockStore, keys: Sequence[str]):
+  """(key, (meta, page layout)) of each key, in order, read `_READS_IN_FLIGHT` at a time;
+  keys whose blocks were deleted since the listing are left out."""
+
+  def read(key):
+    try:
+      return key, store.read_meta(key)
+    except store_lib.MissingBlockError:
+      return key, None
+
+  with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
+    return [(key, found) for key, found in pool.map(read, keys) if found is not None]
 
 
 def check_entry(entry: Entry, meta: blocks.BlockMeta, *, tokens_only: bool = False) -> None:

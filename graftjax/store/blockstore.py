@@ -127,6 +127,34 @@ class BlockStore:
     manifest, block = self._read(self._checked_key(key), into, on_verified)
     return block, store_pages.layout_of(manifest)
 
+  def read_meta(self, key: str) -> tuple[blocks.BlockMeta, tuple[tuple[int, int], ...] | None]:
+    """(metadata, page_layout) of the block under `key`, from its manifest alone: one read.
+
+    The manifest is checked as `get` checks it (every field, that it describes `key`, and
+    against its own chunk digests); no array is read (`verify` reads them). On an object
+    store the manifest is the commit point, so a block whose manifest reads is complete.
+
+    Raises:
+      InvalidKeyError, MissingBlockError, CorruptBlockError (naming the key and the block
+      the manifest describes), UnsupportedFormatError, StoreIOError.
+    """
+    where = self._where(self._checked_key(key))
+    name = f'{key}/{store_manifest.MANIFEST}'
+    try:
+      with store_errors.io_errors(where, f'cannot read {store_manifest.MANIFEST}'):
+        if self._local is None:
+          data = store_kvstore.read_value(self._kv, name)
+        else:
+          fd = os.open(os.path.join(self._local, name), os.O_RDONLY | os.O_NOFOLLOW)
+          with open(fd, 'rb', buffering=0) as f:
+            data = f.readall()
+    except store_errors.StoreIOError as e:
+      if isinstance(e.__cause__, FileNotFoundError):
+        raise store_errors.MissingBlockError(where, 'no such block') from None
+      raise
+    manifest, meta = store_manifest.parse_manifest(data, where, key)
+    return meta, store_pages.layout_of(manifest)
+
   def verify(self, key: str) -> None:
     """Raises unless the block under `key` matches its manifest exactly and holds
     what `put` takes: its positions what its metadata says, k and v finite.
