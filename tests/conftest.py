@@ -100,8 +100,30 @@ def eight_host_devices():
 _PROCESS_FIXTURES = ('run_together', 'eight_host_devices', 's3_server', 'gcs_server')
 
 
+def _sources(item) -> list[str]:
+  """The source of the test function and of every fixture it uses."""
+  functions = [item.function] + [
+    fixture.func for defs in item._fixtureinfo.name2fixturedefs.values() for fixture in defs
+  ]
+  sources = []
+  for function in functions:
+    try:
+      sources.append(inspect.getsource(function))
+    except (OSError, TypeError):
+      continue
+  return sources
+
+
+def _uses(item, names) -> bool:
+  """Whether the test takes one of the fixtures `names`, directly or by `getfixturevalue`."""
+  if any(name in item.fixturenames for name in names):
+    return True
+  asked = [f'getfixturevalue({quote}{name}{quote})' for name in names for quote in '\'"']
+  return any(call in source for source in _sources(item) for call in asked)
+
+
 def _starts_processes(item) -> bool:
-  if any(name in item.fixturenames for name in _PROCESS_FIXTURES):
+  if _uses(item, _PROCESS_FIXTURES):
     return True
   try:
     source = inspect.getsource(item.function)
@@ -113,10 +135,11 @@ def _starts_processes(item) -> bool:
 def pytest_collection_modifyitems(config, items):
   """Markers the fast tier deselects, found from what a test uses: `real_model` for a test
   taking the real-model fixture, `subprocess` for one that starts processes (the test
-  function's own code, or a fixture that starts a server). `slow` is written on the test."""
+  function's own code, or a fixture that starts a server, taken by name or asked for with
+  `request.getfixturevalue`). `slow` is written on the test."""
   del config
   for item in items:
-    if 'real_model' in item.fixturenames:
+    if _uses(item, ('real_model',)):
       item.add_marker(pytest.mark.real_model)
     if _starts_processes(item):
       item.add_marker(pytest.mark.subprocess)
