@@ -153,34 +153,41 @@ def query_gain(
   newline = ids('\n') if isinstance(query, str) else []
   rows = [[model.config.bos_id, *asked]]
   rows += [[model.config.bos_id, *ids(c), *newline, *asked] for c in contexts]
-  length = -(-max(map(len, rows)) // chunk_size) * chunk_size
-  tokens = np.full((len(rows), length), model.config.pad_id, np.int32)
+  # Shapes rounded up (rows to 4, length to chunk_size, query tokens to 16) so that few compile.
+  length = _round_up(max(map(len, rows)), chunk_size)
+  tokens = np.full((_round_up(len(rows), 4), length), model.config.pad_id, np.int32)
+  before = np.zeros((len(tokens), _round_up(len(asked), 16)), np.int32)
   for r, row in enumerate(rows):
     tokens[r, : len(row)] = row
+    before[r, : len(asked)] = np.arange(len(row) - len(asked) - 1, len(row) - 1)
+  targets = np.zeros(before.shape[1], np.int32)
+  targets[: len(asked)] = asked
   positions = np.broadcast_to(np.arange(length, dtype=np.int32), tokens.shape)
-  capacity = -(-length // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
-  cache = model.init_cache(batch_size=len(rows), capacity=capacity)
+  cache = model.init_cache(
+    batch_size=len(tokens), capacity=_round_up(length, ops.CAPACITY_MULTIPLE)
+  )
   hidden = []
   for begin in range(0, length, chunk_size):
     span = slice(begin, begin + chunk_size)
     out, cache = model.forward(tokens[:, span], positions[:, span], cache, logits='hidden')
     hidden.append(out)
-  # The hidden state before each query token: [rows, query tokens].
-  before = np.array([[len(row) - len(asked) - 1 + j for j in range(len(asked))] for row in rows])
-  picked = jnp.take_along_axis(jnp.concatenate(hidden, axis=1), before[..., None], axis=1)
-  logp = np.asarray(
-    _log_probs(picked, jnp.asarray(asked, jnp.int32), model.params['embedding'], model.config),
-    np.float64,
-  )
+  logp = _log_probs(hidden, before, targets, model.params['embedding'], model.config)
+  logp = np.asarray(logp, np.float64)[: len(rows), : len(asked)]
   return (logp[1:] - logp[0]).mean(axis=1)
 
 
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
 @functools.partial(jax.jit, static_argnames='config')
-def _log_probs(hidden, targets, table, config):
-  """log p(targets [T]) from final-norm hidden states [R, T, D] and the tied table: [R, T]."""
-  logits = ops.unembed(hidden, table, impl='xla', precision=config.dot_precision)
+def _log_probs(hidden, before, targets, table, config):
+  """log p(targets [T]) after the positions `before` [R, T] of the final-norm hidden states
+  (chunks [R, C, D]), by the tied table [V, D]: [R, T] float32."""
+  picked = jnp.take_along_axis(jnp.concatenate(hidden, axis=1), before[..., None], axis=1)
+  logits = ops.unembed(picked, table, impl='xla', precision=config.dot_precision)
   logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  return jnp.take_along_axis(logp, jnp.broadcast_to(targets, logp.shape[:2])[..., None], -1)[..., 0]
+  return jnp.take_along_axis(logp, jnp.broadcast_to(targets, before.shape)[..., None], -1)[..., 0]
 
 
 class HybridRouter(route_lib.Router):
