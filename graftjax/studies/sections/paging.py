@@ -215,7 +215,7 @@ def _paging_recall(r: page.Result) -> list[str]:
         name,
         *(_wilson(x[w][k]) for w in ('direct', 'reworded') for k in ('top1', 'top4')),
         page.num(float(fit['threshold'])) if fit else 'n/a',
-        *(_wilson(report.get(k)) for k in ('reworded', 'false_hit')),
+        *(_wilson(report.get(k)) for k in ('deposited', 'reworded', 'false_hit')),
       ]
     )
   out = [
@@ -233,6 +233,7 @@ def _paging_recall(r: page.Result) -> list[str]:
     'reworded top-1',
     'reworded top-4',
     'threshold',
+    'direct top-1 at it',
     'reworded top-1 at it',
     'false hits at it',
   )
