@@ -274,6 +274,8 @@ class HybridRouter(route_lib.Router):
       if len(best) == self.rerank:
         break
     units_ = list(best.values())
+    if not units_:
+      return iter(())
     gains = query_gain(
       self.model,
       query,

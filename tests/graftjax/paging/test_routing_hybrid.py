@@ -154,3 +154,8 @@ def test_settings_are_checked(tiny_model):
     routing.HybridRouter(tiny_model, threshold=0.0, weight=1.5)
   with pytest.raises(ValueError, match='rerank'):
     routing.HybridRouter(tiny_model, threshold=0.0, rerank=-1)
+
+
+def test_a_query_no_unit_matches_reranks_nothing(tiny_model):
+  router = _router(tiny_model, weight=1.0, rerank=2)
+  assert router.route('zzz qqq', k=2) == []
