@@ -1,21 +1,27 @@
-"""Routing units: BM25 over fixed-size windows of each page's text, a page scored by its best.
+"""Routing units: BM25 over fixed-size windows of each page's text, a page scored by its best;
+the same units fused with the model's own embedding, the top pages reranked by the model.
 
     router = UnitRouter(threshold=0.0, unit_words=64)
     catalog = Catalog(path, router=router, store=store)   # routes pages of any mix of sizes
+    router = HybridRouter(model, threshold=0.0, weight=1.0, rerank=4)   # reworded questions
 
 Details and why: docs/paging.md, section `graftjax/paging/routing.py`.
 """
 
 from __future__ import annotations
 
+import functools
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 import bm25s
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from graftjax.flywheel import route as route_lib
+from graftjax.models.gemma import ops
 
 
 def units(text: str, unit_words: int, stride_words: int) -> list[str]:
@@ -71,9 +77,10 @@ class UnitRouter(route_lib.BM25Router):
       return super().add(key, text)  # raises the TypeError
     if not route_lib.normalize(text):
       return super().add(key, text)  # raises the ValueError
-    return any([super(UnitRouter, self).add(key, u) for u in self._units(text)])  # noqa: C419 (add all)
+    return any([super(UnitRouter, self).add(key, u) for u in self.units_of(text)])  # noqa: C419 (add all)
 
-  def _units(self, text: str) -> list[str]:
+  def units_of(self, text: str) -> list[str]:
+    """The routing units of `text` (those with something to route by)."""
     return [u for u in units(text, self.unit_words, self.stride_words) if route_lib.normalize(u)]
 
   def _build(self) -> bm25s.BM25:
@@ -116,3 +123,235 @@ class UnitRouter(route_lib.BM25Router):
     )
     router.add_many((key, text) for key, text in body['entries'])
     return router
+
+
+def query_gain(
+  model,
+  query: str | Sequence[int],
+  contexts: Sequence[str | Sequence[int]],
+  *,
+  chunk_size: int = 64,
+  encode: route_lib.Encode | None = None,
+) -> np.ndarray:
+  """How much each context raises the model's likelihood of `query`, in nats per query token.
+
+  Row 0 is BOS + query; row i + 1 is BOS + contexts[i] + a newline + query, right-padded
+  (causal: padding after a row changes none of its logits). The gain of context i is the
+  mean over the query's tokens of log p(token | row i + 1 so far) - log p(token | row 0 so
+  far): about 0 for a context that says nothing of the query, larger for one that predicts it.
+
+  Args:
+    model: a `Gemma`.
+    query, contexts: strings, or token id lists without BOS.
+    chunk_size: tokens per forward call (rows are padded to a multiple of it).
+    encode: str -> token ids without BOS; default the model's tokenizer.
+  Returns:
+    [len(contexts)] float64.
+  """
+  ids = lambda text: route_lib._token_ids(model, text, encode)[1:]  # pylint: disable=protected-access
+  asked = ids(query)
+  newline = ids('\n') if isinstance(query, str) else []
+  rows = [[model.config.bos_id, *asked]]
+  rows += [[model.config.bos_id, *ids(c), *newline, *asked] for c in contexts]
+  # Shapes rounded up (rows to 4, length to chunk_size, query tokens to 16) so that few compile.
+  length = _round_up(max(map(len, rows)), chunk_size)
+  tokens = np.full((_round_up(len(rows), 4), length), model.config.pad_id, np.int32)
+  before = np.zeros((len(tokens), _round_up(len(asked), 16)), np.int32)
+  for r, row in enumerate(rows):
+    tokens[r, : len(row)] = row
+    before[r, : len(asked)] = np.arange(len(row) - len(asked) - 1, len(row) - 1)
+  targets = np.zeros(before.shape[1], np.int32)
+  targets[: len(asked)] = asked
+  positions = np.broadcast_to(np.arange(length, dtype=np.int32), tokens.shape)
+  cache = model.init_cache(
+    batch_size=len(tokens), capacity=_round_up(length, ops.CAPACITY_MULTIPLE)
+  )
+  hidden = []
+  for begin in range(0, length, chunk_size):
+    span = slice(begin, begin + chunk_size)
+    out, cache = model.forward(tokens[:, span], positions[:, span], cache, logits='hidden')
+    hidden.append(out)
+  logp = _log_probs(hidden, before, targets, model.params['embedding'], model.config)
+  logp = np.asarray(logp, np.float64)[: len(rows), : len(asked)]
+  return (logp[1:] - logp[0]).mean(axis=1)
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+@functools.partial(jax.jit, static_argnames='config')
+def _log_probs(hidden, before, targets, table, config):
+  """log p(targets [T]) after the positions `before` [R, T] of the final-norm hidden states
+  (chunks [R, C, D]), by the tied table [V, D]: [R, T] float32."""
+  picked = jnp.take_along_axis(jnp.concatenate(hidden, axis=1), before[..., None], axis=1)
+  logits = ops.unembed(picked, table, impl='xla', precision=config.dot_precision)
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  return jnp.take_along_axis(logp, jnp.broadcast_to(targets, before.shape)[..., None], -1)[..., 0]
+
+
+class HybridRouter(route_lib.Router):
+  """BM25 over routing units mixed with the model's own embedding of the same units; the top
+  pages optionally reranked by the model.
+
+  Each page's text is cut into the units of a `UnitRouter` (b=0). A unit scores
+  `weight * bm25 + (1 - weight) * cosine`: bm25 the `UnitRouter` score (the fraction of the
+  query's IDF the unit holds), cosine that of the `EmbeddingRouter`'s mean-pooled hidden
+  states (not computed at `weight` 1). A page takes its best unit. With `rerank` > 0, the
+  `rerank` best pages are reordered by `query_gain` of the query after each page's best unit,
+  their score becomes that gain (nats per query token), and no more than `rerank` pages are
+  returned. `entries` lists the units, keyed by their page.
+  """
+
+  kind: ClassVar[str] = 'hybrid-units'
+  _file_fields = (
+    *route_lib.Router._file_fields,
+    'unit_words',
+    'stride_words',
+    'k1',
+    'weight',
+    'rerank',
+    'chunk_size',
+    'batch_size',
+    'fingerprint',
+  )
+
+  def __init__(
+    self,
+    model,
+    *,
+    threshold: float | None,
+    weight: float = 1.0,
+    rerank: int = 0,
+    unit_words: int = 64,
+    stride_words: int | None = None,
+    k1: float = 1.5,
+    chunk_size: int = 64,
+    batch_size: int = 8,
+    encode: route_lib.Encode | None = None,
+  ):
+    super().__init__(threshold=threshold)
+    if not 0.0 <= weight <= 1.0 or rerank < 0:
+      raise ValueError(f'need 0 <= weight <= 1 and rerank >= 0, got {weight}, {rerank}')
+    self.model, self.weight, self.rerank, self.encode = model, weight, rerank, encode
+    self.lexical = UnitRouter(
+      threshold=-np.inf, unit_words=unit_words, stride_words=stride_words, k1=k1
+    )
+    self.dense = route_lib.EmbeddingRouter(
+      model, threshold=-np.inf, chunk_size=chunk_size, batch_size=batch_size, encode=encode
+    )
+
+  def add(self, key: str, text: str) -> bool:
+    """Stores the units of `text` under `key`; False if every one was stored already."""
+    new = self.lexical.add(key, text)  # refuses what `Router.add` refuses
+    for unit in self.lexical.units_of(text):
+      if super().add(key, unit):
+        self.dense.add(key, unit)
+    return new
+
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+    if not self._entries:
+      return [iter(()) for _ in queries]
+    scores = np.zeros((len(queries), len(self._entries)), np.float64)  # [Q, units]
+    for row, ranked in zip(scores, self.lexical._rank_many(queries)):  # pylint: disable=protected-access
+      for index, score in ranked:
+        row[index] = score
+    scores *= self.weight
+    if self.weight < 1.0:
+      scores += (1.0 - self.weight) * (self.dense.embed(queries) @ self.dense.matrix.T)
+    ranked = [_by_score(row) for row in scores]
+    if not self.rerank:
+      return ranked
+    return [self._reranked(query, order) for query, order in zip(queries, ranked)]
+
+  def _reranked(
+    self, query: str, ranked: Iterator[tuple[int, float]]
+  ) -> Iterator[tuple[int, float]]:
+    """The `rerank` best pages (each by its best unit) by `query_gain`, best first."""
+    best: dict[str, int] = {}
+    for index, _ in ranked:
+      best.setdefault(self._entries[index][0], index)
+      if len(best) == self.rerank:
+        break
+    units_ = list(best.values())
+    if not units_:
+      return iter(())
+    gains = query_gain(
+      self.model,
+      query,
+      [self._entries[i][1] for i in units_],
+      chunk_size=self.dense.chunk_size,
+      encode=self.encode,
+    )
+    return ((units_[j], float(gains[j])) for j in np.argsort(-gains, kind='stable'))
+
+  def _state(self) -> dict:
+    return {
+      **super()._state(),
+      'unit_words': self.lexical.unit_words,
+      'stride_words': self.lexical.stride_words,
+      'k1': self.lexical.k1,
+      'weight': self.weight,
+      'rerank': self.rerank,
+      'chunk_size': self.dense.chunk_size,
+      'batch_size': self.dense.batch_size,
+      'fingerprint': self.model.fingerprint,
+    }
+
+  def _matrix(self) -> np.ndarray:
+    """The units' embeddings where the weight uses them, else none: [N or 0, D] float32."""
+    if self.weight < 1.0:
+      return self.dense.matrix
+    return np.zeros((0, self.model.config.embed_dim), np.float32)
+
+  def save(self, path: str | pathlib.Path) -> None:
+    """JSON as `Router.save` plus the units' embeddings in `<path>.npy` (none at weight 1);
+    the recorded SHA-256 covers the entries, settings and embeddings together."""
+    matrix = self._matrix()
+    partial = pathlib.Path(f'{path}.partial.npy')
+    np.save(partial, matrix, allow_pickle=False)
+    partial.replace(pathlib.Path(f'{path}.npy'))
+    route_lib._write_json(path, self._state(), route_lib._matrix_bytes(matrix))  # pylint: disable=protected-access
+
+  @classmethod
+  def load(
+    cls, path: str | pathlib.Path, model, *, encode: route_lib.Encode | None = None
+  ) -> HybridRouter:
+    """Restores a saved router; re-embeds (lazily) if `model` is not the one it was saved with.
+
+    Raises:
+      RouterFileError: the file or its embeddings are unreadable, of another kind, or do not
+        match the recorded SHA-256 (entries, settings and embeddings, in their pairing).
+    """
+    try:
+      matrix = np.load(pathlib.Path(f'{path}.npy'), allow_pickle=False)
+    except (OSError, ValueError) as e:
+      raise route_lib.RouterFileError(f'{path}.npy: cannot read the embeddings: {e}') from e
+    body = cls._read(path, route_lib._matrix_bytes(matrix))  # pylint: disable=protected-access
+    router = cls(
+      model,
+      threshold=body['threshold'],
+      weight=body['weight'],
+      rerank=body['rerank'],
+      unit_words=body['unit_words'],
+      stride_words=body['stride_words'],
+      k1=body['k1'],
+      chunk_size=body['chunk_size'],
+      batch_size=body['batch_size'],
+      encode=encode,
+    )
+    for key, unit in body['entries']:
+      router.lexical.add(key, unit)  # a unit is its own single unit
+      if route_lib.Router.add(router, key, unit):
+        router.dense.add(key, unit)
+    if len(matrix) not in (0, len(router)):
+      raise route_lib.RouterFileError(f'{path}: {len(router)} units but {len(matrix)} embeddings')
+    if len(matrix) and body['fingerprint'] == model.fingerprint:
+      router.dense._matrix = matrix  # pylint: disable=protected-access
+    return router
+
+
+def _by_score(row: np.ndarray) -> Iterator[tuple[int, float]]:
+  """(unit index, score) by falling score for one query's row [N]; units scoring 0 dropped."""
+  order = np.argsort(-row, kind='stable')
+  return ((int(i), float(row[i])) for i in order if row[i] != 0.0)

@@ -11,12 +11,17 @@ The library of experiments/bench_paging_recall.py. Two measurements:
   several templates each) and many short pages that repeat the templates'
   words (`mixed_store`); per router, top-1 and top-4 routing of direct and
   reworded questions with Wilson intervals, and the false-hit rate on
-  questions whose fact is not stored, by score threshold.
+  questions whose fact is not stored, by score threshold and at a threshold
+  fitted on a calibration split, reported on a disjoint one (`calibrated`).
+  With a real model (`model_routers`), the hybrid arms too: BM25 units mixed
+  with the model's embedding (the weight fitted on the calibration split),
+  and that mix with its top 4 pages reranked by the model (`query_gain`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import random
@@ -122,11 +127,43 @@ def mixed_store(
   return entries, questions
 
 
+WORDINGS = ('direct', 'reworded')
 ROUTERS: dict[str, Callable[[], route_lib.Router]] = {
   'bm25': lambda: route_lib.BM25Router(threshold=0.0),
   'bm25_b0': lambda: route_lib.BM25Router(threshold=0.0, b=0.0),
   'bm25_units': lambda: routing.UnitRouter(threshold=0.0),
 }
+
+
+class _Routed(route_lib.Router):
+  """A router whose top 4 for each query is routed once and kept (a rerank costs a forward
+  pass per query); a call for k <= 4 takes the first k, as the router's own would."""
+
+  kind = 'routed-once'
+
+  def __init__(self, router: route_lib.Router):
+    super().__init__(threshold=None)
+    self.router, self._hits = router, {}
+
+  def route_many(self, queries, k=1, *, threshold=None):
+    if not 1 <= k <= 4:
+      raise ValueError(f'k must be 1 to 4 here, got {k}')
+    new = [q for q in dict.fromkeys(queries) if q not in self._hits]
+    self._hits.update(zip(new, self.router.route_many(new, 4, threshold=-np.inf)))
+    threshold = self.threshold if threshold is None else threshold
+    return [[h for h in self._hits[q][:k] if h.score >= threshold] for q in queries]
+
+  def _rank_many(self, queries):
+    raise NotImplementedError('routes through the wrapped router')
+
+
+def _queries(questions: Sequence[Question]) -> route_lib.Queries:
+  stored = [q for q in questions if q.key is not None]
+  return route_lib.Queries(
+    deposited=[(q.direct, q.key) for q in stored],
+    reworded=[(q.reworded, q.key) for q in stored],
+    unrelated=[text for q in questions if q.key is None for text in (q.direct, q.reworded)],
+  )
 
 
 def routing_rows(
@@ -135,13 +172,21 @@ def routing_rows(
   *,
   router: route_lib.Router,
   thresholds: Sequence[float],
+  max_false_hit: float = 0.05,
+  seed: int = 0,
+  added: bool = False,
 ) -> dict[str, Any]:
-  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording."""
-  router.add_many(entries)
+  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording;
+  `calibrated`: the threshold fitted on half the questions (`route_lib.calibrate`: false hits
+  among absent ones <= `max_false_hit`), reported on the other half. `added`: the router
+  holds `entries` already."""
+  if not added:
+    router.add_many(entries)
+  router = _Routed(router)
   stored = [q for q in questions if q.key is not None]
   missing = [q for q in questions if q.key is None]
   out: dict[str, Any] = {}
-  for wording in ('direct', 'reworded'):
+  for wording in WORDINGS:
     hits = router.route_many([getattr(q, wording) for q in stored], 4, threshold=-np.inf)
     top1 = sum(bool(h) and h[0].key == q.key for q, h in zip(stored, hits))
     top4 = sum(q.key in [x.key for x in h] for q, h in zip(stored, hits))
@@ -167,6 +212,44 @@ def routing_rows(
         for t in thresholds
       ],
     }
+  out['calibrated'] = route_lib.calibrate(
+    router, _queries(questions), seed=seed, max_false_hit=max_false_hit
+  ).to_json()
+  return out
+
+
+def model_routers(
+  entries: Sequence[tuple[str, str]],
+  questions: Sequence[Question],
+  *,
+  model,
+  weights: Sequence[float],
+  rerank: int,
+  thresholds: Sequence[float],
+  seed: int,
+  encode: route_lib.Encode | None = None,
+) -> dict[str, Any]:
+  """The hybrid arms: `routing_rows` of `HybridRouter` at the weight of `weights` with the most
+  top-1 hits (direct and reworded) on the calibration half of the stored questions (ties to
+  the larger weight), without and with a rerank of the top `rerank` pages."""
+  calibration, _, _ = route_lib.split(_queries(questions), seed=seed)
+  fit_on = [*calibration.deposited, *calibration.reworded]
+  router = routing.HybridRouter(model, threshold=None, encode=encode)
+  router.add_many(entries)
+  fits = []
+  for weight in sorted(weights, reverse=True):
+    router.weight = weight
+    hits = router.route_many([q for q, _ in fit_on], 1, threshold=-np.inf)
+    fits.append(
+      {'weight': weight, 'top1': sum(bool(h) and h[0].key == k for h, (_, k) in zip(hits, fit_on))}
+    )
+  router.weight = max(fits, key=lambda f: f['top1'])['weight']
+  rows = lambda: routing_rows(
+    entries, questions, router=router, thresholds=thresholds, seed=seed, added=True
+  )
+  out = {'hybrid_mix': {**rows(), 'weight': router.weight, 'weight_fit': fits}}
+  router.rerank = rerank
+  out['hybrid_rerank'] = {**rows(), 'weight': router.weight, 'rerank': rerank}
   return out
 
 
@@ -289,17 +372,42 @@ def experiment(
   chunk_size: int,
   seed: int,
   filler: Sequence[str],
+  router_model: str | None = None,
+  weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5),
+  rerank: int = 4,
   command: str | None = None,
 ) -> dict[str, Any]:
-  """Both measurements; the result."""
+  """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
+  the hybrid arms (`model_routers`) run with that model."""
   model = paging_scale.load_model(model_name)
   entries, questions = mixed_store(
     filler, facts=facts, absent=absent, short_pages=short_pages, seed=seed
   )
   routed = {
-    name: routing_rows(entries, questions, router=make(), thresholds=thresholds)
+    name: routing_rows(entries, questions, router=make(), thresholds=thresholds, seed=seed)
     for name, make in ROUTERS.items()
   }
+  inputs = {'model_fingerprint': model.fingerprint}
+  if router_model is not None:
+    ranker = paging_scale.load_model(router_model)
+    encode = None
+    if ranker.tokenizer is None:
+      encode = functools.partial(paging_scale.tokenizer_of(ranker).encode, add_bos=False)
+    t0 = time.perf_counter()
+    routed.update(
+      model_routers(
+        entries,
+        questions,
+        model=ranker,
+        weights=weights,
+        rerank=rerank,
+        thresholds=thresholds,
+        seed=seed,
+        encode=encode,
+      )
+    )
+    routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
+    inputs['router_model_fingerprint'] = ranker.fingerprint
   overlap = overlap_rows(
     model,
     filler[facts:],
@@ -309,14 +417,11 @@ def experiment(
     chunk_size=chunk_size,
     seed=seed,
   )
-  digest = hashlib.sha256('\0'.join(filler).encode()).hexdigest()
+  inputs['sha256_filler'] = hashlib.sha256('\0'.join(filler).encode()).hexdigest()
   return {
-    **results.header(
-      'bench_paging_recall',
-      inputs={'model_fingerprint': model.fingerprint, 'sha256_filler': digest},
-      command=command,
-    ),
+    **results.header('bench_paging_recall', inputs=inputs, command=command),
     'model': model_name,
+    'router_model': router_model,
     'page_tokens': page_tokens,
     'summary': _summary(overlap, routed),
     'timing': 'median of per-query wall times on a CPU shared with other work',
@@ -341,9 +446,17 @@ def _summary(overlap: list[dict[str, Any]], routed: dict[str, Any]) -> dict[str,
       'boundary_facts_whole_in_routed_page': r['boundary_facts_whole_in_routed_page']['rate'],
       'access_median_s': r['access_median_s'],
     }
-  for name, by_wording in routed.items():
-    for wording, r in by_wording.items():
-      out[f'{name}_{wording}'] = {'top1': r['top1']['rate'], 'top4': r['top4']['rate']}
+  for name, r in routed.items():
+    for wording in WORDINGS:
+      out[f'{name}_{wording}'] = {
+        'top1': r[wording]['top1']['rate'],
+        'top4': r[wording]['top4']['rate'],
+      }
+    report = r['calibrated']['report']
+    out[f'{name}_calibrated'] = {
+      'threshold': r['calibrated']['threshold'],
+      **{k: report[k]['rate'] for k in ('deposited', 'reworded', 'false_hit')},
+    }
   return out
 
 
@@ -358,9 +471,16 @@ def format_rows(result: dict[str, Any]) -> str:
     for r in result['overlap']
   ]
   for name, by_wording in result['routing']['routers'].items():
-    for wording, r in by_wording.items():
+    for wording in WORDINGS:
+      r = by_wording[wording]
       lines.append(
-        f'{name:>10} {wording:>8}: top-1 {pct(r["top1"])}, top-4 {pct(r["top4"])},'
+        f'{name:>13} {wording:>8}: top-1 {pct(r["top1"])}, top-4 {pct(r["top4"])},'
         f' short page first {r["top1_short_page"]}/{r["questions"]}'
       )
+    fit = by_wording['calibrated']
+    lines.append(
+      f'{name:>13} threshold {float(fit["threshold"]):.3g} fitted on half, on the other: direct top-1'
+      f' {pct(fit["report"]["deposited"])}, reworded top-1 {pct(fit["report"]["reworded"])},'
+      f' false hits {pct(fit["report"]["false_hit"])}'
+    )
   return '\n'.join(lines)

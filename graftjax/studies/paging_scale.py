@@ -530,6 +530,7 @@ def experiment(
 def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **rest) -> dict:
   config = model.config
   latency = {str(r['pages']): r['access_median_s'] for r in rows}
+  fastest = {str(r['pages']): r['access_p10_s'] for r in rows}
   stats = [r['device_memory']['memory_stats'] for r in rows]
   in_use = (
     {str(r['pages']): s['bytes_in_use'] for r, s in zip(rows, stats)}
@@ -574,9 +575,15 @@ def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **r
     ),
     'live_array_bytes': live,
     'access_largest_over_smallest': values[-1] / values[0] if values else None,
-    'access_max_deviation_from_smallest': (
-      max(abs(v / values[0] - 1) for v in values) if values else None
-    ),
+    'access_max_deviation_from_smallest': _deviation(values),
+    'access_p10_s': fastest,
+    'access_p10_max_deviation_from_smallest': _deviation(list(fastest.values())),
+    'stage_median_s': {
+      str(r['pages']): {
+        stage: r[f'{stage}_median_s'] for stage in ('route', 'read_verify', 'install')
+      }
+      for r in rows
+    },
     'top1_own_page': {str(r['pages']): r['top1_own_page'] for r in rows},
     'complete': [r['pages'] for r in rows] == sizes,
   }
@@ -618,6 +625,11 @@ def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **r
     'stored_pages_now': rest['stored_pages'],
     'seconds': rest['seconds'],
   }
+
+
+def _deviation(values: list[float]) -> float | None:
+  """The largest relative deviation from the first value (None for no values)."""
+  return max(abs(v / values[0] - 1) for v in values) if values else None
 
 
 def _num_global(config) -> int:

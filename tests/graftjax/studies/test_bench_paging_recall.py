@@ -3,14 +3,18 @@
 import json
 
 import numpy as np
+import pytest
 
+from graftjax.paging import routing
 from graftjax.studies import bench_paging_recall
 
 
-def _filler(count: int) -> list[str]:
+def _filler(count: int, words_per_line: int = 10) -> list[str]:
   rng = np.random.default_rng(0)
   words = [f'w{i}' for i in range(300)]
-  return ['\n'.join(' '.join(rng.choice(words, 10)) for _ in range(20)) for _ in range(count)]
+  return [
+    '\n'.join(' '.join(rng.choice(words, words_per_line)) for _ in range(20)) for _ in range(count)
+  ]
 
 
 def test_experiment_measures_overlap_and_routing():
@@ -38,5 +42,42 @@ def test_experiment_measures_overlap_and_routing():
   routers = result['routing']['routers']
   assert set(routers) == set(bench_paging_recall.ROUTERS)
   assert routers['bm25_units']['direct']['questions'] == 8
-  assert bench_paging_recall.format_rows(result).count('\n') == 1 + 2 * len(routers)
+  assert bench_paging_recall.format_rows(result).count('\n') == 1 + 3 * len(routers)
   json.dumps(result)
+
+
+def test_routing_rows_fit_a_threshold_on_half_and_report_on_the_other():
+  entries, questions = bench_paging_recall.mixed_store(
+    _filler(8), facts=8, absent=4, short_pages=10, seed=0
+  )
+  rows = bench_paging_recall.routing_rows(
+    entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0]
+  )
+  fit = rows['calibrated']
+  assert fit['sizes']['calibration'] == {'deposited': 4, 'reworded': 4, 'unrelated': 4}
+  assert fit['sizes']['report'] == fit['sizes']['calibration']
+  assert fit['report']['false_hit']['trials'] == 4 and fit['report']['reworded']['trials'] == 4
+
+
+@pytest.mark.slow  # ~20-60 s on two shared cores: the tiny model's rerank forwards
+def test_hybrid_arms_fit_the_weight_and_rerank(tiny_model):
+  entries, questions = bench_paging_recall.mixed_store(
+    _filler(4, words_per_line=1), facts=4, absent=2, short_pages=6, seed=0
+  )
+  encode = lambda text: [3 + b % 253 for b in text.encode()]
+  arms = bench_paging_recall.model_routers(
+    entries,
+    questions,
+    model=tiny_model,
+    weights=[1.0, 0.5],
+    rerank=2,
+    thresholds=[0.0],
+    seed=0,
+    encode=encode,
+  )
+  mix, reranked = arms['hybrid_mix'], arms['hybrid_rerank']
+  assert [f['weight'] for f in mix['weight_fit']] == [1.0, 0.5]
+  assert mix['weight'] == reranked['weight'] in (1.0, 0.5) and reranked['rerank'] == 2
+  for wording in ('direct', 'reworded'):
+    assert reranked[wording]['questions'] == 4
+    assert reranked[wording]['top4']['successes'] <= mix[wording]['top4']['successes']  # 2 kept

@@ -131,3 +131,15 @@ def test_a_plan_made_alone_is_the_plan_the_run_uses(tmp_path, grown):
   )
   result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'sizes': [8]})
   assert plan.made_with in result['corpus']
+
+
+def test_summary_gives_each_stage_and_the_uncontended_latency_by_size(grown):
+  _, _, result = grown
+  s = result['summary']
+  assert set(s['stage_median_s']) == set(s['access_p10_s']) == {'3', '8'}
+  for size, stages in s['stage_median_s'].items():
+    assert set(stages) == {'route', 'read_verify', 'install'} and all(
+      v > 0 for v in stages.values()
+    )
+    assert s['access_p10_s'][size] <= s['access_latency_s'][size]
+  assert s['access_p10_max_deviation_from_smallest'] >= 0.0

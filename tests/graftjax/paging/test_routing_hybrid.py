@@ -1,0 +1,161 @@
+"""The hybrid router: BM25 units mixed with the model's own embedding, reranked by the model."""
+
+import json
+
+import numpy as np
+import pytest
+from graftjax.models.gemma import model as gemma_model
+
+from graftjax.flywheel import route as route_lib
+from graftjax.paging import catalog as catalog_lib
+from graftjax.paging import routing
+
+
+def _byte_ids(text: str) -> list[int]:
+  """A tokenizer for the tiny model (vocabulary 256; ids 0-2 are pad, eos, bos)."""
+  return [3 + b % 253 for b in text.encode()]
+
+
+EMBED = {'chunk_size': 8, 'batch_size': 2, 'encode': _byte_ids}
+TINY = {'unit_words': 16, **EMBED}
+# The fact page holds the reworded question's words in other forms (BM25 matches its names
+# only); the distractor holds every word of the question but says something else.
+PAGES = [
+  ('fact', 'Which lockers belonged to Bartholomew Quarshie?'),
+  ('other', 'Bartholomew Quarshie belongs to the locker club.'),
+  ('noise', 'Lorem ipsum dolor sit amet consectetur.'),
+]
+QUERY = 'Which locker belongs to Bartholomew Quarshie?'
+
+
+def _router(model, **kwargs) -> routing.HybridRouter:
+  router = routing.HybridRouter(model, **{'threshold': -np.inf, **TINY, **kwargs})
+  router.add_many(PAGES)
+  return router
+
+
+def test_bm25_misses_a_reworded_query_that_the_embedding_mix_routes(tiny_model):
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical.add_many(PAGES)
+  assert [h.key for h in lexical.route(QUERY, 2)] == ['other', 'fact']
+  assert _router(tiny_model, weight=1.0).route(QUERY) == lexical.route(QUERY)  # BM25 alone
+  (hit,) = _router(tiny_model, weight=0.3).route(QUERY)
+  assert hit.key == 'fact'
+  query, fact = route_lib.embed_texts(tiny_model, [QUERY, PAGES[0][1]], **EMBED)
+  bm25 = lexical.route(QUERY, 2)[1].score
+  assert hit.score == pytest.approx(0.3 * bm25 + 0.7 * float(query @ fact), abs=1e-6)
+
+
+def test_query_gain_is_the_log_likelihood_gain_of_the_query(tiny_model):
+  context, query = 'Amelia has locker 17.', 'Which locker?'
+  (gain,) = routing.query_gain(tiny_model, query, [context], chunk_size=8, encode=_byte_ids)
+
+  def log_likelihood(prefix: list[int]) -> float:
+    ids = [tiny_model.config.bos_id, *prefix, *_byte_ids(query)]
+    tokens = np.asarray([ids], np.int32)
+    positions = np.arange(len(ids), dtype=np.int32)[None]
+    logits, _ = tiny_model.forward(
+      tokens, positions, tiny_model.init_cache(capacity=64), logits='all'
+    )
+    logits = np.asarray(logits[0], np.float64)
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    n = len(query.encode())
+    return float(np.mean([logp[len(ids) - n - 1 + j, ids[len(ids) - n + j]] for j in range(n)]))
+
+  expected = log_likelihood([*_byte_ids(context), *_byte_ids('\n')]) - log_likelihood([])
+  assert gain == pytest.approx(expected, abs=1e-4)
+
+
+def test_rerank_orders_the_best_pages_by_query_gain(tiny_model):
+  router = _router(tiny_model, weight=1.0, rerank=2)
+  hits = router.route(QUERY, k=3)
+  assert len(hits) == 2 and {h.key for h in hits} == {'other', 'fact'}  # the rerank best two
+  gains = routing.query_gain(
+    tiny_model, QUERY, [PAGES[0][1], PAGES[1][1]], chunk_size=8, encode=_byte_ids
+  )
+  by_key = {'fact': gains[0], 'other': gains[1]}
+  assert [h.score for h in hits] == sorted(by_key.values(), reverse=True)
+  assert all(h.score == pytest.approx(by_key[h.key]) for h in hits)
+  assert router.route(QUERY, k=3, threshold=max(gains) + 1e-9) == []
+
+
+def test_a_catalog_routes_its_pages_with_the_hybrid_router(tiny_model):
+  with catalog_lib.Catalog(':memory:', router=_router(tiny_model, weight=0.3)) as catalog:
+    for key, text in PAGES:
+      catalog.add(
+        key,
+        text,
+        source=f'{key}.txt',
+        n_tokens=len(text),
+        model_fingerprint=tiny_model.fingerprint,
+        dtype='float32',
+        token_ids=_byte_ids(text),
+      )
+    ((entry, _),) = catalog.route(QUERY, k=1)
+    assert entry.key == 'fact' and entry.source == 'fact.txt'
+    assert entry.tokens_sha256 == catalog_lib.tokens_sha256(_byte_ids(PAGES[0][1]))
+
+
+@pytest.mark.parametrize('weight, rows', [(0.3, 3), (1.0, 0)])
+def test_saved_router_routes_the_same(tiny_model, tmp_path, weight, rows):
+  router = _router(tiny_model, weight=weight, rerank=2, threshold=-0.5)
+  path = tmp_path / 'hybrid.json'
+  router.save(path)
+  assert np.load(f'{path}.npy').shape == (rows, tiny_model.config.embed_dim)
+  loaded = routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  assert loaded.entries == router.entries and loaded.threshold == -0.5
+  assert (loaded.weight, loaded.rerank, loaded.lexical.unit_words) == (weight, 2, 16)
+  assert loaded.route(QUERY, 2) == router.route(QUERY, 2)
+  other = routing.HybridRouter.load(path, gemma_model.tiny(seed=1), encode=_byte_ids)
+  assert other.entries == router.entries  # another model: its own embeddings, recomputed
+  with pytest.raises(route_lib.RouterFileError, match="not 'bm25-units'"):
+    routing.UnitRouter.load(path)
+
+
+def _edit(path, change):
+  body = json.loads(path.read_text())
+  change(body)
+  path.write_text(json.dumps(body))
+
+
+@pytest.mark.parametrize(
+  'change, match',
+  [
+    (lambda body: body['entries'].reverse(), 'SHA-256'),  # keys paired with other units
+    (lambda body: body['entries'][0].__setitem__(0, 'noise'), 'SHA-256'),
+    (lambda body: body.__setitem__('weight', 1.0), 'SHA-256'),
+    (lambda body: body.__setitem__('rerank', 0), 'SHA-256'),
+    (lambda body: body.pop('sha256'), 'no sha256'),
+  ],
+)
+def test_a_tampered_router_file_is_refused(tiny_model, tmp_path, change, match):
+  path = tmp_path / 'hybrid.json'
+  _router(tiny_model, weight=0.3, rerank=2).save(path)
+  _edit(path, change)
+  with pytest.raises(route_lib.RouterFileError, match=match):
+    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+
+
+def test_tampered_embeddings_are_refused(tiny_model, tmp_path):
+  path = tmp_path / 'hybrid.json'
+  router = _router(tiny_model, weight=0.3)
+  router.save(path)
+  np.save(f'{path}.npy', router.dense.matrix[::-1])
+  with pytest.raises(route_lib.RouterFileError, match='SHA-256'):
+    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  (tmp_path / 'hybrid.json.npy').unlink()
+  with pytest.raises(route_lib.RouterFileError, match='cannot read the embeddings'):
+    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+
+
+def test_settings_are_checked(tiny_model):
+  with pytest.raises(ValueError, match='weight'):
+    routing.HybridRouter(tiny_model, threshold=0.0, weight=1.5)
+  with pytest.raises(ValueError, match='rerank'):
+    routing.HybridRouter(tiny_model, threshold=0.0, rerank=-1)
+
+
+def test_a_query_no_unit_matches_reranks_nothing(tiny_model):
+  router = _router(tiny_model, weight=1.0, rerank=2)
+  assert router.route('zzz qqq', k=2) == []
