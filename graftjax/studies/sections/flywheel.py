@@ -209,6 +209,8 @@ def render(results: list[page.Result]) -> list[str]:
   for r in results:
     s = r.data['summary']
     for label, base, fly in _transfer_sets(r.data):
+      if not s[fly].get('items'):  # no held-out items (a task run for recurrence only)
+        continue
       rows.append(
         [
           page.cite(r),
