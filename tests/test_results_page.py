@@ -262,6 +262,29 @@ def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path)
   assert 'No file here was measured' in page
 
 
+def test_flywheel_page_shows_a_code_task_without_re_running_its_code(tmp_path):
+  data = _flywheel(None)
+  data['verifier'] = {'name': 'code', 'version': 2}
+  data['attempts'] = []  # no held-out items: no transfer row
+  data['summary']['transfer_base'] = data['summary']['transfer_flywheel'] = {'items': 0}
+  data['deposits'] = [{'key': 'a', 'source': 'self'}] + [{'key': 'b', 'source': 'reference'}] * 3
+  report = {
+    'deposited': _rate(31, 32, 0.8430, 0.9944),
+    'reworded': _rate(25, 32, 0.6121, 0.8898),
+    'false_hit': _rate(4, 100, 0.0157, 0.0984),
+  }
+  data['routing'] = {'BM25Router': {'calibration': {'threshold': 0.43, 'report': report}}}
+  where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
+  ledger.write_result(where / 'flywheel_code.json', data)
+  page = results_page.page(tmp_path)
+  assert 'not re-run as the page is made' in page
+  assert '| 1 own + 3 canonical | 51/57 = 89.5% [79.0%, 95.0%] | 56/57 |' in page
+  assert (
+    '| BM25Router | 0.43 | 31/32 = 96.9% [84.3%, 99.4%] | 25/32 = 78.1% [61.2%, 89.0%] |' in page
+  )
+  assert '| ? |' not in page
+
+
 def test_compose_section_renders_a_minimal_file(tmp_path):
   exact = {'total': 5, 'logits_byte_equal': 4, 'cache_byte_equal': 5, 'max_abs_logit_diff': 0.25}
   data = {

@@ -29,7 +29,11 @@ from graftjax.flywheel import library as library_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import sampler
 
-MODES = {'recall': library_lib.RECALL_QUERY, 'solve': library_lib.SOLVE_QUERY}
+MODES = {
+  'recall': library_lib.RECALL_QUERY,
+  'solve': library_lib.SOLVE_QUERY,
+  'code': library_lib.CODE_QUERY,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +58,9 @@ class Answer:
 
 
 def stop_ids(model, mode: str) -> tuple[int, ...]:
-  """A recall answer ends at the line's end; a solution at its blank line (or EOS)."""
-  ends = ('\n', '\n\n') if mode == 'recall' else ('\n\n',)
+  """A recall answer ends at the line's end; a solution at its blank line; code at its closing
+  fence (or EOS)."""
+  ends = {'recall': ('\n', '\n\n'), 'code': ('```',)}.get(mode, ('\n\n',))
   out = []
   for text in ends:
     ids = model.tokenizer.encode(text, add_bos=False)

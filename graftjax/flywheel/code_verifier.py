@@ -1,7 +1,8 @@
 """The `code` verifier: a model's completion of a HumanEval-style problem, run against its tests.
 
 The gold of a code item is its problem as HumanEval ships it: `(prompt, test, entry_point)`.
-The program run is the prompt, the completion's code, the test code and `check(entry_point)`,
+The program run is the prompt, the completion's code (its first fenced block, else the text
+before a closing fence, else the whole text), the test code and `check(entry_point)`,
 in a fresh sandbox (graftjax/flywheel/sandbox.py); it passes when that exits with status 0
 after `check` returned. A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
 'exit_code: AssertionError').
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from graftjax.flywheel import datasets, sandbox, tasks, verifiers
 
 NAME = 'code'
-VERSION = 1
+VERSION = 2  # 2: the text before a closing fence is the code (an answer asked in a fence)
 LIMITS = sandbox.Limits(wall_seconds=20, cpu_seconds=10, memory_bytes=1 << 30, processes=16)
 
 _CHECKED = 'graftjax code verifier: check() returned'
@@ -65,9 +66,10 @@ class Problem:
 
 
 def completion_code(text: str) -> str:
-  """The code in a model's answer: its first fenced block if it has one, else the whole text."""
+  """The code in a model's answer: its first fenced block if it has one, else the text before
+  a closing fence (an answer whose question opened the fence), else the whole text."""
   fenced = _FENCE.search(text)
-  return fenced[1] if fenced else text
+  return fenced[1] if fenced else text.split('```', 1)[0]
 
 
 def program(problem: Problem, text: str) -> str:
@@ -106,10 +108,15 @@ def outcome(result: sandbox.Result) -> tuple[bool, str | None]:
 def check(text: str, gold: Sequence[str]) -> verifiers.Check:
   """The registered check: `text`'s code run against the problem `gold` names.
 
+  A gold of one part is a problem's prompt without its tests (what a result records as an
+  attempt's gold): nothing is run and nothing passes.
+
   Raises:
     ValueError: `gold` is not a problem.
     verifiers.VerifierError: the sandbox cannot run here (says why).
   """
+  if len(gold) == 1 and isinstance(gold[0], str):
+    return verifiers.Check(False, extracted=completion_code(text), detail='no tests to run')
   problem = Problem.from_gold(gold)
   try:
     result = run(problem, text)

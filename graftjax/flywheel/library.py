@@ -56,6 +56,9 @@ ANSWER_TEMPLATE = 'Question: {question}\nFinal answer: {answer}\n\n'
 FORMS = ('solution', 'answer')
 RECALL_QUERY = 'Question: {question}\nFinal answer:'
 SOLVE_QUERY = 'Question: {question}\nSolution:'
+# Code (an answer of several lines) is held once, in a fence whose close ends a recalled answer.
+CODE_QUERY = 'Question: {question}\nFinal answer:\n```python\n'
+CODE_TEMPLATE = CODE_QUERY + '{answer}\n```\n\n'
 # Where a solution's own closing answer line starts (ours, or GSM8K's '####').
 _ANSWER_LINE = re.compile(r'\n\s*(?:Final answer:|####)')
 
@@ -435,7 +438,7 @@ class Library:
         (`verdict.to_json()`); the deposit is refused unless it re-verifies
         to the same record.
       form: 'solution' (TEMPLATE: the worked solution under the verifier's
-        canonical answer; ANSWER_TEMPLATE with the extracted answer alone where
+        canonical answer; CODE_TEMPLATE with the extracted answer alone where
         that spans lines, as code does, so the solution is held once) or
         'answer' (ANSWER_TEMPLATE: the solution's first line, a short answer
         such as 'Spain', which must verify on its own).
@@ -468,7 +471,7 @@ class Library:
         question=item.question, answer=_answer_line(item, verifier, solution)
       )
     elif '\n' in str(verdict.extracted):  # the answer is the solution (code): held once
-      text = ANSWER_TEMPLATE.format(question=item.question, answer=verdict.extracted)
+      text = CODE_TEMPLATE.format(question=item.question, answer=str(verdict.extracted).rstrip())
     else:
       body = _ANSWER_LINE.split(solution.strip(), maxsplit=1)[0].strip()
       text = TEMPLATE.format(question=item.question, solution=body, answer=verdict.extracted)

@@ -500,6 +500,9 @@ def _routing(result, by_phase, out: Rescore) -> None:
   if routing == {} and not n and not by_phase['transfer_base']:
     out.notes.append('routing: no held-out items, so no router was evaluated (recurrence only)')
     return
+  if isinstance(routing, dict) and routing and not n and not by_phase['transfer_base']:
+    _fitted_routing(routing, out)
+    return
   if not isinstance(routing, dict) or not routing:
     out.problems.append('routing: missing or no router evaluated')
     return
@@ -516,6 +519,22 @@ def _routing(result, by_phase, out: Rescore) -> None:
         out.problems.append(
           f'routing.{router}.{name}: {ev[name]["trials"]} trials, {n} held-out items answered'
         )
+
+
+def _fitted_routing(routing: dict[str, Any], out: Rescore) -> None:
+  """Routers fitted without held-out items: each calibration's rates recomputed."""
+  for router, ev in sorted(routing.items()):
+    where = f'routing.{router}'
+    if not isinstance(ev, dict) or 'calibration' not in ev:
+      out.problems.append(f'{where}: no calibration, and no held-out items to evaluate it on')
+    elif ev['calibration'] is None:
+      out.notes.append(f'{where}: no threshold fitted: {_shown(ev.get("refused"))}')
+    elif isinstance(ev['calibration'], dict):
+      calibration = ev['calibration']
+      _calibration(f'{where}.calibration', calibration, calibration.get('threshold'), out)
+    else:
+      out.problems.append(f'{where}.calibration: is a JSON {_json_kind(ev["calibration"])}')
+  out.notes.append('routing: no held-out items; routers fitted and reported on their own splits')
 
 
 def _rates(where: str, rates: dict[str, Any], out: Rescore) -> None:

@@ -75,17 +75,32 @@ class Prompt:
       prefix after the grafted block, so the block is the one difference
       from the base model's prompt (`query` must then be the answer mode's
       query); otherwise the block alone precedes the query.
+    code: answers are code (several lines): base attempts end at a closing
+      fence, a deposit holds the code once in a fence (`library.CODE_TEMPLATE`)
+      and recurring and held-out items are asked in code mode
+      (`library.CODE_QUERY`, the query base attempts should use too).
   """
 
   prefix: str
   query: str
   answer_only: bool = False
   keep_prefix: bool = False
+  code: bool = False
+
+  @property
+  def base_mode(self) -> str:
+    """The answer mode whose stop tokens end a base attempt (`answer.MODES`)."""
+    return 'code' if self.code else 'recall' if self.answer_only else 'solve'
+
+  @property
+  def recall_mode(self) -> str:
+    """How recurring items are asked through the library (`answer.MODES`)."""
+    return 'code' if self.code else 'recall'
 
   @property
   def transfer_mode(self) -> str:
     """How held-out items are asked through the library (`answer.MODES`)."""
-    return 'recall' if self.answer_only else 'solve'
+    return self.base_mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +120,9 @@ class Task:
       should find; None: each held-out item's `template`.
     unrelated: yields questions no deposited item answers; routers fitted in
       the run bound their false hits on them (None: on wrong hits of all).
+    reworded: yields (query, deposited item id): other wordings of deposited
+      questions. Without held-out items, routers are still fitted and reported
+      on these, the deposited questions and `unrelated` (the run's `routing`).
     record: fields the result records about how the items were chosen.
   """
 
@@ -115,6 +133,7 @@ class Task:
   held_out: Callable[[], Iterable[Item]] | None = None
   targets: Mapping[str, str] | None = None
   unrelated: Callable[[], Iterable[str]] | None = None
+  reworded: Callable[[], Iterable[tuple[str, str]]] | None = None
   record: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property

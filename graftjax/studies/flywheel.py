@@ -85,7 +85,7 @@ def base_attempts(
     model.tokenizer.encode(prompt.query.format(question=item.question), add_bos=False)
     for item in items
   ]
-  stops = answer_lib.stop_ids(model, 'recall' if prompt.answer_only else 'solve')
+  stops = answer_lib.stop_ids(model, prompt.base_mode)
   records = []
   for sample in range(budget.samples):
     sampling = sampler.SamplingConfig(temperature=budget.temperature if sample else 0.0)
@@ -124,7 +124,9 @@ def run(
   Everything a run needs is checked before the model is asked anything: the
   task has items, its verifier is registered, held-out items are disjoint from
   the deposited ones and have a router. A task without held-out items runs
-  base, deposits and recurrence only (no transfer phase, no routing).
+  base, deposits and recurrence only (no transfer phase); its routers are
+  then fitted and reported on its deposited, reworded and unrelated questions
+  if it has reworded or unrelated ones.
 
   Args:
     model: the frozen `Gemma`.
@@ -173,10 +175,12 @@ def run(
   exact = route_lib.ExactRouter()
   exact.add_many((e.key, e.question) for e in by_item.values())
   ask = _Ask(model, library, verify, journal, bar, measured)
-  recurrence = _recurrence(ask, unsolved, exact, budget)
+  recurrence = _recurrence(ask, unsolved, exact, budget, prompt.recall_mode)
   transfer = {'attempts': [], 'routing': {}}
   if held_out:
     transfer = _transfer(ask, held_out, routers, prompt, budget, task)
+  elif task.reworded or task.unrelated:
+    transfer['routing'] = _fitted_routing(routers, library.entries(), task, budget.seed)
   return {
     'task': task.name,
     'verifier': {'name': verify.name, 'version': verify.version},
@@ -338,7 +342,7 @@ class _Ask:
   measured: Callable
 
 
-def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
+def _recurrence(ask: _Ask, unsolved, exact, budget, mode) -> dict[str, Any]:
   """Each unsolved item asked again: exact route, graft, recall; then the same text prompted.
 
   The two arms run one after the other, so each phase's energy is its own.
@@ -354,7 +358,7 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
         ask.journal.step(
           f'recurrence/{item.id}',
           lambda item=item: _routed_answer(
-            ask, 'recurrence', item, exact, entries, 'recall', budget.recall_tokens
+            ask, 'recurrence', item, exact, entries, mode, budget.recall_tokens
           ),
           check=_answer_check(ask, item, entries),
         )
@@ -369,7 +373,7 @@ def _recurrence(ask: _Ask, unsolved, exact, budget) -> dict[str, Any]:
       ask.library,
       entry,
       item.question,
-      mode='recall',
+      mode=mode,
       max_new_tokens=budget.recall_tokens,
     )
     return {
@@ -471,6 +475,30 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
     if name in calibrations:
       routing[name]['calibration'] = calibrations[name]
   return {'attempts': attempts, 'routing': routing}
+
+
+def _fitted_routing(routers, entries, task, seed) -> dict[str, Any]:
+  """Without held-out items: each router without a threshold fitted on half of the task's
+  deposited questions (to their blocks), reworded questions and unrelated ones, and reported on
+  the other half (`route.calibrate`); a router no threshold fits records why."""
+  by_item = {e.item_id: e.key for e in entries if e.task == task.name}
+  reworded = list(task.reworded()) if task.reworded else []
+  queries = route_lib.Queries(
+    deposited=[(e.question, e.key) for e in entries if e.task == task.name],
+    reworded=[(q, by_item[i]) for q, i in reworded if i in by_item],
+    unrelated=list(task.unrelated()) if task.unrelated else [],
+  )
+  out = {}
+  for router in routers:
+    if router.threshold is not None:
+      continue
+    router.add_many((e.key, e.question) for e in entries)
+    name = type(router).__name__
+    try:
+      out[name] = {'calibration': route_lib.calibrate(router, queries, seed=seed).to_json()}
+    except ValueError as e:
+      out[name] = {'calibration': None, 'refused': str(e)}
+  return out
 
 
 def _labelled(held_out, entries, targets) -> list[tuple[str, str | None]]:

@@ -23,7 +23,7 @@ _FAST = sandbox.Limits(wall_seconds=20, cpu_seconds=2)
 def test_a_right_completion_passes_and_records_its_problem():
   verdict = code_verifier.VERIFIER('  return a + b\n', PROBLEM.gold)
   assert (verdict.verdict, verdict.detail) == (True, None)
-  assert (verdict.verifier, verdict.version) == ('code', 1)
+  assert (verdict.verifier, verdict.version) == ('code', 2)
   assert verdict.gold == PROBLEM.gold
   assert verdict.extracted == '  return a + b\n'
 
@@ -75,12 +75,12 @@ def test_a_verdict_is_re_checked_from_its_own_record():
 
 
 def test_the_verifier_is_registered_by_name_and_version():
-  assert verifiers.get('code', 1) is code_verifier.VERIFIER
+  assert verifiers.get('code', 2) is code_verifier.VERIFIER
 
 
 def test_a_gold_that_is_not_a_problem_is_refused():
   with pytest.raises(ValueError, match='prompt, test, entry_point'):
-    code_verifier.VERIFIER('  return a + b\n', ('5',))
+    code_verifier.VERIFIER('  return a + b\n', ('5', 'def check(c):\n  pass\n'))
   with pytest.raises(ValueError, match='not a Python identifier'):
     code_verifier.Problem('def f():\n', 'def check(c):\n  pass\n', 'f); import os; (f')
 

@@ -383,6 +383,7 @@ def test_a_code_deposit_holds_the_solution_once(text_model, library):
   entry = library.deposit(
     text_model, item=item, verifier=_whole_code, solution=code, source='reference', tokens_spent=0
   )
-  assert entry.text == f'Question: Write add.\nFinal answer: {code}\n\n'
+  assert entry.text == f'Question: Write add.\nFinal answer:\n```python\n{code}\n```\n\n'
   assert entry.text.count('return a + b') == 1 and entry.answer == code
+  assert entry.text.startswith(library_lib.CODE_QUERY.format(question=item.question))
   library.check(entry, text_model)  # still a deposit of its question, bound to its block
