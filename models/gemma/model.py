@@ -39,7 +39,8 @@ from graftjax.models.gemma import transformer
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
 # Largest chunk a ring cache takes by default: its ring is the window plus this.
 DEFAULT_RING_CHUNK = 256
-# Attention impls whose sums over slots are anchored at absolute splits (`GraftTarget.split_invariant`).
+# Attention impls summing over slots in splits anchored at absolute slots
+# (`GraftTarget.split_invariant`).
 SPLIT_INVARIANT_ATTENTION = ('pallas', 'xla_split')
 
 

@@ -1,4 +1,4 @@
-"""graftjax.kernels.attention_xla_split: the reference's values, and bits that move with whole splits.
+"""graftjax.kernels.attention_xla_split: the reference's values, and bits that move by whole splits.
 
 Keys of one segment sit in a cache of 1,024 slots in splits of 256; the rows that see them are
 compared bit for bit after the keys move. Head shapes are gemma-3-270m's (N=4, K=1, H=256).
