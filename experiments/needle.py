@@ -34,7 +34,7 @@ side (`PagedContext`, each page in its own attention segment, the best next to t
 It needs `--position_scheme=rope_relative` and split-invariant attention: `--impl=pallas`, or on
 CPU `--impl=xla_split` (XLA, attention summed by absolute splits; docs/composition.md):
 
-    python experiments/needle.py --model=gemma3-270m --needles=50 --page_tokens=512 \
+    python experiments/needle.py --model=gemma3-270m --needles=24 --page_tokens=512 \
         --pages_per_window=4 --impl=xla_split --position_scheme=rope_relative --top_k=4 \
         --out=experiments/results/paging/paging_needle_topk4_cpu.json
 """
