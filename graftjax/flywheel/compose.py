@@ -240,7 +240,7 @@ def place(
       kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
       raise ComposeError(
         f'block {key[:12]}… was computed in a cache of {block.meta.capacity} slots, this'
-        f' context has {capacity}: off the chunk-invariant kernels ({kernels}) a row\'s bits'
+        f" context has {capacity}: off the chunk-invariant kernels ({kernels}) a row's bits"
         " depend on the cache's shape; compute blocks at the capacity they are composed into"
       )
   layout = plan(
