@@ -226,7 +226,6 @@ def _paging_needle_top_k(r: page.Result) -> list[str]:
       ('arm', 'answered right', 'routing holds the fact', 'access s (median)', 'exact vs fresh'),
       rows,
     ),
-    '',
   ]
 
 
