@@ -28,6 +28,15 @@ arms by facts at a boundary, and counts answers that give another fact's number.
     python experiments/needle.py --model=tiny --needles=8 --page_tokens=256 \
         --templates=facts.json --haystack=notes.txt --placement=mixed --overlap=64 \
         --out=/tmp/needle.json
+
+`--top_k=4` adds a third arm: each question after its 4 best routed pages composed side by
+side (`PagedContext`, each page in its own attention segment, the best next to the question).
+It needs `--position_scheme=rope_relative` and split-invariant attention: `--impl=pallas`, or on
+CPU `--impl=xla_split` (XLA, attention summed by absolute splits; docs/composition.md):
+
+    python experiments/needle.py --model=gemma3-270m --needles=24 --page_tokens=512 \
+        --pages_per_window=4 --impl=xla_split --position_scheme=rope_relative --top_k=4 \
+        --out=experiments/results/paging/paging_needle_topk4_cpu.json
 """
 
 from graftjax import determinism
@@ -43,7 +52,13 @@ from graftjax.studies import results
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
-_IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels of every op.')
+_IMPL = flags.DEFINE_enum(
+  'impl', 'xla', ['xla', 'pallas', 'xla_split'], 'Kernels (xla_split: XLA, split attention).'
+)
+_SCHEME = flags.DEFINE_enum(
+  'position_scheme', 'rope', ['rope', 'rope_relative'], 'Position scheme (top-k: rope_relative).'
+)
+_TOP_K = flags.DEFINE_integer('top_k', 0, 'Also answer from the top-k pages composed (0: not).')
 _STORE = flags.DEFINE_string(
   'store', None, 'A store grown by paging_scale.py to route over (default: the needle pages only).'
 )
@@ -90,6 +105,8 @@ def main(argv):
     haystack=_HAYSTACK.value,
     margin=_MARGIN.value,
     router=_ROUTER.value,
+    top_k=_TOP_K.value,
+    position_scheme=_SCHEME.value,
   )
   print(needle.format_summary(result))
   results.write(_OUT.value, result)

@@ -24,6 +24,12 @@ class GraftTarget:
       whatever the chunk, batch size and cache capacity around it (all ops
       on the Pallas kernels). Only then may a block enter a cache of another
       shape than the one it was computed in and stay byte-exact.
+    split_invariant: whether a block computed alone keeps its bits when it
+      moves by whole attention splits within a cache of the same shape:
+      attention sums over the slots in splits anchored at absolute slots
+      (the Pallas kernel, or the 'xla_split' attention). Composition needs
+      it (docs/composition.md); without `chunk_invariant` the block and its
+      reference must also share the capacity and the prefill's chunks.
   """
 
   fingerprint: str
@@ -31,6 +37,7 @@ class GraftTarget:
   dtype: str
   kernels: tuple[tuple[str, str], ...]
   chunk_invariant: bool
+  split_invariant: bool = False
 
   def __post_init__(self):
     for name in ('fingerprint', 'position_scheme', 'dtype'):
@@ -38,3 +45,4 @@ class GraftTarget:
         raise TypeError(f'{name} must be a str, got {getattr(self, name)!r}')
     object.__setattr__(self, 'kernels', tuple((str(op), str(i)) for op, i in self.kernels))
     object.__setattr__(self, 'chunk_invariant', bool(self.chunk_invariant))
+    object.__setattr__(self, 'split_invariant', bool(self.split_invariant))

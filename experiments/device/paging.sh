@@ -6,6 +6,9 @@
 #       catalogued and sizes already measured are skipped)
 #   bash experiments/device/paging.sh needle   50 facts planted in one 32k window, routed
 #       over the grown store and answered from one page against the base model
+#   bash experiments/device/paging.sh needle_topk   the same 50 facts under rope_relative, routed
+#       over the needle pages only (the grown store is another model's), answered from the top
+#       page and from the top 4 pages composed side by side (PagedContext), against the base model
 # Tokenizing the corpus takes a few minutes of CPU; make the plan beforehand on any
 # machine with --plan_only and copy STORE/scale_plan.* over to skip it there.
 source experiments/device/common.sh
@@ -24,5 +27,9 @@ case "${1:-}" in
     python experiments/needle.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
         --store="$STORE" --needles=50 --page_tokens=512 --pages_per_window=64 \
         --out="$OUT/paging_needle_${GPU}.json" ;;
-  *) echo "usage: bash experiments/device/paging.sh pagein|scale|needle" >&2; exit 2 ;;
+  needle_topk)
+    python experiments/needle.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
+        --position_scheme=rope_relative --top_k=4 --needles=50 --page_tokens=512 \
+        --pages_per_window=64 --out="$OUT/paging_needle_topk4_${GPU}.json" ;;
+  *) echo "usage: bash experiments/device/paging.sh pagein|scale|needle|needle_topk" >&2; exit 2 ;;
 esac

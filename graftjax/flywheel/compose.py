@@ -1,7 +1,8 @@
 """Composition: stored blocks side by side in one cache, each in its own attention segment.
 
-Exact because a block computed alone moves only by whole Pallas splits (tiles and their fold order
-are anchored at absolute slots), under rope_relative (keys carry no position): docs/composition.md.
+Exact because a block computed alone moves only by whole attention splits (the Pallas kernel's, or
+the 'xla_split' attention's: sums over slots anchored at absolute slots), under rope_relative (keys
+carry no position): docs/composition.md.
 
 `compose(model, store, keys, capacity=..., page=...)` reads each block (digest-verified), places
 block i at the start of a free page in segment i + 1 (it sees only itself), its positions right
@@ -152,7 +153,7 @@ def compose(
   steps with pages read through its host-memory tier).
 
   Args:
-    model: a `Gemma` under `rope_relative` on the Pallas kernels.
+    model: a `Gemma` under `rope_relative` with split-invariant attention (`check_model`).
     store: where the blocks are.
     keys: their store keys; block i goes to segment i + 1.
     capacity: slots of the composed cache.
@@ -182,17 +183,19 @@ def check_model(model, page: int | None = None, *, capacity: int | None = None) 
   pages that are whole rings as well as whole splits (`ring_page`; `capacity` gives the ring).
 
   Raises:
-    ComposeError: the model is not on the chunk-invariant kernels, not under `rope_relative`,
-      or `page` is not a whole number of its attention splits (and rings).
+    ComposeError: the model's attention is not split-invariant (`GraftTarget.split_invariant`:
+      Pallas or 'xla_split'), the model is not under `rope_relative`, or `page` is not a whole
+      number of its attention splits (and rings).
   """
   target = model.graft_target
-  if not target.chunk_invariant:
+  if not target.split_invariant:
     kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
     raise ComposeError(
-      f'composition moves blocks to other slots, which is exact only on the chunk-invariant'
-      f' Pallas kernels (this model: {kernels}). Under XLA a block moved by 300 slots changed'
-      ' 15 of 18 layers of gemma-3-270m (float32, CPU): its attention dots sum over the slots'
-      " in blocks of the kernel's choosing. Use model.with_impl('pallas')."
+      f'composition moves blocks to other slots, which is exact only where attention sums over'
+      f' the slots in splits anchored at absolute slots (this model: {kernels}). Under plain XLA'
+      ' attention a block moved by 300 slots changed 15 of 18 layers of gemma-3-270m (float32,'
+      " CPU): its dots sum over the slots in blocks of the kernel library's choosing. Use"
+      " model.with_impl('pallas'), or model.with_impl('xla', attention='xla_split') on CPU."
     )
   if model.position_scheme != SCHEME:
     raise ComposeError(
@@ -272,7 +275,8 @@ def place(
 ) -> tuple[list[blocks.KVBlock], Layout]:
   """Blocks already read and verified, moved to their placements; no cache is built.
 
-  Checks the model (`check_model`), that every block was captured at slot 0, the layout
+  Checks the model (`check_model`), that every block was captured at slot 0 (and, off the
+  chunk-invariant kernels, in a cache of `capacity` slots), the layout
   (`plan`) and every placed block against a cache of `capacity` slots
   (`blocks.check_compatible`, on shapes only), so `install` cannot refuse what this returns.
 
@@ -287,6 +291,13 @@ def place(
       raise ComposeError(
         f'block {key[:12]}… was captured at slot {block.meta.start}, after other slots it may'
         ' have attended to; only blocks captured at slot 0 were computed alone'
+      )
+    if not target.chunk_invariant and block.meta.capacity != capacity:
+      kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+      raise ComposeError(
+        f'block {key[:12]}… was computed in a cache of {block.meta.capacity} slots, this'
+        f" context has {capacity}: off the chunk-invariant kernels ({kernels}) a row's bits"
+        " depend on the cache's shape; compute blocks at the capacity they are composed into"
       )
   layout = plan(
     [len(b) for b in stored],
@@ -311,8 +322,8 @@ def install(model, placed: Sequence[blocks.KVBlock], *, capacity: int) -> cache_
 def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBlock:
   """`block` moved to `placement`'s position (`relocate`), slot and segment.
 
-  Exact only for a block computed alone, moved by whole splits on the Pallas kernels under
-  `rope_relative` (what `compose` checks first); the slot and segment are rewritten here only,
+  Exact only for a block computed alone, moved by whole splits under split-invariant attention
+  and `rope_relative` (what `compose` checks first); the slot and segment are rewritten here only,
   in a block that never leaves this module.
   """
   moved = blocks.relocate(block, placement.position, model=model)
@@ -336,7 +347,12 @@ def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:
 def fresh_layout(
   model, token_ids: Sequence[Sequence[int]], layout: Layout, *, chunk_size: int
 ) -> cache_lib.KVCache:
-  """The reference: each block's tokens prefilled at its slots, positions and segment."""
+  """The reference: each block's tokens prefilled at its slots, positions and segment.
+
+  Off the chunk-invariant kernels (e.g. attention 'xla_split' with XLA matmuls) it is the
+  reference only with the `chunk_size` the blocks were prefilled with (and their capacity, which
+  `place` checks): a row's bits there depend on its chunk's row count.
+  """
   if len(token_ids) != len(layout.placements):
     raise ComposeError(f'{len(token_ids)} texts for {len(layout.placements)} placements')
   check_ring_window(model, layout)

@@ -229,7 +229,8 @@ class PagedContext:
   """Pages of `store`, catalogued in `catalog`, installed on demand into `capacity` slots.
 
   Args:
-    model: a `Gemma` under `rope_relative` on the Pallas kernels (`compose.check_model`).
+    model: a `Gemma` under `rope_relative` with split-invariant attention, Pallas or 'xla_split'
+      (`compose.check_model`).
     store: the pages' store.
     catalog: their catalog (its router answers `open`).
     capacity: slots of the context's cache (default 32,768, gemma-3-270m's context).

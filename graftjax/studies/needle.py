@@ -26,7 +26,9 @@ from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import stats
+from graftjax.flywheel import compose
 from graftjax.paging import catalog as catalog_lib
+from graftjax.paging import context as context_lib
 from graftjax.paging import pages
 from graftjax.paging import routing
 from graftjax.studies import corpus
@@ -329,20 +331,31 @@ def experiment(
   overlap: int = 0,
   haystack=None,
   router: str = 'bm25',
+  top_k: int = 0,
+  position_scheme: str = 'rope',
   progress: bool = True,
   command: str | None = None,
 ) -> dict[str, Any]:
-  """Both arms on every needle; the result.
+  """Both arms on every needle (and with `top_k` > 0 the top-k arm); the result.
 
   With `store_dir` (a store grown by `paging_scale`, same model), the needle
   pages join that store and its catalog, and every question is routed over
   all of it; otherwise over the needle pages alone, in a temporary store.
   `templates`, `placement`, `overlap` and `haystack` (text files) as `plant`; `router`
-  one of `ROUTERS`.
+  one of `ROUTERS`. `impl` 'xla_split' is XLA with the split-invariant attention
+  (kernels/attention_xla_split.py). With `top_k` > 0 each question is also answered from its
+  top-k routed pages composed side by side (`PagedContext`: each page in its own segment, the
+  best next to the question), which needs `position_scheme` 'rope_relative' and split-invariant
+  attention ('pallas' or 'xla_split'); every page is then computed at the context's capacity.
   """
   if router not in ROUTERS:
     raise NeedleError(f'router must be one of {sorted(ROUTERS)}, got {router!r}')
-  model = paging_scale.load_model(model_name, dtype=dtype, impl=impl)
+  model = _load(model_name, dtype=dtype, impl=impl, position_scheme=position_scheme)
+  if top_k:
+    try:
+      split = compose.check_model(model)
+    except compose.ComposeError as e:
+      raise NeedleError(f'the top-{top_k} arm cannot compose pages on this model: {e}') from e
   tokenizer = paging_scale.tokenizer_of(model)
   page_ids, planted, docs, spans = plant(
     tokenizer,
@@ -360,6 +373,9 @@ def experiment(
   prompts = [tokenizer.encode(n.prompt, add_bos=False) for n in planted]
   longest = max(len(p) for p in prompts) + answer_tokens
   capacity = -(-(window_tokens + longest) // 64) * 64
+  if top_k:  # one capacity for every arm, whole pages of the context (pages are computed in it)
+    context_slots = top_k * -(-page_tokens // split) * split + longest
+    capacity = -(-max(capacity, context_slots) // split) * split
   config, target = model.config, model.graft_target
   kinds = list(dict.fromkeys(templates))
   rows = [
@@ -452,6 +468,13 @@ def experiment(
           model, fresh, prompt, position=page_tokens, answer_tokens=1, chunk=question_chunk
         )
         row['paged_first_logits_equal_fresh_prefill'] = _sha(first) == _sha(fresh_first)
+    if top_k:
+      context = context_lib.PagedContext(model, store, catalog, capacity=capacity)
+      _top_k_arm(
+        model, context, planted, prompts, rows, spans, page_of, number_of, k=top_k,
+        answer_tokens=answer_tokens, chunk_size=chunk_size, question_chunk=question_chunk,
+        tokenizer=tokenizer, progress=progress,
+      )  # fmt: skip
 
   base_s = []
   for w in tqdm.tqdm(range(len(docs)), desc='base', disable=not progress):
@@ -508,6 +531,8 @@ def experiment(
     'placement': placement,
     'overlap': overlap,
     'router': router,
+    'position_scheme': model.position_scheme,
+    'top_k': top_k,
     'templates': [dataclasses.asdict(t) for t in kinds],
     'corpus': 'standard-library sources of this interpreter, in sorted order'
     if haystack is None
@@ -544,11 +569,123 @@ def experiment(
       'paged_accuracy_inside_a_page': _accuracy(rows, 'paged', lambda r: not r['at_boundary']),
       'paged_distractor_confusions': sum(r['paged_confused_with'] is not None for r in rows),
       'base_distractor_confusions': sum(r['base_confused_with'] is not None for r in rows),
+      **(_top_k_summary(rows, top_k) if top_k else {}),
     },
-    'rates': {'paged': paged.to_json(), 'base': base.to_json(), 'routing': routed.to_json()},
+    'rates': {
+      'paged': paged.to_json(),
+      'base': base.to_json(),
+      'routing': routed.to_json(),
+      **(_top_k_rates(rows) if top_k else {}),
+    },
     'store_build_s': build_s,
     'seconds': time.perf_counter() - t_start,
     'rows': rows,
+  }
+
+
+def _load(model_name: str, *, dtype: str, impl: str, position_scheme: str):
+  """The model under `position_scheme`; `impl` 'xla', 'pallas' or 'xla_split' (XLA, attention
+  summed by absolute splits)."""
+  if impl == 'xla_split':
+    model = paging_scale.load_model(model_name, dtype=dtype, impl='xla')
+    model = model.with_impl('xla', attention='xla_split')
+  else:
+    model = paging_scale.load_model(model_name, dtype=dtype, impl=impl)
+  return (
+    model
+    if position_scheme == model.position_scheme
+    else model.with_position_scheme(position_scheme)
+  )
+
+
+def _top_k_arm(
+  model,
+  context,
+  planted,
+  prompts,
+  rows,
+  spans,
+  page_of,
+  number_of,
+  *,
+  k: int,
+  answer_tokens: int,
+  chunk_size: int,
+  question_chunk: int,
+  tokenizer,
+  progress: bool,
+) -> None:
+  """Each question after its top-k routed pages side by side (best last, next to it); the
+  first needle's context is checked against a fresh block-attention prefill of its pages."""
+  for i, (needle, prompt, row) in enumerate(
+    tqdm.tqdm(list(zip(planted, prompts, rows)), desc=f'top-{k}', disable=not progress)
+  ):
+    t0 = time.perf_counter()
+    routed = context.catalog.route(needle.question, k)
+    route_s = time.perf_counter() - t0
+    keys = [entry.key for entry, _ in routed][::-1]  # best last: next to the question
+    opened = context.assemble(keys, scores=[score for _, score in routed][::-1], route_s=route_s)
+    t1 = time.perf_counter()
+    position = opened.layout.next_position
+    if i == 0:  # the composed context against a fresh prefill of its pages in its layout
+      fresh = context.fresh(opened, chunk_size=chunk_size)
+      _, fresh_first, _ = greedy(
+        model, fresh, prompt, position=position, answer_tokens=1, chunk=question_chunk
+      )
+    answer, first, _ = greedy(
+      model,
+      opened.cache,
+      prompt,
+      position=position,
+      answer_tokens=answer_tokens,
+      chunk=question_chunk,
+    )
+    t2 = time.perf_counter()
+    text = paging_scale.decode(tokenizer, answer)
+    ranks = [
+      rank
+      for rank, (entry, _) in enumerate(routed)
+      if page_of[entry.key] is not None and _holds(spans[page_of[entry.key]], needle)
+    ]
+    row.update(
+      topk_routed_pages=[entry.source for entry, _ in routed],
+      topk_routed_rank=ranks[0] if ranks else None,
+      topk_routed_right=bool(ranks),
+      topk_answer=text,
+      topk_right=first_number(text) == needle.number,
+      topk_confused_with=_confused(first_number(text), needle, number_of),
+      topk_access_s=t1 - t0,
+      topk_answer_s=t2 - t1,
+    )
+    if i == 0:
+      row['topk_first_logits_equal_fresh_prefill'] = _sha(first) == _sha(fresh_first)
+
+
+def _top_k_rates(rows) -> dict[str, Any]:
+  n = len(rows)
+  return {
+    'topk': stats.rate(sum(r['topk_right'] for r in rows), n).to_json(),
+    'routing_topk': stats.rate(sum(r['topk_routed_right'] for r in rows), n).to_json(),
+  }
+
+
+def _top_k_summary(rows, k: int) -> dict[str, Any]:
+  """The top-k arm's figures: accuracy, routing recall at k, latency, exactness."""
+  rates = _top_k_rates(rows)
+  return {
+    'topk_k': k,
+    'topk_accuracy': rates['topk']['rate'],
+    'topk_accuracy_wilson95': {'low': rates['topk']['low'], 'high': rates['topk']['high']},
+    'routing_topk': rates['routing_topk']['rate'],
+    'routing_topk_wilson95': {
+      'low': rates['routing_topk']['low'],
+      'high': rates['routing_topk']['high'],
+    },
+    'topk_accuracy_at_boundary': _accuracy(rows, 'topk', lambda r: r['at_boundary']),
+    'topk_access_median_s': float(np.median([r['topk_access_s'] for r in rows])),
+    'topk_answer_median_s': float(np.median([r['topk_answer_s'] for r in rows])),
+    'topk_first_logits_equal_fresh_prefill': rows[0]['topk_first_logits_equal_fresh_prefill'],
+    'topk_distractor_confusions': sum(r['topk_confused_with'] is not None for r in rows),
   }
 
 
@@ -595,4 +732,11 @@ def format_summary(result: dict[str, Any]) -> str:
     f' {part("paged_accuracy_at_boundary")}, base {part("base_accuracy_at_boundary")};'
     f' answers naming another fact: paged {s["paged_distractor_confusions"]},'
     f' base {s["base_distractor_confusions"]}'
+  ) + (
+    f'\ntop-{s["topk_k"]} composed: {pct(s["topk_accuracy"])} {interval("topk_accuracy_wilson95")};'
+    f' routing top-{s["topk_k"]} {pct(s["routing_topk"])}; access'
+    f' {s["topk_access_median_s"] * 1e3:.1f} ms (median); first logits equal a fresh prefill:'
+    f' {s["topk_first_logits_equal_fresh_prefill"]}'
+    if 'topk_k' in s
+    else ''
   )

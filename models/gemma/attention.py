@@ -5,9 +5,10 @@ attend over all S slots of the cache (or of a sliding-window layer's ring,
 `models/cache.py`), masked by the stored positions:
   a query at position p sees slot j iff positions[j] >= 0, positions[j] <= p,
   and, on a sliding-window layer, p - positions[j] < window.
-Scores and softmax are float32. Both implementations live in
+Scores and softmax are float32. The implementations live in
 `graftjax.kernels`: 'xla' is `attention_reference` (in the model's dtype),
-'pallas' the chunk-invariant kernel.
+'xla_split' `attention_xla_split` (the same in pure jnp, summed over slots by
+the Pallas kernel's splits), 'pallas' the chunk-invariant kernel.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from graftjax.kernels import attention_reference
+from graftjax.kernels import attention_xla_split
 from graftjax.kernels import dots
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
@@ -90,6 +92,18 @@ def attention_block(
       k_positions,
       config.window(layer),
       precision=precision,
+      **kwargs,
+    )
+  elif config.impl_of('attention') == 'xla_split':
+    out = attention_xla_split.attention_xla_split(
+      q,
+      keys,
+      values,
+      q_positions,
+      k_positions,
+      block_s=ops.split_slots(q.dtype, config.num_groups),
+      window=config.window(layer),
+      precision=dots.from_name(precision),
       **kwargs,
     )
   else:

@@ -29,6 +29,8 @@ class AttentionType(enum.Enum):
 # Implementations of the numerics-relevant ops (see ops.py), and those ops.
 IMPLS = ('xla', 'pallas')
 OPS = ('attention', 'matmul', 'norm', 'rotary')
+# Implementations of one op only: attention's 'xla_split' (kernels/attention_xla_split.py).
+OP_IMPLS = {'attention': ('xla_split',)}
 
 # 1e-6 as the GGUF stores it (float32), so a config read from the file is equal.
 _GGUF_EPS = 9.999999974752427e-07
@@ -117,8 +119,9 @@ class GemmaConfig:
       raise ValueError(f'impl must be one of {IMPLS}, got {self.impl!r}')
     for op in OPS:
       value = getattr(self, f'{op}_impl')
-      if value is not None and value not in IMPLS:
-        raise ValueError(f'{op}_impl must be one of {IMPLS}, or None for impl; got {value!r}')
+      known = IMPLS + OP_IMPLS.get(op, ())
+      if value is not None and value not in known:
+        raise ValueError(f'{op}_impl must be one of {known}, or None for impl; got {value!r}')
     per_op = {op: self.impl_of(op) for op in OPS}
     if len(set(per_op.values())) == 1:
       object.__setattr__(self, 'impl', per_op['attention'])
@@ -155,7 +158,7 @@ class GemmaConfig:
     return self.num_heads // self.num_kv_heads
 
   def impl_of(self, op: str) -> str:
-    """'xla' or 'pallas': the implementation that computes `op` (one of OPS)."""
+    """'xla', 'pallas' (or one of `OP_IMPLS[op]`): the implementation that computes `op`."""
     if op not in OPS:
       raise ValueError(f'unknown op {op!r}; ops: {OPS}')
     return getattr(self, f'{op}_impl') or self.impl

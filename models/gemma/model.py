@@ -39,6 +39,9 @@ from graftjax.models.gemma import transformer
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
 # Largest chunk a ring cache takes by default: its ring is the window plus this.
 DEFAULT_RING_CHUNK = 256
+# Attention impls summing over slots in splits anchored at absolute slots
+# (`GraftTarget.split_invariant`).
+SPLIT_INVARIANT_ATTENTION = ('pallas', 'xla_split')
 
 
 def model_fingerprint(
@@ -110,6 +113,7 @@ class Gemma:
       dtype=jnp.dtype(self.dtype).name,
       kernels=kernels,
       chunk_invariant=all(impl == 'pallas' for _, impl in kernels),
+      split_invariant=self.config.impl_of('attention') in SPLIT_INVARIANT_ATTENTION,
     )
 
   @functools.cached_property

@@ -222,6 +222,14 @@ def rotate(
   return rotary.apply_rotary(x, positions, theta=theta, scale=scale, interpret=_interpret())
 
 
+def split_slots(dtype, group: int) -> int:
+  """Slots per split of the Pallas attention for `dtype` and G query heads per kv head (float32
+  256, bfloat16 512): also the split of the 'xla_split' attention."""
+  from graftjax.kernels import attention as attention_kernel  # pylint: disable=g-import-not-at-top
+
+  return attention_kernel.default_block_sizes(dtype, group).block_s
+
+
 def attention(
   q,
   k,

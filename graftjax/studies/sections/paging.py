@@ -192,6 +192,7 @@ def _paging_needle(r: page.Result) -> list[str]:
     f' (Wilson 95%). Routing top-1 {rate("routing")}; page access'
     f' {page.num(s["page_access_median_s"])} s (median); the first paged logits equal a fresh'
     f' prefill of the page: {exact}.',
+    *_paging_needle_top_k(r),
     *page.scalars(s),
   ]
 
@@ -238,6 +239,37 @@ def _paging_recall(r: page.Result) -> list[str]:
     'false hits at it',
   )
   return out + page.table(header, rows)
+
+
+def _paging_needle_top_k(r: page.Result) -> list[str]:
+  """Top-1 (one page, own position) and top-k (k pages composed side by side) answers side by
+  side, with Wilson 95% intervals; nothing for a result without the top-k arm."""
+  s, rates = r.data['summary'], r.data['rates']
+  if 'topk' not in rates:
+    return []
+  k = s['topk_k']
+
+  def exact(flag) -> str:
+    return '-' if flag is None else page.yes(flag)
+
+  rows = [
+    ['top-1 page, own position', _wilson(rates['paged']), _wilson(rates['routing']),
+     page.num(s['page_access_median_s']), exact(s['paged_first_logits_equal_fresh_prefill'])],
+    [f'top-{k} pages composed', _wilson(rates['topk']), _wilson(rates['routing_topk']),
+     page.num(s['topk_access_median_s']), exact(s['topk_first_logits_equal_fresh_prefill'])],
+    ['base, whole window', _wilson(rates['base']), '-', '-', '-'],
+  ]  # fmt: skip
+  return [
+    '',
+    f'Top-1 and top-{k} side by side ({r.data.get("position_scheme", "rope")}, impl'
+    f' {r.data.get("impl", "?")}); routing counts a question whose fact lies whole in the pages'
+    ' answered from; exact: the first answer logits equal those after a fresh prefill:',
+    '',
+    *page.table(
+      ('arm', 'answered right', 'routing holds the fact', 'access s (median)', 'exact vs fresh'),
+      rows,
+    ),
+  ]
 
 
 def _paging_kind(r: page.Result) -> int:

@@ -134,7 +134,7 @@ def test_plan_refuses(lengths, slots, capacity, match):
 
 def test_compose_refuses_models_that_cannot_compose_exactly(model, library):
   store, keys = library
-  with pytest.raises(compose.ComposeError, match='chunk-invariant Pallas'):
+  with pytest.raises(compose.ComposeError, match='splits anchored at absolute slots'):
     compose.compose(model.with_impl('xla'), store, keys, capacity=CAPACITY)
   with pytest.raises(compose.ComposeError, match="needs 'rope_relative'"):
     compose.compose(model.with_position_scheme('rope'), store, keys, capacity=CAPACITY)

@@ -70,3 +70,17 @@ def test_flags_give_with_impl_arguments():
   assert json.dumps(parsed.as_json())  # recorded in results as it is
   model = parsed.apply(gemma_model.tiny())
   assert model.config == config_lib.tiny().with_impl('pallas', rotary='xla')
+
+
+def test_xla_split_is_an_attention_impl_close_to_xla():
+  xla = gemma_model.tiny()
+  split = xla.with_impl('xla', attention='xla_split')
+  assert split.config.impl_of('attention') == 'xla_split' and split.fingerprint != xla.fingerprint
+  with pytest.raises(ValueError, match='matmul_impl must be one of'):
+    config_lib.tiny(matmul_impl='xla_split')
+  with pytest.raises(ValueError, match='impl must be one of'):
+    config_lib.tiny(impl='xla_split')
+  cache = lambda m: m.init_cache(capacity=64)
+  want, _ = xla.prefill(IDS, cache=cache(xla), chunk_size=4, logits='all')
+  got, _ = split.prefill(IDS, cache=cache(split), chunk_size=4, logits='all')
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4, rtol=1e-4)
