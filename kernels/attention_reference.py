@@ -114,6 +114,40 @@ def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
   return jnp.where(mask, jax.nn.softmax(scores, axis=-1), 0.0)
 
 
+def scores_and_mask(
+  q: jax.Array,
+  k: jax.Array,
+  q_positions: jax.Array,
+  k_positions: jax.Array,
+  *,
+  q_segments: jax.Array | None,
+  k_segments: jax.Array | None,
+  distance_bias: jax.Array | None,
+  relative_table: tuple[jax.Array, jax.Array] | None,
+  window: int | None,
+  precision: dots.Precision,
+) -> tuple[jax.Array, jax.Array]:
+  """(scores [B, K, G, T, S] float32, mask [B, 1, 1, T, S]) of q [B, T, N, H] against
+  k [B, S, K, H]: q . k (or relative), plus the distance bias, and which slots each row sees."""
+  batch, num_q, num_heads, head_dim = q.shape
+  num_kv_heads = k.shape[2]
+  q = q.reshape(batch, num_q, num_kv_heads, num_heads // num_kv_heads, head_dim)
+  if relative_table is None:
+    scores = dots.einsum('BTKGH,BSKH->BKGTS', q, k, precision).astype(jnp.float32)
+  else:
+    scores = relative_scores(
+      q, k, q_positions, k_positions, relative_table, precision=dots.plain(precision)
+    )
+  if distance_bias is not None:
+    bias = distance_bias_scores(q_positions, k_positions, distance_bias.astype(jnp.float32))
+    scores = scores + bias.reshape(batch, num_kv_heads, -1, *bias.shape[2:])
+  q_seg = k_seg = None
+  if q_segments is not None:
+    q_seg, k_seg = q_segments[:, :, None], k_segments[:, None, :]
+  mask = visible(q_positions[:, :, None], k_positions[:, None, :], window, q_seg, k_seg)
+  return scores, mask[:, None, None]
+
+
 @functools.partial(jax.jit, static_argnames=('window', 'precision', 'compute_dtype'))
 def attention_reference(
   q: jax.Array,
@@ -143,22 +177,18 @@ def attention_reference(
   if compute_dtype is not None:
     q, k, v = (x.astype(compute_dtype) for x in (q, k, v))
   batch, num_q, num_heads, head_dim = q.shape
-  num_kv_heads = k.shape[2]
-  group = num_heads // num_kv_heads
-  q = q.reshape(batch, num_q, num_kv_heads, group, head_dim)
-  if relative_table is None:
-    scores = dots.einsum('BTKGH,BSKH->BKGTS', q, k, precision).astype(jnp.float32)
-  else:
-    scores = relative_scores(
-      q, k, q_positions, k_positions, relative_table, precision=dots.plain(precision)
-    )
-  if distance_bias is not None:
-    bias = distance_bias_scores(q_positions, k_positions, distance_bias.astype(jnp.float32))
-    scores = scores + bias.reshape(batch, num_kv_heads, group, *bias.shape[2:])
-  q_seg = k_seg = None
-  if q_segments is not None:
-    q_seg, k_seg = q_segments[:, :, None], k_segments[:, None, :]
-  mask = visible(q_positions[:, :, None], k_positions[:, None, :], window, q_seg, k_seg)
-  probs = masked_softmax(scores, mask[:, None, None])
+  scores, mask = scores_and_mask(
+    q,
+    k,
+    q_positions,
+    k_positions,
+    q_segments=q_segments,
+    k_segments=k_segments,
+    distance_bias=distance_bias,
+    relative_table=relative_table,
+    window=window,
+    precision=precision,
+  )
+  probs = masked_softmax(scores, mask)
   out = dots.einsum('BKGTS,BSKH->BTKGH', probs.astype(v.dtype), v, precision)
   return out.reshape(batch, num_q, num_heads, head_dim).astype(out_dtype)

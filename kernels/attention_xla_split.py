@@ -22,9 +22,7 @@ from jax import lax
 import jax.numpy as jnp
 
 from graftjax.kernels import dots
-from graftjax.kernels.attention_reference import distance_bias_scores
-from graftjax.kernels.attention_reference import relative_scores
-from graftjax.kernels.attention_reference import visible
+from graftjax.kernels.attention_reference import scores_and_mask
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -63,7 +61,6 @@ def attention_xla_split(
     raise ValueError(f'block_s must be positive, got {block_s}')
   batch, num_q, num_heads, head_dim = q.shape
   num_kv_heads = k.shape[2]
-  group = num_heads // num_kv_heads
   pad = -k.shape[1] % block_s
   if pad:  # empty slots: hidden from every row
     k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (k, v))
@@ -71,21 +68,19 @@ def attention_xla_split(
     if k_segments is not None:
       k_segments = jnp.pad(k_segments, ((0, 0), (0, pad)))
   splits = k.shape[1] // block_s
-  q = q.reshape(batch, num_q, num_kv_heads, group, head_dim)
-  if relative_table is None:
-    scores = dots.einsum('BTKGH,BSKH->BKGTS', q, k, precision).astype(jnp.float32)
-  else:
-    scores = relative_scores(
-      q, k, q_positions, k_positions, relative_table, precision=dots.plain(precision)
-    )
-  if distance_bias is not None:
-    bias = distance_bias_scores(q_positions, k_positions, distance_bias.astype(jnp.float32))
-    scores = scores + bias.reshape(batch, num_kv_heads, group, *bias.shape[2:])
-  q_seg = k_seg = None
-  if q_segments is not None:
-    q_seg, k_seg = q_segments[:, :, None], k_segments[:, None, :]
-  mask = visible(q_positions[:, :, None], k_positions[:, None, :], window, q_seg, k_seg)
-  mask = jnp.broadcast_to(mask[:, None, None], scores.shape)
+  scores, mask = scores_and_mask(
+    q,
+    k,
+    q_positions,
+    k_positions,
+    q_segments=q_segments,
+    k_segments=k_segments,
+    distance_bias=distance_bias,
+    relative_table=relative_table,
+    window=window,
+    precision=precision,
+  )
+  mask = jnp.broadcast_to(mask, scores.shape)
   # [B, K, G, T, S] -> [B, K, C, G, T, s]: the split axis batches every op below.
   cut = lambda x: jnp.moveaxis(x.reshape(*x.shape[:-1], splits, block_s), -2, 2)
   scores, mask = cut(scores), cut(mask)
