@@ -104,3 +104,24 @@ def test_tier_cost_fitted_to_bench_rows():
   assert floor.bytes_per_s == pytest.approx(2e8) and floor.request_s == pytest.approx(0, abs=1e-9)
   with pytest.raises(ValueError, match='2 or more'):
     policy_lib.TierCost.from_bench({'rows': rows[:1]})
+
+
+def test_the_committed_tier_result_adds_its_fetch_to_page_in():
+  results = pathlib.Path(__file__).parents[3] / 'experiments' / 'results'
+  tier_path = results / 'store_tier' / 'store_tier_cpu.json'
+  if not tier_path.is_file():
+    pytest.skip(f'{tier_path} is not committed')
+  bench = ledger.verify_result(tier_path)
+  tier = policy_lib.TierCost.from_bench(bench)
+  per_token = bench['rows'][0]['bytes'] / bench['rows'][0]['tokens']
+  local = policy_lib.Policy.from_json(
+    ledger.verify_result(results / 'paging' / 'paging_pagein_cpu.json')['policy']
+  )
+  on_s3 = local.on_tier(tier, per_token)
+
+  assert tier.bytes_per_s > 0 and tier.request_s >= 0
+  for n in local.tokens:
+    assert on_s3.cost(n)['page_in'] == pytest.approx(
+      local.cost(n)['page_in'] + tier.seconds(per_token * n)
+    )
+    assert on_s3.cost(n)['recompute'] == local.cost(n)['recompute']
