@@ -37,9 +37,10 @@ TIMEOUT_SECONDS = 120.0
 RETRIES = {'max_retries': 5, 'initial_delay': '0.2s', 'max_delay': '2s'}
 _RETRIED_DRIVERS = ('s3', 'gcs')
 # Requests in flight at once on `s3` and `gcs` (tensorstore's `s3_request_concurrency` and
-# `gcs_request_concurrency` context resources), unless the store or its spec sets its own. A
-# block's chunks are read with every request issued at once; this bounds how many the driver
-# keeps on the wire.
+# `gcs_request_concurrency` context resources), unless the store, its spec or tensorstore's
+# variable (`TENSORSTORE_S3_REQUEST_CONCURRENCY`, `..._GCS_...`) sets its own: tensorstore's
+# own default, set in the spec so that the store can say what is in force. A block's chunks
+# are read with every request issued at once; this bounds how many the driver keeps on the wire.
 CONCURRENCY = 32
 
 
@@ -137,7 +138,8 @@ def _with_retries(spec: Any) -> Any:
 
 def _with_concurrency(spec: Any, concurrency: int | None) -> Any:
   """`spec` (an `s3` or `gcs` dict; anything else as it is) with `<driver>_request_concurrency`:
-  `concurrency` over the spec's own; else, where it sets none, `CONCURRENCY` in its context."""
+  `concurrency` over the spec's own; else, where it sets none, tensorstore's variable's or
+  `CONCURRENCY` in its context."""
   if not isinstance(spec, dict) or spec.get('driver') not in _RETRIED_DRIVERS:
     return spec
   resource = f'{spec["driver"]}_request_concurrency'
@@ -146,7 +148,9 @@ def _with_concurrency(spec: Any, concurrency: int | None) -> Any:
   context = spec.get('context', {})
   if not isinstance(context, dict) or resource in context or resource in spec:
     return spec
-  return {**spec, 'context': {**context, resource: {'limit': CONCURRENCY}}}
+  variable = os.environ.get(f'TENSORSTORE_{resource.upper()}', '')
+  limit = int(variable) if variable.isdigit() and int(variable) > 0 else CONCURRENCY
+  return {**spec, 'context': {**context, resource: {'limit': limit}}}
 
 
 def request_concurrency(kv: ts.KvStore) -> int | None:

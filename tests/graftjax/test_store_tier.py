@@ -138,6 +138,16 @@ def test_the_concurrency_setting_reaches_the_spec():
   assert gcs._kv.spec(retain_context=True).to_json()['gcs_request_concurrency'] == {'limit': 4}
 
 
+def test_the_default_concurrency_is_tensorstores_variable_where_set(monkeypatch):
+  monkeypatch.setenv('TENSORSTORE_S3_REQUEST_CONCURRENCY', '6')
+  assert store_lib.BlockStore(s3_spec('http://127.0.0.1:9', 'a/')).concurrency == 6
+  monkeypatch.setenv('TENSORSTORE_S3_REQUEST_CONCURRENCY', 'many')
+  assert (
+    store_lib.BlockStore(s3_spec('http://127.0.0.1:9', 'a/')).concurrency
+    == store_kvstore.CONCURRENCY
+  )
+
+
 def test_concurrency_is_none_on_file_and_refused_when_not_a_positive_int(tmp_path):
   assert store_lib.BlockStore(str(tmp_path)).concurrency is None
   for wrong in (0, -1, True, 2.0):
