@@ -9,7 +9,8 @@ checked) from both, and the same objects fetched by raw concurrent GETs (the flo
 side in one run; and `--pages` blocks of `--page_tokens` tokens read one after the other
 against one concurrent fetch of all their objects. The server shares this CPU with the
 client: times are CPU-local-server times. Best and median of `--repeats` runs after a warm-up
-(`--page_repeats` for the pages).
+(`--page_repeats` for the pages). `--sweep` measures the largest size again at each of those
+request concurrencies.
 """
 
 from absl import app
@@ -31,6 +32,9 @@ _REPEATS = flags.DEFINE_integer('repeats', _DEFAULTS.repeats, 'Timed runs after 
 _PAGE_REPEATS = flags.DEFINE_integer(
   'page_repeats', _DEFAULTS.page_repeats, 'Timed runs of the pages after a warm-up.'
 )
+_SWEEP = flags.DEFINE_list(
+  'sweep', [], 'Request concurrencies at which the largest size is measured again.'
+)
 _OUT = flags.DEFINE_string(
   'out', 'experiments/results/store_tier/store_tier_cpu.json', 'Result JSON.'
 )
@@ -48,6 +52,7 @@ def main(argv):
     concurrency=_CONCURRENCY.value,
     repeats=_REPEATS.value,
     page_repeats=_PAGE_REPEATS.value,
+    sweep=tuple(int(c) for c in _SWEEP.value),
   )
   results.write(_OUT.value, bench_store_tier.experiment(settings))
 

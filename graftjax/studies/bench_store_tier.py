@@ -79,6 +79,8 @@ class Settings:
     concurrency: requests in flight at once, for restore and floor alike.
     repeats: timed runs of each (after one warm-up); the best and the median are kept.
     page_repeats: the same for the pages (a run reads every page).
+    sweep: request concurrencies at which the largest size is measured again (restore and
+      floor each at that concurrency).
   """
 
   config: str = 'gemma3-270m'
@@ -89,6 +91,7 @@ class Settings:
   concurrency: int = store_kvstore.CONCURRENCY
   repeats: int = 7
   page_repeats: int = 3
+  sweep: tuple[int, ...] = ()
 
 
 def synthetic_block(config: config_lib.GemmaConfig, n: int, dtype: str, seed: int):
@@ -235,19 +238,20 @@ def _measure(
   block_list: Sequence[blocks.KVBlock],
   settings: Settings,
   repeats: int,
+  concurrency: int,
 ) -> dict[str, Any]:
   """Restore from S3 and from `file`, and the floor, of the blocks; each restore reads the
   blocks one after the other, the floor fetches all their objects at once."""
   path = f'bench/{hashlib.sha256(os.urandom(16)).hexdigest()[:16]}/'
   spec = server.spec(path)
-  s3 = store_lib.BlockStore(spec, concurrency=settings.concurrency)
+  s3 = store_lib.BlockStore(spec, concurrency=concurrency)
   file = store_lib.BlockStore(local_root)
   keys = [s3.put(block) for block in block_list]
   for block in block_list:
     file.put(block)
   names = _objects(spec, keys)
-  floor = Floor(spec, names, settings.concurrency)
-  small = Floor(spec, [n for n in names if n.endswith('.json')], settings.concurrency)
+  floor = Floor(spec, names, concurrency)
+  small = Floor(spec, [n for n in names if n.endswith('.json')], concurrency)
   nbytes = floor()
   digests = [_digests(block) for block in block_list]
   for key, expected in zip(keys, digests):
@@ -310,7 +314,7 @@ def experiment(
 ) -> dict[str, Any]:
   """Every size and the pages, side by side in one run; the result."""
   config = config_lib.get_config(settings.config)
-  rows, pages = [], None
+  rows, pages, sweep = [], None, []
   local_root = tempfile.mkdtemp(prefix='bench_store_tier_')
   try:
     with _environment(_AWS_ENV), MotoServer() as server:
@@ -323,6 +327,7 @@ def experiment(
             [synthetic_block(config, n, settings.dtype, i)],
             settings,
             settings.repeats,
+            settings.concurrency,
           ),
         }
         rows.append(row)
@@ -336,10 +341,22 @@ def experiment(
         pages = {
           'pages': settings.pages,
           'page_tokens': settings.page_tokens,
-          **_measure(server, local_root, page_list, settings, settings.page_repeats),
+          **_measure(
+            server, local_root, page_list, settings, settings.page_repeats, settings.concurrency
+          ),
         }
         if log:
           log(_line(f'{settings.pages} pages of {settings.page_tokens}', pages))
+      largest = max(settings.tokens)
+      for concurrency in settings.sweep:
+        block = synthetic_block(config, largest, settings.dtype, len(settings.tokens) - 1)
+        row = {
+          'tokens': largest,
+          **_measure(server, local_root, [block], settings, settings.repeats, concurrency),
+        }
+        sweep.append(row)
+        if log:
+          log(_line(f'{largest} tokens at concurrency {concurrency}', row))
   finally:
     shutil.rmtree(local_root, ignore_errors=True)
   goal = [r['restore_over_floor_best'] <= 1.5 for r in rows if r['tokens'] >= 4096]
@@ -361,9 +378,13 @@ def experiment(
       'pages_restore_over_floor': None if pages is None else pages['restore_over_floor_best'],
       'goal_restore_over_floor_at_most': 1.5,
       'goal_met_from_4k': all(goal) if goal else None,  # None: no size of 4k or more
+      'sweep_restore_over_floor': {
+        str(r['concurrency']): r['restore_over_floor_best'] for r in sweep
+      },
     },
     'rows': rows,
     'pages': pages,
+    'concurrency_sweep': sweep,
   }
 
 

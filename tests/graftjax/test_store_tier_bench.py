@@ -21,21 +21,26 @@ RESULT = (
 def test_the_bench_times_restore_floor_and_file_side_by_side():
   pytest.importorskip('moto.server')
   settings = bench_store_tier.Settings(
-    config='tiny', tokens=(8, 16), pages=3, page_tokens=4, repeats=1, page_repeats=1
+    config='tiny', tokens=(8, 16), pages=3, page_tokens=4, repeats=1, page_repeats=1, sweep=(2,)
   )
 
   result = bench_store_tier.experiment(settings, log=None, command='python bench')
 
   assert [row['tokens'] for row in result['rows']] == [8, 16]
-  for row in [*result['rows'], result['pages']]:
+  assert [row['concurrency'] for row in result['concurrency_sweep']] == [2]
+  assert result['concurrency_sweep'][0]['tokens'] == 16
+  for row in [*result['rows'], result['pages'], *result['concurrency_sweep']]:
     for column in ('s3_restore', 'file_restore', 'floor', 'verified_floor', 'small_files'):
       assert row[column]['best_s'] > 0
     assert row['restore_over_floor_best'] == row['s3_restore']['best_s'] / row['floor']['best_s']
-    assert row['concurrency'] == settings.concurrency
   layers = config_lib.get_config('tiny').num_layers  # a chunk of k and of v per layer
   assert result['pages']['blocks'] == 3
   assert result['pages']['objects'] == 3 * (2 * layers + 1 + 3 + 1)  # positions, zarr, manifest
+  assert {row['concurrency'] for row in result['rows']} == {settings.concurrency}
   assert result['rows'][1]['bytes'] > result['rows'][0]['bytes']
+  rendered = dict(result, result_sha256='0' * 64)
+  lines = section.render([results_page.Result('store_tier/x.json', rendered)])
+  assert any(line.startswith('| 2 |') for line in lines)  # the sweep's row
   assert set(result['inputs']) == {
     'blocks_sha256_8_tokens',
     'blocks_sha256_16_tokens',

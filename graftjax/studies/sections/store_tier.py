@@ -63,10 +63,20 @@ def render(results: list[page.Result]) -> list[str]:
       f' warm-up. Goal restore/floor <= {goal}x from 4k tokens up: {met}.'
       f' Server: {d["server"]}; {d["timing"]}.'
     )
-    out += [
-      caption,
-      '',
-      *page.table(_HEADER, rows),
-      '',
-    ]
+    out += [caption, '', *page.table(_HEADER, rows), '']
+    sweep = d.get('concurrency_sweep') or []
+    if sweep:
+      intro = (
+        f'The {sweep[0]["tokens"]:,}-token block again at other request concurrencies'
+        ' (restore and floor each at that concurrency), same run:'
+      )
+      out += [
+        intro,
+        '',
+        *page.table(
+          ('concurrency', *_HEADER[1:]),
+          [_row(str(row['concurrency']), row) for row in sweep],
+        ),
+        '',
+      ]
   return out
