@@ -33,6 +33,10 @@ def test_the_bench_times_restore_floor_and_file_side_by_side():
     for column in ('s3_restore', 'file_restore', 'floor', 'verified_floor', 'small_files'):
       assert row[column]['best_s'] > 0
     assert row['restore_over_floor_best'] == row['s3_restore']['best_s'] / row['floor']['best_s']
+    assert len(row['s3_restore']['times_s']) == len(row['floor']['times_s']) == 1
+    assert row['restore_over_floor_paired'] == (
+      row['s3_restore']['times_s'][0] / row['floor']['times_s'][0]
+    )
   layers = config_lib.get_config('tiny').num_layers  # a chunk of k and of v per layer
   assert result['pages']['blocks'] == 3
   assert result['pages']['objects'] == 3 * (2 * layers + 1 + 3 + 1)  # positions, zarr, manifest
@@ -59,5 +63,5 @@ def test_the_committed_result_renders_and_keeps_its_goal():
   lines = section.render([results_page.Result('store_tier/store_tier_cpu.json', data)])
 
   assert any('restore / floor' in line for line in lines)
-  goal = [r['restore_over_floor_best'] <= 1.5 for r in data['rows'] if r['tokens'] >= 4096]
+  goal = [r['restore_over_floor_paired'] <= 1.5 for r in data['rows'] if r['tokens'] >= 4096]
   assert data['summary']['goal_met_from_4k'] == all(goal)
