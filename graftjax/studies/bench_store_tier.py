@@ -12,10 +12,12 @@ For each block size, a block of random finite values shaped like `config`'s cach
   into new arrays, which pays for fresh memory (page faults) on every read;
 - floor: the same objects of the same block fetched by raw GETs straight from the server
   (tensorstore's `s3` kvstore, every read issued at once under the same request concurrency,
-  names known beforehand, nothing checked): what the server can give;
-- verified floor: the floor, each object copied into memory of its own and hashed with the
-  store format's hash as it arrives: what any verified read adds to the floor. Restore over
-  verified floor is the store's own overhead (listing, manifest and zarr.json checks, threads).
+  names known beforehand, nothing checked, nothing copied out of tensorstore's buffers): what
+  the server can give;
+- verified floor: the floor, each object's bytes taken out of tensorstore (a copy), copied
+  into memory of its own and hashed with the store format's hash as it arrives: what any
+  verified read through tensorstore's Python API adds to the floor. Restore over verified
+  floor is what the store adds beyond that (listing, manifest and zarr.json checks, threads).
 
 Many small pages (`pages` blocks of `page_tokens` tokens) are timed the same way, read one
 after the other, as a cache pages them in, against one concurrent fetch of all their objects.
@@ -205,16 +207,21 @@ class Floor:
     self._names = list(names)
     self._buffers = {}
 
-  def __call__(self) -> int:
-    """Fetches every object; returns the bytes fetched."""
-    reads = [self._kv.read(name) for name in self._names]
-    return sum(len(read.result().value) for read in reads)
+  def __call__(self) -> None:
+    """Fetches every object into tensorstore's buffers (not copied out into Python)."""
+    for read in [self._kv.read(name) for name in self._names]:
+      read.result()
+
+  def nbytes(self) -> int:
+    """The bytes of every object."""
+    return sum(len(read.result().value) for read in [self._kv.read(n) for n in self._names])
 
   def verified(self) -> None:
     """Fetches every object as `__call__` does, and as each arrives (in the order asked
-    for) copies it into a buffer of its own (made on the first call, reused after) and
-    hashes it with the store format's hash: the work any verified read adds to the floor,
-    nothing else of the store's."""
+    for) takes its bytes out of tensorstore (`ReadResult.value`, a copy), copies them into
+    a buffer of its own (made on the first call, reused after) and hashes them with the
+    store format's hash: the work any verified read through tensorstore's Python API adds
+    to the floor, nothing else of the store's."""
     reads = [self._kv.read(name) for name in self._names]
     for name, read in zip(self._names, reads):
       data = np.frombuffer(read.result().value, np.uint8)
@@ -267,7 +274,7 @@ def _measure(
   names = _objects(spec, keys)
   floor = Floor(spec, names, concurrency)
   small = Floor(spec, [n for n in names if n.endswith('.json')], concurrency)
-  nbytes = floor()
+  nbytes = floor.nbytes()
   digests = [_digests(block) for block in block_list]
   for key, expected in zip(keys, digests):
     if _digests(s3.get(key)) != expected:
