@@ -166,12 +166,16 @@ def test_a_read_keeps_as_many_requests_in_flight_as_the_concurrency_allows(serve
   assert proxy.most == limit  # 24 chunks: the bound is reached and never passed
 
 
-def test_the_small_files_are_asked_for_with_the_listing(server, proxy):
+def test_the_small_files_are_asked_for_with_the_listing(server):
   path = unique_path()
   key = store_lib.BlockStore(s3_spec(server.url, path)).put(make_block(0))
+  proxy = CountingProxy(server.url, delay=0.5)  # each answer held long enough to overlap
   reader = store_lib.BlockStore(s3_spec(proxy.url, path))
 
-  reader.get(key)
+  try:
+    reader.get(key)
+  finally:
+    proxy.close()
 
   listing = [e for e in proxy.events if 'list-type=2' in e[1]]
   small = [e for e in proxy.events if e[1].endswith(('manifest.json', 'zarr.json'))]
