@@ -86,7 +86,7 @@ def server(request):
 
 @pytest.fixture
 def proxy(server):
-  proxy = CountingProxy(server.url)
+  proxy = CountingProxy(server.url, delay=0.1)
   yield proxy
   proxy.close()
 
