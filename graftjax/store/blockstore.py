@@ -38,11 +38,14 @@ class BlockStore:
   an open `tensorstore.KvStore`. Opening a store writes nothing. With
   `read_only=True`, or on storage that refuses writes, `list`, `get` and
   `verify` work and `put`, `delete` and `gc` raise `store_errors.ReadOnlyStoreError`.
+  `concurrency` bounds the requests in flight at once on `s3` and `gcs`
+  (`store_kvstore.open_kvstore`); `self.concurrency` is the bound in force (None on `file`).
   """
 
-  def __init__(self, root: Any, *, read_only: bool = False):
+  def __init__(self, root: Any, *, read_only: bool = False, concurrency: int | None = None):
     self.read_only = read_only
-    self._kv, self._local = store_kvstore.open_kvstore(root, read_only)
+    self._kv, self._local = store_kvstore.open_kvstore(root, read_only, concurrency)
+    self.concurrency = store_kvstore.request_concurrency(self._kv)
     self.root = self._local if self._local is not None else store_kvstore.location(self._kv)
     if self._local is not None:
       self._staging = store_commit.Staging(self._local)

@@ -36,6 +36,12 @@ TIMEOUT_SECONDS = 120.0
 # default of 32 attempts backing off to 32 s each.
 RETRIES = {'max_retries': 5, 'initial_delay': '0.2s', 'max_delay': '2s'}
 _RETRIED_DRIVERS = ('s3', 'gcs')
+# Requests in flight at once on `s3` and `gcs` (tensorstore's `s3_request_concurrency` and
+# `gcs_request_concurrency` context resources), unless the store, its spec or tensorstore's
+# variable (`TENSORSTORE_S3_REQUEST_CONCURRENCY`, `..._GCS_...`) sets its own: tensorstore's
+# own default, set in the spec so that the store can say what is in force. A block's chunks
+# are read with every request issued at once; this bounds how many the driver keeps on the wire.
+CONCURRENCY = 32
 
 
 class DeniedError(PermissionError):
@@ -44,8 +50,20 @@ class DeniedError(PermissionError):
   denied = True  # `store_errors.io_errors` raises AccessDeniedError for it
 
 
-def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
-  """The store's kvstore (its path ending in '/'), and its directory on `file`."""
+def open_kvstore(
+  root: Any, read_only: bool, concurrency: int | None = None
+) -> tuple[ts.KvStore, str | None]:
+  """The store's kvstore (its path ending in '/'), and its directory on `file`.
+
+  `concurrency`, if given, is the most requests in flight at once on `s3` and `gcs`
+  (over what the spec says); else the spec's own, else `CONCURRENCY`.
+  """
+  if concurrency is not None and (
+    isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+  ):
+    raise store_errors.StoreIOError(
+      store_errors.short(root), f'concurrency must be a positive int, got {concurrency!r}'
+    )
   if isinstance(root, os.PathLike):
     root = os.fspath(root)
   if isinstance(root, (str, bytes)) and '://' not in str(root):
@@ -57,9 +75,13 @@ def open_kvstore(root: Any, read_only: bool) -> tuple[ts.KvStore, str | None]:
   ):
     spec = {**root, 'path': local_path(root['path'])}
   elif isinstance(root, ts.KvStore):
+    if concurrency is not None:
+      raise store_errors.StoreIOError(
+        location(root), "an open kvstore's concurrency is its context's; set it there"
+      )
     spec = root.spec(retain_context=True)
   else:
-    spec = _with_retries(root)
+    spec = _with_concurrency(_with_retries(root), concurrency)
   try:
     kv = root.copy() if isinstance(root, ts.KvStore) else ts.KvStore.open(spec).result()
   except ValueError as e:
@@ -112,6 +134,36 @@ def _with_retries(spec: Any) -> Any:
   if not isinstance(context, dict) or resource in context or resource in spec:
     return spec
   return {**spec, 'context': {**context, resource: RETRIES}}
+
+
+def _with_concurrency(spec: Any, concurrency: int | None) -> Any:
+  """`spec` (an `s3` or `gcs` dict; anything else as it is) with `<driver>_request_concurrency`:
+  `concurrency` over the spec's own; else, where it sets none, tensorstore's variable's or
+  `CONCURRENCY` in its context."""
+  if not isinstance(spec, dict) or spec.get('driver') not in _RETRIED_DRIVERS:
+    return spec
+  resource = f'{spec["driver"]}_request_concurrency'
+  if concurrency is not None:
+    return {**spec, resource: {'limit': concurrency}}
+  context = spec.get('context', {})
+  if not isinstance(context, dict) or resource in context or resource in spec:
+    return spec
+  variable = os.environ.get(f'TENSORSTORE_{resource.upper()}', '')
+  limit = int(variable) if variable.isdigit() and int(variable) > 0 else CONCURRENCY
+  return {**spec, 'context': {**context, resource: {'limit': limit}}}
+
+
+def request_concurrency(kv: ts.KvStore) -> int | None:
+  """The most requests `kv` keeps in flight at once (its driver's `_request_concurrency`
+  limit); None on a driver without one (`file`, `memory`) or where tensorstore's own
+  default applies."""
+  spec = kv.spec(retain_context=True).to_json()
+  resource = f'{spec.get("driver")}_request_concurrency'
+  found = spec.get(resource)
+  if not isinstance(found, dict):
+    found = spec.get('context', {}).get(resource)
+  limit = found.get('limit') if isinstance(found, dict) else None
+  return limit if isinstance(limit, int) else None
 
 
 def location(kv: ts.KvStore) -> str:

@@ -31,6 +31,13 @@ PIECE = 1 << 22
 # machine's noise from 4k up.
 BYTES_PER_THREAD = 4 << 20
 
+# The small files of a plain block, read from an object store with its listing (a page's
+# tail arrays' zarr.json are read once its manifest names them).
+_READ_AHEAD = (
+  store_manifest.MANIFEST,
+  *(f'{name}/zarr.json' for name in store_manifest.ARRAY_NAMES),
+)
+
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name
 # ('k', 'v' [L, n, K, H] with each layer C-contiguous, 'positions' [n] int32).
 Into = Callable[[blocks.BlockMeta, dict[str, tuple[int, ...]]], dict[str, np.ndarray]]
@@ -101,11 +108,17 @@ def _read_once(
   metadata says (`blocks.check_positions`).
   """
   try:
-    files = _listing(kv, where, local)
+    # On an object store every small file is asked for with the listing, in one round trip:
+    # the listing still decides what the block holds; a file read ahead is used only if listed.
+    listed = ahead = None
+    if local is None:
+      listed = kv.list()
+      ahead = {name: kv.read(name) for name in _READ_AHEAD}
+    files = _listing(kv, where, local, listed)
     if store_manifest.MANIFEST not in files:
       raise store_errors.CorruptBlockError(where, f'missing file {store_manifest.MANIFEST}')
     manifest, meta = store_manifest.parse_manifest(
-      _small_file(kv, local, store_manifest.MANIFEST), where, key
+      _small_file(kv, local, store_manifest.MANIFEST, ahead), where, key
     )
     entries = manifest['arrays']
     store_format = manifest['format']
@@ -127,7 +140,7 @@ def _read_once(
       raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
     for name in names:
       _check_zarr_metadata(
-        _small_file(kv, local, f'{name}/zarr.json'), where, name, entries[name], separator
+        _small_file(kv, local, f'{name}/zarr.json', ahead), where, name, entries[name], separator
       )
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
@@ -177,10 +190,12 @@ def _reports(
   return {i: functools.partial(on_verified, name, None) for name, i in last.items()}
 
 
-def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
-  """The block's files, '/'-separated and relative; MissingBlockError if none."""
+def _listing(kv: ts.KvStore, where: str, local: str | None, listed: Any = None) -> set[str]:
+  """The block's files, '/'-separated and relative; MissingBlockError if none. `listed`:
+  a `kv.list()` already issued, or None."""
   if local is None:
-    files = {name.decode('utf-8', 'replace') for name in store_kvstore.result(kv.list())}
+    listed = kv.list() if listed is None else listed
+    files = {name.decode('utf-8', 'replace') for name in store_kvstore.result(listed)}
     if not files:
       raise store_errors.MissingBlockError(where, 'no such block')
     if store_manifest.MANIFEST not in files:  # the commit point: a deposit not (yet) made
@@ -201,11 +216,15 @@ def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
   return store_files.regular_files(local)
 
 
-def _small_file(kv: ts.KvStore, local: str | None, name: str) -> bytes:
+def _small_file(
+  kv: ts.KvStore, local: str | None, name: str, ahead: dict[str, Any] | None = None
+) -> bytes:
   """The bytes of file `name` of the block: straight from `local` on `file` (a kvstore
-  read of a small file costs several times more), else from `kv`."""
+  read of a small file costs several times more), else from `kv`: the read `ahead` holds
+  for it if any, else a new one."""
   if local is None:
-    return store_kvstore.read_value(kv, name)
+    read = (ahead or {}).pop(name, None)
+    return store_kvstore.read_value(kv, name) if read is None else store_kvstore.value(read, name)
   fd = os.open(os.path.join(local, name), os.O_RDONLY | os.O_NOFOLLOW)
   with open(fd, 'rb', buffering=0) as f:
     return f.readall()

@@ -1,0 +1,184 @@
+"""The store on a remote tier: request concurrency, and a restore from S3 equal to one from file."""
+
+import http.client
+import http.server
+import threading
+import time
+
+import numpy as np
+import pytest
+from store_servers import (  # noqa: F401  (the fixture s3_server)
+  HOST,
+  gcs_spec,
+  s3_server,
+  s3_spec,
+  unique_path,
+)
+from test_store import _assert_same_block, make_block
+
+from graftjax import blocks
+from graftjax import store as store_lib
+from graftjax.store import kvstore as store_kvstore
+
+_HOP = {'connection', 'keep-alive', 'transfer-encoding', 'expect', 'content-length'}
+
+
+class CountingProxy:
+  """An HTTP proxy on loopback in front of `upstream` that holds each request `delay`
+  seconds and records (method, path, start, end) of each, and the most in flight at once."""
+
+  def __init__(self, upstream: str, delay: float = 0.05):
+    host, port = upstream.removeprefix('http://').split(':')
+    self.events, self.in_flight, self.most = [], 0, 0
+    lock = threading.Lock()
+    proxy = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      protocol_version = 'HTTP/1.1'
+
+      def log_message(self, *args):
+        pass
+
+      def _forward(self):
+        start = time.monotonic()
+        with lock:
+          proxy.in_flight += 1
+          proxy.most = max(proxy.most, proxy.in_flight)
+        try:
+          time.sleep(delay)
+          length = int(self.headers.get('Content-Length') or 0)
+          body = self.rfile.read(length) if length else None
+          connection = http.client.HTTPConnection(host, int(port), timeout=30)
+          headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+          connection.request(self.command, self.path, body=body, headers=headers)
+          answer = connection.getresponse()
+          data = answer.read()
+          connection.close()
+        finally:
+          with lock:
+            proxy.in_flight -= 1
+            proxy.events.append((self.command, self.path, start, time.monotonic()))
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+          if name.lower() not in _HOP:
+            self.send_header(name, value)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        if self.command != 'HEAD':
+          self.wfile.write(data)
+
+      do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+    self._server.daemon_threads = True
+    self.url = f'http://{HOST}:{self._server.server_address[1]}'
+    threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+  def close(self):
+    self._server.shutdown()
+    self._server.server_close()
+
+
+@pytest.fixture
+def server(request):
+  return request.getfixturevalue('s3_server')
+
+
+@pytest.fixture
+def proxy(server):
+  proxy = CountingProxy(server.url, delay=0.1)
+  yield proxy
+  proxy.close()
+
+
+def _wide_block(layers=12, seed=0):
+  """A block of `layers` layers: 2 * layers chunks, more than a small concurrency."""
+  block = make_block(seed)
+  reps = (layers // block.k.shape[0] + 1, 1, 1, 1)
+  k, v = (np.tile(np.asarray(a), reps)[:layers] for a in (block.k, block.v))
+  return blocks.KVBlock(k=k, v=v, positions=block.positions, meta=block.meta)
+
+
+def test_restore_from_s3_reads_the_bytes_a_restore_from_file_reads(server, tmp_path):
+  block = _wide_block()
+  layout = ((0, 3),) * 6 + ((1, 3),) * 6  # a page too: whole layers, and tails
+  s3 = store_lib.BlockStore(s3_spec(server.url, unique_path()), concurrency=3)
+  file = store_lib.BlockStore(str(tmp_path / 'store'))
+
+  for page_layout in (None, layout):
+    key = s3.put(block, page_layout=page_layout)
+    assert file.put(block, page_layout=page_layout) == key
+    from_s3, s3_layout = s3.get_page(key)
+    from_file, file_layout = file.get_page(key)
+
+    assert s3_layout == file_layout
+    _assert_same_block(from_s3, from_file)
+    for name in ('k', 'v', 'positions'):
+      assert np.asarray(getattr(from_s3, name)).tobytes() == (
+        np.asarray(getattr(from_file, name)).tobytes()
+      )
+  _assert_same_block(s3.get(s3.list()[0]), file.get(file.list()[0]))
+
+
+def test_the_concurrency_setting_reaches_the_spec():
+  endpoint = 'http://127.0.0.1:9'  # opening asks nothing of the server
+  default = store_lib.BlockStore(s3_spec(endpoint, 'a/'))
+  set_here = store_lib.BlockStore(s3_spec(endpoint, 'a/'), concurrency=3)
+  own = {'context': {'s3_request_concurrency': {'limit': 5}}}
+  spec_own = store_lib.BlockStore(s3_spec(endpoint, 'a/', **own))
+  over_spec = store_lib.BlockStore(s3_spec(endpoint, 'a/', **own), concurrency=7)
+  gcs = store_lib.BlockStore(gcs_spec('a/'), concurrency=4)
+
+  assert default.concurrency == store_kvstore.CONCURRENCY
+  assert set_here.concurrency == 3
+  assert set_here._kv.spec(retain_context=True).to_json()['s3_request_concurrency'] == {'limit': 3}
+  assert spec_own.concurrency == 5
+  assert over_spec.concurrency == 7
+  assert gcs.concurrency == 4
+  assert gcs._kv.spec(retain_context=True).to_json()['gcs_request_concurrency'] == {'limit': 4}
+
+
+def test_the_default_concurrency_is_tensorstores_variable_where_set(monkeypatch):
+  monkeypatch.setenv('TENSORSTORE_S3_REQUEST_CONCURRENCY', '6')
+  assert store_lib.BlockStore(s3_spec('http://127.0.0.1:9', 'a/')).concurrency == 6
+  monkeypatch.setenv('TENSORSTORE_S3_REQUEST_CONCURRENCY', 'many')
+  assert (
+    store_lib.BlockStore(s3_spec('http://127.0.0.1:9', 'a/')).concurrency
+    == store_kvstore.CONCURRENCY
+  )
+
+
+def test_concurrency_is_none_on_file_and_refused_when_not_a_positive_int(tmp_path):
+  assert store_lib.BlockStore(str(tmp_path)).concurrency is None
+  for wrong in (0, -1, True, 2.0):
+    with pytest.raises(store_lib.StoreIOError, match='positive int'):
+      store_lib.BlockStore(s3_spec('http://127.0.0.1:9', 'a/'), concurrency=wrong)
+
+
+@pytest.mark.parametrize('limit', [1, 4])
+def test_a_read_keeps_as_many_requests_in_flight_as_the_concurrency_allows(server, proxy, limit):
+  path = unique_path()
+  key = store_lib.BlockStore(s3_spec(server.url, path)).put(_wide_block())
+  reader = store_lib.BlockStore(s3_spec(proxy.url, path), concurrency=limit)
+
+  _assert_same_block(reader.get(key), _wide_block())
+
+  assert proxy.most == limit  # 24 chunks: the bound is reached and never passed
+
+
+def test_the_small_files_are_asked_for_with_the_listing(server):
+  path = unique_path()
+  key = store_lib.BlockStore(s3_spec(server.url, path)).put(make_block(0))
+  proxy = CountingProxy(server.url, delay=0.5)  # each answer held long enough to overlap
+  reader = store_lib.BlockStore(s3_spec(proxy.url, path))
+
+  try:
+    reader.get(key)
+  finally:
+    proxy.close()
+
+  listing = [e for e in proxy.events if 'list-type=2' in e[1]]
+  small = [e for e in proxy.events if e[1].endswith(('manifest.json', 'zarr.json'))]
+  assert len(listing) == 1 and len(small) == 4
+  # Each small file was asked for before the listing came back: one round trip for all.
+  assert all(start < listing[0][3] for _, _, start, _ in small)
