@@ -83,7 +83,7 @@ def test_the_study_checks_every_layout_and_answers_every_arm(model, tmp_path):
 
 def test_a_model_that_cannot_compose_is_refused_before_any_work(model, tmp_path):
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=1024, chunk_size=16))
-  with pytest.raises(compose_lib.ComposeError, match='chunk-invariant Pallas'):
+  with pytest.raises(compose_lib.ComposeError, match='splits anchored at absolute slots'):
     compose.run(
       model.with_impl('xla'),
       library=library,
@@ -93,7 +93,7 @@ def test_a_model_that_cannot_compose_is_refused_before_any_work(model, tmp_path)
       setup=SETUP,
     )
   reasons = compose.refusals(model)
-  assert 'chunk-invariant Pallas' in reasons['xla'] and 'rope_relative' in reasons['rope']
+  assert 'splits anchored at absolute slots' in reasons['xla'] and 'rope_relative' in reasons['rope']
 
 
 def test_setup_refuses_empty_block_counts():
