@@ -3,7 +3,7 @@ r"""Restore from a local S3 server against `file` and against the server's raw G
     python experiments/bench_store_tier.py --tokens=1024,4096,16384,32768 \
         --out=experiments/results/store_tier/store_tier_cpu.json
 
-Blocks of random values shaped like `--config`'s cache (`--dtype`), each size put on a moto
+Blocks of random values shaped like `--model`'s cache (`--dtype`), each size put on a moto
 S3 server started here on loopback and in a `file` store, then restored (read + every digest
 checked) from both, and the same objects fetched by raw concurrent GETs (the floor), side by
 side in one run; and `--pages` blocks of `--page_tokens` tokens read one after the other
@@ -20,7 +20,7 @@ from graftjax.studies import cli
 from graftjax.studies import results
 
 _DEFAULTS = bench_store_tier.Settings()
-_CONFIG = flags.DEFINE_string('config', _DEFAULTS.config, 'Config whose cache shape blocks take.')
+_MODEL = flags.DEFINE_string('model', _DEFAULTS.config, 'Config whose cache shape blocks take.')
 _DTYPE = flags.DEFINE_enum('dtype', _DEFAULTS.dtype, ['bfloat16', 'float32'], 'k, v dtype.')
 _TOKENS = flags.DEFINE_list('tokens', [str(n) for n in _DEFAULTS.tokens], 'Block sizes.')
 _PAGES = flags.DEFINE_integer('pages', _DEFAULTS.pages, 'Small pages (0: none).')
@@ -44,7 +44,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   settings = bench_store_tier.Settings(
-    config=_CONFIG.value,
+    config=_MODEL.value,
     dtype=_DTYPE.value,
     tokens=tuple(int(n) for n in _TOKENS.value),
     pages=_PAGES.value,

@@ -93,7 +93,9 @@ def test_a_model_that_cannot_compose_is_refused_before_any_work(model, tmp_path)
       setup=SETUP,
     )
   reasons = compose.refusals(model)
-  assert 'splits anchored at absolute slots' in reasons['xla'] and 'rope_relative' in reasons['rope']
+  assert (
+    'splits anchored at absolute slots' in reasons['xla'] and 'rope_relative' in reasons['rope']
+  )
 
 
 def test_setup_refuses_empty_block_counts():
