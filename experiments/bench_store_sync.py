@@ -18,6 +18,7 @@ import uuid
 from absl import app
 from absl import flags
 from graftjax.studies import bench_store_sync
+from graftjax.studies import local_s3
 from graftjax.studies import cli
 from graftjax.studies import results
 
@@ -40,7 +41,8 @@ def main(argv):
     if _BACKEND.value == 'file':
       result = bench_store_sync.experiment(spec=str(folder / 'store'), backend='file', **run)
     else:
-      with bench_store_sync.local_s3(f'sync/{uuid.uuid4().hex}/') as spec:
+      with local_s3.MotoServer() as server:
+        spec = server.spec(f'sync/{uuid.uuid4().hex}/')
         result = bench_store_sync.experiment(spec=spec, backend='s3 (moto, loopback)', **run)
   print(bench_store_sync.format_rows(result))
   results.write(_OUT.value, result)

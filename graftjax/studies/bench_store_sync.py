@@ -4,22 +4,15 @@ The library of experiments/bench_store_sync.py. `experiment(...)` fills a store 
 synthetic blocks, then times `Catalog.sync` three times: from an empty catalog (every
 manifest read), after `new` more blocks (only theirs read) and with nothing new (the
 listing alone). The listing is timed apart: on an object store it lists every object of
-every block, and it is the floor of any sync. `local_s3` starts a local S3 server (moto,
-from the `test` extra) for it.
+every block, and it is the floor of any sync (`local_s3.MotoServer` gives a local S3 server).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,13 +27,6 @@ from graftjax.studies import results
 
 _FINGERPRINT = '0' * 64  # no model: the blocks stand for some model's
 _SHAPE = (1, 2, 1, 4)  # [L, n, K, H]: the smallest block of the format's every file
-# Credentials of the local server (moto takes any), read from the environment as in use.
-_AWS_ENV = {
-  'AWS_ACCESS_KEY_ID': 'graftjax-bench-key',
-  'AWS_SECRET_ACCESS_KEY': 'graftjax-bench-secret',
-  'AWS_EC2_METADATA_DISABLED': 'true',
-}
-_BUCKET = 'graftjax-bench'
 
 
 def synthetic_block(i: int) -> blocks.KVBlock:
@@ -186,51 +172,3 @@ def format_rows(result: dict[str, Any]) -> str:
       f'  (listing in it {row["sync_list_s"]:.2f} s; alone {row["listing_alone_s"]:.2f} s)'
     )
   return '\n'.join(lines)
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def local_s3(path: str) -> Iterator[dict[str, Any]]:
-  """A tensorstore spec of `path` on a moto S3 server started on loopback, stopped after;
-  the server's credentials are set in this process's environment meanwhile."""
-  port = _free_port()
-  url = f'http://127.0.0.1:{port}'
-  old = {name: os.environ.get(name) for name in _AWS_ENV}
-  os.environ.update(_AWS_ENV)
-  server = subprocess.Popen(
-    [sys.executable, '-m', 'moto.server', '-H', '127.0.0.1', '-p', str(port)],
-    stdout=subprocess.DEVNULL,
-    stderr=subprocess.DEVNULL,
-  )
-  try:
-    deadline = time.monotonic() + 30
-    while True:
-      try:
-        urllib.request.urlopen(f'{url}/moto-api/', timeout=1).close()
-        break
-      except (urllib.error.URLError, ConnectionError, TimeoutError):
-        if server.poll() is not None or time.monotonic() > deadline:
-          raise RuntimeError(f'the moto S3 server did not start on {url}') from None
-        time.sleep(0.05)
-    urllib.request.urlopen(urllib.request.Request(f'{url}/{_BUCKET}', method='PUT')).close()
-    yield {
-      'driver': 's3',
-      'bucket': _BUCKET,
-      'endpoint': url,
-      'aws_region': 'us-east-1',
-      'aws_credentials': {'type': 'environment'},
-      'path': path,
-    }
-  finally:
-    server.kill()
-    server.wait(timeout=30)
-    for name, value in old.items():
-      if value is None:
-        os.environ.pop(name, None)
-      else:
-        os.environ[name] = value

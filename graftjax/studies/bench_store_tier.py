@@ -28,20 +28,14 @@ recorded.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -55,18 +49,8 @@ from graftjax.store import chunks as store_chunks
 from graftjax.store import kvstore as store_kvstore
 from graftjax.store import manifest as store_manifest
 from graftjax.store import read as store_read
+from graftjax.studies import local_s3
 from graftjax.studies import results
-
-HOST = '127.0.0.1'
-BUCKET = 'graftjax-bench'
-# The local server takes any credentials; they are read from the environment, as a
-# deployment's are, and recorded nowhere.
-_AWS_ENV = {
-  'AWS_ACCESS_KEY_ID': 'graftjax-bench-key',
-  'AWS_SECRET_ACCESS_KEY': 'graftjax-bench-secret-never-recorded',
-  'AWS_EC2_METADATA_DISABLED': 'true',
-}
-_START_SECONDS = 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,64 +96,6 @@ def synthetic_block(config: config_lib.GemmaConfig, n: int, dtype: str, seed: in
     capacity=n,
   )
   return blocks.KVBlock(k=k, v=v, positions=np.arange(n, dtype=np.int32), meta=meta)
-
-
-class MotoServer:
-  """moto's S3 server on a free loopback port, as a child process; `url` is its endpoint."""
-
-  def __init__(self):
-    with socket.socket() as s:
-      s.bind((HOST, 0))
-      self.port = s.getsockname()[1]
-    self.url = f'http://{HOST}:{self.port}'
-    self._process = None
-
-  def __enter__(self) -> Self:
-    command = [sys.executable, '-m', 'moto.server', '-H', HOST, '-p', str(self.port)]
-    self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + _START_SECONDS
-    while True:
-      try:
-        urllib.request.urlopen(f'{self.url}/moto-api/', timeout=1).close()
-        break
-      except (urllib.error.URLError, ConnectionError, TimeoutError):
-        if self._process.poll() is not None or time.monotonic() > deadline:
-          self.__exit__()
-          raise RuntimeError(f'the S3 server did not start on {self.url}') from None
-        time.sleep(0.1)
-    request = urllib.request.Request(f'{self.url}/{BUCKET}', method='PUT')
-    urllib.request.urlopen(request, timeout=30).close()
-    return self
-
-  def __exit__(self, *exc) -> None:
-    if self._process is not None and self._process.poll() is None:
-      self._process.kill()
-      self._process.wait(timeout=30)
-
-  def spec(self, path: str) -> dict[str, Any]:
-    """A tensorstore `s3` spec under `path` on this server, credentials from the environment."""
-    return {
-      'driver': 's3',
-      'bucket': BUCKET,
-      'endpoint': self.url,
-      'aws_region': 'us-east-1',
-      'aws_credentials': {'type': 'environment'},
-      'path': path,
-    }
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-  old = {name: os.environ.get(name) for name in values}
-  os.environ.update(values)
-  try:
-    yield
-  finally:
-    for name, value in old.items():
-      if value is None:
-        os.environ.pop(name, None)
-      else:
-        os.environ[name] = value
 
 
 def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict[str, Any]]:
@@ -255,7 +181,7 @@ def _objects(spec: dict[str, Any], keys: Sequence[str]) -> list[str]:
 
 
 def _measure(
-  server: MotoServer,
+  server: local_s3.MotoServer,
   local_root: str,
   block_list: Sequence[blocks.KVBlock],
   settings: Settings,
@@ -343,7 +269,7 @@ def experiment(
   rows, pages, sweep = [], None, []
   local_root = tempfile.mkdtemp(prefix='bench_store_tier_')
   try:
-    with _environment(_AWS_ENV), MotoServer() as server:
+    with local_s3.MotoServer() as server:
       for i, n in enumerate(settings.tokens):
         row = {
           'tokens': n,

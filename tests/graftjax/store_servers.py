@@ -180,17 +180,23 @@ class FaultyProxy:
   """An HTTP proxy on loopback in front of `upstream`, answering as `faults` says.
 
   It forwards each request (method, path, headers, body) and the answer; with a status
-  set it answers that status (an S3-style XML error) without forwarding.
+  set it answers that status (an S3-style XML error) without forwarding. It records
+  (method, path, start, end) of each request in `events`, and in `most` the most requests
+  it held at once.
   """
 
-  def __init__(self, upstream: str):
+  def __init__(self, upstream: str, *, delay: float = 0.0):
     import http.client
     import http.server
     import threading
 
     faults = self.faults = Faults()
+    faults.delay = delay
     host, port = upstream.removeprefix('http://').split(':')
     hop = {'connection', 'keep-alive', 'transfer-encoding', 'expect', 'content-length'}
+    self.events, self.most = [], 0
+    lock, in_flight = threading.Lock(), [0]
+    proxy = self
 
     class Handler(http.server.BaseHTTPRequestHandler):
       protocol_version = 'HTTP/1.1'
@@ -199,6 +205,18 @@ class FaultyProxy:
         pass
 
       def _forward(self):
+        start = time.monotonic()
+        with lock:
+          in_flight[0] += 1
+          proxy.most = max(proxy.most, in_flight[0])
+        try:
+          self._answer()
+        finally:
+          with lock:
+            in_flight[0] -= 1
+            proxy.events.append((self.command, self.path, start, time.monotonic()))
+
+      def _answer(self):
         faults.requests += 1
         length = int(self.headers.get('Content-Length') or 0)
         body = self.rfile.read(length) if length else b''

@@ -1,14 +1,9 @@
 """The store on a remote tier: request concurrency, and a restore from S3 equal to one from file."""
 
-import http.client
-import http.server
-import threading
-import time
-
 import numpy as np
 import pytest
 from store_servers import (  # noqa: F401  (the fixture s3_server)
-  HOST,
+  FaultyProxy,
   gcs_spec,
   s3_server,
   s3_spec,
@@ -20,64 +15,6 @@ from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.store import kvstore as store_kvstore
 
-_HOP = {'connection', 'keep-alive', 'transfer-encoding', 'expect', 'content-length'}
-
-
-class CountingProxy:
-  """An HTTP proxy on loopback in front of `upstream` that holds each request `delay`
-  seconds and records (method, path, start, end) of each, and the most in flight at once."""
-
-  def __init__(self, upstream: str, delay: float = 0.05):
-    host, port = upstream.removeprefix('http://').split(':')
-    self.events, self.in_flight, self.most = [], 0, 0
-    lock = threading.Lock()
-    proxy = self
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-      protocol_version = 'HTTP/1.1'
-
-      def log_message(self, *args):
-        pass
-
-      def _forward(self):
-        start = time.monotonic()
-        with lock:
-          proxy.in_flight += 1
-          proxy.most = max(proxy.most, proxy.in_flight)
-        try:
-          time.sleep(delay)
-          length = int(self.headers.get('Content-Length') or 0)
-          body = self.rfile.read(length) if length else None
-          connection = http.client.HTTPConnection(host, int(port), timeout=30)
-          headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-          connection.request(self.command, self.path, body=body, headers=headers)
-          answer = connection.getresponse()
-          data = answer.read()
-          connection.close()
-        finally:
-          with lock:
-            proxy.in_flight -= 1
-            proxy.events.append((self.command, self.path, start, time.monotonic()))
-        self.send_response(answer.status)
-        for name, value in answer.getheaders():
-          if name.lower() not in _HOP:
-            self.send_header(name, value)
-        self.send_header('Content-Length', str(len(data)))
-        self.end_headers()
-        if self.command != 'HEAD':
-          self.wfile.write(data)
-
-      do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-    self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
-    self._server.daemon_threads = True
-    self.url = f'http://{HOST}:{self._server.server_address[1]}'
-    threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-  def close(self):
-    self._server.shutdown()
-    self._server.server_close()
-
 
 @pytest.fixture
 def server(request):
@@ -86,7 +23,7 @@ def server(request):
 
 @pytest.fixture
 def proxy(server):
-  proxy = CountingProxy(server.url, delay=0.1)
+  proxy = FaultyProxy(server.url, delay=0.1)
   yield proxy
   proxy.close()
 
@@ -169,7 +106,7 @@ def test_a_read_keeps_as_many_requests_in_flight_as_the_concurrency_allows(serve
 def test_the_small_files_are_asked_for_with_the_listing(server):
   path = unique_path()
   key = store_lib.BlockStore(s3_spec(server.url, path)).put(make_block(0))
-  proxy = CountingProxy(server.url, delay=0.5)  # each answer held long enough to overlap
+  proxy = FaultyProxy(server.url, delay=0.5)  # each answer held long enough to overlap
   reader = store_lib.BlockStore(s3_spec(proxy.url, path))
 
   try:

@@ -6,7 +6,7 @@ import pytest
 from graftjax.models.gemma import config as config_lib
 
 from graftjax import ledger
-from graftjax.studies import bench_store_tier, results_page
+from graftjax.studies import bench_store_tier, local_s3, results_page
 from graftjax.studies.sections import store_tier as section
 
 RESULT = (
@@ -52,7 +52,7 @@ def test_the_bench_times_restore_floor_and_file_side_by_side():
   }
   assert result['summary']['goal_met_from_4k'] is None  # no size of 4k tokens or more
   assert 'CPU-local-server' in result['timing']
-  for secret in (bench_store_tier._AWS_ENV['AWS_ACCESS_KEY_ID'], 'secret'):
+  for secret in (local_s3.AWS_ENV['AWS_ACCESS_KEY_ID'], 'secret'):
     assert secret not in str(result)  # the credentials are never recorded
 
 
