@@ -43,6 +43,12 @@ _RECOMPUTE_MAX = flags.DEFINE_integer(
 )
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 512, 'Prefill chunk.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
+_LOCAL_CACHE = flags.DEFINE_enum(
+  'local_cache',
+  'full',
+  ['full', 'ring'],
+  'Sliding-window layers: full-size caches or window rings.',
+)
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed repeats (median reported).')
 _RECOMPUTE_REPEATS = flags.DEFINE_integer(
   'recompute_repeats', None, 'Timed recompute repeats (default: --repeats).'
@@ -67,6 +73,7 @@ def main(argv):
     recompute_max=_RECOMPUTE_MAX.value,
     llamacpp_python=_LLAMACPP_PYTHON.value,
     recompute_repeats=_RECOMPUTE_REPEATS.value,
+    local_cache=_LOCAL_CACHE.value,
   )
   print(bench_graft.format_rows(result))
   results.write(_OUT.value, result)

@@ -11,7 +11,8 @@ SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench_graft.py'
 
 
 @pytest.mark.slow
-def test_bench_graft_smoke(tmp_path):
+@pytest.mark.parametrize('local_cache', ['full', 'ring'])
+def test_bench_graft_smoke(tmp_path, local_cache):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
     [
@@ -21,6 +22,7 @@ def test_bench_graft_smoke(tmp_path):
       '--prefix_tokens=40,96',
       '--chunk_size=32',
       '--repeats=1',
+      f'--local_cache={local_cache}',
       f'--out={out}',
     ],
     capture_output=True,
@@ -30,6 +32,7 @@ def test_bench_graft_smoke(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = ledger.verify_result(out)
   assert [row['prefix_tokens'] for row in result['rows']] == [40, 96]
+  assert result['local_cache'] == local_cache
   for row in result['rows']:
     assert row['graft_logits_equal_recompute']
     stages = row['graft_stages_median_s']

@@ -125,9 +125,12 @@ def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str,
     return [bench(model, store, ids[: n + 1], **kwargs) for n in tqdm.tqdm(lengths, desc=desc)]
 
 
-def load(model_name: str, dtype: str, longest: int):
-  """The named model and `long_text_ids` of its tokenizer (a byte tokenizer if it has none)."""
+def load(model_name: str, dtype: str, longest: int, local_cache: str = 'full'):
+  """The named model (with `local_cache` layout) and `long_text_ids` of its tokenizer (a byte
+  tokenizer if it has none)."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
+  if local_cache != 'full':
+    model = model.with_local_cache(local_cache)
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   return model, long_text_ids(tokenizer, longest)
 
@@ -226,10 +229,15 @@ def experiment(
   recompute_max: int,
   llamacpp_python: str | None,
   recompute_repeats: int | None = None,
+  local_cache: str = 'full',
   command: str | None = None,
 ) -> dict:
-  """Graft vs recompute for every prefix length (and llama.cpp's restore); the result."""
-  model, ids = load(model_name, dtype, max(lengths))
+  """Graft vs recompute for every prefix length (and llama.cpp's restore); the result.
+
+  `local_cache='ring'` keeps sliding-window layers in window-sized rings, so a block holds
+  only the rows those layers still see.
+  """
+  model, ids = load(model_name, dtype, max(lengths), local_cache)
   rows = over_lengths(
     model,
     ids,
@@ -250,6 +258,7 @@ def experiment(
     'model': model_name,
     'dtype': dtype,
     'chunk_size': chunk_size,
+    'local_cache': local_cache,
     'rows': rows,
   }
   if llamacpp_python:
