@@ -8,11 +8,13 @@ with the same chunk schedule; its logits are byte-equal to the grafted ones
 (tested), so the graft changes the cost, never the answer.
 
 Both prefill the query in a region padded to a multiple of the library's
-`chunk_size` (`query_region`): the query right-aligned, the padding slots
+`chunk_size` (`query_chunks`): the query right-aligned, the padding slots
 before it at position -1, which no query attends to (as `solve` pads its
 prompts). Queries of any length in one bucket so run the programs already
 compiled, and a block installs through `restore`'s row buckets: a new block
-or query length in a bucket already seen costs no compilation.
+or query length in a bucket already seen costs no compilation. Near the
+capacity, where a whole last chunk does not fit, the query's last part runs
+in power-of-two chunks, so any room left compiles one of a few shapes.
 """
 
 from __future__ import annotations
@@ -154,30 +156,49 @@ def greedy(
   return ids, model.tokenizer.decode(ids, skip_special=True)
 
 
-def query_region(n: int, *, context: int, max_new_tokens: int, shape: library_lib.Shape) -> int:
-  """Slots a query of n tokens after `context` ones takes: n rounded up to a multiple of
-  `shape.chunk_size`, within the room the capacity leaves for `max_new_tokens`."""
+def query_chunks(
+  n: int, *, context: int, max_new_tokens: int, shape: library_lib.Shape
+) -> tuple[int, ...]:
+  """Widths of the chunks that prefill a query of n tokens after `context` ones.
+
+  Whole chunks of `shape.chunk_size` (n rounded up) where the capacity leaves room for them
+  and `max_new_tokens`; otherwise whole chunks for the query's first tokens, then its
+  remainder padded to a power of two if that fits, else split into power-of-two chunks (no
+  padding). The widths are then always among chunk_size, 1, 2, 4, ...: a sweep of query,
+  context or budget lengths near the capacity compiles a few shapes, not one per room.
+  """
+  chunk = shape.chunk_size
   room = shape.capacity - context - max_new_tokens
-  return max(n, min(-(-n // shape.chunk_size) * shape.chunk_size, room))
+  if -(-n // chunk) * chunk <= room:
+    return (chunk,) * -(-n // chunk)
+  whole, rest = divmod(n, chunk)
+  padded = 1 << (rest - 1).bit_length() if rest else 0
+  if whole * chunk + padded <= room:
+    return (chunk,) * whole + ((padded,) if padded else ())
+  return (chunk,) * whole + tuple(
+    1 << b for b in reversed(range(rest.bit_length())) if rest >> b & 1
+  )
 
 
-def prefill_query(model, ids, cache, *, context: int, region: int, chunk_size: int):
-  """(last [1, V] logits, cache): `ids` right-aligned in `region` slots after `context`.
+def prefill_query(model, ids, cache, *, context: int, chunks: tuple[int, ...]):
+  """(last [1, V] logits, cache): `ids` right-aligned in sum(chunks) slots after `context`.
 
   The slots before the query hold padding at position -1; the query's tokens are at
-  positions context, context + 1, ...; chunks of `chunk_size` slots from the region's start.
+  positions context, context + 1, ...; one forward call per entry of `chunks`, in order.
   """
+  region = sum(chunks)
   tokens = np.full((1, region), model.config.pad_id, np.int32)
   positions = np.full((1, region), cache_lib.EMPTY_POSITION, np.int32)
   tokens[0, region - len(ids) :] = ids
   positions[0, region - len(ids) :] = context + np.arange(len(ids))
-  last = None
-  for begin in range(0, region, chunk_size):
-    chunk = slice(begin, begin + chunk_size)
-    final = begin + chunk_size >= region
+  last, begin = None, 0
+  for index, width in enumerate(chunks):
+    chunk = slice(begin, begin + width)
+    final = index == len(chunks) - 1
     last, cache = model.forward(
       tokens[:, chunk], positions[:, chunk], cache, logits='last' if final else 'none'
     )
+    begin += width
   return last, cache
 
 
@@ -190,12 +211,10 @@ def _continue(
       f'context {context} + query {len(ids)} + {max_new_tokens} new tokens exceed the'
       f' library capacity {library.shape.capacity}'
     )
-  region = query_region(
+  chunks = query_chunks(
     len(ids), context=context, max_new_tokens=max_new_tokens, shape=library.shape
   )
-  last, cache = prefill_query(
-    model, ids, cache, context=context, region=region, chunk_size=library.shape.chunk_size
-  )
+  last, cache = prefill_query(model, ids, cache, context=context, chunks=chunks)
   generated, text = greedy(
     model, last, cache, context + len(ids), mode=mode, max_new_tokens=max_new_tokens
   )

@@ -156,3 +156,53 @@ def test_the_padded_deposit_holds_the_rows_of_the_plain_prefill(text_model, libr
   plain = np.asarray(cache.k)[:, 0, : len(ids)]
   np.testing.assert_allclose(np.asarray(block.k), plain, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(np.asarray(block.positions), np.arange(len(ids)))
+
+
+def test_query_chunks_near_capacity_take_few_widths():
+  """Whole chunks where they fit; else power-of-two pieces: every width in a small set."""
+  shape = library_lib.Shape(capacity=256, chunk_size=16)
+  assert answer_lib.query_chunks(20, context=10, max_new_tokens=4, shape=shape) == (16, 16)
+  widths = set()
+  for context in range(150, 256 - 40):
+    for n in range(1, 256 - context - 4 + 1):
+      chunks = answer_lib.query_chunks(n, context=context, max_new_tokens=4, shape=shape)
+      assert n <= sum(chunks) <= 256 - context - 4
+      assert sum(chunks) - n < 16  # padding never reaches a whole chunk
+      widths |= set(chunks)
+  assert widths == {1, 2, 4, 8, 16}
+
+
+def test_a_sweep_of_rooms_near_capacity_compiles_a_few_shapes(text_model, tmp_path):
+  """Blocks one token apart leave 16 different rooms for the same query, 15 of them too small
+  for its last whole chunk: the query runs in chunks of a few widths, so the sweep compiles
+  those widths, not a program per room."""
+  plain = answer_lib.query_ids(text_model, LONGER.question, mode='recall', after_block=True)
+  preamble = 'x' * ((1 - len(plain)) % 16)  # byte tokens: n = 1 more than a whole chunk
+  n = len(plain) + len(preamble)
+  assert n % 16 == 1
+  probe = library_lib.Library(tmp_path / 'probe', shape=SHAPE)
+  start = deposit(text_model, probe, LONGER).block_tokens
+  # Block k holds start + 1 + extra + k tokens, so rooms run from n + 15 down to n.
+  shape = library_lib.Shape(capacity=-(-(start + n + 19) // 16) * 16, chunk_size=16)
+  library = library_lib.Library(tmp_path / 'near', shape=shape)
+  extra = shape.capacity - (start + n + 19)
+  entries = []
+  for k in range(16):
+    it = item(100 + k, LONGER.question, '5')
+    entries.append(
+      library.deposit(
+        text_model,
+        item=it,
+        verifier=last_word,
+        solution='x' * (k + extra) + ' it is 5',
+        source='reference',
+        tokens_spent=0,
+      )
+    )
+  ask(text_model, library, entries[0], LONGER, max_new_tokens=3, preamble=preamble)
+  with compilations() as seen:
+    for entry in entries[1:]:
+      ask(text_model, library, entry, LONGER, max_new_tokens=3, preamble=preamble)
+  rooms = {shape.capacity - e.block_tokens - 3 for e in entries}
+  assert rooms == set(range(n, n + 16))
+  assert len(seen) <= 2 * 4  # at most the widths 1, 2, 4, 8, each with and without logits
