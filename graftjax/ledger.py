@@ -121,12 +121,17 @@ def _read_bytes(path: str | os.PathLike) -> bytes:
     fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
   except OSError as e:
     raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  try:
+    mode = os.fstat(fd).st_mode
+  except OSError as e:
+    os.close(fd)
+    raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  if not stat.S_ISREG(mode):
+    os.close(fd)
+    kind = next((name for test, name in _KINDS if test(mode)), 'a special file')
+    raise ResultError(f'{path}: cannot be read as a result: it is {kind}, not a regular file')
   with open(fd, 'rb', buffering=0) as f:
     try:
-      mode = os.fstat(fd).st_mode
-      if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), 'a special file')
-        raise ResultError(f'{path}: not a result file: it is {kind}, not a regular file')
       chunks, size = [], 0
       while size <= MAX_BYTES and (chunk := f.read(min(1 << 20, MAX_BYTES + 1 - size))):
         chunks.append(chunk)
