@@ -366,6 +366,15 @@ class Library:
     stored = set(self.store.list())
     names = self._records.names()
     list_seconds = time.perf_counter() - start
+    rows = self.entries()
+    gone, _ = indexes.unlisted(  # refused before anything is read if the store lists none
+      self.store,
+      stored,
+      {entry.key for entry in rows},
+      index=self.path,
+      allow_removing_all=allow_removing_all,
+    )
+    removed = [entry for entry in rows if entry.key in set(gone)]
     with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
       seen = {name for (name,) in self._db.execute('SELECT name FROM synced')}
     new, orphans, read = [], [], 0
@@ -385,19 +394,11 @@ class Library:
       read += 1
       check(entry, meta)
       new.append((name, entry))
-    rows = self.entries()
-    gone, _ = indexes.unlisted(
-      self.store,
-      stored,
-      {entry.key for entry in rows},
-      index=self.path,
-      allow_removing_all=allow_removing_all,
-    )
-    removed = [entry for entry in rows if entry.key in set(gone)]
     with indexes.transaction(self._db, self.path):
       for entry in removed:
-        self._db.execute(
-          'DELETE FROM deposits WHERE task = ? AND item_id = ?', (entry.task, entry.item_id)
+        self._db.execute(  # the row as read: not one another sync wrote since
+          'DELETE FROM deposits WHERE task = ? AND item_id = ? AND key = ?',
+          (entry.task, entry.item_id, entry.key),
         )
         name = _record_name(entry.task, entry.item_id)
         self._db.execute('DELETE FROM synced WHERE name = ?', (name,))
