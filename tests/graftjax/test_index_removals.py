@@ -77,6 +77,20 @@ def test_a_store_emptied_on_purpose_is_synced_with_the_flag(synced):
     assert len(catalog) == 0
 
 
+def test_a_listing_that_fails_changes_nothing(synced, monkeypatch):
+  store, path, keys = synced
+  before = _rows(path)
+
+  def fails():
+    raise store_lib.StoreIOError(str(store.root), 'cannot list the store: connection reset')
+
+  monkeypatch.setattr(store, 'list', fails)
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    with pytest.raises(store_lib.StoreIOError, match='connection reset'):
+      catalog.sync(describe)
+  assert _rows(path) == before
+
+
 def test_a_listing_that_misses_a_block_whose_manifest_reads_removes_nothing(synced, monkeypatch):
   store, path, keys = synced
   listed = store.list()
