@@ -227,8 +227,8 @@ def missing(store: store_lib.BlockStore, keys: Sequence[str]) -> list[str]:
       store.read_meta(key)
     except store_lib.MissingBlockError:
       return True
-    except store_lib.StoreError:
-      return False
+    except store_lib.StoreError:  # damaged, or the store did not answer: no evidence
+      pass
     return False
 
   with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
