@@ -11,12 +11,14 @@ failures of a catalog file surface as `CatalogFileError` naming the cause
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import json
 import os
+import pathlib
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from graftjax import blocks
@@ -25,6 +27,11 @@ from graftjax import store as store_lib
 
 class BindingError(ValueError):
   """An index row does not match the block it names (or its own digest)."""
+
+
+class RemovalRefusedError(ValueError):
+  """A sync or rebuild would remove rows without evidence that their blocks are gone (the
+  store lists none of them: unmounted, unreachable, or another store); nothing was changed."""
 
 
 class CatalogFileError(Exception):
@@ -201,3 +208,127 @@ def is_empty_file(path: str | os.PathLike[str]) -> bool:
     return os.path.isfile(path) and os.path.getsize(path) == 0
   except OSError:
     return False
+
+
+# --- removals ----------------------------------------------------------------------------------
+
+_READS_IN_FLIGHT = 16  # manifest reads kept in flight at once (an object store's latency)
+
+
+def missing(store: store_lib.BlockStore, keys: Sequence[str]) -> list[str]:
+  """Those of `keys` whose manifests a direct read reports missing, in order.
+
+  A key whose manifest reads (the listing missed it), is damaged, or cannot be read (the
+  store did not answer) is not missing: only `MissingBlockError` is evidence.
+  """
+
+  def is_missing(key: str) -> bool:
+    try:
+      store.read_meta(key)
+    except store_lib.MissingBlockError:
+      return True
+    except store_lib.StoreError:  # damaged, or the store did not answer: no evidence
+      pass
+    return False
+
+  with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
+    return [key for key, gone in zip(keys, pool.map(is_missing, keys)) if gone]
+
+
+def unlisted(
+  store: store_lib.BlockStore,
+  listed: Collection[str],
+  rows: Collection[str],
+  *,
+  index: str,
+  allow_removing_all: bool = False,
+) -> tuple[list[str], list[str]]:
+  """(gone, kept): the keys of `rows` (an index's block keys) that the listing `listed`
+  lacks, split into those a direct read reports missing and the others.
+
+  Args:
+    store: the store, listed successfully into `listed`.
+    listed: the keys the store listed.
+    rows: the keys the index holds rows of.
+    index: the index, for messages (its path).
+    allow_removing_all: the caller knows the store lost every catalogued block.
+  Raises:
+    RemovalRefusedError: the index has rows and the store lists none of their blocks
+      (unless `allow_removing_all`): an unmounted disk or an unreachable bucket lists empty.
+  """
+  listed, rows = set(listed), set(rows)
+  absent = sorted(rows - listed)
+  if not absent:
+    return [], []
+  if not allow_removing_all:
+    _refuse_none_listed(store, listed, rows, index, 'allow_removing_all')
+  gone = missing(store, absent)
+  return gone, sorted(set(absent) - set(gone))
+
+
+def _refuse_none_listed(store, listed: set[str], rows: set[str], index: str, flag: str) -> None:
+  if rows and not rows & listed:
+    raise RemovalRefusedError(
+      f'{index}: the store {store.root} lists {len(listed)} blocks and none of the'
+      f' {len(rows)} the index holds rows of: it may be unmounted, unreachable or another'
+      f' store; nothing was removed (if every block was deleted, pass {flag}=True)'
+    )
+
+
+def rows_in_place(path: str | os.PathLike[str], query: str) -> list[tuple] | None:
+  """The rows `query` selects from the sqlite file at `path`, opened read-only; None if there
+  is no file, or it is empty, not a database, damaged or lacks the table (what a rebuild is
+  there to replace).
+
+  Raises:
+    CatalogFileError: the file is locked by another connection, or cannot be read.
+  """
+  path = os.fspath(path)
+  if not os.path.isfile(path) or is_empty_file(path):
+    return None
+  uri = f'{pathlib.Path(path).resolve().as_uri()}?mode=ro'
+  try:
+    db = sqlite3.connect(uri, uri=True, timeout=5.0)
+    try:
+      return db.execute(query).fetchall()
+    finally:
+      db.close()
+  except sqlite3.DatabaseError as e:
+    cause = cause_of(e)
+    if cause.startswith(('locked', 'disk I/O', 'cannot open')):
+      raise CatalogFileError(path, f'cannot read the catalog in place: {cause}') from e
+    return None
+
+
+def check_complete(
+  store: store_lib.BlockStore,
+  listed: Collection[str],
+  in_place: Mapping[str, str],
+  rebuilt: Collection[str],
+  *,
+  index: str,
+  allow_fewer_rows: bool = False,
+) -> None:
+  """Raises unless every row of the index in place (`in_place`: row name -> block key) is in
+  the `rebuilt` one (row names), or names a block that a direct read reports missing.
+
+  Raises:
+    RemovalRefusedError: naming the first rows the rebuild would lose whose blocks are not
+      known to be gone, or the store lists none of the index's blocks (unless
+      `allow_fewer_rows`).
+  """
+  rebuilt = set(rebuilt)
+  lost = {name: key for name, key in in_place.items() if name not in rebuilt}
+  if not lost or allow_fewer_rows:
+    return
+  listed = set(listed)
+  _refuse_none_listed(store, listed, set(in_place.values()), index, 'allow_fewer_rows')
+  gone = set(missing(store, sorted({key for key in lost.values() if key not in listed})))
+  kept = sorted(name for name, key in lost.items() if key not in gone)
+  if kept:
+    raise RemovalRefusedError(
+      f'{index}: the rebuilt index lacks {len(kept)} rows of the one in place whose blocks'
+      f' are not known to be gone (e.g. {", ".join(kept[:3])}): the one in place is kept'
+      ' (are deposit records or descriptions missing? pass allow_fewer_rows=True to replace'
+      ' it all the same)'
+    )

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pathlib
+import stat
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,14 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 MAX_DEPTH = 64  # objects and arrays nested deeper than this are not a result
+MAX_BYTES = 256 << 20  # a result file is JSON of well under a megabyte; beyond this, refused
+_KINDS = (
+  (stat.S_ISDIR, 'a directory'),
+  (stat.S_ISFIFO, 'a FIFO'),
+  (stat.S_ISCHR, 'a character device'),
+  (stat.S_ISBLK, 'a block device'),
+  (stat.S_ISSOCK, 'a socket'),
+)
 
 
 class ResultError(ValueError):
@@ -102,18 +111,48 @@ def _no_constant(name: str) -> Any:
   raise ValueError(f'{name} is not a JSON number')
 
 
+def _read_bytes(path: str | os.PathLike) -> bytes:
+  """The bytes of the regular file at `path`, at most `MAX_BYTES`; a `ResultError` otherwise.
+
+  The file is opened without blocking (a FIFO without a writer does not wait) and checked to
+  be a regular file before anything is read.
+  """
+  try:
+    fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+  except OSError as e:
+    raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  try:
+    mode = os.fstat(fd).st_mode
+  except OSError as e:
+    os.close(fd)
+    raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  if not stat.S_ISREG(mode):
+    os.close(fd)
+    kind = next((name for test, name in _KINDS if test(mode)), 'a special file')
+    raise ResultError(f'{path}: cannot be read as a result: it is {kind}, not a regular file')
+  with open(fd, 'rb', buffering=0) as f:
+    try:
+      chunks, size = [], 0
+      while size <= MAX_BYTES and (chunk := f.read(min(1 << 20, MAX_BYTES + 1 - size))):
+        chunks.append(chunk)
+        size += len(chunk)
+    except OSError as e:
+      raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  if size > MAX_BYTES:
+    raise ResultError(f'{path}: not a result file: larger than {MAX_BYTES:,} bytes')
+  return b''.join(chunks)
+
+
 def read_result(path: str | os.PathLike) -> dict[str, Any]:
   """Loads a result file without checking its digest (see `verify_result`).
 
   Raises:
-    ResultError: the file cannot be read, is not UTF-8, not JSON (or has
+    ResultError: the file cannot be read, is not a regular file (a FIFO, a device: never
+      waited on or read without end) or is larger than `MAX_BYTES`, is not UTF-8, not JSON (or has
       NaN, infinities or a key twice in an object), is nested deeper than
       `MAX_DEPTH`, or is not an object at the top level.
   """
-  try:
-    data = pathlib.Path(path).read_bytes()
-  except OSError as e:
-    raise ResultError(f'{path}: cannot be read: {e.strerror or e}') from None
+  data = _read_bytes(path)
   try:
     text = data.decode('utf-8')
   except UnicodeDecodeError as e:

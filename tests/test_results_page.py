@@ -112,6 +112,45 @@ def test_a_folder_that_does_not_declare_its_study_is_refused(tmp_path, declarati
     results_page.page(tmp_path)
 
 
+SECTIONS = {
+  'exiting_section': 'import sys\nsys.exit(0)\n',
+  'raising_section': 'def render(results):\n  raise KeyError("summary")\n',
+  'exiting_render': 'import sys\ndef render(results):\n  sys.exit(3)\n',
+  'text_render': 'def render(results):\n  return "not lines"\n',
+}
+
+
+@pytest.mark.parametrize(
+  ('fields', 'says'),
+  [
+    ('title = ""\norder = 1', "`title` must be one line of text, found ''"),
+    ('title = "two\\nlines"\norder = 1', '`title` must be one line'),
+    ('title = "t"\norder = -1', '`order` must be from 0 to 10000, found -1'),
+    ('title = "t"\norder = 1_000_000_000', '`order` must be from 0 to 10000'),
+    ('title = "t"\norder = nan', '`order` must be a int, found nan'),
+    ('title = "t"\norder = 1\nsection = ""', "`section` must be a module name.*found ''"),
+    ('title = "t"\norder = 1\nsection = ".sections.x"', "found '.sections.x'"),
+    ('title = "t"\norder = 1\nsection = "graftjax/studies"', "found 'graftjax/studies'"),
+    ('title = "t"\norder = 1\ncommands = [""]', '`commands` must each be one line'),
+    ('title = "t"\norder = 1\nsection = "exiting_section"', r'called sys.exit\(0\)'),
+    ('title = "t"\norder = 1\nsection = "raising_section"', "render.. failed: KeyError: 'summ"),
+    ('title = "t"\norder = 1\nsection = "exiting_render"', r'render.. failed.*sys.exit\(3\)'),
+    ('title = "t"\norder = 1\nsection = "text_render"', 'returned str, not a list of lines'),
+  ],
+)
+def test_a_declaration_out_of_range_or_a_failing_section_is_a_study_error(
+  tmp_path, monkeypatch, fields, says
+):
+  for name, code in SECTIONS.items():
+    (tmp_path / f'{name}.py').write_text(code)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  results = tmp_path / 'results'
+  where = _study(results, 'study', declaration=fields + '\n')
+  ledger.write_result(where / 'x.json', {'command': 'c'})
+  with pytest.raises(results_page.StudyError, match=says):
+    results_page.page(results)
+
+
 def test_a_file_outside_every_study_is_refused(tmp_path):
   ledger.write_result(tmp_path / 'exactness_cpu.json', {'command': 'c'})
   with pytest.raises(results_page.StudyError, match='exactness_cpu.json'):

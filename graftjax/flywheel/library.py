@@ -35,6 +35,7 @@ import re
 import sqlite3
 import tempfile
 import time
+import uuid
 from typing import Any
 
 import jax.numpy as jnp
@@ -85,6 +86,7 @@ _SYNCED = 'CREATE TABLE IF NOT EXISTS synced (name TEXT PRIMARY KEY) WITHOUT ROW
 _RECORD_NAME = re.compile(r'[0-9a-f]{64}\.json')
 BindingError = indexes.BindingError
 CatalogFileError = indexes.CatalogFileError
+RemovalRefusedError = indexes.RemovalRefusedError
 
 
 class DepositError(ValueError):
@@ -264,6 +266,7 @@ class Library:
     *,
     shape: Shape = Shape(),
     index: str | os.PathLike[str] | None = None,
+    allow_fewer_rows: bool = False,
     **kwargs,
   ) -> Library:
     """Writes the catalog again from the store's manifests and the deposit records; opens it.
@@ -275,15 +278,23 @@ class Library:
     first: each of its rows whose block is stored gets its block's token digest, is checked
     as any row is, and is written as a record.
 
+    The new catalog is written beside the one in place and replaces it only if it holds a
+    row of every item the one in place holds, but those whose blocks are gone (unlisted, and
+    their manifests read missing): a missing `records/` folder never empties a catalog. A
+    catalog in place that does not open as sqlite, or lacks the table, is replaced.
+
     Raises:
       DamagedLibraryError: a record does not match its own digest.
       BindingError: a record (or an adopted row) does not match the block it names.
+      RemovalRefusedError: the new catalog lacks rows of the one in place whose blocks are
+        not known to be gone (unless `allow_fewer_rows`); the one in place is kept.
       CatalogFileError: the new catalog cannot be written.
     """
     local, store, records = _open(root)
     if index is None and not isinstance(local, pathlib.Path):
       raise SharedLibraryError(f'{store.root}: rebuilding a shared library needs index=')
     path = pathlib.Path(index) if index is not None else local / _CATALOG
+    in_place = indexes.rows_in_place(path, 'SELECT task, item_id, key FROM deposits')
     stored = set(store.list())
     for entry in _earlier_rows(path, store, stored):
       records.write(entry)
@@ -296,18 +307,29 @@ class Library:
       check(entry, indexes.block_meta(store, entry.key))
       entries.append(entry)
       names.append((name,))
-    partial = path.with_name(f'{path.name}.rebuild')
-    indexes.remove_database(partial)
-    db = indexes.connect(partial, timeout=5.0)
+    indexes.check_complete(
+      store,
+      stored,
+      {f'{task}/{item_id}': str(key) for task, item_id, key in in_place or ()},
+      {f'{entry.task}/{entry.item_id}' for entry in entries},
+      index=str(path),
+      allow_fewer_rows=allow_fewer_rows,
+    )
+    partial = path.with_name(f'{path.name}.rebuild-{uuid.uuid4().hex[:8]}')
     try:
-      with indexes.transaction(db, partial):
-        db.execute(_SCHEMA)
-        db.execute(_SYNCED)
-        db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
-        db.executemany(_INSERT, [entry.row() for entry in entries])
-        db.executemany('INSERT INTO synced VALUES (?)', names)
-    finally:
-      db.close()
+      db = indexes.connect(partial, timeout=5.0)
+      try:
+        with indexes.transaction(db, partial):
+          db.execute(_SCHEMA)
+          db.execute(_SYNCED)
+          db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
+          db.executemany(_INSERT, [entry.row() for entry in entries])
+          db.executemany('INSERT INTO synced VALUES (?)', names)
+      finally:
+        db.close()
+    except BaseException:
+      indexes.remove_database(partial)
+      raise
     indexes.replace_database(partial, path)
     library = cls(root, shape=shape, index=index, **kwargs)
     library.rebuilt = {
@@ -317,16 +339,23 @@ class Library:
     }
     return library
 
-  def sync(self) -> Synced:
+  def sync(self, *, allow_removing_all: bool = False) -> Synced:
     """Brings the catalog up to date with the store; returns what it did.
 
     The store's blocks and records are listed (on an object store the listing is the floor
     of the cost); only records not catalogued before are read, each with its own digest
     checked and then held against its block's manifest (`BlockStore.read_meta`: one read,
-    no arrays). Rows whose blocks are no longer stored are removed. The store is the
-    source of truth: a record replaces a row of the same item that differs from it.
+    no arrays). The store is the source of truth: a record replaces a row of the same item
+    that differs from it.
+
+    A row is removed only on evidence that its block is gone: the listing lacks it and a
+    direct read of its manifest reports it missing (a row whose manifest reads, or whose
+    read fails, is kept). If the store lists none of the catalogued blocks (an unmounted
+    disk, an unreachable bucket), nothing is changed and `RemovalRefusedError` says so,
+    unless `allow_removing_all`. Syncs of one catalog file at once all succeed.
 
     Raises:
+      RemovalRefusedError: the store lists none of the catalogued blocks.
       DamagedLibraryError: a record does not match its own digest.
       BindingError: a record does not match the block it names (naming both sides).
       store.StoreError: a block's manifest does not check (CorruptBlockError names the key
@@ -337,6 +366,15 @@ class Library:
     stored = set(self.store.list())
     names = self._records.names()
     list_seconds = time.perf_counter() - start
+    rows = self.entries()
+    gone, _ = indexes.unlisted(  # refused before anything is read if the store lists none
+      self.store,
+      stored,
+      {entry.key for entry in rows},
+      index=self.path,
+      allow_removing_all=allow_removing_all,
+    )
+    removed = [entry for entry in rows if entry.key in set(gone)]
     with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
       seen = {name for (name,) in self._db.execute('SELECT name FROM synced')}
     new, orphans, read = [], [], 0
@@ -356,11 +394,11 @@ class Library:
       read += 1
       check(entry, meta)
       new.append((name, entry))
-    removed = [entry for entry in self.entries() if entry.key not in stored]
     with indexes.transaction(self._db, self.path):
       for entry in removed:
-        self._db.execute(
-          'DELETE FROM deposits WHERE task = ? AND item_id = ?', (entry.task, entry.item_id)
+        self._db.execute(  # the row as read: not one another sync wrote since
+          'DELETE FROM deposits WHERE task = ? AND item_id = ? AND key = ?',
+          (entry.task, entry.item_id, entry.key),
         )
         name = _record_name(entry.task, entry.item_id)
         self._db.execute('DELETE FROM synced WHERE name = ?', (name,))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import dataclasses
 import functools
 import importlib
+import json
 import math
 import pathlib
 import re
@@ -116,13 +117,14 @@ def load_verifiers(modules: Sequence[str]) -> list[tuple[str, int]]:
 
   Only modules the user names are imported: a result file's own verifier names
   never cause an import.
+
+  Raises:
+    RescoreError: a module cannot be imported, raises, or calls `sys.exit` (named).
   """
   before = set(verifiers.registered())
   for name in modules:
-    try:
+    with verifiers.plugin_failures(f'--verifiers: cannot import {name!r}', RescoreError):
       importlib.import_module(name)
-    except Exception as e:  # any failure of user code, named with its cause
-      raise RescoreError(f'--verifiers: cannot import {name!r}: {type(e).__name__}: {e}') from e
   return sorted(set(verifiers.registered()) - before)
 
 
@@ -137,7 +139,9 @@ class Rescore:
     digest_ok: whether the file's own digest matched.
     summary: the summary recomputed from the attempts (None if it could not be).
     reverified: per phase, how many attempts the re-run verifiers accept.
-    attempts: how many attempts were re-verified.
+    attempts: how many attempts were well-formed.
+    checked: how many attempts' verdicts were re-run and compared (a result is ok only if
+      every attempt's was).
   """
 
   path: str
@@ -147,6 +151,7 @@ class Rescore:
   summary: dict[str, Any] | None = None
   reverified: dict[str, int] = dataclasses.field(default_factory=dict)
   attempts: int = 0
+  checked: int = 0
 
   @property
   def ok(self) -> bool:
@@ -198,6 +203,8 @@ def check(
     if _attempt(i, attempt, budget, blocks, out):
       good.append(attempt)
   out.attempts = len(good)
+  if out.checked < len(attempts) and not out.problems:  # never a pass without every verdict
+    out.problems.append(f'attempts: only {out.checked} of {len(attempts)} verdicts re-run')
   if len(good) < len(attempts):
     out.notes.append(
       f'{len(attempts) - len(good)} malformed attempts left out of the structure and summary checks'
@@ -310,16 +317,22 @@ def _verdict(label, a, out: Rescore) -> bool:
   except (TypeError, KeyError, ValueError, AttributeError) as e:
     out.problems.append(f'{label}: verdict cannot be re-run: {e}')
     return False
+  name = f'verifier {verdict.verifier} v{verdict.version}'
   try:
-    again = verifier(a['text'], verdict.gold).to_json()
+    with verifiers.plugin_failures(name, _VerifierFailed, contract=(ValueError,)):
+      again = _plain(verifier(a['text'], verdict.gold), name)
   except verifiers.VerifierError as e:
     out.problems.append(f'{label}: verdict cannot be re-run: {e}')
     return False
   except ValueError as e:
     out.problems.append(f'{label}: verifier {verdict.verifier} refuses the recorded gold: {e}')
     return True
+  except _VerifierFailed as e:
+    out.problems.append(f'{label}: verdict cannot be re-run: {e}')
+    return True
+  out.checked += 1
   for field in sorted(set(again) | set(recorded)):
-    if again.get(field) != recorded.get(field):
+    if _json(again.get(field)) != _json(recorded.get(field)):
       out.problems.append(
         f'{label}: verdict.{field} recorded {recorded.get(field)!r},'
         f' re-verified {again.get(field)!r}'
@@ -327,8 +340,9 @@ def _verdict(label, a, out: Rescore) -> bool:
   if again['verdict']:
     out.reverified[a['phase']] = out.reverified.get(a['phase'], 0) + 1
   try:
-    gold = verifier('', [a['gold']]).gold[0]
-  except ValueError as e:
+    with verifiers.plugin_failures(name, _VerifierFailed):
+      gold = _plain(verifier('', [a['gold']]), name)['gold'][0]
+  except (ValueError, IndexError, _VerifierFailed) as e:
     out.problems.append(f'{label}: gold {a["gold"]!r} is not a {verdict.verifier} answer: {e}')
     return True
   if not verdict.gold or verdict.gold[0] != gold:
@@ -337,6 +351,29 @@ def _verdict(label, a, out: Rescore) -> bool:
       f' {list(verdict.gold)!r}'
     )
   return True
+
+
+class _VerifierFailed(Exception):
+  """A verifier raised something other than the ValueError of its contract (a gold answer
+  it refuses), or called sys.exit."""
+
+
+def _plain(found: Any, name: str) -> dict[str, Any]:
+  """The JSON of a verifier's `Verdict`, every field of its JSON type (no object that merely
+  compares equal); ValueError naming the field otherwise (wrapped by the caller)."""
+  if not isinstance(found, verifiers.Verdict):
+    raise verifiers.VerifierError(f'{name} returned {type(found).__name__}, not a Verdict')
+  data = found.to_json()
+  if problems := _wrong('the re-run verdict', data, _VERDICT, _VERDICT_OPTIONAL):
+    raise verifiers.VerifierError(f'{name}: {problems[0]}')
+  if not all(type(g) is str for g in data['gold']):
+    raise verifiers.VerifierError(f'{name}: the re-run verdict.gold is not a list of strings')
+  return data
+
+
+def _json(value: Any) -> str:
+  """`value` as canonical JSON: what two verdict fields are compared as (so True is not 1)."""
+  return json.dumps(value, sort_keys=True)
 
 
 def _structure(by_phase, budget, out: Rescore) -> None:

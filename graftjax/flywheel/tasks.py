@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 import dataclasses
+import importlib
+import inspect
 from typing import Any
 
 from graftjax.flywheel import verifiers
@@ -165,3 +167,31 @@ class Task:
   def verify(self, item: Item, text: str) -> verifiers.Verdict:
     """Checks answer text (cut at the caller's stop sequences) for `item`."""
     return self.checker(text, item.gold)
+
+
+def load(spec: str) -> Task:
+  """The task 'package.module:Name' names: `Name` is a `Task`, or a function of no arguments
+  that returns one.
+
+  Raises:
+    TaskError: naming `spec` and the cause: the spec is malformed, the module cannot be
+      imported, `Name` is missing, needs arguments or is no `Task`, or the user's code
+      raises or calls `sys.exit` (a task never ends the caller).
+  """
+  module, _, name = spec.partition(':')
+  if not module or not name:
+    raise TaskError(f'task {spec!r} is not package.module:Name')
+  with verifiers.plugin_failures(f'task {spec!r} cannot be loaded', TaskError):
+    found = getattr(importlib.import_module(module), name)
+  if callable(found) and not isinstance(found, Task):
+    try:
+      inspect.signature(found).bind()
+    except TypeError as e:
+      raise TaskError(f'task {spec!r} needs arguments ({e}): give a function of none') from e
+    except ValueError:  # no signature to inspect (a builtin): the call says
+      pass
+    with verifiers.plugin_failures(f'task {spec!r}: its factory failed', TaskError):
+      found = found()
+  if not isinstance(found, Task):
+    raise TaskError(f'task {spec!r} is a {type(found).__name__}, not a graftjax.flywheel.Task')
+  return found

@@ -10,11 +10,12 @@ Details: docs/flywheel.md, section `graftjax/flywheel/verifiers.py`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fractions
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 _DIGITS = r'(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+'
@@ -310,6 +311,27 @@ def get(name: str, version: int | None = None) -> Verifier:
       f' version {version}'
     )
   return _REGISTRY[(name, version)]
+
+
+@contextlib.contextmanager
+def plugin_failures(
+  what: str, error: type[Exception], *, contract: tuple[type[Exception], ...] = ()
+) -> Iterator[None]:
+  """Runs a user's plug-in code (a module a command line names, or what it defines): any
+  exception it raises (but those of its `contract`, raised as they are), or its `sys.exit`,
+  comes out as `error` whose message is `what`, then the cause; the caller goes on
+  deciding (a plug-in never ends the process).
+
+  Example: `with plugin_failures(f'--verifiers: cannot import {name!r}', RescoreError):`.
+  """
+  try:
+    yield
+  except contract:
+    raise
+  except SystemExit as e:
+    raise error(f'{what}: it called sys.exit({e.code!r})') from e
+  except Exception as e:  # any failure of the user's code, named with its cause
+    raise error(f'{what}: {type(e).__name__}: {e}') from e
 
 
 NUMERIC = add(Numeric())

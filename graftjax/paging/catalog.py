@@ -27,6 +27,7 @@ import json
 import operator
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Self
 
@@ -66,6 +67,7 @@ _COLUMNS = (
 tokens_sha256 = indexes.tokens_sha256
 BindingError = indexes.BindingError
 CatalogFileError = indexes.CatalogFileError
+RemovalRefusedError = indexes.RemovalRefusedError
 # (key, the block's metadata) -> (text, source) of its row, or None to leave it out.
 Describe = Callable[[str, blocks.BlockMeta], tuple[str, str] | None]
 
@@ -78,9 +80,10 @@ class Synced:
     listed: blocks the store listed.
     read: manifests read (the blocks not seen before).
     added: entries catalogued.
-    removed: keys no longer in the store, taken out of the catalog.
+    removed: keys whose blocks are gone (unlisted, their manifests read missing), taken out.
     list_seconds: wall time of the store's listing.
     seconds: wall time of the whole sync.
+    kept: keys the listing lacks whose manifests did not read missing: their rows are kept.
   """
 
   listed: int
@@ -89,6 +92,7 @@ class Synced:
   removed: tuple[str, ...]
   list_seconds: float
   seconds: float
+  kept: tuple[str, ...] = ()
 
 
 class CatalogError(ValueError):
@@ -231,6 +235,8 @@ class Catalog:
     path: str | os.PathLike[str],
     store: store_lib.BlockStore,
     describe: Describe,
+    *,
+    allow_fewer_rows: bool = False,
     **kwargs,
   ) -> Catalog:
     """Writes the catalog at `path` again from the store, replacing what was there; opens it.
@@ -240,12 +246,20 @@ class Catalog:
     from `describe(key, meta)` (they are not in the block's metadata), which may return None
     to leave the block out.
 
+    The new catalog is written beside the one in place and replaces it only if it holds a
+    row of every key the one in place holds, but those whose blocks are gone (unlisted, and
+    their manifests read missing): the texts live only in the catalog. A catalog in place
+    that does not open as sqlite, or lacks the table, is replaced.
+
     Raises:
       store.StoreError: a block is missing or does not verify.
+      RemovalRefusedError: the new catalog lacks rows of the one in place whose blocks are
+        not known to be gone (unless `allow_fewer_rows`); the one in place is kept.
       CatalogError: `describe` gave a text with nothing to route by.
       CatalogFileError: the new file cannot be written.
     """
     path = os.fspath(path)
+    in_place = indexes.rows_in_place(path, 'SELECT key FROM pages')
     entries, keys = [], store.list()
     for key in keys:
       block, layout = store.get_page(key)
@@ -253,19 +267,30 @@ class Catalog:
       if described is not None:
         text, source = described
         entries.append(_entry_of(key, block.meta, layout, text, source))
-    partial = f'{path}.rebuild'
-    indexes.remove_database(partial)
-    with cls(partial, store=store) as fresh:
-      fresh.add_many(entries)
-      with indexes.transaction(fresh._db, partial):  # every block is seen: `sync` reads none
-        fresh._db.executemany('INSERT INTO synced VALUES (?)', [(key,) for key in keys])
-      with indexes.sqlite_errors(partial, 'cannot finish the rebuilt catalog'):
-        fresh._db.execute('PRAGMA wal_checkpoint(TRUNCATE)')
-        fresh._db.execute('PRAGMA journal_mode=DELETE')
+    indexes.check_complete(
+      store,
+      keys,
+      {str(key): str(key) for (key,) in in_place or ()},
+      {entry.key for entry in entries},
+      index=path,
+      allow_fewer_rows=allow_fewer_rows,
+    )
+    partial = f'{path}.rebuild-{uuid.uuid4().hex[:8]}'
+    try:
+      with cls(partial, store=store) as fresh:
+        fresh.add_many(entries)
+        with indexes.transaction(fresh._db, partial):  # every block is seen: `sync` reads none
+          fresh._db.executemany('INSERT INTO synced VALUES (?)', [(key,) for key in keys])
+        with indexes.sqlite_errors(partial, 'cannot finish the rebuilt catalog'):
+          fresh._db.execute('PRAGMA wal_checkpoint(TRUNCATE)')
+          fresh._db.execute('PRAGMA journal_mode=DELETE')
+    except BaseException:
+      indexes.remove_database(partial)
+      raise
     indexes.replace_database(partial, path)
     return cls(path, store=store, **kwargs)
 
-  def sync(self, describe: Describe) -> Synced:
+  def sync(self, describe: Describe, *, allow_removing_all: bool = False) -> Synced:
     """Brings the catalog up to date with its store; returns what it did.
 
     The store is listed (on an object store the listing is the floor of the cost: every
@@ -273,12 +298,22 @@ class Catalog:
     earlier sync are read (`BlockStore.read_meta`: one read each, no arrays). A new
     block's row takes its token count, page layout, model, dtype and token digest from its
     manifest, and its text and source from `describe(key, meta)`, which may return None to
-    leave it out (it is not read again). Rows of blocks no longer in the store are removed,
-    and are never routed again.
+    leave it out (it is not read again).
+
+    A row is removed (and never routed again) only on evidence that its block is gone: the
+    listing lacks it and a direct read of its manifest reports it missing. A row whose
+    block the listing lacks but whose manifest reads, or whose read fails, is kept (`kept`).
+    If the store lists none of the catalogued blocks (an unmounted disk, an unreachable
+    bucket, another store), nothing is changed and `RemovalRefusedError` says so, unless
+    `allow_removing_all`. The changes are applied in one transaction that takes what is in
+    the file then: syncs of one catalog file from several processes at once all succeed
+    (a row another one added first is kept as it is).
 
     Raises:
-      store.StoreError: a new block's manifest does not check (CorruptBlockError names the
-        key and the block the manifest describes); nothing of the sync is kept.
+      store.StoreError: the listing fails, or a new block's manifest does not check
+        (CorruptBlockError names the key and the block the manifest describes); nothing
+        of the sync is kept.
+      RemovalRefusedError: the store lists none of the catalogued blocks.
       CatalogError: `describe` gave a text with nothing to route by.
       CatalogFileError: the catalog cannot be written.
     """
@@ -288,9 +323,11 @@ class Catalog:
     listed = set(self.store.list())
     list_seconds = time.perf_counter() - start
     with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      seen = {
-        key for (key,) in self._db.execute('SELECT key FROM pages UNION SELECT key FROM synced')
-      }
+      rows = {key for (key,) in self._db.execute('SELECT key FROM pages')}
+      seen = rows | {key for (key,) in self._db.execute('SELECT key FROM synced')}
+    gone, kept = indexes.unlisted(
+      self.store, listed, rows, index=self.path, allow_removing_all=allow_removing_all
+    )
     new, read = [], []
     for key, (meta, layout) in _read_metas(self.store, sorted(listed - seen)):
       read.append(key)
@@ -298,25 +335,30 @@ class Catalog:
       if described is not None:
         text, source = described
         new.append(self._checked(_entry_of(key, meta, layout, text, source), meta))
-    removed = sorted(seen - listed)
+    unsynced = sorted(seen - rows - listed)  # seen, never catalogued: read again if listed
     with indexes.transaction(self._db, self.path):
-      for key in removed:
+      for key in gone:
         self._db.execute('DELETE FROM pages WHERE key = ?', (key,))
+      for key in [*gone, *unsynced]:
         self._db.execute('DELETE FROM synced WHERE key = ?', (key,))
       self._db.executemany('INSERT OR IGNORE INTO synced VALUES (?)', [(k,) for k in read])
       self._db.executemany(
-        f'INSERT INTO pages VALUES ({",".join("?" * len(_COLUMNS))})', [e.row() for e in new]
+        f'INSERT OR IGNORE INTO pages VALUES ({",".join("?" * len(_COLUMNS))})',
+        [e.row() for e in new],
       )
-    self._removed.update(removed)
-    self._removed.difference_update(e.key for e in new)
-    self.router.add_many((entry.key, entry.text) for entry in new)
+    added = [self.get(e.key, missing_ok=True) for e in new]  # another sync's, if it was first
+    added = [entry for entry in added if entry is not None]
+    self._removed.update(gone)
+    self._removed.difference_update(e.key for e in added)
+    self.router.add_many((entry.key, entry.text) for entry in added)
     return Synced(
       listed=len(listed),
       read=len(read),
-      added=tuple(new),
-      removed=tuple(removed),
+      added=tuple(added),
+      removed=tuple(gone),
       list_seconds=list_seconds,
       seconds=time.perf_counter() - start,
+      kept=tuple(kept),
     )
 
   def close(self) -> None:

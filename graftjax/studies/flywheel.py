@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
-import importlib
 import random
 import time
 from typing import Any
@@ -843,27 +842,16 @@ def qa_wikidata_task(pairs: int, *, seed: int = 0, shots: int = 5) -> tasks.Task
 def load_task(spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0) -> tasks.Task:
   """The task `spec` names: a built-in (`TASKS`) or 'package.module:Name'.
 
-  `Name` is a `tasks.Task`, or a function of no arguments that returns one.
-  The built-ins take the other arguments (`gsm8k_task`, `qa_wikidata_task`).
+  `Name` is a `tasks.Task`, or a function of no arguments that returns one (`tasks.load`:
+  any failure of the user's code is a `tasks.TaskError` naming the spec). The built-ins take the other arguments (`gsm8k_task`, `qa_wikidata_task`).
   """
   if spec == 'gsm8k':
     return gsm8k_task(templates, seed=seed, per_template=per_template)
   if spec == 'qa_wikidata':
     return qa_wikidata_task(pairs, seed=seed, shots=shots)
-  module, _, name = spec.partition(':')
-  if not module or not name:
+  if ':' not in spec:
     raise tasks.TaskError(f'task must be one of {TASKS} or package.module:Name, got {spec!r}')
-  try:
-    found = getattr(importlib.import_module(module), name)
-  except Exception as e:  # any failure of the user's module, named with its cause
-    raise tasks.TaskError(f'task {spec!r} cannot be loaded: {type(e).__name__}: {e}') from e
-  if callable(found) and not isinstance(found, tasks.Task):
-    found = found()
-  if not isinstance(found, tasks.Task):
-    raise tasks.TaskError(
-      f'task {spec!r} is a {type(found).__name__}, not a graftjax.flywheel.Task'
-    )
-  return found
+  return tasks.load(spec)
 
 
 def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any]:

@@ -11,8 +11,12 @@ line's own step, value and `prev`, and `prev` is the previous line's
 `sha256` (the header's for the first step), so an edited, reordered or
 duplicated line breaks the chain at that line.
 
-On reopening, a last line without its newline is an interrupted write: it
-is dropped (and cut from the file) and its step runs again. Anything else
+Each line is written at the end of the last complete one, and the file is cut
+there: a write that fails half-way (a full disk) raises `JournalError`, leaves
+the step undone (it runs again) and is overwritten by the next append, so the
+journal resumes with every step finished before it. On reopening, a last line
+without its newline is an interrupted write: it is dropped (and cut from the
+file) and its step runs again. Anything else
 wrong (a line that is not JSON, not UTF-8, of the wrong shape, whose digest
 or chain does not hold, a step twice) raises `JournalError` naming the file,
 the line and the cause. A step read back is passed to its `check` before it
@@ -23,6 +27,7 @@ store) is checked against it first.
 from __future__ import annotations
 
 from collections.abc import Callable
+import contextlib
 import hashlib
 import json
 import math
@@ -83,6 +88,7 @@ class Journal:
     self.resumed = 0
     self._line: dict[str, int] = {}  # step read back -> its line number, until checked
     self._last = ''
+    self._size = 0  # bytes of the file up to the end of its last complete line
     if self.path is None:
       return
     try:
@@ -93,12 +99,19 @@ class Journal:
     if kept:
       self._read(kept.split(b'\n')[:-1])
       self.resumed = len(self.done)
+      self._size = len(kept)
       if len(kept) < len(data):
-        self._write(kept, mode='r+b', truncate=True)
+        self._append(b'')
     else:
       header = {'journal': FORMAT, 'config_sha256': self.config_sha256}
-      self._last = _digest(header)
-      self._write(_canonical({**header, 'sha256': self._last}) + b'\n', mode='wb')
+      try:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
+      except OSError as e:
+        raise JournalError(f'{self.path}: cannot be written: {e}') from e
+      last = _digest(header)
+      self._append(_canonical({**header, 'sha256': last}) + b'\n')
+      self._last = last
 
   def step(
     self,
@@ -129,10 +142,11 @@ class Journal:
     except (TypeError, ValueError) as e:
       raise JournalError(f'step {name!r}: the value is not JSON-ready: {e}') from e
     value = json.loads(data)['value']  # what a resumed run will read back
-    self.done[name] = value
     if self.path is not None:
-      self._last = hashlib.sha256(data).hexdigest()
-      self._write(_canonical({**entry, 'sha256': self._last}) + b'\n', mode='ab')
+      digest = hashlib.sha256(data).hexdigest()
+      self._append(_canonical({**entry, 'sha256': digest}) + b'\n')
+      self._last = digest
+    self.done[name] = value
     return value
 
   def _read(self, lines: list[bytes]) -> None:
@@ -187,16 +201,25 @@ class Journal:
     self._line[name] = number
     self._last = entry['sha256']
 
-  def _write(self, data: bytes, *, mode: str, truncate: bool = False) -> None:
+  def _append(self, data: bytes) -> None:
+    """Writes `data` after the last complete line and cuts the file there; on a failure,
+    cuts the file back to its last complete line (or leaves the next append to).
+
+    Raises:
+      JournalError: the write failed; the journal holds the steps it held before.
+    """
     try:
-      if mode == 'wb':
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-      with self.path.open(mode) as f:
-        if truncate:
-          f.truncate(len(data))
-        else:
-          f.write(data)
+      with self.path.open('r+b') as f:
+        f.seek(self._size)
+        f.write(data)
+        f.truncate()
         f.flush()
         os.fsync(f.fileno())
     except OSError as e:
-      raise JournalError(f'{self.path}: cannot be written: {e}') from e
+      with contextlib.suppress(OSError):  # else the next append writes over what is left
+        os.truncate(self.path, self._size)
+      raise JournalError(
+        f'{self.path}: cannot be written: {e}; the journal keeps its {len(self.done)} finished'
+        ' steps, and the step runs again'
+      ) from e
+    self._size += len(data)

@@ -35,6 +35,7 @@ RUNS = 'runs'  # a study's shards and single runs, merged into its top-level fil
 # Written by `make demo` into the results folder; never committed, never on the page.
 NOT_RESULTS = ('*_demo.json', '*_demo.txt')
 _KEYS = {'title': str, 'order': int, 'section': str, 'commands': list}
+MAX_ORDER = 10_000  # a section's `order`: 0 to this
 
 
 class StudyError(ValueError):
@@ -182,7 +183,27 @@ def _declaration(folder: pathlib.Path) -> dict[str, Any]:
       raise StudyError(f'{path}: `{key}` must be a {kind.__name__}, found {found[key]!r}')
   if not all(isinstance(c, str) for c in found.get('commands', [])):
     raise StudyError(f'{path}: `commands` holds something other than strings')
+  if problem := _out_of_range(found):
+    raise StudyError(f'{path}: {problem}')
   return found
+
+
+def _one_line(text: str) -> bool:
+  return bool(text) and text == text.strip() and '\n' not in text and '\r' not in text
+
+
+def _out_of_range(found: dict[str, Any]) -> str | None:
+  """What of a declaration's well-typed fields is out of range, or None."""
+  if not _one_line(found['title']):
+    return f'`title` must be one line of text, found {found["title"]!r}'
+  if not 0 <= found['order'] <= MAX_ORDER:
+    return f'`order` must be from 0 to {MAX_ORDER}, found {found["order"]}'
+  section = found.get('section')
+  if section is not None and not all(part.isidentifier() for part in section.split('.')):
+    return f'`section` must be a module name, dotted and absolute, found {section!r}'
+  if bad := [c for c in found.get('commands', []) if not _one_line(c)]:
+    return f'`commands` must each be one line of text, found {bad[0]!r}'
+  return None
 
 
 def _verified(root: pathlib.Path, paths) -> tuple[Result, ...]:
@@ -250,13 +271,28 @@ def _section(study: Study) -> list[str]:
     return []
   if study.section is None:
     return summaries(study.results)
+  where = f'{study.folder}/{DECLARATION}: section {study.section}'
   try:
     module = importlib.import_module(study.section)
-  except ImportError as e:
-    raise StudyError(f'{study.folder}/{DECLARATION}: section {study.section}: {e}') from e
+  except (Exception, SystemExit) as e:  # the section's code, whatever it does, is named
+    raise StudyError(f'{where}: {_failure(e)}') from e
   if not callable(getattr(module, 'render', None)):
-    raise StudyError(f'{study.folder}/{DECLARATION}: section {study.section} has no render()')
-  return module.render(list(study.results))
+    raise StudyError(f'{where} has no render()')
+  try:
+    lines = module.render(list(study.results))
+  except StudyError:
+    raise
+  except (Exception, SystemExit) as e:
+    raise StudyError(f'{where}: render() failed: {_failure(e)}') from e
+  if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+    raise StudyError(f'{where}: render() returned {type(lines).__name__}, not a list of lines')
+  return lines
+
+
+def _failure(e: BaseException) -> str:
+  if isinstance(e, SystemExit):
+    return f'it called sys.exit({e.code!r})'
+  return f'{type(e).__name__}: {e}'
 
 
 def render_study(study: Study) -> list[str]:

@@ -1,6 +1,8 @@
 """graftjax.ledger: digests, and refusing result files that are not what they say."""
 
 import json
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -79,3 +81,44 @@ def test_sha256_array_is_of_the_raw_bytes():
   assert ledger.sha256_array(a) == ledger.sha256_bytes(a.tobytes())
   assert ledger.sha256_array(a.T) == ledger.sha256_bytes(np.ascontiguousarray(a.T).tobytes())
   assert ledger.sha256_tokens([1, 2]) == ledger.sha256_bytes(np.array([1, 2], '<i4').tobytes())
+
+
+def _verify_within(path, seconds=10):
+  """`verify_result(path)`'s error, or a failure if it does not return within `seconds`."""
+  found = []
+
+  def verify():
+    try:
+      ledger.verify_result(path)
+    except ledger.ResultError as e:
+      found.append(e)
+
+  thread = threading.Thread(target=verify, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  return thread.is_alive(), found
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+  fifo = tmp_path / 'r.json'
+  os.mkfifo(fifo)
+  try:
+    waiting, found = _verify_within(fifo)
+  finally:
+    if waiting:  # the reader still waiting in open() gets its writer, then the end of the file
+      os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+  assert not waiting and 'it is a FIFO, not a regular file' in str(found[0])
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/zero'), reason='no /dev/zero on this system')
+def test_an_endless_device_is_refused_before_it_is_read():
+  waiting, found = _verify_within('/dev/zero')
+  assert not waiting and 'it is a character device, not a regular file' in str(found[0])
+
+
+def test_a_file_beyond_the_size_bound_is_refused_unread(tmp_path, monkeypatch):
+  path = tmp_path / 'r.json'
+  ledger.write_result(path, {'padding': 'x' * 4096})
+  monkeypatch.setattr(ledger, 'MAX_BYTES', 1024)
+  with pytest.raises(ledger.ResultError, match='larger than 1,024 bytes'):
+    ledger.verify_result(path)

@@ -376,3 +376,10 @@ def test_the_prompted_arm_is_an_energy_phase_of_its_own(tmp_path):
   assert rescore.rescore(_write(tmp_path, result)).ok
   phase['answers'] = n + 1
   assert not rescore.rescore(_write(tmp_path, result, 'b.json')).ok
+
+
+def test_a_pass_needs_every_attempts_verdict_re_run(tmp_path, monkeypatch):
+  path = _write(tmp_path, make_result())
+  monkeypatch.setattr(rescore, '_verdict', lambda label, a, out: True)  # a check that skips
+  found = rescore.rescore(path)
+  assert found.problems == ['attempts: only 0 of 9 verdicts re-run'] and not found.ok

@@ -1,6 +1,7 @@
 """Open verifiers: registered by name and version, recorded in each verdict, re-run by rescore."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -145,3 +146,62 @@ def test_rescore_names_a_verifier_module_that_cannot_load(tmp_path, monkeypatch,
   err = capsys.readouterr().err
   assert "cannot import 'broken_verifiers': RuntimeError: no such rules" in err
   assert rescore.main(['--verifiers=no_such_module_here', str(tmp_path / 'r.json')]) == 2
+
+
+class _AlwaysEqual(str):
+  """A string that claims to equal anything (a verifier that would fake a pass)."""
+
+  def __eq__(self, other):
+    return True
+
+  def __ne__(self, other):
+    return False
+
+  __hash__ = str.__hash__
+
+
+def _cheat(text, gold):
+  return verifiers.Check(contains(text, gold).verdict, extracted=_AlwaysEqual('anything'))
+
+
+def _exits(text, gold):
+  raise SystemExit(0)
+
+
+def _raises(text, gold):
+  raise RuntimeError('rules broke')
+
+
+HOSTILE_MODULE = f"""
+from graftjax.flywheel import verifiers
+from {__name__} import {{name}}
+
+verifiers.register('contains', 3, {{name}})
+"""
+
+
+@pytest.mark.parametrize(
+  'name, says',
+  [
+    ('_exits', r'verifier contains v3: it called sys.exit\(0\)'),
+    ('_raises', 'verifier contains v3: RuntimeError: rules broke'),
+    ('_cheat', "extracted is 'anything', not a JSON str"),
+  ],
+)
+def test_a_verifier_that_exits_raises_or_cheats_fails_the_rescore(
+  tmp_path, monkeypatch, capsys, name, says
+):
+  path = _user_result(tmp_path, monkeypatch, f'user_verifiers_{name}')
+  result = json.loads(path.read_text())
+  result['attempts'][0]['verdict']['extracted'] = 'forged'  # only a cheat would accept it
+  ledger.write_result(path, result)
+  (tmp_path / f'hostile{name}.py').write_text(HOSTILE_MODULE.format(name=name))
+  assert rescore.main([f'--verifiers=hostile{name}', str(path)]) == 1
+  assert re.search(says, capsys.readouterr().out)
+
+
+def test_a_verifier_module_that_calls_sys_exit_is_named(tmp_path, monkeypatch, capsys):
+  (tmp_path / 'exiting_verifiers.py').write_text('import sys\nsys.exit(0)\n')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  assert rescore.main(['--verifiers=exiting_verifiers', str(tmp_path / 'r.json')]) == 2
+  assert r"cannot import 'exiting_verifiers': it called sys.exit(0)" in capsys.readouterr().err

@@ -1,6 +1,8 @@
 """The run journal: finished steps are kept, a torn line is dropped, another run is refused."""
 
+import errno
 import json
+import pathlib
 
 import pytest
 
@@ -154,3 +156,43 @@ def test_a_step_read_back_is_checked_once_before_it_is_used(tmp_path):
   assert seen == [1]
   with pytest.raises(journal_lib.JournalError, match="line 4: step 'c' names something that"):
     again.step('c', lambda: 'not run', check=check)
+
+
+class _HalfWrite:
+  """A file whose writes land half-way, then fail as a full disk does."""
+
+  def __init__(self, f):
+    self._f = f
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self._f.close()
+
+  def write(self, data):
+    self._f.write(data[: len(data) // 2])
+    self._f.flush()
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  def __getattr__(self, name):
+    return getattr(self._f, name)
+
+
+def test_a_write_that_fails_half_way_leaves_a_journal_that_resumes(tmp_path, monkeypatch):
+  path = tmp_path / 'journal.jsonl'
+  calls, compute = _counting()
+  journal = journal_lib.Journal(path, config={})
+  journal.step('a', compute(1))
+  opened = pathlib.Path.open
+  with monkeypatch.context() as patch:
+    patch.setattr(pathlib.Path, 'open', lambda self, *a, **k: _HalfWrite(opened(self, *a, **k)))
+    with pytest.raises(journal_lib.JournalError, match='No space left'):
+      journal.step('b', compute(2))
+  assert 'b' not in journal.done
+  assert journal.step('c', compute(3)) == 3  # the append after the failed one
+  again = journal_lib.Journal(path, config={})
+  assert again.resumed == 2 and again.done == {'a': 1, 'c': 3}
+  assert again.step('b', compute(4)) == 4  # the failed step runs again
+  assert journal_lib.Journal(path, config={}).done == {'a': 1, 'c': 3, 'b': 4}
+  assert calls == [1, 2, 3, 4]

@@ -1,0 +1,278 @@
+"""Indexes never delete what they cannot rebuild: a sync removes a row only when the store
+lists and a direct read of the block's manifest reports it missing; a rebuild replaces the
+index in place only when it is at least as complete; two syncs of one file at once both
+succeed."""
+
+import shutil
+import sqlite3
+import threading
+
+import pytest
+from test_store import make_block
+
+from graftjax import indexes
+from graftjax import store as store_lib
+from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import tasks
+from graftjax.flywheel import verifiers
+from graftjax.paging import catalog as catalog_lib
+
+SHAPE = library_lib.Shape(capacity=128, chunk_size=16)
+
+
+def describe(key, meta):
+  return ' '.join(f'w{t % 97}' for t in meta.token_ids[:6]), 'synced'
+
+
+def _rows(path, table='pages'):
+  db = sqlite3.connect(path)
+  try:
+    return db.execute(f'SELECT * FROM {table} ORDER BY 1, 2').fetchall()
+  finally:
+    db.close()
+
+
+@pytest.fixture
+def synced(tmp_path):
+  """(store, catalog path, keys): three blocks and a catalog beside them, synced."""
+  store = store_lib.BlockStore(tmp_path / 'store')
+  keys = sorted(store.put(make_block(i)) for i in range(3))
+  path = tmp_path / 'c.sqlite'
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    catalog.sync(describe)
+  return store, path, keys
+
+
+def _unmount(root):
+  """The store's folder moved away and an empty one in its place (an unmounted disk)."""
+  away = root.with_name(root.name + '.away')
+  root.rename(away)
+  root.mkdir()
+  return away
+
+
+def test_a_store_that_lists_empty_removes_no_row(synced, tmp_path):
+  store, path, keys = synced
+  before = _rows(path)
+  away = _unmount(tmp_path / 'store')
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    with pytest.raises(indexes.RemovalRefusedError, match='lists 0 blocks.*unmounted'):
+      catalog.sync(describe)
+    assert catalog.keys() == keys
+  assert _rows(path) == before
+  shutil.rmtree(tmp_path / 'store')
+  away.rename(tmp_path / 'store')
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    assert catalog.sync(describe).removed == () and catalog.keys() == keys
+
+
+def test_a_store_emptied_on_purpose_is_synced_with_the_flag(synced):
+  store, path, keys = synced
+  for key in keys:
+    store.delete(key)
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    with pytest.raises(indexes.RemovalRefusedError):
+      catalog.sync(describe)
+    assert catalog.sync(describe, allow_removing_all=True).removed == tuple(keys)
+    assert len(catalog) == 0
+
+
+def test_a_listing_that_fails_changes_nothing(synced, monkeypatch):
+  store, path, keys = synced
+  before = _rows(path)
+
+  def fails():
+    raise store_lib.StoreIOError(str(store.root), 'cannot list the store: connection reset')
+
+  monkeypatch.setattr(store, 'list', fails)
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    with pytest.raises(store_lib.StoreIOError, match='connection reset'):
+      catalog.sync(describe)
+  assert _rows(path) == before
+
+
+def test_a_listing_that_misses_a_block_whose_manifest_reads_removes_nothing(synced, monkeypatch):
+  store, path, keys = synced
+  listed = store.list()
+  monkeypatch.setattr(store, 'list', lambda: [k for k in listed if k != keys[1]])
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    done = catalog.sync(describe)
+    assert done.removed == () and done.kept == (keys[1],) and catalog.keys() == keys
+
+
+def test_a_manifest_read_that_fails_is_not_evidence(synced, monkeypatch):
+  store, path, keys = synced
+  listed, read_meta = store.list(), store.read_meta
+
+  def read(key):
+    if key == keys[0]:
+      raise store_lib.StoreIOError(key, 'connection reset')
+    return read_meta(key)
+
+  monkeypatch.setattr(store, 'list', lambda: [k for k in listed if k not in keys[:2]])
+  monkeypatch.setattr(store, 'read_meta', read)
+  store.delete(keys[1])  # gone for real: unlisted, and its manifest reads missing
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    done = catalog.sync(describe)
+    assert done.removed == (keys[1],) and done.kept == (keys[0],)
+    assert catalog.keys() == [keys[0], keys[2]]
+
+
+def test_a_rebuild_against_an_unmounted_store_keeps_the_catalog(synced, tmp_path):
+  store, path, _ = synced
+  before = _rows(path)
+  _unmount(tmp_path / 'store')
+  with pytest.raises(indexes.RemovalRefusedError, match='lists 0 blocks'):
+    catalog_lib.Catalog.rebuild(path, store, describe)
+  assert _rows(path) == before
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['c.sqlite', 'store', 'store.away']
+
+
+def test_a_rebuild_that_would_lose_rows_keeps_the_catalog(synced):
+  store, path, keys = synced
+  leave_out = lambda key, meta: None if key == keys[2] else describe(key, meta)
+  with pytest.raises(indexes.RemovalRefusedError, match=f'lacks 1 rows.*{keys[2]}'):
+    catalog_lib.Catalog.rebuild(path, store, leave_out)
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    assert catalog.keys() == keys
+  with catalog_lib.Catalog.rebuild(path, store, leave_out, allow_fewer_rows=True) as catalog:
+    assert catalog.keys() == keys[:2]
+
+
+def test_a_rebuild_drops_the_rows_of_blocks_that_are_gone(synced):
+  store, path, keys = synced
+  store.delete(keys[0])
+  with catalog_lib.Catalog.rebuild(path, store, describe) as catalog:
+    assert catalog.keys() == keys[1:]
+
+
+def _racing(n):
+  """A describe for each of `n` syncs that holds each one until all have read the file."""
+  barrier = threading.Barrier(n, timeout=30)
+
+  def describe_after_all(key, meta):
+    barrier.wait()
+    return describe(key, meta)
+
+  return describe_after_all
+
+
+def test_two_syncs_of_one_catalog_file_at_once_both_succeed(tmp_path):
+  store = store_lib.BlockStore(tmp_path / 'store')
+  store.put(make_block(0))
+  path = tmp_path / 'c.sqlite'
+  catalogs = [catalog_lib.Catalog(path, store=store) for _ in range(2)]
+  both = _racing(2)
+  results, errors = [], []
+
+  def sync(catalog):
+    try:
+      results.append(catalog.sync(both))
+    except Exception as e:  # noqa: BLE001  (reported below)
+      errors.append(e)
+
+  threads = [threading.Thread(target=sync, args=(c,)) for c in catalogs]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(60)
+  assert errors == [] and len(results) == 2
+  assert [len(r.added) for r in results] == [1, 1]  # each routes the row
+  for catalog in catalogs:
+    assert len(catalog) == 1 and catalog.route(results[0].added[0].text)
+    catalog.close()
+
+
+# --- the library ------------------------------------------------------------------------------
+
+
+def last_word(text, gold):
+  words = text.replace('.', ' ').split()
+  return verifiers.Verdict(
+    bool(words) and words[-1] in gold, words[-1] if words else None, tuple(gold), 'last_word', 1
+  )
+
+
+def deposit(model, library, i):
+  item = tasks.Item(
+    task='toy', id=f'q{i}', question=f'What is {i} plus one?', answer=str(i + 1), source='t',
+    split='test',
+  )  # fmt: skip
+  return library.deposit(
+    model,
+    item=item,
+    verifier=last_word,
+    solution=f'{i} + 1 = {i + 1}',
+    source='reference',
+    tokens_spent=0,
+  )
+
+
+@pytest.fixture
+def library(text_model, tmp_path):
+  library = library_lib.Library(tmp_path / 'lib', shape=SHAPE)
+  for i in range(2):
+    deposit(text_model, library, i)
+  library.close()
+  return tmp_path / 'lib'
+
+
+def test_a_library_rebuild_without_its_records_keeps_the_catalog(library):
+  before = _rows(library / 'catalog.db', 'deposits')
+  shutil.rmtree(library / 'records')
+  with pytest.raises(indexes.RemovalRefusedError, match='lacks 2 rows.*toy/q0'):
+    library_lib.Library.rebuild(library, shape=SHAPE)
+  assert _rows(library / 'catalog.db', 'deposits') == before
+  assert len(library_lib.Library(library, shape=SHAPE).entries()) == 2
+
+
+def test_a_library_rebuild_drops_the_rows_of_blocks_that_are_gone(library):
+  opened = library_lib.Library(library, shape=SHAPE)
+  first, second = opened.entries()
+  opened.store.delete(first.key)
+  opened.close()
+  rebuilt = library_lib.Library.rebuild(library, shape=SHAPE)
+  assert rebuilt.entries() == [second] and rebuilt.rebuilt['records_without_block'] == [first.key]
+  rebuilt.close()
+
+
+def test_a_library_sync_against_an_unmounted_store_removes_no_row(library, tmp_path):
+  index = tmp_path / 'index.db'
+  assert len(library_lib.Library(library, shape=SHAPE, index=index).sync().added) == 2
+  away = _unmount(library)
+  opened = library_lib.Library(library, shape=SHAPE, index=index)
+  with pytest.raises(indexes.RemovalRefusedError, match='unmounted'):
+    opened.sync()
+  assert len(opened.entries()) == 2
+  shutil.rmtree(library)
+  away.rename(library)
+
+
+def test_two_library_syncs_of_one_index_at_once_both_succeed(library, tmp_path, monkeypatch):
+  index = tmp_path / 'index.db'
+  libraries = [library_lib.Library(library, shape=SHAPE, index=index) for _ in range(2)]
+  barrier = threading.Barrier(2, timeout=30)
+  for opened in libraries:
+
+    def read_after_all(name, read=opened._records.read):
+      barrier.wait()  # each sync has read the index before either writes
+      return read(name)
+
+    monkeypatch.setattr(opened._records, 'read', read_after_all)
+  results, errors = [], []
+
+  def sync(opened):
+    try:
+      results.append(opened.sync())
+    except Exception as e:  # noqa: BLE001  (reported below)
+      errors.append(e)
+
+  threads = [threading.Thread(target=sync, args=(o,)) for o in libraries]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(60)
+  assert errors == [] and [len(r.added) for r in results] == [2, 2]
+  for opened in libraries:
+    assert len(opened.entries()) == 2
+    opened.close()
