@@ -24,9 +24,11 @@ the caller names how), 'problem_error:<Type>' (the problem's own code failed).
 import errno
 import json
 import os
+import re
 import sys
 
 MAX_MESSAGE = 16 << 20  # bytes of one answer
+_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]{0,99}')  # a type's name, as a cause may hold it
 _TAGS = {'t': tuple, 's': set, 'f': frozenset}
 _BUILTIN = (type(None), bool, int, float, str)
 
@@ -60,10 +62,10 @@ def encode(value) -> bytes:
     text = json.dumps(_plain(value), ensure_ascii=True, check_circular=True)
   except WireError:
     raise
-  except RecursionError:
-    raise WireError('bad_return_type:nested too deep') from None
-  except ValueError as error:  # a circular list, an int of too many digits
-    raise WireError(f'bad_return_type:{type(value).__name__}') from error
+  except RecursionError:  # nested past the interpreter's depth, or circular
+    raise WireError('bad_return_type:nested_too_deep') from None
+  except ValueError:  # an int past the interpreter's limit on digits
+    raise WireError('bad_return_type:huge_int') from None
   return text.encode() + b'\n'
 
 
@@ -180,12 +182,13 @@ def _failure(message: list) -> str:
   """The cause a non-'return' answer names."""
   if message[0] == 'raise':
     _, name, number, text = message
-    if type(name) is not str or not name.isidentifier() or type(text) is not str:
+    if type(name) is not str or not _NAME.fullmatch(name) or type(text) is not str:
       return 'bad_message'
     return _exception_cause(name, number, text)
   if message[0] == 'bad_return':
     cause = message[1]
-    return cause if type(cause) is str and cause.startswith('bad_return_type:') else 'bad_message'
+    kind = cause.split(':', 1)[-1] if type(cause) is str else ''
+    return cause if cause == f'bad_return_type:{kind}' and _NAME.fullmatch(kind) else 'bad_message'
   return message[0]
 
 

@@ -173,6 +173,10 @@ def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> Outc
   try:
     judged = judge.finish(deadline)
     found, cause = _verdict(_read_verdict(verdict_read), nonce)
+  except sandbox.SandboxError:
+    candidate.stop()
+    candidate.finish()
+    raise
   finally:
     os.close(verdict_read)
   if judged.cause in ('timeout', 'process_limit') or cause == 'candidate_exited':

@@ -1,8 +1,11 @@
-"""The code verifier runs prompt + completion + tests in the sandbox and names why one failed."""
+"""The code verifier: a judge sandbox checks plain data the candidate's sandbox returns; reward hacks
+fail and every failure names its cause."""
 
 import collections
 import concurrent.futures
 import dataclasses
+import json
+import pathlib
 import shutil
 
 import pytest
@@ -91,7 +94,8 @@ _CAUSES = [
 @needs_bwrap
 @pytest.mark.parametrize(('body', 'cause'), _CAUSES)
 def test_a_failing_completion_is_contained_and_its_cause_recorded_exactly(body, cause):
-  limits = dataclasses.replace(_FAST, wall_seconds=3) if cause == 'timeout' else _FAST
+  short = cause in ('timeout', 'process_limit')  # causes the wall clock may be what ends
+  limits = dataclasses.replace(_FAST, wall_seconds=3) if short else _FAST
   outcome = code_verifier.run(PROBLEM, body, limits=limits)
   assert (outcome.passed, outcome.cause) == (False, cause)
 
@@ -253,6 +257,12 @@ def test_a_nan_crosses_the_wire():
   assert again[0] != again[0]
 
 
+def _circular():
+  value = []
+  value.append(value)
+  return value
+
+
 @pytest.mark.parametrize(
   ('value', 'cause'),
   [
@@ -260,7 +270,10 @@ def test_a_nan_crosses_the_wire():
     ([1, print], 'bad_return_type:builtin_function_or_method'),
     (type('Int', (int,), {})(1), 'bad_return_type:Int'),
     ({'k': range(3)}, 'bad_return_type:range'),
+    (10**5000, 'bad_return_type:huge_int'),
+    (_circular(), 'bad_return_type:nested_too_deep'),
   ],
+  ids=['object', 'function', 'int_subclass', 'range', 'huge_int', 'circular'],
 )
 def test_anything_but_plain_data_is_refused_by_the_encoder(value, cause):
   with pytest.raises(code_harness.WireError) as raised:
@@ -275,6 +288,26 @@ def test_anything_but_plain_data_is_refused_by_the_encoder(value, cause):
 def test_the_decoder_refuses_what_the_encoder_never_writes(line):
   with pytest.raises(code_harness.WireError, match='bad_message'):
     code_harness.decode(line)
+
+
+@pytest.mark.parametrize(
+  ('message', 'cause'),
+  [
+    (['raise', 'ValueError', None, 'no'], 'exception:ValueError'),
+    (['raise', 'MemoryError', None, ''], 'memory'),
+    (['raise', 'BlockingIOError', 11, ''], 'process_limit'),
+    (['raise', 'RuntimeError', None, "can't start new thread"], 'process_limit'),
+    (['raise', 'OSError', 27, 'File too large'], 'file_size'),
+    (['raise', 'X' * 101, None, ''], 'bad_message'),
+    (['raise', 'not a name', None, ''], 'bad_message'),
+    (['bad_return', 'bad_return_type:generator'], 'bad_return_type:generator'),
+    (['bad_return', 'assertion'], 'bad_message'),
+    (['bad_return', 'bad_return_type:' + 'x' * 200], 'bad_message'),
+    (['no_entry_point'], 'no_entry_point'),
+  ],
+)
+def test_the_judge_names_a_failed_answers_cause_and_bounds_what_it_takes_from_it(message, cause):
+  assert code_harness._failure(message) == cause
 
 
 def test_the_verifier_is_registered_by_name_and_version():
@@ -349,3 +382,26 @@ def test_every_humaneval_canonical_solution_passes_and_every_empty_body_fails():
     f'{len(items)} canonical solutions pass; empty bodies fail:',
     collections.Counter(empty.values()),
   )
+
+
+_COMMITTED = (
+  pathlib.Path(__file__).resolve().parents[3]
+  / 'experiments/results/flywheel/flywheel_humaneval_cpu.json'
+)
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_version_3_gives_every_committed_humaneval_verdict_of_version_2_again():
+  """The committed HumanEval run was verified by version 2: each of its answers, checked again
+  by version 3, passes or fails as recorded."""
+  if not _COMMITTED.is_file():
+    pytest.skip(f'{_COMMITTED.name} is not in this checkout')
+  attempts = json.loads(_COMMITTED.read_text())['attempts']
+  assert {a['verdict']['version'] for a in attempts} == {2}
+
+  def again(attempt):
+    return code_verifier.VERIFIER(attempt['text'], attempt['verdict']['gold']).verdict
+
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    assert list(pool.map(again, attempts)) == [a['verdict']['verdict'] for a in attempts]

@@ -159,6 +159,45 @@ def test_a_file_past_its_size_limit_is_refused():
 
 
 @needs_bwrap
+@pytest.mark.parametrize('stream', ['stdout', 'stderr'])
+def test_an_output_flood_is_an_output_limit_whatever_the_program_does_next(stream):
+  limits = sandbox.Limits(file_bytes=1 << 20)
+  code = (
+    f'import sys\ntry:\n  sys.{stream}.write("x" * (2 << 20))\n  sys.{stream}.flush()\n'
+    'except OSError:\n  pass\nimport os\nos._exit(0)'
+  )
+  result = sandbox.run_python(code, limits=limits)
+  assert (result.passed, result.cause) == (False, 'output_limit')
+  assert len(getattr(result, stream)) == 1 << 20
+
+
+@needs_bwrap
+def test_two_sandboxes_talk_over_the_descriptors_they_are_given():
+  read, write = os.pipe()
+  try:
+    reader = sandbox.Sandbox(
+      f'import os\nprint(os.read({read}, 100).decode(), open("note").read())',
+      files={'note': 'from the host'},
+      pass_fds=(read,),
+    )
+    writer = sandbox.Sandbox(f'import os\nos.write({write}, b"hello")', pass_fds=(write,))
+  finally:
+    os.close(read)
+    os.close(write)
+  assert writer.finish().passed
+  assert reader.finish().stdout == 'hello from the host\n'
+
+
+@needs_bwrap
+def test_a_stopped_sandbox_says_so():
+  running = sandbox.Sandbox('import time\ntime.sleep(60)')
+  running.stop()
+  result = running.finish()
+  assert (result.passed, result.cause) == (False, 'stopped')
+  assert result.seconds < 30
+
+
+@needs_bwrap
 def test_a_signal_is_named():
   result = sandbox.run_python('import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)')
   assert (result.passed, result.cause, result.signal) == (False, 'signal', 'SIGSEGV')
