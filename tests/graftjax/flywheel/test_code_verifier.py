@@ -126,8 +126,8 @@ _HACKS = {
     " check() returned', flush=True), os._exit(0)))\n"
   ),
   'prints_the_marker_from_sys_excepthook': (
-    "  return 0\nimport sys\nsys.excepthook = lambda *a: print('graftjax code verifier:"
-    " check() returned')\n"
+    "  return 0\nimport os, sys\nsys.excepthook = lambda *a: (print('graftjax code verifier:"
+    " check() returned', flush=True), os._exit(0))\n"
   ),
   'patches_builtins_and_assert_helpers': (
     '  return 0\nimport builtins, unittest\nbuiltins.AssertionError = type("Quiet", (Exception,), {})\n'
@@ -171,6 +171,37 @@ _HELPER_PROBLEM = code_verifier.Problem(
 def test_a_reward_hack_fails(name):
   outcome = code_verifier.run(_HELPER_PROBLEM, _HACKS[name], limits=_FAST)
   assert not outcome.passed and outcome.cause is not None, outcome
+
+
+_MARKER = 'graftjax code verifier: check() returned'
+
+
+def _passes_a_verifier_trusting_the_program(problem, text) -> bool:
+  """Version 2's rule: prompt, code, tests and `check` as one program that passes when it
+  exits 0 with the marker as its last line."""
+  code = code_verifier.completion_code(text)
+  program = (
+    f'{problem.prompt}{code}\n\n{problem.test}\n\ncheck({problem.entry_point})\n'
+    f'print({_MARKER!r})\n'
+  )
+  result = sandbox.run_python(program, limits=_FAST)
+  return result.exit_code == 0 and result.stdout.endswith(_MARKER + '\n')
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+  'name',
+  [
+    'reads_its_program_prints_the_old_marker_and_exits_0',
+    'returns_an_object_equal_to_everything',
+    'returns_an_int_subclass_equal_to_everything',
+    'prints_the_marker_at_exit_after_a_failure',
+    'prints_the_marker_from_sys_excepthook',
+  ],
+)
+def test_the_hacks_have_teeth_each_passes_a_verifier_that_trusts_the_programs_exit(name):
+  assert not _passes_a_verifier_trusting_the_program(_HELPER_PROBLEM, '  return a - b\n')
+  assert _passes_a_verifier_trusting_the_program(_HELPER_PROBLEM, _HACKS[name])
 
 
 @needs_bwrap
