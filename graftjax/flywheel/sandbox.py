@@ -29,19 +29,32 @@ import tempfile
 import time
 from collections.abc import Mapping
 
-# Inside the sandbox: drop to the sandbox user when started as root, set the limits, run main.py.
+# Inside the sandbox, as its init (pid 1, which nothing inside can signal): fork the program,
+# which drops to the sandbox user when started as root, sets its limits and runs main.py; reap
+# every process until the program ends, then exit with its status, 128 + N for signal N. A
+# program that ignores SIGXCPU dies of the SIGKILL at the hard CPU limit: that is SIGXCPU too.
 _LAUNCHER = """\
-import os, resource, sys
+import os, resource, signal, sys
 uid, cpu, memory, processes, file_bytes = (int(a) for a in sys.argv[1:6])
-if os.getuid() == 0:
-  os.setgroups([])
-  os.setresgid(uid, uid, uid)
-  os.setresuid(uid, uid, uid)
-for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_NPROC, processes),
-                     (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_CORE, 0)):
-  resource.setrlimit(limit, (value, value))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-os.execv(sys.executable, [sys.executable, '-I', 'main.py', *sys.argv[6:]])
+program = os.fork()
+if program == 0:
+  if os.getuid() == 0:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+  for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_NPROC, processes),
+                       (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_CORE, 0)):
+    resource.setrlimit(limit, (value, value))
+  resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+  os.execv(sys.executable, [sys.executable, '-I', 'main.py', *sys.argv[6:]])
+while True:
+  pid, status, usage = os.wait4(-1, 0)
+  if pid == program:
+    break
+code = os.waitstatus_to_exitcode(status)
+if code == -signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu:
+  code = -signal.SIGXCPU
+os._exit(128 - code if code < 0 else code)
 """
 
 # The longest wait for the kernel to end the processes a program left behind.
@@ -147,7 +160,8 @@ def _command(
 ) -> list[str]:
   executable, prefix = _python()
   root = os.geteuid() == 0
-  command = [bwrap(), '--die-with-parent', '--new-session', '--unshare-pid', '--unshare-net']
+  command = [bwrap(), '--die-with-parent', '--new-session', '--unshare-pid', '--as-pid-1']
+  command += ['--unshare-net']
   command += ['--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try', '--hostname', 'sandbox']
   # As root, no user namespace: the launcher becomes `uid`, which the kernel holds to
   # RLIMIT_NPROC (it exempts uid 0 even inside a user namespace).

@@ -61,6 +61,10 @@ _CAUSES = [
   ('  return a + b\ndel add\n', 'no_entry_point'),
   ('  return [a, b][2]\n', 'exception:IndexError'),
   ('  while True:\n    pass\n', 'cpu_time'),
+  (
+    '  import signal\n  signal.signal(signal.SIGXCPU, signal.SIG_IGN)\n  while True:\n    pass\n',
+    'cpu_time',
+  ),
   ('  import time\n  time.sleep(60)\n', 'timeout'),
   ('  import os\n  while True:\n    os.fork()\n', 'process_limit'),
   (

@@ -70,6 +70,19 @@ def test_an_infinite_loop_is_stopped_by_its_cpu_limit():
 
 
 @needs_bwrap
+def test_a_loop_that_ignores_sigxcpu_is_stopped_by_its_cpu_limit_too():
+  code = 'import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n  pass'
+  result = sandbox.run_python(code, limits=_FAST)
+  assert (result.passed, result.cause, result.signal) == (False, 'cpu_time', 'SIGXCPU')
+
+
+@needs_bwrap
+def test_a_program_killing_itself_is_not_a_cpu_limit():
+  result = sandbox.run_python('import os, signal\nos.kill(os.getpid(), signal.SIGKILL)')
+  assert (result.passed, result.cause, result.signal) == (False, 'signal', 'SIGKILL')
+
+
+@needs_bwrap
 def test_a_sleeping_program_is_stopped_by_the_wall_clock():
   limits = sandbox.Limits(wall_seconds=1)
   result = sandbox.run_python('import time\ntime.sleep(60)', limits=limits)
