@@ -18,7 +18,8 @@ Causes (the verdict's `cause`; None is a pass): 'syntax_error', 'no_entry_point'
 'exception:<Type>' (raised by the candidate, or by the check on its values), 'assertion',
 'memory', 'process_limit', 'file_size', 'bad_return_type:<type>', 'bad_message',
 'output_limit' (an answer over MAX_MESSAGE bytes), 'candidate_exited' (its process ended;
-the caller names how), 'problem_error:<Type>' (the problem's own code failed).
+the caller names how), 'problem_error:<Type>' (the problem's own code failed) and
+'problem_error:argument:<type>' (its check passed something that is not plain data).
 """
 
 import errno
@@ -206,7 +207,7 @@ class Candidate:
     try:
       encode((args, kwargs))
     except WireError as error:
-      self.failure = 'problem_error:argument ' + error.cause.split(':', 1)[1]
+      self.failure = 'problem_error:argument:' + error.cause.split(':', 1)[1]
       raise CandidateFailed(self.failure) from None
     try:
       self._channel.send([list(args), kwargs])

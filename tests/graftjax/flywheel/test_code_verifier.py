@@ -247,10 +247,20 @@ def test_a_check_that_swallows_the_candidates_failure_still_fails():
 
 
 @needs_bwrap
-def test_a_problem_whose_own_code_fails_says_so():
-  broken = code_verifier.Problem(PROBLEM.prompt, 'import nonexistent_module\n', 'add')
+@pytest.mark.parametrize(
+  ('test', 'cause'),
+  [
+    ('import nonexistent_module\n', 'problem_error:ModuleNotFoundError'),
+    (
+      'def check(candidate):\n  candidate(len, 1)\n',
+      'problem_error:argument:builtin_function_or_method',
+    ),
+  ],
+)
+def test_a_problem_whose_own_code_fails_says_so(test, cause):
+  broken = code_verifier.Problem(PROBLEM.prompt, test, 'add')
   outcome = code_verifier.run(broken, '  return a + b\n', limits=_FAST)
-  assert (outcome.passed, outcome.cause) == (False, 'problem_error:ModuleNotFoundError')
+  assert (outcome.passed, outcome.cause) == (False, cause)
 
 
 def test_only_a_message_with_this_runs_nonce_is_a_verdict():
