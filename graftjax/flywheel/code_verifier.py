@@ -166,6 +166,9 @@ def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> Outc
       candidate.stop()
       candidate.finish()
       raise
+  except BaseException:
+    os.close(verdict_read)
+    raise
   finally:
     for fd in (request_read, request_write, response_read, response_write, verdict_write):
       os.close(fd)

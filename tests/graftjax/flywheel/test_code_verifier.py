@@ -255,6 +255,8 @@ def test_a_check_that_swallows_the_candidates_failure_still_fails():
       'def check(candidate):\n  candidate(len, 1)\n',
       'problem_error:argument:builtin_function_or_method',
     ),
+    ('import os\ndef check(candidate):\n  os._exit(0)\n', 'judge_failed:ok'),
+    ('import os\ndef check(candidate):\n  os._exit(3)\n', 'judge_failed:exit_code'),
   ],
 )
 def test_a_problem_whose_own_code_fails_says_so(test, cause):
