@@ -228,7 +228,7 @@ def test_the_candidate_sees_neither_the_tests_nor_the_verdict_channel(monkeypatc
   outcome = code_verifier.run(PROBLEM, probe, limits=_FAST)
   assert outcome.passed
   # nothing of the test's text or the nonce (sought as hex, so that the probe's own text holds
-  # neither); its own processes only (bubblewrap's init and the
+  # neither); its own processes only (the sandbox's init and the
   # server); its descriptors: stdin, stdout, stderr, its two pipes and the listing's own
   assert outcome.candidate.stdout == 'False 2 6\n'
   assert outcome.judge.passed
