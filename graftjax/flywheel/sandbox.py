@@ -163,7 +163,7 @@ def _command(
   command = [bwrap(), '--die-with-parent', '--new-session', '--unshare-pid', '--as-pid-1']
   command += ['--unshare-net']
   command += ['--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try', '--hostname', 'sandbox']
-  # As root, no user namespace: the launcher becomes `uid`, which the kernel holds to
+  # As root, no user namespace: the program becomes `uid`, which the kernel holds to
   # RLIMIT_NPROC (it exempts uid 0 even inside a user namespace).
   command += ['--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID'] if root else ['--unshare-user']
   command += _system_mounts()
@@ -312,6 +312,7 @@ class Sandbox:
       )
     except OSError as error:
       self._close()
+      os.close(self._status_read)
       raise SandboxError(f'bubblewrap could not start: {error}') from error
     finally:
       os.close(status_write)
