@@ -1,11 +1,14 @@
 """The `code` verifier: a model's completion of a HumanEval-style problem, run against its tests.
 
 The gold of a code item is its problem as HumanEval ships it: `(prompt, test, entry_point)`.
-The program run is the prompt, the completion's code (its first fenced block, else the text
-before a closing fence, else the whole text), the test code and `check(entry_point)`,
-in a fresh sandbox (graftjax/flywheel/sandbox.py); it passes when that exits with status 0
-after `check` returned. A failed verdict's `detail` names the cause ('timeout', 'memory: MemoryError',
-'exit_code: AssertionError').
+The candidate's code is the prompt then the completion's code (its first fenced block, else the
+text before a closing fence, else the whole text). Two sandboxes run at once
+(graftjax/flywheel/code_harness.py): the candidate's imports that code as a module and answers
+calls; the judge's, where no candidate code runs, compiles it, runs the problem's
+`check(candidate)` with each call sent to the candidate and its return value sent back as
+plain data, and writes the verdict with the run's nonce on a pipe only it holds. The verdict
+comes from the judge alone; a failed verdict's `detail` is its cause ('assertion',
+'syntax_error', 'exception:IndexError', 'timeout', 'output_limit', ...).
 
     from graftjax.flywheel import code_verifier
     code_verifier.VERIFIER(completion, (prompt, test, entry_point)).verdict
@@ -21,18 +24,23 @@ import dataclasses
 import gzip
 import importlib.metadata
 import json
+import os
 import pathlib
 import re
+import secrets
+import select
+import time
 from collections.abc import Sequence
 
-from graftjax.flywheel import datasets, sandbox, tasks, verifiers
+from graftjax.flywheel import code_harness, datasets, sandbox, tasks, verifiers
 
 NAME = 'code'
-VERSION = 2  # 2: the text before a closing fence is the code (an answer asked in a fence)
+VERSION = 3  # 3: the check runs in its own sandbox on plain data the candidate's sandbox returns
 LIMITS = sandbox.Limits(wall_seconds=20, cpu_seconds=10, memory_bytes=1 << 30, processes=16)
 
-_CHECKED = 'graftjax code verifier: check() returned'
 _FENCE = re.compile(r'```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)', re.DOTALL | re.IGNORECASE)
+_HARNESS = pathlib.Path(code_harness.__file__).read_text(encoding='utf-8')
+_VERDICT_BYTES = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,37 +80,122 @@ def completion_code(text: str) -> str:
   return fenced[1] if fenced else text.split('```', 1)[0]
 
 
-def program(problem: Problem, text: str) -> str:
-  """The program one check runs: prompt, completion, tests, `check`, then a line saying so."""
-  code = completion_code(text)
-  return (
-    f'{problem.prompt}{code}\n\n{problem.test}\n\n'
-    f'check({problem.entry_point})\nprint({_CHECKED!r})\n'
-  )
+def candidate_source(problem: Problem, text: str) -> str:
+  """The module the candidate's sandbox imports: the prompt, then the completion's code."""
+  return f'{problem.prompt}{completion_code(text)}\n'
 
 
-def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> sandbox.Result:
-  """Runs `text`'s code against `problem`'s tests in a fresh sandbox."""
-  return sandbox.run_python(program(problem, text), limits=limits)
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """One check of a completion.
 
-
-def outcome(result: sandbox.Result) -> tuple[bool, str | None]:
-  """Whether a run passed, and if not why in one line ('exit_code: AssertionError').
-
-  A run passes when it exits with status 0 after `check` returned: code that exits early
-  (`sys.exit(0)` before the tests) fails.
+  Attributes:
+    passed: the judge ran `check` to its end with no failure, within every limit.
+    cause: None when it passed, else why not ('assertion', 'timeout', ...: docs/flywheel.md).
+    judge: how the judge's sandbox ended.
+    candidate: how the candidate's sandbox ended.
   """
-  if result.passed:
-    if result.stdout.endswith(_CHECKED + '\n'):
-      return True, None
-    return False, 'exit_code: 0 before check() returned'
-  if result.error is not None:
-    return False, f'{result.cause}: {result.error}'
-  if result.signal is not None:
-    return False, f'{result.cause}: {result.signal}'
-  if result.exit_code is not None:
-    return False, f'{result.cause}: {result.exit_code}'
-  return False, result.cause
+
+  passed: bool
+  cause: str | None
+  judge: sandbox.Result
+  candidate: sandbox.Result
+
+
+def _read_verdict(fd: int) -> bytes:
+  data = b''
+  while len(data) <= _VERDICT_BYTES and select.select([fd], [], [], 0)[0]:
+    chunk = os.read(fd, _VERDICT_BYTES)
+    if not chunk:
+      break
+    data += chunk
+  return data
+
+
+def _verdict(raw: bytes, nonce: str) -> tuple[bool, str | None]:
+  """Whether the judge's message is a verdict of this run, and its cause (None: passed)."""
+  try:
+    message = json.loads(raw)
+  except (ValueError, RecursionError):
+    return False, None
+  if type(message) is not dict or set(message) != {'nonce', 'cause'}:
+    return False, None
+  if message['nonce'] != nonce or not (message['cause'] is None or type(message['cause']) is str):
+    return False, None
+  return True, message['cause']
+
+
+def _ended(result: sandbox.Result) -> str:
+  """How the candidate's process ended mid-check, as a cause."""
+  if result.cause == 'signal':
+    return f'signal:{result.signal}'
+  if result.cause in ('ok', 'exit_code'):
+    return f'exited:{result.exit_code}'
+  return result.cause
+
+
+def run(problem: Problem, text: str, *, limits: sandbox.Limits = LIMITS) -> Outcome:
+  """Checks `text`'s code against `problem`'s tests in two fresh sandboxes.
+
+  Raises:
+    sandbox.SandboxError: bubblewrap is missing or could not create a sandbox.
+  """
+  nonce = secrets.token_hex(16)
+  source = candidate_source(problem, text)
+  request_read, request_write = os.pipe()
+  response_read, response_write = os.pipe()
+  verdict_read, verdict_write = os.pipe()
+  try:
+    candidate = sandbox.Sandbox(
+      _HARNESS,
+      limits=limits,
+      args=('serve', str(request_read), str(response_write), problem.entry_point),
+      files={'candidate.py': source},
+      pass_fds=(request_read, response_write),
+    )
+    fields = dataclasses.asdict(problem) | {'source': source, 'nonce': nonce}
+    try:
+      judge = sandbox.Sandbox(
+        _HARNESS,
+        limits=limits,
+        args=('judge', 'problem.json', str(request_write), str(response_read), str(verdict_write)),
+        files={'problem.json': json.dumps(fields)},
+        pass_fds=(request_write, response_read, verdict_write),
+      )
+    except sandbox.SandboxError:
+      candidate.stop()
+      candidate.finish()
+      raise
+  except BaseException:
+    os.close(verdict_read)
+    raise
+  finally:
+    for fd in (request_read, request_write, response_read, response_write, verdict_write):
+      os.close(fd)
+  deadline = time.monotonic() + limits.wall_seconds
+  try:
+    judged = judge.finish(deadline)
+    found, cause = _verdict(_read_verdict(verdict_read), nonce)
+  except sandbox.SandboxError:
+    candidate.stop()
+    candidate.finish()
+    raise
+  finally:
+    os.close(verdict_read)
+  if judged.cause in ('timeout', 'process_limit') or cause == 'candidate_exited':
+    ended = candidate.finish(deadline)
+  else:
+    candidate.stop()
+    ended = candidate.finish()
+  if ended.cause == 'output_limit':
+    cause = 'output_limit'
+  elif judged.cause in ('timeout', 'process_limit'):
+    cause = 'process_limit' if ended.cause == 'process_limit' else 'timeout'
+  elif not found or not judged.passed:
+    cause = f'judge_failed:{judged.cause}'
+  elif cause == 'candidate_exited':
+    cause = _ended(ended)
+  return Outcome(cause is None, cause, judged, ended)
 
 
 def check(text: str, gold: Sequence[str]) -> verifiers.Check:
@@ -119,11 +212,10 @@ def check(text: str, gold: Sequence[str]) -> verifiers.Check:
     return verifiers.Check(False, extracted=completion_code(text), detail='no tests to run')
   problem = Problem.from_gold(gold)
   try:
-    result = run(problem, text)
+    outcome = run(problem, text)
   except sandbox.SandboxError as error:
     raise verifiers.VerifierError(f'code verifier v{VERSION} cannot run: {error}') from error
-  passed, detail = outcome(result)
-  return verifiers.Check(passed, extracted=completion_code(text), detail=detail)
+  return verifiers.Check(outcome.passed, extracted=completion_code(text), detail=outcome.cause)
 
 
 VERIFIER = verifiers.register(NAME, VERSION, check)

@@ -3,12 +3,13 @@
 The program sees the interpreter and the system's libraries read-only, a private tmpfs at /tmp
 (its only writable place, and its working directory), no network (a fresh network namespace
 with loopback only), no home directory, its own process, IPC and UTS namespaces, and runs as an
-unprivileged user under CPU-time, address-space, process-count and file-size limits and a
-wall-clock timeout. Output is captured to host files bounded by the file-size limit.
+unprivileged user of its own under CPU-time, address-space, process-count and file-size limits
+and a wall-clock timeout. Output is captured to host files bounded by the file-size limit.
 
     result = sandbox.run_python('print(1 + 1)')
     result.passed, result.cause, result.stdout   # True, 'ok', '2\n'
 
+Two programs that talk run at once: `Sandbox(...)` starts one, `.finish(deadline)` ends it.
 Details: docs/flywheel.md, section "Code verification".
 """
 
@@ -18,6 +19,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import secrets
 import select
 import shutil
 import signal
@@ -25,20 +27,34 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 
-# Inside the sandbox: drop to the sandbox user when started as root, set the limits, run main.py.
+# Inside the sandbox, as its init (pid 1, which nothing inside can signal): fork the program,
+# which drops to the sandbox user when started as root, sets its limits and runs main.py; reap
+# every process until the program ends, then exit with its status, 128 + N for signal N. A
+# program that ignores SIGXCPU dies of the SIGKILL at the hard CPU limit: that is SIGXCPU too.
 _LAUNCHER = """\
-import os, resource, sys
+import os, resource, signal, sys
 uid, cpu, memory, processes, file_bytes = (int(a) for a in sys.argv[1:6])
-if os.getuid() == 0:
-  os.setgroups([])
-  os.setresgid(uid, uid, uid)
-  os.setresuid(uid, uid, uid)
-for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_NPROC, processes),
-                     (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_CORE, 0)):
-  resource.setrlimit(limit, (value, value))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-os.execv(sys.executable, [sys.executable, '-I', 'main.py', *sys.argv[6:]])
+program = os.fork()
+if program == 0:
+  if os.getuid() == 0:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+  for limit, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_NPROC, processes),
+                       (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_CORE, 0)):
+    resource.setrlimit(limit, (value, value))
+  resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+  os.execv(sys.executable, [sys.executable, '-I', 'main.py', *sys.argv[6:]])
+while True:
+  pid, status, usage = os.wait4(-1, 0)
+  if pid == program:
+    break
+code = os.waitstatus_to_exitcode(status)
+if code == -signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu:
+  code = -signal.SIGXCPU
+os._exit(128 - code if code < 0 else code)
 """
 
 # The longest wait for the kernel to end the processes a program left behind.
@@ -49,6 +65,9 @@ _PROCESS_REFUSED = (
   'BlockingIOError: [Errno 11] Resource temporarily unavailable',
   "RuntimeError: can't start new thread",
 )
+
+# The users a run as root picks from: one of its own, so no other run shares its process count.
+_UIDS = (1 << 20, 1 << 30)
 
 
 class SandboxError(RuntimeError):
@@ -66,7 +85,7 @@ class Limits:
     processes: processes and threads of the sandbox user (RLIMIT_NPROC).
     file_bytes: largest file it may write, captured output included (RLIMIT_FSIZE).
     tmpfs_bytes: size of its private /tmp.
-    uid: the unprivileged user it runs as when the caller is root.
+    uid: the unprivileged user it runs as when the caller is root; None: a fresh one per run.
   """
 
   wall_seconds: float = 30.0
@@ -75,7 +94,7 @@ class Limits:
   processes: int = 32
   file_bytes: int = 16 << 20
   tmpfs_bytes: int = 64 << 20
-  uid: int = 65534
+  uid: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +103,12 @@ class Result:
 
   Attributes:
     passed: it exited with status 0 within every limit.
-    cause: 'ok', or why it failed: 'timeout' (wall clock), 'cpu_time', 'memory' (an
-      allocation refused), 'processes' (a fork refused), 'file_size' (a write past
-      `file_bytes`), 'signal' (killed by another signal), 'exit_code' (any other non-zero
-      exit: a failed assertion, a refused connection or file; `error` names it).
+    cause: 'ok', or why it failed: 'output_limit' (its stdout or stderr reached
+      `file_bytes`), 'timeout' (wall clock), 'process_limit' (a fork refused, or every
+      process it may have alive at the timeout), 'cpu_time', 'memory' (an allocation
+      refused), 'file_size' (a write past `file_bytes`), 'signal' (killed by another
+      signal), 'stopped' (ended by `Sandbox.stop`), 'exit_code' (any other non-zero exit:
+      a failed assertion, a refused connection or file; `error` names it).
     exit_code: its exit status; None when killed by a signal or the timeout.
     signal: the signal's name when killed by one ('SIGXCPU'), else None.
     error: the last line of a Python traceback on stderr ('MemoryError'), else None.
@@ -134,12 +155,15 @@ def _system_mounts() -> list[str]:
   return args
 
 
-def _command(limits: Limits, code_fd: int, status_fd: int, args: tuple[str, ...]) -> list[str]:
+def _command(
+  limits: Limits, uid: int, files: Mapping[str, int], status_fd: int, args: tuple[str, ...]
+) -> list[str]:
   executable, prefix = _python()
   root = os.geteuid() == 0
-  command = [bwrap(), '--die-with-parent', '--new-session', '--unshare-pid', '--unshare-net']
+  command = [bwrap(), '--die-with-parent', '--new-session', '--unshare-pid', '--as-pid-1']
+  command += ['--unshare-net']
   command += ['--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try', '--hostname', 'sandbox']
-  # As root, no user namespace: the launcher becomes `limits.uid`, which the kernel holds to
+  # As root, no user namespace: the program becomes `uid`, which the kernel holds to
   # RLIMIT_NPROC (it exempts uid 0 even inside a user namespace).
   command += ['--cap-add', 'CAP_SETUID', '--cap-add', 'CAP_SETGID'] if root else ['--unshare-user']
   command += _system_mounts()
@@ -150,10 +174,12 @@ def _command(limits: Limits, code_fd: int, status_fd: int, args: tuple[str, ...]
     command += ['--ro-bind', prefix, prefix]
   command += ['--proc', '/proc', '--dev', '/dev']
   command += ['--size', str(limits.tmpfs_bytes), '--perms', '1777', '--tmpfs', '/tmp']
-  command += ['--perms', '0644', '--file', str(code_fd), '/tmp/main.py', '--chdir', '/tmp']
+  for name, fd in files.items():
+    command += ['--perms', '0644', '--file', str(fd), f'/tmp/{name}']
+  command += ['--chdir', '/tmp']
   command += ['--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--setenv', 'HOME', '/tmp']
   command += ['--json-status-fd', str(status_fd)]
-  numbers = (limits.uid, limits.cpu_seconds, limits.memory_bytes, limits.processes)
+  numbers = (uid, limits.cpu_seconds, limits.memory_bytes, limits.processes)
   command += [executable, '-I', '-S', '-c', _LAUNCHER, *map(str, numbers)]
   return command + [str(limits.file_bytes), *args]
 
@@ -177,7 +203,7 @@ def _cause(exit_code: int | None, signal_name: str | None, error: str | None) ->
   if error is not None and error.startswith('MemoryError'):
     return 'memory'
   if error is not None and error.startswith(_PROCESS_REFUSED):
-    return 'processes'
+    return 'process_limit'
   if error is not None and '[Errno 27] File too large' in error:
     return 'file_size'
   return 'exit_code'
@@ -215,9 +241,148 @@ def _wait_until_gone(pid: int, timeout: float) -> None:
     os.close(pidfd)
 
 
+def _tasks_in_namespace(init_pid: int) -> int:
+  """The processes and threads in the pid namespace whose init is `init_pid`, init excluded."""
+  try:
+    namespace = os.readlink(f'/proc/{init_pid}/ns/pid')
+  except OSError:
+    return 0
+  count = 0
+  for entry in os.scandir('/proc'):
+    if not entry.name.isdigit() or int(entry.name) == init_pid:
+      continue
+    try:
+      if os.readlink(f'/proc/{entry.name}/ns/pid') == namespace:
+        count += len(os.listdir(f'/proc/{entry.name}/task'))
+    except OSError:
+      continue
+  return count
+
+
 def _read(file, limit: int) -> str:
   file.seek(0)
   return file.read(limit).decode(errors='replace')
+
+
+class Sandbox:
+  """One program started in a fresh sandbox; `finish` waits for it and says how it ended.
+
+  Args:
+    code: the program, run as /tmp/main.py with `args` as sys.argv[1:].
+    limits: what it may use.
+    args: its arguments.
+    files: more files for its /tmp, by name.
+    pass_fds: descriptors of the caller it inherits, at the same numbers.
+
+  Raises:
+    SandboxError: bubblewrap is missing or could not start.
+  """
+
+  def __init__(
+    self,
+    code: str,
+    *,
+    limits: Limits = Limits(),
+    args: tuple[str, ...] = (),
+    files: Mapping[str, str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+  ):
+    self.limits = limits
+    uid = limits.uid if limits.uid is not None else _UIDS[0] + secrets.randbelow(_UIDS[1])
+    contents = {'main.py': code, **(files or {})}
+    self._inputs = {name: tempfile.TemporaryFile() for name in contents}
+    for name, text in contents.items():
+      self._inputs[name].write(text.encode())
+      self._inputs[name].seek(0)
+    self._stdout, self._stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    self._status_read, status_write = os.pipe()
+    os.set_blocking(self._status_read, False)
+    self._status = b''
+    fds = {name: file.fileno() for name, file in self._inputs.items()}
+    command = _command(limits, uid, fds, status_write, args)
+    self._start = time.monotonic()
+    try:
+      self._process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=self._stdout,
+        stderr=self._stderr,
+        pass_fds=(*fds.values(), status_write, *pass_fds),
+        start_new_session=True,
+      )
+    except OSError as error:
+      self._close()
+      os.close(self._status_read)
+      raise SandboxError(f'bubblewrap could not start: {error}') from error
+    finally:
+      os.close(status_write)
+    self._stopped = False
+
+  def _read_status(self) -> None:
+    while True:
+      try:
+        chunk = os.read(self._status_read, 4096)
+      except BlockingIOError:
+        return
+      if not chunk:
+        return
+      self._status += chunk
+
+  def _kill(self) -> None:
+    try:
+      os.killpg(self._process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+
+  def stop(self) -> None:
+    """Ends the program now; its result's cause is 'stopped' unless it had already ended."""
+    if self._process.poll() is None:
+      self._stopped = True
+      self._kill()
+
+  def finish(self, deadline: float | None = None) -> Result:
+    """Waits for the program until `deadline` (time.monotonic(); None: its wall-clock limit
+    from its start), kills the sandbox then, and returns how it ended.
+
+    Raises:
+      SandboxError: bubblewrap could not create the sandbox (its message says why).
+    """
+    if deadline is None:
+      deadline = self._start + self.limits.wall_seconds
+    timed_out, held = False, 0
+    try:
+      self._process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      timed_out = True
+      self._read_status()
+      child_pid, _ = _status(self._status)
+      if child_pid is not None:
+        held = _tasks_in_namespace(child_pid)
+      self._kill()
+      self._process.wait()
+    seconds = time.monotonic() - self._start
+    os.set_blocking(self._status_read, True)
+    with os.fdopen(self._status_read, 'rb') as status_file:
+      self._status += status_file.read()
+    child_pid, exit_code = _status(self._status)
+    if child_pid is not None:
+      # bubblewrap returns when the program ends; what it forked dies with its namespace.
+      _wait_until_gone(child_pid, _TEARDOWN_SECONDS)
+    limit = self.limits.file_bytes
+    flooded = any(os.fstat(f.fileno()).st_size >= limit for f in (self._stdout, self._stderr))
+    out, err = _read(self._stdout, limit), _read(self._stderr, limit)
+    self._close()
+    if exit_code is None and not timed_out and not self._stopped:
+      raise SandboxError(f'bubblewrap could not create the sandbox: {err.strip()}')
+    if timed_out:
+      ending = 'process_limit' if held >= self.limits.processes else 'timeout'
+    else:
+      ending = 'stopped' if self._stopped and exit_code is None else None
+    return _result(ending, flooded, exit_code, out, err, seconds)
+
+  def _close(self) -> None:
+    for file in (*self._inputs.values(), self._stdout, self._stderr):
+      file.close()
 
 
 def run_python(code: str, *, limits: Limits = Limits(), args: tuple[str, ...] = ()) -> Result:
@@ -226,50 +391,7 @@ def run_python(code: str, *, limits: Limits = Limits(), args: tuple[str, ...] = 
   Raises:
     SandboxError: bubblewrap is missing or could not create the sandbox (its message says why).
   """
-  with (
-    tempfile.TemporaryFile() as code_file,
-    tempfile.TemporaryFile() as stdout,
-    tempfile.TemporaryFile() as stderr,
-  ):
-    code_file.write(code.encode())
-    code_file.seek(0)
-    status_read, status_write = os.pipe()
-    command = _command(limits, code_file.fileno(), status_write, args)
-    start = time.monotonic()
-    try:
-      process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        stderr=stderr,
-        pass_fds=(code_file.fileno(), status_write),
-        start_new_session=True,
-      )
-    except OSError as error:
-      os.close(status_read)
-      raise SandboxError(f'bubblewrap could not start: {error}') from error
-    finally:
-      os.close(status_write)
-    timed_out = False
-    try:
-      process.wait(timeout=limits.wall_seconds)
-    except subprocess.TimeoutExpired:
-      timed_out = True
-      try:
-        os.killpg(process.pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
-      process.wait()
-    seconds = time.monotonic() - start
-    with os.fdopen(status_read, 'rb') as status_file:
-      child_pid, exit_code = _status(status_file.read())
-    if child_pid is not None:
-      # bubblewrap returns when the program ends; what it forked dies with its namespace.
-      _wait_until_gone(child_pid, _TEARDOWN_SECONDS)
-    out, err = _read(stdout, limits.file_bytes), _read(stderr, limits.file_bytes)
-  if exit_code is None and not timed_out:
-    raise SandboxError(f'bubblewrap could not create the sandbox: {err.strip()}')
-  return _result(timed_out, exit_code, out, err, seconds)
+  return Sandbox(code, limits=limits, args=args).finish()
 
 
 def _signal_name(number: int) -> str:
@@ -279,13 +401,18 @@ def _signal_name(number: int) -> str:
     return f'signal {number}'
 
 
-def _result(timed_out: bool, exit_code: int | None, out: str, err: str, seconds: float) -> Result:
+def _result(
+  ending: str | None, flooded: bool, exit_code: int | None, out: str, err: str, seconds: float
+) -> Result:
   signal_name = None
   if exit_code is not None and exit_code > 128:
     # bubblewrap reports a child killed by signal N as exit status 128 + N.
     signal_name, exit_code = _signal_name(exit_code - 128), None
   error = _last_error(err)
-  cause = 'timeout' if timed_out else _cause(exit_code, signal_name, error)
-  if timed_out:
+  if flooded:
+    cause = 'output_limit'
+  else:
+    cause = ending or _cause(exit_code, signal_name, error)
+  if ending is not None:
     exit_code = None
   return Result(cause == 'ok', cause, exit_code, signal_name, error, out, err, seconds)

@@ -70,6 +70,19 @@ def test_an_infinite_loop_is_stopped_by_its_cpu_limit():
 
 
 @needs_bwrap
+def test_a_loop_that_ignores_sigxcpu_is_stopped_by_its_cpu_limit_too():
+  code = 'import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n  pass'
+  result = sandbox.run_python(code, limits=_FAST)
+  assert (result.passed, result.cause, result.signal) == (False, 'cpu_time', 'SIGXCPU')
+
+
+@needs_bwrap
+def test_a_program_killing_itself_is_not_a_cpu_limit():
+  result = sandbox.run_python('import os, signal\nos.kill(os.getpid(), signal.SIGKILL)')
+  assert (result.passed, result.cause, result.signal) == (False, 'signal', 'SIGKILL')
+
+
+@needs_bwrap
 def test_a_sleeping_program_is_stopped_by_the_wall_clock():
   limits = sandbox.Limits(wall_seconds=1)
   result = sandbox.run_python('import time\ntime.sleep(60)', limits=limits)
@@ -81,20 +94,20 @@ def test_a_sleeping_program_is_stopped_by_the_wall_clock():
 def test_a_fork_bomb_is_refused_and_leaves_no_process():
   marker = f'forkbomb-{uuid.uuid4().hex}'
   result = sandbox.run_python('import os\nwhile True:\n  os.fork()', limits=_FAST, args=(marker,))
-  assert (result.passed, result.cause) == (False, 'processes')
+  assert (result.passed, result.cause) == (False, 'process_limit')
   assert result.error.startswith('BlockingIOError')
   assert _processes_with(marker) == []
 
 
 @needs_bwrap
-def test_a_fork_bomb_that_outlives_refusals_is_killed_whole_at_the_timeout():
+def test_a_fork_bomb_that_outlives_refusals_is_killed_whole_at_the_timeout_as_a_process_limit():
   marker = f'forkbomb-{uuid.uuid4().hex}'
   code = (
     'import os, time\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    time.sleep(0.01)'
   )
   limits = sandbox.Limits(wall_seconds=2, cpu_seconds=30)
   result = sandbox.run_python(code, limits=limits, args=(marker,))
-  assert (result.passed, result.cause) == (False, 'timeout')
+  assert (result.passed, result.cause) == (False, 'process_limit')
   assert _processes_with(marker) == []
 
 
@@ -156,6 +169,45 @@ def test_a_file_past_its_size_limit_is_refused():
   limits = sandbox.Limits(file_bytes=1 << 20)
   result = sandbox.run_python("open('/tmp/big', 'wb').write(bytes(2 << 20))", limits=limits)
   assert (result.passed, result.cause) == (False, 'file_size')
+
+
+@needs_bwrap
+@pytest.mark.parametrize('stream', ['stdout', 'stderr'])
+def test_an_output_flood_is_an_output_limit_whatever_the_program_does_next(stream):
+  limits = sandbox.Limits(file_bytes=1 << 20)
+  code = (
+    f'import sys\ntry:\n  sys.{stream}.write("x" * (2 << 20))\n  sys.{stream}.flush()\n'
+    'except OSError:\n  pass\nimport os\nos._exit(0)'
+  )
+  result = sandbox.run_python(code, limits=limits)
+  assert (result.passed, result.cause) == (False, 'output_limit')
+  assert len(getattr(result, stream)) == 1 << 20
+
+
+@needs_bwrap
+def test_two_sandboxes_talk_over_the_descriptors_they_are_given():
+  read, write = os.pipe()
+  try:
+    reader = sandbox.Sandbox(
+      f'import os\nprint(os.read({read}, 100).decode(), open("note").read())',
+      files={'note': 'from the host'},
+      pass_fds=(read,),
+    )
+    writer = sandbox.Sandbox(f'import os\nos.write({write}, b"hello")', pass_fds=(write,))
+  finally:
+    os.close(read)
+    os.close(write)
+  assert writer.finish().passed
+  assert reader.finish().stdout == 'hello from the host\n'
+
+
+@needs_bwrap
+def test_a_stopped_sandbox_says_so():
+  running = sandbox.Sandbox('import time\ntime.sleep(60)')
+  running.stop()
+  result = running.finish()
+  assert (result.passed, result.cause) == (False, 'stopped')
+  assert result.seconds < 30
 
 
 @needs_bwrap
