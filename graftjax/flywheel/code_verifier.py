@@ -219,6 +219,13 @@ def check(text: str, gold: Sequence[str]) -> verifiers.Check:
 
 
 VERIFIER = verifiers.register(NAME, VERSION, check)
+for _old in (1, 2):
+  verifiers.retire(
+    NAME,
+    _old,
+    successor=VERSION,
+    reason='it trusted the exit status and last line of the process that ran the candidate',
+  )
 
 
 # HumanEval --------------------------------------------------------------------

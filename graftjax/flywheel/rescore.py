@@ -313,11 +313,21 @@ def _verdict(label, a, out: Rescore) -> bool:
   recorded = a['verdict']
   try:
     verdict = verifiers.Verdict.from_json(recorded)
-    verifier = verifiers.get(verdict.verifier, verdict.version)
+    retired = verifiers.retired(verdict.verifier, verdict.version)
+    version = verdict.version if retired is None else retired[0]
+    verifier = verifiers.get(verdict.verifier, version)
   except (TypeError, KeyError, ValueError, AttributeError) as e:
     out.problems.append(f'{label}: verdict cannot be re-run: {e}')
     return False
-  name = f'verifier {verdict.verifier} v{verdict.version}'
+  name = f'verifier {verdict.verifier} v{version}'
+  if retired is not None:
+    note = (
+      f'verifier {verdict.verifier} v{verdict.version} is retired ({retired[1]}): its verdicts'
+      f' are re-checked by v{version}, on pass or fail alone'
+    )
+    if note not in out.notes:
+      out.notes.append(note)
+    recorded = {'verdict': recorded.get('verdict')}
   try:
     with verifiers.plugin_failures(name, _VerifierFailed, contract=(ValueError,)):
       again = _plain(verifier(a['text'], verdict.gold), name)
@@ -331,6 +341,8 @@ def _verdict(label, a, out: Rescore) -> bool:
     out.problems.append(f'{label}: verdict cannot be re-run: {e}')
     return True
   out.checked += 1
+  if retired is not None:
+    again = {'verdict': again.get('verdict')}
   for field in sorted(set(again) | set(recorded)):
     if _json(again.get(field)) != _json(recorded.get(field)):
       out.problems.append(

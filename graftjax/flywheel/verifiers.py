@@ -289,6 +289,23 @@ def register(name: str, version: int, fn: CheckFn) -> Verifier:
   return add(Registered(name, version, fn))
 
 
+_RETIRED: dict[tuple[str, int], tuple[int, str]] = {}
+
+
+def retire(name: str, version: int, *, successor: int, reason: str) -> None:
+  """Marks `name` at `version` as retired: its rules are no longer run (they accepted what
+  they should not have), and a verdict it wrote is re-checked by `successor`'s rules, on
+  its pass or fail alone (the other fields are the retired rules' own)."""
+  if successor <= version:
+    raise VerifierError(f'verifier {name!r}: successor {successor} of v{version} is not newer')
+  _RETIRED[(name, version)] = (successor, reason)
+
+
+def retired(name: str, version: int) -> tuple[int, str] | None:
+  """(successor version, reason) if `name` at `version` is retired, else None."""
+  return _RETIRED.get((name, version))
+
+
 def registered() -> list[tuple[str, int]]:
   """Every registered (name, version), sorted."""
   return sorted(_REGISTRY)

@@ -383,3 +383,44 @@ def test_a_pass_needs_every_attempts_verdict_re_run(tmp_path, monkeypatch):
   monkeypatch.setattr(rescore, '_verdict', lambda label, a, out: True)  # a check that skips
   found = rescore.rescore(path)
   assert found.problems == ['attempts: only 0 of 9 verdicts re-run'] and not found.ok
+
+
+def _strict_numeric(text, gold):
+  """'numeric' under stricter rules: a check that passes nothing ending in '999999'."""
+  found = NUMERIC(text, gold)
+  ok = found.verdict and not text.rstrip('.').endswith('999999')
+  return verifiers.Check(ok, found.extracted, found.gold)
+
+
+@pytest.fixture
+def retired_numeric(monkeypatch):
+  """'numeric' at the version results record, retired in favour of a newer one of other rules
+  (the registry restored after)."""
+  monkeypatch.setattr(verifiers, '_REGISTRY', dict(verifiers._REGISTRY))
+  monkeypatch.setattr(verifiers, '_RETIRED', dict(verifiers._RETIRED))
+  verifiers.register('numeric', NUMERIC.version + 1, _strict_numeric)
+  verifiers.retire('numeric', NUMERIC.version, successor=NUMERIC.version + 1, reason='too lenient')
+
+
+def test_a_retired_versions_verdicts_are_rechecked_by_its_successor(tmp_path, retired_numeric):
+  """Only the pass or fail bit is compared (the detail is the retired rules' own)."""
+  found = rescore.rescore(_write(tmp_path, make_result()))
+  assert found.ok, found.problems
+  assert found.checked == found.attempts
+  retired = f'numeric v{NUMERIC.version} is retired (too lenient)'
+  assert any(retired in note for note in found.notes)
+
+
+def test_a_pass_the_successor_refuses_is_reported(tmp_path, retired_numeric):
+  result = make_result()
+  attempt = _attempts(result, 'base')[0]  # '... 999999.' failed under v1: make it pass there
+  attempt['gold'] = '999999'
+  attempt['verdict'] = NUMERIC(attempt['text'], ('999999',)).to_json()
+  assert attempt['verdict']['verdict']
+  found = rescore.rescore(_write(tmp_path, result))
+  assert any('verdict.verdict recorded True, re-verified False' in p for p in found.problems)
+
+
+def test_retiring_needs_a_newer_successor():
+  with pytest.raises(verifiers.VerifierError, match='not newer'):
+    verifiers.retire('numeric', NUMERIC.version, successor=NUMERIC.version, reason='x')
