@@ -126,10 +126,9 @@ def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str,
 
 
 def load(model_name: str, dtype: str, longest: int):
-  """The named model and `long_text_ids` of its tokenizer (a byte tokenizer if it has none)."""
+  """The named model and `long_text_ids` of its tokenizer."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  return model, long_text_ids(tokenizer, longest)
+  return model, long_text_ids(model.tokenizer, longest)
 
 
 def bench_one(

