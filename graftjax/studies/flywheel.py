@@ -867,14 +867,10 @@ def load_task(spec: str, *, templates=(), per_template=1, pairs=60, shots=5, see
 
 
 def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any]:
-  """A result's `inputs`: the model's fingerprint, the sources of `items`, and the GGUF's
-  SHA-256 unless the model is the random-weight 'tiny'."""
-  from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
+  """A result's `inputs`: the model's (`results.model_inputs`) and the sources of `items`."""
+  from graftjax.studies import results  # pylint: disable=g-import-not-at-top
 
-  inputs = {'model_fingerprint': model.fingerprint, 'items': sorted({i.source for i in items})}
-  if model_name != 'tiny':
-    inputs['gguf_sha256'] = gguf.expected_sha256()
-  return inputs
+  return {**results.model_inputs(model, model_name), 'items': sorted({i.source for i in items})}
 
 
 @contextlib.contextmanager

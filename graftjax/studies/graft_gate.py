@@ -35,7 +35,6 @@ from graftjax import exactness
 from graftjax import ledger
 from graftjax import restore as restore_lib
 from graftjax import store as store_lib
-from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sampler
 from graftjax.studies import corpus
@@ -374,11 +373,8 @@ def experiment(
       other_process=other_process,
       progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
     )
-  inputs = {'model_fingerprint': model.fingerprint, 'params_sha256': model.params_digest}
-  if model_name == 'gemma3-270m':
-    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
-    **results.header('exactness', inputs=inputs, command=command),
+    **results.header('exactness', inputs=results.model_inputs(model, model_name), command=command),
     'model': model_name,
     'dtype': dtype,
     'position_scheme': model.position_scheme,

@@ -514,7 +514,7 @@ def experiment(
     **results.header(
       'needle',
       inputs={
-        'model_fingerprint': model.fingerprint,
+        **results.model_inputs(model, model_name),
         'sha256_page_ids': ledger.sha256_bytes(np.ascontiguousarray(page_ids).tobytes()),
       },
       command=command,

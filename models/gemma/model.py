@@ -29,6 +29,7 @@ from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import hf_config
+from graftjax.models.gemma import hf_tokenizer
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import params as params_lib
 from graftjax.models.gemma import positions as positions_lib
@@ -352,6 +353,7 @@ def load(
   position_scheme: str = 'rope',
   gguf_path=None,
   place: params_lib.Place | None = None,
+  tokenizer: str | os.PathLike | None = None,
 ) -> Gemma:
   """A Gemma 3 by config name and weights.
 
@@ -373,6 +375,10 @@ def load(
       is loaded, with the value in `dtype` (a numpy array from a checkpoint,
       a jax array for random weights), e.g. `jax.device_put` onto a
       sharding; default: the default device.
+    tokenizer: a tokenizer.json or tokenizer.model file (or a folder holding one) to carry
+      instead of the weights' own (`hf_tokenizer`). Default: a checkpoint's is found beside
+      its weights (none there: the model has no tokenizer); the GGUF's is its vocabulary;
+      random weights carry a byte tokenizer.
   Raises:
     ImportError: if the GGUF package is not installed (names the package).
     ValueError: for an unknown name or dtype, weights of another kind, or a
@@ -385,17 +391,23 @@ def load(
     raise ValueError(f'dtype must be float32 or bfloat16, got {jnp.dtype(dtype).name}')
   if weights is not None and not isinstance(weights, (str, os.PathLike)):
     raise ValueError(f"weights must be None, 'random' or a checkpoint path, got {weights!r}")
+  own_tokenizer = None if tokenizer is None else hf_tokenizer.load(tokenizer)
   if weights is None:
-    return _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
-  if isinstance(weights, str) and weights == 'random':
+    loaded = _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
+  elif isinstance(weights, str) and weights == 'random':
     if name is None:
       known = sorted(config_lib.NAMED_CONFIGS)
       raise ValueError(f"weights='random' needs a config name; known: {known}")
     config = config_lib.get_config(name, position_scheme=scheme)
-    return random(config, seed=seed, dtype=dtype, place=place)
-  config, params, digest = _load_checkpoint(pathlib.Path(weights), name, _placer(place, dtype))
-  config = config.replace(position_scheme=scheme)
-  return Gemma(config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest)
+    loaded = random(config, seed=seed, dtype=dtype, place=place)
+  else:
+    config, params, digest = _load_checkpoint(pathlib.Path(weights), name, _placer(place, dtype))
+    config = config.replace(position_scheme=scheme)
+    beside = own_tokenizer or hf_tokenizer.beside(weights)
+    return Gemma(
+      config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest, tokenizer=beside
+    )
+  return loaded if own_tokenizer is None else dataclasses.replace(loaded, tokenizer=own_tokenizer)
 
 
 def _placer(place: params_lib.Place | None, dtype) -> params_lib.Place:
@@ -476,11 +488,14 @@ def load_named(
 ) -> Gemma:
   """A model by the name the experiments' --model flags take.
 
-  'gemma3-270m' (the real weights, from its GGUF), 'tiny' (random, seed 0), or
+  'gemma3-270m' (the real weights, from its GGUF), 'tiny' (random, seed 0),
   '<config>:random' for any config in `config.NAMED_CONFIGS` with seeded random
   weights (seed 0), e.g. 'gemma3-12b:random': exactness and speed at full size
-  need no checkpoint.
+  need no checkpoint; or the path of a checkpoint (`load(weights=name)`, its
+  tokenizer found beside it).
   """
+  if name not in config_lib.NAMED_CONFIGS and os.path.exists(name):
+    return load(weights=name, dtype=dtype, position_scheme=position_scheme).with_impl(impl)
   config_name, _, weights = name.partition(':')
   if weights not in ('', 'random'):
     raise ValueError(f"model {name!r}: the only suffix is ':random'")
