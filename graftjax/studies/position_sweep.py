@@ -324,6 +324,9 @@ def model_source(model: str) -> tuple[Callable[[str], gemma_model.Gemma], dict]:
     return load, info
   if not os.path.isdir(model):
     raise ValueError(f'--model={model!r} is neither {NAMED_MODELS} nor a checkpoint folder')
+  if not (pathlib.Path(model) / training.MODEL_JSON).is_file():  # a checkpoint of one's own
+    load = lambda dtype: gemma_model.load_named(model, dtype=jnp.dtype(dtype))
+    return load, {'checkpoint': model}
   record = training.load_record(model)
   info = {
     'checkpoint': model,
