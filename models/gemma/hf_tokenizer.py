@@ -23,7 +23,8 @@ add_bos, parse_special)`, `decode(ids, *, skip_special)`, `digest()` and the spe
   file is refused by a model carrying another, even of the same vocabulary.
 
 The special ids are those of `<bos>`, `<eos>`, `<pad>` and `<unk>`, or of the tokens
-tokenizer_config.json names (`bos_token`, ...) when it sits beside the file.
+tokenizer_config.json names (`bos_token`, ...) when it sits beside the file. The folder's
+chat template, if it ships one, is `chat_template` (`chat_template.ChatTemplate`, else None).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pathlib
 import re
 from collections.abc import Iterable
 
+from graftjax.models.gemma import chat_template as chat_template_lib
 from graftjax.models.gemma import params as params_lib
 
 TOKENIZER_JSON = 'tokenizer.json'
@@ -106,6 +108,11 @@ class _Specials:
   _ids: dict[str, int]
   _size: int
 
+  def _read_beside(self, piece_to_id) -> None:
+    """The special ids and the chat template (`chat_template.beside`) of the file's folder."""
+    self.chat_template = chat_template_lib.beside(self.path.parent)
+    self._resolve_specials(piece_to_id)
+
   def _resolve_specials(self, piece_to_id) -> None:
     self._ids = {}
     for role, piece in _special_pieces(self.path.parent).items():
@@ -158,7 +165,7 @@ class HFTokenizer(_Specials):
     except Exception as e:  # tokenizers raises plain Exceptions for a file it cannot read
       raise TokenizerFileError(f'{self.path}: tokenizers cannot read it: {e}') from e
     self._size = self._tok.get_vocab_size(with_added_tokens=True)
-    self._resolve_specials(self._tok.token_to_id)
+    self._read_beside(self._tok.token_to_id)
     self._digest = _file_digest('tokenizer_json', self.path)
 
   def encode(self, text: str, *, add_bos: bool = True, parse_special: bool = True) -> list[int]:
@@ -194,7 +201,7 @@ class SentencePieceTokenizer(_Specials):
       raise TokenizerFileError(f'{self.path}: sentencepiece cannot read it: {e}') from e
     self._size = self._sp.GetPieceSize()
     unknown = self._sp.unk_id()
-    self._resolve_specials(lambda piece: self._id_of(piece, unknown))
+    self._read_beside(lambda piece: self._id_of(piece, unknown))
     self._control = {
       i: self._sp.IdToPiece(i)
       for i in range(self._size)

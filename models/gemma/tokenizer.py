@@ -74,6 +74,9 @@ def _byte_piece(value: int) -> str:
 class Tokenizer:
   """Sentencepiece-style BPE with byte fallback over a GGUF vocabulary.
 
+  `chat_template` is None: the 270M's GGUF ships none (a checkpoint's is read beside its
+  tokenizer file, `hf_tokenizer`).
+
   Attributes:
     pieces: the vocabulary, one string per id.
     scores: float32 [vocab_size], merge priority of each piece (higher first).
@@ -106,6 +109,7 @@ class Tokenizer:
     self._type_list = self.types.tolist()
     self._byte_ids = [self._piece_to_id[_byte_piece(b)] for b in range(256)]
     self._specials = self._specials_longest_first()
+    self.chat_template = None
 
   @classmethod
   def from_gguf(cls, path_or_metadata: str | os.PathLike | Mapping[str, Any]) -> Tokenizer:
@@ -323,6 +327,7 @@ class ByteTokenizer:
   """
 
   SPECIALS = ('<pad>', '<eos>', '<bos>', '\n\n', '```')
+  chat_template = None
   _USER_DEFINED = ('\n\n', '```')
 
   def __init__(self, vocab_size: int = 256):

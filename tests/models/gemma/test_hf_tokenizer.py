@@ -59,7 +59,7 @@ def tiny_export(small, tmp_path_factory):
 def test_both_files_give_the_vocabularys_ids_and_text(small, name):
   vocab, folder = small
   tok = hf_tokenizer.load(folder / name)
-  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id, tok.vocab_size) == (2, 1, 0, 3, 300)
+  assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id, tok.vocab_size) == (2, 1, 0, 3, 400)
   for text in TEXTS:
     for add_bos in (True, False):
       for special in (True, False):
@@ -68,10 +68,10 @@ def test_both_files_give_the_vocabularys_ids_and_text(small, name):
     ids = vocab.encode(text)
     for skip in (False, True):
       assert tok.decode(ids, skip_special=skip) == vocab.decode(ids, skip_special=skip)
-  assert tok.encode('<start_of_turn>', add_bos=False) == [4]
-  assert tok.encode('<start_of_turn>', add_bos=False, parse_special=False) != [4]
-  with pytest.raises(ValueError, match=r'not an integer in \[0, 300\)'):
-    tok.decode([300])
+  assert tok.encode('<start_of_turn>', add_bos=False) == [105]
+  assert tok.encode('<start_of_turn>', add_bos=False, parse_special=False) != [105]
+  with pytest.raises(ValueError, match=r'not an integer in \[0, 400\)'):
+    tok.decode([400])
 
 
 def test_a_folder_is_read_from_tokenizer_json_and_names_its_kind(small, tmp_path):
@@ -105,7 +105,7 @@ def test_tokenizer_config_names_the_special_tokens(small, tmp_path):
   for name in hf_tokenizer.FILES:
     (tmp_path / name).write_bytes((folder / name).read_bytes())
   tokenizer_files.write_tokenizer_config(tmp_path, vocab, eos_token='<end_of_turn>')
-  assert hf_tokenizer.load(tmp_path / 'tokenizer.model').eos_id == 5
+  assert hf_tokenizer.load(tmp_path / 'tokenizer.model').eos_id == 106
   tokenizer_files.write_tokenizer_config(tmp_path, vocab, eos_token={'content': '<nope>'})
   with pytest.raises(hf_tokenizer.TokenizerFileError, match="eos token '<nope>' is not"):
     hf_tokenizer.load(tmp_path / 'tokenizer.json')

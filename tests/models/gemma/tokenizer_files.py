@@ -120,19 +120,28 @@ def write_all(folder, vocab: tokenizer_lib.Tokenizer, **config) -> pathlib.Path:
   return folder
 
 
-def small_vocabulary(size: int = 300) -> tokenizer_lib.Tokenizer:
-  """A sentencepiece-style vocabulary of `size` ids for tiny exports: Gemma's control tokens,
-  its one-token blank line and fence, the 256 bytes, and a few merged pieces."""
-  head = ['<pad>', '<eos>', '<bos>', '<unk>', '<start_of_turn>', '<end_of_turn>', '\n\n', '```']
-  kinds = [T.CONTROL] * 6 + [T.USER_DEFINED] * 2
-  letters = ['\n', SPACE, 'e', 't', 'a', 'h', 'i', 'n', 'r']  # every character of a merged piece
-  merged = letters + ['th', 'the', SPACE + 't', SPACE + 'the', 'in', 'an', 'er']
-  pieces = head + [f'<0x{b:02X}>' for b in range(256)] + merged
-  kinds += [T.BYTE] * 256 + [T.NORMAL] * len(merged)
-  pieces += [f'<unused{i}>' for i in range(size - len(pieces))]
+GEMMA3_TURNS = ('<start_of_turn>', '<end_of_turn>')
+GEMMA4_TURNS = ('<|turn>', '<turn|>')  # ids 105 and 106 in both (the gemma library's tokenizers)
+
+
+def small_vocabulary(
+  size: int = 400, turns: tuple[str, str] = GEMMA3_TURNS
+) -> tokenizer_lib.Tokenizer:
+  """A sentencepiece-style vocabulary of `size` ids for tiny exports, laid out as Gemma's:
+  <pad> <eos> <bos> <unk> <mask> (0-4), unused control pieces up to the turn tokens at 105
+  and 106, then '\\n', the one-token blank line and fence, the 256 bytes and a few merged
+  pieces (the words of a chat turn among them)."""
+  head = ['<pad>', '<eos>', '<bos>', '<unk>', '<mask>'] + [f'<unused{i}>' for i in range(100)]
+  head += [*turns, '\n', '\n\n', '```']
+  kinds = [T.CONTROL] * 107 + [T.NORMAL, T.USER_DEFINED, T.USER_DEFINED]
+  letters = [SPACE, 'a', 'd', 'e', 'h', 'i', 'l', 'm', 'n', 'o', 'r', 's', 't', 'u']
+  words = ['th', 'the', SPACE + 't', SPACE + 'the', 'in', 'an', 'er', 'us', 'user', 'mo', 'model']
+  pieces = head + [f'<0x{b:02X}>' for b in range(256)] + letters + words
+  kinds += [T.BYTE] * 256 + [T.NORMAL] * (len(letters) + len(words))
+  pieces += [f'<unused{100 + i}>' for i in range(size - len(pieces))]
   kinds += [T.CONTROL] * (size - len(kinds))
   scores = np.zeros(size, np.float32)
-  for rank, piece in enumerate(merged):
+  for rank, piece in enumerate(words):  # every character of a word is a piece: BPE reaches it
     scores[pieces.index(piece)] = -float(rank)
   return tokenizer_lib.Tokenizer(
     pieces, scores, np.asarray(kinds, np.int32), bos_id=2, eos_id=1, pad_id=0, unk_id=3
