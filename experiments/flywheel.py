@@ -61,6 +61,7 @@ _BM25_THRESHOLD = flags.DEFINE_float(
   'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
 )
 _ENERGY = flags.DEFINE_bool('energy', False, 'Measure accelerator energy per phase (NVML).')
+_CHAT = flags.DEFINE_bool('chat', False, "Ask in the model's chat template (an -it checkpoint's).")
 
 
 def main(argv):
@@ -88,6 +89,7 @@ def main(argv):
     library_dir=_LIBRARY.value,
     bm25_threshold=_BM25_THRESHOLD.value,
     measure_energy=_ENERGY.value,
+    chat=_CHAT.value,
   )
   print(flywheel.format_summary(result['summary']))
   results.write(_OUT.value, result)
