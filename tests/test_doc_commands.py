@@ -39,7 +39,6 @@ COVERED = {
   'make test': ('check', 'sets up .venv, then runs this suite'),
   'make setup': ('check', 'creates .venv and installs packages'),
   'make test-fast': ('check', 'sets up .venv, then runs the unit tier of this suite'),
-  'python3 -m venv': ('check', 'names what `make setup` runs (a fragment, no folder given)'),
   """python -c "from graftjax import ledger; ledger.verify_result('FILE')\"""": (
     'run',
     {'FILE': A_RESULT},
