@@ -6,6 +6,7 @@ text and experiment results equal to the GGUF path.
 """
 
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -165,48 +166,50 @@ def test_the_270m_vocabulary_gives_the_gguf_ids_and_text(gguf_vocab, vocab_files
 
 @pytest.fixture(scope='module')
 def exported_270m(real_model, vocab_files, tmp_path_factory):
-  """The 270M's float32 weights as a Hugging Face folder, with its vocabulary's files."""
-  folder = tmp_path_factory.mktemp('gemma3_270m_hf')
-  safetensors_io.save(real_model.params, real_model.config, folder)
-  for name in (*hf_tokenizer.FILES, hf_tokenizer.TOKENIZER_CONFIG):
+  """{tokenizer file: a Hugging Face folder of the 270M's float32 weights with that file of its
+  vocabulary beside them} (the weights written once, linked into the second folder)."""
+  folders = {}
+  for name in hf_tokenizer.FILES:
+    folder = folders[name] = tmp_path_factory.mktemp(f'gemma3_270m_{name.replace(".", "_")}')
+    if len(folders) == 1:
+      safetensors_io.save(real_model.params, real_model.config, folder)
+    else:
+      first = next(iter(folders.values()))
+      for f in first.iterdir():
+        if f.name not in hf_tokenizer.FILES:
+          os.link(f, folder / f.name)
     (folder / name).write_bytes((vocab_files / name).read_bytes())
-  return folder
+    (folder / hf_tokenizer.TOKENIZER_CONFIG).write_bytes(
+      (vocab_files / hf_tokenizer.TOKENIZER_CONFIG).read_bytes()
+    )
+  return folders
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the 270M exported, then the graft gate three times
 @pytest.mark.real_model
-@pytest.mark.parametrize('name', hf_tokenizer.FILES)
-def test_the_exported_270m_runs_byte_equal_to_the_gguf_path(real_model, exported_270m, name):
+def test_the_exported_270m_runs_byte_equal_to_the_gguf_path(real_model, exported_270m):
   from graftjax.studies import graft_gate  # pylint: disable=g-import-not-at-top
 
-  mine = gemma_model.load(weights=exported_270m, tokenizer=exported_270m / name)
-  assert mine.params_digest == real_model.params_digest and mine.config == real_model.config
   text = 'def fibonacci(n):\n  """The n-th Fibonacci number."""\n'
-  ids = mine.tokenizer.encode(text)
-  assert ids == real_model.tokenizer.encode(text)
-  logits = []
-  for m in (real_model, mine):
-    out, _ = m.prefill(ids, cache=m.init_cache(capacity=64), chunk_size=16, logits='all')
-    logits.append(np.asarray(out).tobytes())
-  assert logits[0] == logits[1]
+  ids = real_model.tokenizer.encode(text)
+  cache = real_model.init_cache(capacity=64)
+  want, _ = real_model.prefill(ids, cache=cache, chunk_size=16, logits='all')
   kwargs = dict(samples=1, prefix_tokens=24, continuation_tokens=4, rollout_tokens=4, chunk_size=8)
-  runs = [
-    graft_gate.experiment(
-      model_name=model_name,
-      dtype='float32',
-      other_process=False,
-      store_dir=None,
-      command='test',
-      **kwargs,
-    )
-    for model_name in ('gemma3-270m', str(exported_270m))
-  ]
-  # Token ids, logit digests and verdicts byte-equal; the block keys name each model (its
-  # fingerprint holds its tokenizer file's digest), so they differ.
-  keys = [[r.pop('block_key') for r in run['samples']] for run in runs]
-  assert runs[0]['samples'] == runs[1]['samples'] and runs[0]['summary'] == runs[1]['summary']
-  assert keys[0] != keys[1]
-  assert (
-    runs[1]['inputs']['tokenizer_sha256']
-    == gemma_model.load_named(str(exported_270m)).tokenizer.digest()
-  )
+  kwargs.update(dtype='float32', other_process=False, store_dir=None, command='test')
+  runs = {'gguf': graft_gate.experiment(model_name='gemma3-270m', **kwargs)}
+  for name, folder in exported_270m.items():
+    mine = gemma_model.load_named(str(folder))  # as the experiments' --model loads it
+    assert mine.params_digest == real_model.params_digest and mine.config == real_model.config
+    assert mine.tokenizer.digest() == hf_tokenizer.load(folder / name).digest()
+    assert mine.tokenizer.encode(text) == ids
+    got, _ = mine.prefill(ids, cache=mine.init_cache(capacity=64), chunk_size=16, logits='all')
+    assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    runs[name] = graft_gate.experiment(model_name=str(folder), **kwargs)
+    assert runs[name]['inputs']['tokenizer_sha256'] == mine.tokenizer.digest()
+  # Token ids, logit digests, generated tokens and verdicts byte-equal; block keys name each
+  # model (its fingerprint holds its tokenizer file's digest), so they differ.
+  keys = {k: [r.pop('block_key') for r in run['samples']] for k, run in runs.items()}
+  for name in hf_tokenizer.FILES:
+    assert runs[name]['samples'] == runs['gguf']['samples']
+    assert runs[name]['summary'] == runs['gguf']['summary']
+    assert keys[name] != keys['gguf']
