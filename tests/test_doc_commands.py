@@ -240,6 +240,14 @@ def _demo_recipe() -> str:
   return line
 
 
+def test_every_script_a_documented_command_names_exists():
+  named = [
+    w for c in COVERED for w in shlex.split(c.replace('$(', ' ')) if re.search(r'\.(py|sh)$', w)
+  ]
+  assert len(named) >= 20
+  assert not [w for w in named if not (ROOT / w).is_file()]
+
+
 def test_the_make_targets_exist():
   for command in [c for c in COVERED if c.startswith('make ')]:
     assert command.split()[1] in _make_targets(), command
