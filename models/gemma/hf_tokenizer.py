@@ -207,10 +207,9 @@ class SentencePieceTokenizer(_Specials):
       for i in range(self._size)
       if self._sp.IsControl(i) or self._sp.IsUnknown(i)
     }
-    by_text = {piece: i for i, piece in self._control.items()}
-    self._control_ids = by_text
-    longest_first = sorted(by_text, key=len, reverse=True)
-    self._control_pattern = re.compile('|'.join(re.escape(p) for p in longest_first))
+    self._control_ids = {piece: i for i, piece in self._control.items() if piece}
+    longest_first = sorted(self._control_ids, key=len, reverse=True)
+    self._control_pattern = re.compile('|'.join(map(re.escape, longest_first)) or '(?!)')
     self._digest = _file_digest('tokenizer_model', self.path)
 
   def _id_of(self, piece: str, unknown: int) -> int | None:
