@@ -26,7 +26,7 @@ from graftjax.studies import bench_answer
 from graftjax.studies import cli
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _BASE = flags.DEFINE_integer('base_length', 24, 'Query tokens of the repeated item.')
 _IN_BUCKET = flags.DEFINE_list(
   'in_bucket', ['20', '28', '33', '41', '47', '53'], 'Unseen query lengths in its bucket.'

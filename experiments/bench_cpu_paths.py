@@ -19,7 +19,7 @@ from graftjax.studies import cli
 from graftjax.studies import paging_scale
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', paging_scale.MODELS, 'Model.')
+_MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _TOKENS = flags.DEFINE_list('tokens', ['64', '512'], 'Prefill lengths (one chunk each).')
 _CAPACITY = flags.DEFINE_integer('capacity', 2304, 'Cache slots (the top-4 needle context).')
 _PALLAS_TOKENS = flags.DEFINE_integer('pallas_tokens', 64, 'Longest prefill in the interpreter.')

@@ -33,7 +33,9 @@ from graftjax.studies import cli
 from graftjax.studies import results
 
 _MODEL = flags.DEFINE_string(
-  'model', 'gemma3-270m', "gemma3-270m, tiny, or '<config>:random' (e.g. gemma3-12b:random)."
+  'model',
+  'gemma3-270m',
+  "gemma3-270m, tiny, '<config>:random' (e.g. gemma3-12b:random), or a checkpoint folder.",
 )
 _PREFIX_TOKENS = flags.DEFINE_list(
   'prefix_tokens', ['1024', '4096', '8192', '32768'], 'Prefix lengths.'

@@ -21,7 +21,7 @@ from graftjax.studies import bench_paging_context
 from graftjax.studies import cli
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'tiny', ['gemma3-270m', 'tiny'], 'Model.')
+_MODEL = cli.model_flag('tiny', ['gemma3-270m', 'tiny'], 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _PAGES = flags.DEFINE_integer('pages', 32, 'Pages stored.')
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 200, 'Tokens per page (BOS included).')

@@ -35,7 +35,7 @@ from graftjax.studies import bench_paging_pagein
 from graftjax.studies import cli
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
+_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _TOKENS = flags.DEFINE_list(
   'tokens', ['32', '64', '128', '256', '512', '1024', '2048', '4096', '8192'], 'Block sizes.'
 )

@@ -26,7 +26,7 @@ from graftjax.studies import cli
 from graftjax.studies import compose
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'pallas', ['xla', 'pallas'], 'Kernels (xla is refused).')
 _OUT = flags.DEFINE_string(

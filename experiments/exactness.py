@@ -28,7 +28,9 @@ from graftjax.studies import graft_gate
 from graftjax.studies import results
 
 _MODEL = flags.DEFINE_string(
-  'model', 'gemma3-270m', "gemma3-270m, tiny, or '<config>:random' (e.g. gemma3-12b:random)."
+  'model',
+  'gemma3-270m',
+  "gemma3-270m, tiny, '<config>:random' (e.g. gemma3-12b:random), or a checkpoint folder.",
 )
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Number of text samples.')
 _PREFIX_TOKENS = flags.DEFINE_integer(

@@ -37,7 +37,7 @@ from graftjax.studies import cli
 from graftjax.studies import flywheel
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')
@@ -61,6 +61,7 @@ _BM25_THRESHOLD = flags.DEFINE_float(
   'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
 )
 _ENERGY = flags.DEFINE_bool('energy', False, 'Measure accelerator energy per phase (NVML).')
+_CHAT = flags.DEFINE_bool('chat', False, "Ask in the model's chat template (an -it checkpoint's).")
 
 
 def main(argv):
@@ -88,6 +89,7 @@ def main(argv):
     library_dir=_LIBRARY.value,
     bm25_threshold=_BM25_THRESHOLD.value,
     measure_energy=_ENERGY.value,
+    chat=_CHAT.value,
   )
   print(flywheel.format_summary(result['summary']))
   results.write(_OUT.value, result)

@@ -31,7 +31,9 @@ from graftjax.studies import invariance
 from graftjax.studies import results
 
 _MODEL = flags.DEFINE_string(
-  'model', 'gemma3-270m', "gemma3-270m, tiny, or '<config>:random' (e.g. gemma3-12b:random)."
+  'model',
+  'gemma3-270m',
+  "gemma3-270m, tiny, '<config>:random' (e.g. gemma3-12b:random), or a checkpoint folder.",
 )
 _IMPLS = impl_flags.define(default='pallas')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')

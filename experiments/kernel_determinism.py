@@ -27,9 +27,7 @@ from graftjax.studies import cli
 from graftjax.studies import kernel_determinism
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum(
-  'model', 'gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.'
-)
+_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.')
 _SAMPLES = flags.DEFINE_integer('samples', 2, 'Text samples whose logits are digested.')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 64, 'Tokens per sample.')
 _LABEL = flags.DEFINE_string('label', 'run', 'Name of this run (e.g. which call and process).')

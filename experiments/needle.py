@@ -50,7 +50,7 @@ from graftjax.studies import needle
 from graftjax.studies import paging_scale
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', paging_scale.MODELS, 'Model.')
+_MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum(
   'impl', 'xla', ['xla', 'pallas', 'xla_split'], 'Kernels (xla_split: XLA, split attention).'

@@ -36,7 +36,7 @@ from graftjax.studies import cli
 from graftjax.studies import paging_scale
 from graftjax.studies import results
 
-_MODEL = flags.DEFINE_enum('model', paging_scale.TINY_270M_LAYOUT, paging_scale.MODELS, 'Model.')
+_MODEL = cli.model_flag(paging_scale.TINY_270M_LAYOUT, paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'bfloat16', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels of every op.')
 _STORE = flags.DEFINE_string(

@@ -34,7 +34,9 @@ from graftjax.studies import position_sweep
 from graftjax.studies import results
 
 _MODEL = flags.DEFINE_string(
-  'model', 'gemma3-270m', "'gemma3-270m', 'tiny', or a train_small.py checkpoint folder."
+  'model',
+  'gemma3-270m',
+  "'gemma3-270m', 'tiny', a train_small.py checkpoint folder, or a checkpoint folder of one's own.",
 )
 _SCHEMES = flags.DEFINE_multi_enum(
   'scheme',

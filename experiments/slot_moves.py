@@ -21,7 +21,7 @@ from graftjax.studies import paging_scale
 from graftjax.studies import results
 from graftjax.studies import slot_moves
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', paging_scale.MODELS, 'Model.')
+_MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _IMPLS = flags.DEFINE_list('attention', ['xla', 'xla_split'], 'Attention impls (xla, xla_split).')
 _TOKENS = flags.DEFINE_integer('tokens', 40, 'Tokens of the block.')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 32, 'Prefill chunk.')

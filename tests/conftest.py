@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny random model for most tests (also with a byte tokenizer), the real one for a few.
+"""Shared fixtures: the tiny random model (with its byte tokenizer) for most tests, the real one for a few.
 
 The deterministic configuration is pinned before any test touches jax.
 """
@@ -8,7 +8,6 @@ from graftjax import determinism
 determinism.pin()
 
 import concurrent.futures  # pylint: disable=g-import-not-at-top,wrong-import-position
-import dataclasses  # pylint: disable=g-import-not-at-top,wrong-import-position
 import inspect  # pylint: disable=g-import-not-at-top,wrong-import-position
 import os  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -31,30 +30,10 @@ def real_model():
   return gemma_model.load('gemma3-270m', dtype=jnp.float32)
 
 
-_BLANK_LINE = 3  # '\n\n' is one token, as in Gemma's vocabulary
-
-
-class ByteTokenizer:
-  """Token id = byte value (ids 0-2 are pad/eos/bos; 3 is a blank line)."""
-
-  def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
-    ids = []
-    for piece in text.encode().split(b'\n\n'):
-      ids += list(piece) + [_BLANK_LINE]
-    return ([2] if add_bos else []) + ids[:-1]
-
-  def decode(self, ids, *, skip_special: bool = False) -> str:
-    del skip_special
-    out = b''.join(b'\n\n' if i == _BLANK_LINE else bytes([i]) for i in ids if i >= 3)
-    return out.decode(errors='replace')
-
-  def digest(self) -> str:
-    return 'bytes'
-
-
 @pytest.fixture(scope='session')
 def text_model():
-  return dataclasses.replace(gemma_model.tiny(), tokenizer=ByteTokenizer())
+  """The tiny model with its byte tokenizer ('\\n\\n' one token, as in Gemma's vocabulary)."""
+  return gemma_model.tiny()
 
 
 @pytest.fixture(scope='session')

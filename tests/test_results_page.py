@@ -72,7 +72,6 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
   (first / 'logs' / 'run.json').write_text('{"not": "a result"}')  # logs are never read
   (first / 'plot.png').write_bytes(b'png')
   _study(tmp_path, 'earlier', order=1)
-  ledger.write_result(tmp_path / 'exactness_demo.json', {'command': 'make demo'})
   page = results_page.page(tmp_path)
   assert page.index('## The earlier study') < page.index('## The novel study')
   for named in (
@@ -85,7 +84,6 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
     '- `python x.py --out=y`',
   ):
     assert named in page, named
-  assert 'exactness_demo' not in page
 
 
 @pytest.mark.parametrize(

@@ -59,9 +59,27 @@ class Answer:
   seconds: float
 
 
-def stop_ids(model, mode: str) -> tuple[int, ...]:
+def chat_frame(model) -> tuple[str, str, int]:
+  """(head, tail, end-of-turn id) of the chat form: a question's text goes between head and
+  tail (one user turn, the model's turn opened), and the model's turn ends at that id.
+
+  Raises:
+    ValueError: the model's tokenizer has no chat template, or its end of turn is not one
+      token.
+  """
+  template = getattr(model.tokenizer, 'chat_template', None)
+  if template is None:
+    raise ValueError("this model's tokenizer has no chat template: ask without the chat form")
+  head, tail = template.wrap()
+  end = model.tokenizer.encode(template.end_of_turn(), add_bos=False)
+  if len(end) != 1:
+    raise ValueError(f'{template.end_of_turn()!r} is not one token in this vocabulary: {end}')
+  return head, tail, end[0]
+
+
+def stop_ids(model, mode: str, *, chat: bool = False) -> tuple[int, ...]:
   """A recall answer ends at the line's end; a solution at its blank line; code at its closing
-  fence (or EOS)."""
+  fence (or EOS); in the chat form, also at the end of the model's turn."""
   ends = {'recall': ('\n', '\n\n'), 'code': ('```',)}.get(mode, ('\n\n',))
   out = []
   for text in ends:
@@ -69,17 +87,30 @@ def stop_ids(model, mode: str) -> tuple[int, ...]:
     if len(ids) != 1:
       raise ValueError(f'{text!r} is not one token in this vocabulary: {ids}')
     out.append(ids[0])
+  if chat:
+    out.append(chat_frame(model)[2])
   return (*out, model.config.eos_id)
 
 
 def query_ids(
-  model, question: str, *, mode: str, after_block: bool, preamble: str = ''
+  model, question: str, *, mode: str, after_block: bool, preamble: str = '', chat: bool = False
 ) -> list[int]:
-  """The token ids of `preamble` and the query; BOS only when nothing comes before them."""
+  """The token ids of `preamble` and the query; BOS only when nothing comes before them.
+
+  `chat`: the text as one user turn of the model's chat template (`chat_frame`); after a
+  block the template's BOS is left out (the block holds one).
+  """
   if mode not in MODES:
     raise ValueError(f'mode must be one of {sorted(MODES)}, got {mode!r}')
   text = preamble + MODES[mode].format(question=question)
-  return model.tokenizer.encode(text, add_bos=not after_block)
+  if not chat:
+    return model.tokenizer.encode(text, add_bos=not after_block)
+  head, tail, _ = chat_frame(model)
+  bos = model.tokenizer.chat_template.bos_token
+  writes_bos = head.startswith(bos)
+  if after_block and writes_bos:
+    head = head[len(bos) :]
+  return model.tokenizer.encode(head + text + tail, add_bos=not (after_block or writes_bos))
 
 
 def answer(
@@ -91,10 +122,12 @@ def answer(
   mode: str,
   max_new_tokens: int,
   preamble: str = '',
+  chat: bool = False,
 ) -> Answer:
   """Grafts `entry`'s block (none: the base model alone), asks `question`, decodes.
 
-  `preamble` (e.g. few-shot examples) comes between the block and the query. The entry is
+  `preamble` (e.g. few-shot examples) comes between the block and the query; `chat` asks in
+  the chat form (`query_ids`), the answer ending at the end of the model's turn. The entry is
   checked against its block's manifest before anything is grafted (`Library.check`).
 
   Raises:
@@ -111,7 +144,9 @@ def answer(
     cache = restore_lib.restore(
       library.store, entry.key, cache, target=model.graft_target, donate=True
     )
-  return _continue(model, library, cache, context, question, mode, max_new_tokens, preamble, start)
+  return _continue(
+    model, library, cache, context, question, mode, max_new_tokens, preamble, start, chat
+  )
 
 
 def answer_prompted(
@@ -123,6 +158,7 @@ def answer_prompted(
   mode: str,
   max_new_tokens: int,
   preamble: str = '',
+  chat: bool = False,
 ) -> Answer:
   """The same context as `answer`, computed from its text instead of grafted (as the deposit
   computed it: `library.prefill_text`)."""
@@ -130,11 +166,20 @@ def answer_prompted(
   ids = model.tokenizer.encode(entry.text)
   cache = model.init_cache(capacity=library.shape.capacity)
   cache = library_lib.prefill_text(model, ids, cache, chunk_size=library.shape.chunk_size)
-  return _continue(model, library, cache, len(ids), question, mode, max_new_tokens, preamble, start)
+  return _continue(
+    model, library, cache, len(ids), question, mode, max_new_tokens, preamble, start, chat
+  )
 
 
 def greedy(
-  model, last: jax.Array, cache, position: int, *, mode: str, max_new_tokens: int
+  model,
+  last: jax.Array,
+  cache,
+  position: int,
+  *,
+  mode: str,
+  max_new_tokens: int,
+  chat: bool = False,
 ) -> tuple[tuple[int, ...], str]:
   """(ids, text) decoded greedily from `last` [1, V] logits, the first new token at `position`.
 
@@ -149,7 +194,7 @@ def greedy(
     jax.random.key(0),
     config=model.config,
     max_new_tokens=max_new_tokens,
-    stop_ids=stop_ids(model, mode),
+    stop_ids=stop_ids(model, mode, chat=chat),
     tables=model.tables,
   )
   ids = tuple(int(t) for t in np.asarray(tokens)[0, : int(steps)])
@@ -203,9 +248,9 @@ def prefill_query(model, ids, cache, *, context: int, chunks: tuple[int, ...]):
 
 
 def _continue(
-  model, library, cache, context, question, mode, max_new_tokens, preamble, start
+  model, library, cache, context, question, mode, max_new_tokens, preamble, start, chat
 ) -> Answer:
-  ids = query_ids(model, question, mode=mode, after_block=context > 0, preamble=preamble)
+  ids = query_ids(model, question, mode=mode, after_block=context > 0, preamble=preamble, chat=chat)
   if context + len(ids) + max_new_tokens > library.shape.capacity:
     raise ValueError(
       f'context {context} + query {len(ids)} + {max_new_tokens} new tokens exceed the'
@@ -216,7 +261,7 @@ def _continue(
   )
   last, cache = prefill_query(model, ids, cache, context=context, chunks=chunks)
   generated, text = greedy(
-    model, last, cache, context + len(ids), mode=mode, max_new_tokens=max_new_tokens
+    model, last, cache, context + len(ids), mode=mode, max_new_tokens=max_new_tokens, chat=chat
   )
   return Answer(
     token_ids=generated,

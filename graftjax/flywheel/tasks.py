@@ -81,6 +81,10 @@ class Prompt:
       fence, a deposit holds the code once in a fence (`library.CODE_TEMPLATE`)
       and recurring and held-out items are asked in code mode
       (`library.CODE_QUERY`, the query base attempts should use too).
+    chat: every question is asked in the chat form of the model's chat template (an
+      instruction-tuned checkpoint's `chat_template`): the few-shot prefix and the query
+      as one user turn, the answer in the model's turn, ending at its end of turn; blocks
+      are deposited as plain text either way (`answer.query_ids`).
   """
 
   prefix: str
@@ -88,6 +92,7 @@ class Prompt:
   answer_only: bool = False
   keep_prefix: bool = False
   code: bool = False
+  chat: bool = False
 
   @property
   def base_mode(self) -> str:

@@ -63,8 +63,7 @@ def experiment(
 ) -> dict[str, Any]:
   """Prefill seconds of every path in `PATHS` at every length in `tokens`; the result."""
   base = paging_scale.load_model(model_name, dtype='float32', impl='xla')
-  tokenizer = paging_scale.tokenizer_of(base)
-  text = needle.haystack_ids(tokenizer, corpus.stdlib_files(), max(tokens))
+  text = needle.haystack_ids(base.tokenizer, corpus.stdlib_files(), max(tokens))
   rows = []
   for n in tokens:
     ids = np.asarray(text[:n], np.int32)

@@ -126,13 +126,11 @@ def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str,
 
 
 def load(model_name: str, dtype: str, longest: int, local_cache: str = 'full'):
-  """The named model (with `local_cache` layout) and `long_text_ids` of its tokenizer (a byte
-  tokenizer if it has none)."""
+  """The named model (with `local_cache` layout) and `long_text_ids` of its tokenizer."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
   if local_cache != 'full':
     model = model.with_local_cache(local_cache)
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-  return model, long_text_ids(tokenizer, longest)
+  return model, long_text_ids(model.tokenizer, longest)
 
 
 def bench_one(

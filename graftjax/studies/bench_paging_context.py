@@ -38,12 +38,6 @@ from graftjax.studies import corpus
 from graftjax.studies import results
 
 
-def _decode(tokenizer, ids) -> str:
-  if hasattr(tokenizer, 'decode'):
-    return tokenizer.decode(ids)
-  return bytes(int(i) for i in ids).decode('utf-8', errors='replace')  # byte tokenizer
-
-
 def page_pieces(tokenizer, n_pages: int, page_tokens: int) -> list[tuple[str, list[int]]]:
   """(source, ids) of n_pages pieces: BOS + page_tokens - 1 tokens of one stdlib file each."""
   bos = getattr(tokenizer, 'bos_id', 2)
@@ -91,7 +85,7 @@ def experiment(
   model = gemma_model.load_named(
     model_name, dtype=jnp.dtype(dtype), position_scheme='rope_relative', impl='pallas'
   )
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  tokenizer = model.tokenizer
   pieces = page_pieces(tokenizer, n_pages, page_tokens)
   target = model.graft_target
   with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +99,7 @@ def experiment(
       block = blocks.capture(cache, blocks.Span(0, len(ids)), token_ids=ids, target=target)
       page = pages_lib.to_page(block, model.config)
       key = pages_lib.put(store, page)
-      text = _decode(tokenizer, ids[1:])
+      text = tokenizer.decode(ids[1:])
       catalog.add(
         key,
         text,

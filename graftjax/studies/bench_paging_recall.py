@@ -21,7 +21,6 @@ The library of experiments/bench_paging_recall.py. Two measurements:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
 import random
@@ -282,7 +281,7 @@ def overlap_rows(
 ) -> list[dict[str, Any]]:
   """Per overlap: pages, stored tokens and bytes per document token, boundary facts whole in
   the routed page, access time (route + read + verify + install, median)."""
-  tokenizer = paging_scale.tokenizer_of(model)
+  tokenizer = model.tokenizer
   named = needle.make_needles(facts, seed)
   lines = [
     TEMPLATES[i % len(TEMPLATES)].fact.format(name=n, number=x) for i, (n, x) in enumerate(named)
@@ -390,9 +389,6 @@ def experiment(
   inputs = {'model_fingerprint': model.fingerprint}
   if router_model is not None:
     ranker = paging_scale.load_model(router_model)
-    encode = None
-    if ranker.tokenizer is None:
-      encode = functools.partial(paging_scale.tokenizer_of(ranker).encode, add_bos=False)
     t0 = time.perf_counter()
     routed.update(
       model_routers(
@@ -403,7 +399,6 @@ def experiment(
         rerank=rerank,
         thresholds=thresholds,
         seed=seed,
-        encode=encode,
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0

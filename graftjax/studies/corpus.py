@@ -83,9 +83,10 @@ def text_samples(
 
 
 class ByteTokenizer:
-  """Stand-in tokenizer for tiny random-weight models: one id per UTF-8 byte.
+  """The tokenizer of the models trained here (`training`): one id per UTF-8 byte.
 
-  Ids are byte values modulo `vocab_size`; only for tests and smoke runs.
+  Ids are byte values modulo `vocab_size`, BOS first; no id is special. (Tiny and
+  random-weight models carry their own, `models.gemma.tokenizer.ByteTokenizer`.)
   """
 
   def __init__(self, vocab_size: int = 256, bos_id: int = 2):
@@ -95,3 +96,8 @@ class ByteTokenizer:
   def encode(self, text: str, *, add_bos: bool = True) -> list[int]:
     ids = [b % self.vocab_size for b in text.encode('utf-8')]
     return ([self.bos_id] if add_bos else []) + ids
+
+  def decode(self, ids, *, skip_special: bool = False) -> str:
+    """The bytes of `ids` (modulo 256) as UTF-8; every id is a byte, BOS included."""
+    del skip_special  # no id is special
+    return bytes(int(i) % 256 for i in ids).decode('utf-8', errors='replace')

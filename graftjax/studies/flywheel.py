@@ -78,13 +78,21 @@ def base_attempts(
   phase: str,
   progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
-  """The base model's attempts (few-shot prefix, then the question), verified."""
-  prefix_ids = model.tokenizer.encode(prompt.prefix)
+  """The base model's attempts (few-shot prefix, then the question), verified.
+
+  In the chat form (`Prompt.chat`) the prefix and the query are one user turn of the model's
+  chat template, the answer its turn (`answer.chat_frame`).
+  """
+  head, tail, add_bos = '', '', True
+  if prompt.chat:
+    head, tail, _ = answer_lib.chat_frame(model)
+    add_bos = not head.startswith(model.tokenizer.chat_template.bos_token)
+  prefix_ids = model.tokenizer.encode(head + prompt.prefix, add_bos=add_bos)
   prompts = [
-    model.tokenizer.encode(prompt.query.format(question=item.question), add_bos=False)
+    model.tokenizer.encode(prompt.query.format(question=item.question) + tail, add_bos=False)
     for item in items
   ]
-  stops = answer_lib.stop_ids(model, prompt.base_mode)
+  stops = answer_lib.stop_ids(model, prompt.base_mode, chat=prompt.chat)
   records = []
   for sample in range(budget.samples):
     sampling = sampler.SamplingConfig(temperature=budget.temperature if sample else 0.0)
@@ -173,7 +181,7 @@ def run(
   unsolved = [it for it in items if not _solved(base, it.id) and it.id in by_item]
   exact = route_lib.ExactRouter()
   exact.add_many((e.key, e.question) for e in by_item.values())
-  ask = _Ask(model, library, verify, journal, bar, measured)
+  ask = _Ask(model, library, verify, journal, bar, measured, chat=prompt.chat)
   recurrence = _recurrence(ask, unsolved, exact, budget, prompt.recall_mode)
   transfer = {'attempts': [], 'routing': {}}
   if held_out:
@@ -339,6 +347,7 @@ class _Ask:
   journal: journal_lib.Journal
   bar: Callable
   measured: Callable
+  chat: bool = False  # questions in the chat form (`Prompt.chat`)
 
 
 def _recurrence(ask: _Ask, unsolved, exact, budget, mode) -> dict[str, Any]:
@@ -374,6 +383,7 @@ def _recurrence(ask: _Ask, unsolved, exact, budget, mode) -> dict[str, Any]:
       item.question,
       mode=mode,
       max_new_tokens=budget.recall_tokens,
+      chat=ask.chat,
     )
     return {
       'token_ids': list(out.token_ids),
@@ -529,6 +539,7 @@ def _routed_answer(ask: _Ask, phase, item, router, entries, mode, max_new_tokens
       mode=mode,
       max_new_tokens=max_new_tokens,
       preamble=preamble,
+      chat=ask.chat,
     )
 
   who = 'base (routed to nothing)'
@@ -855,14 +866,10 @@ def load_task(spec: str, *, templates=(), per_template=1, pairs=60, shots=5, see
 
 
 def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any]:
-  """A result's `inputs`: the model's fingerprint, the sources of `items`, and the GGUF's
-  SHA-256 unless the model is the random-weight 'tiny'."""
-  from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
+  """A result's `inputs`: the model's (`results.model_inputs`) and the sources of `items`."""
+  from graftjax.studies import results  # pylint: disable=g-import-not-at-top
 
-  inputs = {'model_fingerprint': model.fingerprint, 'items': sorted({i.source for i in items})}
-  if model_name != 'tiny':
-    inputs['gguf_sha256'] = gguf.expected_sha256()
-  return inputs
+  return {**results.model_inputs(model, model_name), 'items': sorted({i.source for i in items})}
 
 
 @contextlib.contextmanager
@@ -899,6 +906,7 @@ def experiment(
   pairs: int = 60,
   shots: int = 5,
   journal_path: str | None = None,
+  chat: bool = False,
 ) -> dict[str, Any]:
   """experiments/flywheel.py: the loop on one task's items, with progress bars.
 
@@ -906,7 +914,9 @@ def experiment(
   the GSM-Symbolic `templates`, new instances held out), 'qa_wikidata'
   (`pairs` subjects of BIG-bench qa_wikidata, `shots` few-shot examples), or
   'package.module:Name' (any importable task). `journal_path` makes the run
-  resumable (refused with `measure_energy`, whose phases must be measured whole).
+  resumable (refused with `measure_energy`, whose phases must be measured whole). `chat`
+  asks every question in the model's chat template, whatever the task's prompt says
+  (`Prompt.chat`).
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
@@ -929,6 +939,10 @@ def experiment(
       pairs=pairs,
       shots=shots,
       seed=budget.seed,
+    )
+  if chat:
+    task = dataclasses.replace(
+      task, prompt=dataclasses.replace(task.prompt or ZERO_SHOT, chat=True)
     )
   items, held_out = list(task.items()), task.held_out_items()
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
@@ -970,6 +984,8 @@ def experiment(
     )
     library.close()
   inputs = result_inputs(model, model_name, items[:1] + held_out[:1])
+  if (task.prompt or ZERO_SHOT).chat:
+    inputs['chat_template_sha256'] = model.tokenizer.chat_template.digest()
   if spec == 'qa_wikidata':
     inputs['bigbench_sdist_sha256'] = datasets.BIGBENCH_SHA256
   return {

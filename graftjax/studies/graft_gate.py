@@ -35,7 +35,6 @@ from graftjax import exactness
 from graftjax import ledger
 from graftjax import restore as restore_lib
 from graftjax import store as store_lib
-from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import sampler
 from graftjax.studies import corpus
@@ -352,7 +351,7 @@ def experiment(
   """experiments/exactness.py for one dtype: loads the model, builds the samples, runs the
   gate in a scratch folder (and `store_dir`, if given); the result with its header."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  tokenizer = model.tokenizer
   text = corpus.text_samples(
     tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=continuation_tokens
   )
@@ -374,11 +373,8 @@ def experiment(
       other_process=other_process,
       progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
     )
-  inputs = {'model_fingerprint': model.fingerprint, 'params_sha256': model.params_digest}
-  if model_name == 'gemma3-270m':
-    inputs['gguf_sha256'] = gguf_lib.expected_sha256()
   return {
-    **results.header('exactness', inputs=inputs, command=command),
+    **results.header('exactness', inputs=results.model_inputs(model, model_name), command=command),
     'model': model_name,
     'dtype': dtype,
     'position_scheme': model.position_scheme,

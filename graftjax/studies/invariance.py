@@ -283,7 +283,7 @@ def experiment(
     raise ValueError(f'shard {shard} must be in [0, num_shards={num_shards})')
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype)).with_impl(impl, **per_op)
   model = model.with_dot_precision(dot_precision)
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  tokenizer = model.tokenizer
   texts = corpus.text_samples(
     tokenizer,
     count=samples,

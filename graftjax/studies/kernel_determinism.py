@@ -82,7 +82,7 @@ def experiment(
     except Exception as e:  # pylint: disable=broad-except
       errors[name] = f'{type(e).__name__}: {str(e)[:500]}'  # reported, never digested
   model = gemma_model.load_named(model_name, impl='pallas')
-  tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
+  tokenizer = model.tokenizer
   texts = corpus.text_samples(
     tokenizer, count=samples, prefix_tokens=prefix_tokens, continuation_tokens=1
   )

@@ -356,7 +356,7 @@ def experiment(
       split = compose.check_model(model)
     except compose.ComposeError as e:
       raise NeedleError(f'the top-{top_k} arm cannot compose pages on this model: {e}') from e
-  tokenizer = paging_scale.tokenizer_of(model)
+  tokenizer = model.tokenizer
   page_ids, planted, docs, spans = plant(
     tokenizer,
     needles=needles,
@@ -514,7 +514,7 @@ def experiment(
     **results.header(
       'needle',
       inputs={
-        'model_fingerprint': model.fingerprint,
+        **results.model_inputs(model, model_name),
         'sha256_page_ids': ledger.sha256_bytes(np.ascontiguousarray(page_ids).tobytes()),
       },
       command=command,

@@ -29,6 +29,7 @@ from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
+from graftjax.models.gemma import tokenizer as tokenizer_lib
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages
 from graftjax.studies import corpus
@@ -55,16 +56,9 @@ def load_model(name: str, *, dtype: str = 'float32', impl: str = 'xla') -> gemma
   return gemma_model.load_named(name, dtype=jnp.dtype(dtype), impl=impl)
 
 
-def tokenizer_of(model: gemma_model.Gemma):
-  """The model's tokenizer, or one id per UTF-8 byte for random-weight models."""
-  return model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
-
-
 def decode(tokenizer, ids) -> str:
-  """Text of token ids (a byte tokenizer's ids are the bytes when its vocabulary is 256)."""
-  if hasattr(tokenizer, 'decode'):
-    return tokenizer.decode([int(i) for i in ids], skip_special=True)
-  return bytes(int(i) % 256 for i in ids).decode('utf-8', errors='replace')
+  """Text of token ids (an int array or list), control tokens left out."""
+  return tokenizer.decode([int(i) for i in ids], skip_special=True)
 
 
 def source_files(*, site_packages: bool = True) -> list[pathlib.Path]:
@@ -177,7 +171,7 @@ def plan_only(
   model = load_model(model_name, dtype=dtype, impl=impl)
   return load_or_plan(
     pathlib.Path(store_dir),
-    tokenizer_of(model),
+    model.tokenizer,
     page_tokens=page_tokens,
     num_pages=num_pages,
     seed=seed,
@@ -238,7 +232,7 @@ def grow(
   copies of its first page, so one program serves every batch). Stops early, with everything added so far durable, at `deadline`
   (a `time.monotonic()` value). Returns counts and seconds.
   """
-  tokenizer = tokenizer_of(model)
+  tokenizer = model.tokenizer
   done = {catalog.get(key).source for key in catalog.keys()}
   todo = [i for i in range(min(upto, len(plan))) if plan.sources[i] not in done]
   capacity = prefill_capacity(plan.ids.shape[1])
@@ -469,7 +463,7 @@ def experiment(
   t0 = time.perf_counter()
   plan = load_or_plan(
     folder,
-    tokenizer_of(model),
+    model.tokenizer,
     page_tokens=page_tokens,
     num_pages=max(sizes),
     seed=seed,
@@ -543,13 +537,14 @@ def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **r
   local = (
     'W - 1 = every row a later query sees' if rest['local_rows'] is None else rest['local_rows']
   )
+  byte_tokens = isinstance(model.tokenizer, tokenizer_lib.ByteTokenizer)  # random weights
   summary = {
     'setup': (
-      f'{rest["model_name"]} ({"random weights, " if model.tokenizer is None else ""}'
+      f'{rest["model_name"]} ({"random weights, " if byte_tokens else ""}'
       f'{config.num_layers} layers: {_num_global(config)} global +'
       f' {config.num_layers - _num_global(config)} local of window {config.sliding_window},'
       f' embed {config.embed_dim}, {config.num_kv_heads} KV head(s) x {config.head_dim};'
-      f' {"byte tokens" if model.tokenizer is None else "its tokenizer"}) in {rest["dtype"]},'
+      f' {"byte tokens" if byte_tokens else "its tokenizer"}) in {rest["dtype"]},'
       f' {rest["impl"]} kernels, on {jax.devices()[0].platform}; pages of {page_tokens} tokens'
       f' keeping {local} local-layer rows'
     ),
@@ -605,12 +600,12 @@ def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **r
       'num_kv_heads': config.num_kv_heads,
       'head_dim': config.head_dim,
       'vocab_size': config.vocab_size,
-      'random_weights': model.tokenizer is None,
+      'random_weights': byte_tokens,
     },
     'dtype': rest['dtype'],
     'impl': rest['impl'],
     'local_rows': rest['local_rows'],
-    'tokenizer': 'the model tokenizer' if model.tokenizer else 'one id per UTF-8 byte',
+    'tokenizer': 'one id per UTF-8 byte' if byte_tokens else 'the model tokenizer',
     'corpus': (
       f'Python sources of the interpreter that made the plan ({plan.made_with or "unrecorded"}):'
       ' stdlib incl. tests, then site-packages'

@@ -324,6 +324,9 @@ def model_source(model: str) -> tuple[Callable[[str], gemma_model.Gemma], dict]:
     return load, info
   if not os.path.isdir(model):
     raise ValueError(f'--model={model!r} is neither {NAMED_MODELS} nor a checkpoint folder')
+  if not (pathlib.Path(model) / training.MODEL_JSON).is_file():  # a checkpoint of one's own
+    load = lambda dtype: gemma_model.load_named(model, dtype=jnp.dtype(dtype))
+    return load, {'checkpoint': model}
   record = training.load_record(model)
   info = {
     'checkpoint': model,
@@ -367,7 +370,9 @@ def experiment(
   base = functools.cache(load)
   if schemes is None:
     schemes = [info['training']['scheme']] if 'training' in info else list(schemes_lib.names())
-  tokenizer = base(dtypes[0]).tokenizer or corpus.ByteTokenizer(base(dtypes[0]).config.vocab_size)
+  # A model trained here reads the bytes it was trained on (`training`).
+  trained = 'training' in info
+  tokenizer = corpus.ByteTokenizer(training.VOCAB_SIZE) if trained else base(dtypes[0]).tokenizer
   text = corpus.text_samples(
     tokenizer, count=samples, prefix_tokens=block_tokens, continuation_tokens=continuation_tokens
   )

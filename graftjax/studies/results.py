@@ -29,6 +29,23 @@ def command_line(argv: Iterable[str] | None = None) -> str:
   return shlex.join(['python', *(sys.argv if argv is None else argv)])
 
 
+def model_inputs(model, model_name: str) -> dict[str, Any]:
+  """What a result records of its model: the fingerprint, the weights' digest (of a
+  checkpoint, the float32 tensors it holds), the tokenizer's digest (of a checkpoint's
+  tokenizer.json or tokenizer.model, the file; None for a model without one) and, for the
+  real gemma3-270m, its GGUF's SHA-256."""
+  inputs = {
+    'model_fingerprint': model.fingerprint,
+    'params_sha256': model.params_digest,
+    'tokenizer_sha256': model.tokenizer.digest() if model.tokenizer is not None else None,
+  }
+  if model_name == 'gemma3-270m':
+    from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
+
+    inputs['gguf_sha256'] = gguf.expected_sha256()
+  return inputs
+
+
 def header(
   experiment: str, *, inputs: Mapping[str, Any] | None = None, command: str | None = None
 ) -> dict[str, Any]:

