@@ -1,5 +1,7 @@
 """The tiny and random-weight models' byte tokenizer (models/gemma/tokenizer.py)."""
 
+import dataclasses
+
 import pytest
 
 from graftjax.models.gemma import config as config_lib
@@ -35,11 +37,20 @@ def test_bytes_without_an_id_and_ids_out_of_range_are_refused():
   assert tokenizer_lib.ByteTokenizer(300).decode([299, 104]) == 'h'  # unused ids read as nothing
 
 
-def test_tiny_and_random_models_carry_it_and_their_fingerprints_name_it():
+def test_tiny_and_random_models_carry_it_and_keep_their_fingerprints():
+  """The built-in byte tokenizer enters the fingerprint as no tokenizer did, so blocks and
+  results recorded before models carried it keep naming them; another tokenizer changes it."""
   tiny = gemma_model.tiny()
   assert isinstance(tiny.tokenizer, tokenizer_lib.ByteTokenizer)
   assert tiny.tokenizer.vocab_size == tiny.config.vocab_size
   assert tokenizer_lib.ByteTokenizer(256).digest() != tokenizer_lib.ByteTokenizer(300).digest()
   assert gemma_model.random(config_lib.tiny(vocab_size=300)).tokenizer.vocab_size == 300
   bare = gemma_model.from_params(tiny.config, tiny.params, params_digest=tiny.params_digest)
-  assert bare.fingerprint != tiny.fingerprint
+  assert bare.tokenizer is None and bare.fingerprint == tiny.fingerprint
+
+  class Other(tokenizer_lib.ByteTokenizer):
+    def digest(self):
+      return 'f' * 64
+
+  other = dataclasses.replace(tiny, tokenizer=Other(tiny.config.vocab_size))
+  assert other.fingerprint != tiny.fingerprint
