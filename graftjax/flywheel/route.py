@@ -13,15 +13,19 @@ import json
 import math
 import pathlib
 import random
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import bm25s
+import bm25s.stopwords
 import numpy as np
 
 from graftjax.flywheel import stats
 from graftjax.models.gemma import ops
+
+_STOPWORDS = frozenset(bm25s.stopwords.STOPWORDS_EN)  # what `BM25Router` leaves out
 
 
 def normalize(text: str) -> str:
@@ -36,8 +40,89 @@ def normalize(text: str) -> str:
   return ' '.join(text[begin:end].split())
 
 
+_WORD = re.compile(r'(?u)\b\w+\b')
+
+
+def span_room(query: str, text: str) -> tuple[int, int]:
+  """(words after, words before) the span of `query` in `text`.
+
+  The span is the shortest run of `text`'s words (`normalize`d, split as BM25 splits them)
+  holding every query word that `text` holds, stopwords aside; the first such run if several.
+  (0, 0) when `text` holds no query word.
+  """
+  wanted = set(_WORD.findall(normalize(query))) - _STOPWORDS
+  words = _WORD.findall(normalize(text))
+  present = wanted.intersection(words)
+  if not present:
+    return 0, 0
+  counts: dict[str, int] = collections.Counter()
+  best, begin, covered = (0, len(words)), 0, 0
+  for end, word in enumerate(words):
+    if word in present:
+      counts[word] += 1
+      covered += counts[word] == 1
+    while covered == len(present):
+      if end - begin < best[1] - best[0]:
+        best = (begin, end)
+      first = words[begin]
+      if first in present:
+        counts[first] -= 1
+        covered -= counts[first] == 0
+      begin += 1
+  return len(words) - 1 - best[1], best[0]
+
+
+def tie_order(query: str, key: str, text: str) -> tuple[int, int, str, str]:
+  """The sort key of an entry among entries of equal score for `query` (lower first).
+
+  More words after the query's span first (`span_room`), then more words before it, then
+  by key, then by text: a total order on entries that does not depend on the order they
+  were added in. A page that a boundary cut right after the question's words holds fewer
+  words after the span than the overlapping page holding the whole fact (its answer
+  included), so of two such pages tied on score the latter comes first.
+  """
+  after, before = span_room(query, text)
+  return -after, -before, key, text
+
+
 class RouterFileError(ValueError):
   """A saved router file cannot be read: missing, malformed, of another kind, or altered."""
+
+
+def _real(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _count(least: int) -> tuple[Callable[[Any], bool], str]:
+  ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+  return ok, f'an integer >= {least}'
+
+
+# A router setting's name -> (whether a value is valid, what a valid value is).
+SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+  'threshold': (lambda v: v is None or _real(v), 'a number (not NaN), or null before calibrate'),
+  'k1': (lambda v: _real(v) and 0 <= v < math.inf, 'a finite number >= 0'),
+  'b': (lambda v: _real(v) and 0 <= v <= 1, 'a number in [0, 1]'),
+  'weight': (lambda v: _real(v) and 0 <= v <= 1, 'a number in [0, 1]'),
+  'rerank': _count(0),
+  'unit_words': _count(1),
+  'stride_words': _count(1),
+  'chunk_size': _count(1),
+  'batch_size': _count(1),
+  'fingerprint': (lambda v: isinstance(v, str), 'a string'),
+}
+
+
+def check_settings(**settings: Any) -> None:
+  """Raises ValueError naming the first setting outside its type or range (`SETTINGS`), or
+  a stride_words above unit_words."""
+  for name, value in settings.items():
+    ok, want = SETTINGS[name]
+    if not ok(value):
+      raise ValueError(f'{name} must be {want}, got {value!r}')
+  stride, unit = settings.get('stride_words'), settings.get('unit_words')
+  if stride is not None and unit is not None and stride > unit:
+    raise ValueError(f'stride_words must be at most unit_words {unit}, got {stride}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +144,7 @@ class Router(abc.ABC):
   _file_fields: ClassVar[tuple[str, ...]] = ('threshold', 'entries')
 
   def __init__(self, *, threshold: float | None):
+    check_settings(threshold=threshold)
     self.threshold = threshold  # None: not fitted yet (`calibrate`); route refuses
     self._entries: list[tuple[str, str]] = []
     self._seen: set[tuple[str, str]] = set()
@@ -117,7 +203,8 @@ class Router(abc.ABC):
         f'{type(self).__name__} has no threshold: fit one on labelled queries (calibrate)'
         ' or pass one'
       )
-    return [self._top(ranked, k, threshold) for ranked in self._rank_many(queries)]
+    ranked = self._rank_many(queries)
+    return [self._top(self._ordered(q, r), k, threshold) for q, r in zip(queries, ranked)]
 
   def _top(self, ranked: Iterator[tuple[int, float]], k: int, threshold: float) -> list[Hit]:
     hits, keys = [], set()
@@ -130,9 +217,29 @@ class Router(abc.ABC):
           break
     return [hit for hit in hits if hit.score >= threshold]
 
+  def _ordered(self, query: str, ranked: Iterable[tuple]) -> Iterator[tuple[int, float]]:
+    """(entry index, score) of `ranked` (best first), each run of entries of equal rank in
+    the tie order (`tie_order`)."""
+    run: list[tuple] = []
+    for hit in ranked:
+      if run and hit[-1] != run[0][-1]:
+        yield from self._tied(query, run)
+        run = []
+      run.append(hit)
+    yield from self._tied(query, run)
+
+  def _tied(self, query: str, run: list[tuple]) -> list[tuple[int, float]]:
+    if len(run) > 1:
+      run = sorted(run, key=lambda hit: tie_order(query, *self._entries[hit[0]]))
+    return [(hit[0], hit[1]) for hit in run]
+
   @abc.abstractmethod
-  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
-    """Per query, (entry index, score) best first: only entries that may be hits."""
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple]]:
+    """Per query, (entry index, score) by falling score, or (entry index, score, rank) by
+    falling rank where the ranking is by another value; only entries that may be hits.
+
+    Entries of equal rank may come in any order: `route_many` puts them in the tie order.
+    """
 
   def _added(self, index: int) -> None:
     """Hook: entry `index` was just stored."""
@@ -178,6 +285,10 @@ class Router(abc.ABC):
       isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries
     ):
       raise RouterFileError(f'{path}: entries must be a list of [key, text] strings')
+    try:
+      check_settings(**{name: body[name] for name in cls._file_fields if name in SETTINGS})
+    except ValueError as e:
+      raise RouterFileError(f'{path}: {e}') from e
     return body
 
 
@@ -233,6 +344,7 @@ class BM25Router(Router):
 
   def __init__(self, *, threshold: float | None = None, k1: float = 1.5, b: float = 0.75):
     super().__init__(threshold=threshold)
+    check_settings(k1=k1, b=b)
     self.k1, self.b = k1, b
     self._index: bm25s.BM25 | None = None
     self._self_scores: np.ndarray | None = None  # [N] float64
@@ -251,11 +363,11 @@ class BM25Router(Router):
 
   def _build(self) -> bm25s.BM25:
     if self._index is None:
-      vocab: dict[str, int] = {}  # by first appearance: the same ids in every process
-      ids = [
-        [vocab.setdefault(term, len(vocab)) for term in terms]
-        for terms in self._tokens([text for _, text in self._entries])
-      ]
+      tokens = self._tokens([text for _, text in self._entries])
+      # Term ids in sorted order: the same ids, so the same sums, whatever order the
+      # entries were added in (a catalog adds them in key order when reopened).
+      vocab = {term: i for i, term in enumerate(sorted({t for terms in tokens for t in terms}))}
+      ids = [[vocab[term] for term in terms] for terms in tokens]
       self._index = bm25s.BM25(k1=self.k1, b=self.b, method='lucene', dtype='float64')
       self._index.index((ids, vocab), show_progress=False)
       # One weight per (entry, term), summed in term-id order as `get_scores` sums
@@ -264,20 +376,21 @@ class BM25Router(Router):
       self._self_scores = np.bincount(sparse['indices'], sparse['data'], minlength=len(self))
     return self._index
 
-  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple]]:
+    """Per query, (entry index, score, raw BM25) by falling raw BM25."""
     if not self._entries:
       return [iter(()) for _ in queries]
     index = self._build()
     return [self._ranked(index, terms) for terms in self._tokens(queries)]
 
-  def _ranked(self, index: bm25s.BM25, terms: list[str]) -> Iterator[tuple[int, float]]:
+  def _ranked(self, index: bm25s.BM25, terms: list[str]) -> Iterator[tuple]:
     ids = sorted({index.vocab_dict[t] for t in terms if t and t in index.vocab_dict})
     if not ids:
       return iter(())
     raw = index.get_scores(ids)
     order = np.argsort(-raw, kind='stable')
     order = order[raw[order] > 0]
-    return ((int(i), float(raw[i] / self._self_scores[i])) for i in order)
+    return ((int(i), float(raw[i] / self._self_scores[i]), float(raw[i])) for i in order)
 
   def _state(self) -> dict[str, Any]:
     return {**super()._state(), 'k1': self.k1, 'b': self.b}
@@ -382,6 +495,7 @@ class EmbeddingRouter(Router):
     encode: Encode | None = None,
   ):
     super().__init__(threshold=threshold)
+    check_settings(chunk_size=chunk_size, batch_size=batch_size)
     self.model, self.chunk_size, self.batch_size = model, chunk_size, batch_size
     self.encode = encode
     self._matrix = np.zeros((0, model.config.embed_dim), np.float32)
@@ -407,7 +521,7 @@ class EmbeddingRouter(Router):
   def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
     if not self._entries:
       return [iter(()) for _ in queries]
-    return [_by_similarity(row) for row in self.embed(queries) @ self.matrix.T]
+    return [_by_similarity(row) for row in similarities(self.embed(queries), self.matrix)]
 
   def _state(self) -> dict[str, Any]:
     return {
@@ -457,6 +571,32 @@ class EmbeddingRouter(Router):
     if body['fingerprint'] == model.fingerprint:
       router._matrix = matrix  # pylint: disable=protected-access
     return router
+
+
+def similarities(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+  """Cosine similarity of each query row [Q, D] with each stored row [N, D], as float32: [Q, N].
+
+  Dot products and squared norms are summed in float64 over D in ascending order, one
+  product (exact for float32 operands) and one addition at a time; the cosine
+  dot / sqrt(|q|^2 |m|^2) is rounded to float32. So a score's bits depend on its two rows
+  alone: not on Q (how many queries are scored together), on N, or on the rows beside them
+  (a BLAS matmul picks its kernel and summation order by shape); and a row scores exactly
+  1.0 with itself (sqrt(s * s) == s in IEEE arithmetic).
+  """
+  queries, matrix = np.asarray(queries, np.float32), np.asarray(matrix, np.float32)
+  if queries.ndim != 2 or matrix.ndim != 2 or queries.shape[1] != matrix.shape[1]:
+    raise ValueError(f'need [Q, D] and [N, D] rows, got {queries.shape} and {matrix.shape}')
+  columns = np.ascontiguousarray(matrix.T, np.float64)  # [D, N]
+  rows = queries.astype(np.float64)
+  dots = np.zeros((len(rows), len(matrix)), np.float64)
+  row_norms, column_norms = np.zeros(len(rows)), np.zeros(len(matrix))
+  for d in range(matrix.shape[1]):
+    dots += rows[:, d, None] * columns[d]
+    row_norms += rows[:, d] * rows[:, d]
+    column_norms += columns[d] * columns[d]
+  with np.errstate(invalid='ignore', divide='ignore'):
+    cosines = dots / np.sqrt(row_norms[:, None] * column_norms)
+  return np.nan_to_num(cosines, nan=0.0).astype(np.float32)
 
 
 def _by_similarity(row: np.ndarray) -> Iterator[tuple[int, float]]:
