@@ -820,6 +820,57 @@ def report(
   )
 
 
+class BoundError(ValueError):
+  """The queries given are too few to bound a false-hit rate by its Wilson upper limit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+  """Whether the false-hit rate on held-out unrelated queries is bounded at `max_false_hit`:
+  its Wilson upper limit (at the rate's confidence) at most the bound.
+
+  Attributes:
+    max_false_hit: the bound.
+    upper: the Wilson upper limit of the held-out false-hit rate (None: no unrelated
+      queries held out).
+    met: upper <= max_false_hit.
+    needed: held-out unrelated queries at which 0 false hits would meet the bound
+      (`stats.trials_to_bound`): with fewer, no result can (None for a bound of 0).
+    why: why the bound is not met (None when it is).
+  """
+
+  max_false_hit: float
+  upper: float | None
+  met: bool
+  needed: int | None
+  why: str | None
+
+  @classmethod
+  def of(cls, false_hit: stats.Rate | None, max_false_hit: float, confidence: float) -> Bound:
+    needed = None  # a bound of 0 (or 1) no Wilson upper limit meets (or misses)
+    if 0 < max_false_hit < 1:
+      needed = stats.trials_to_bound(max_false_hit, confidence=confidence)
+    if false_hit is None:
+      return cls(max_false_hit, None, False, needed, 'no unrelated queries held out')
+    met, n = false_hit.high <= max_false_hit, false_hit.trials
+    why = None
+    if not met and needed is not None and n < needed:
+      why = (
+        f'{n} unrelated queries held out: even 0 false hits has a Wilson upper limit of'
+        f' {stats.wilson(0, n, confidence=confidence)[1]:.1%} > {max_false_hit:.1%};'
+        f' at least {needed} are needed'
+      )
+    elif not met:
+      why = (
+        f'{false_hit.successes}/{n} false hits held out: Wilson upper limit'
+        f' {false_hit.high:.1%} > {max_false_hit:.1%}'
+      )
+    return cls(max_false_hit, false_hit.high, met, needed, why)
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
   """A router's threshold fitted on a calibration split, reported on a disjoint one.
@@ -830,9 +881,11 @@ class Calibration:
     max_false_hit: the bound the fit kept.
     bounded: what the bound was on: 'unrelated' (hits among unrelated queries)
       or 'all' (wrong hits among all queries, where there are no unrelated ones).
+    conservative: the fit bounded the Wilson upper limit (True) or the point estimate.
     split: the seed and, per group, the calibration indices (`split`).
     fitted: the calibration split's evaluation at the fitted threshold.
     report: the report split's rates at the fitted threshold.
+    held_out: whether the report split's false-hit rate is bounded (`Bound`).
     sizes: queries per group in each split.
   """
 
@@ -840,9 +893,11 @@ class Calibration:
   threshold: float
   max_false_hit: float
   bounded: str
+  conservative: bool
   split: dict[str, Any]
   fitted: Evaluation
   report: Report
+  held_out: Bound
   sizes: dict[str, dict[str, int]]
 
   def to_json(self) -> dict[str, Any]:
@@ -851,10 +906,12 @@ class Calibration:
       'threshold': self.threshold if math.isfinite(self.threshold) else str(self.threshold),
       'max_false_hit': self.max_false_hit,
       'bounded': self.bounded,
+      'conservative': self.conservative,
       'split': self.split,
       'sizes': self.sizes,
       'fitted': self.fitted.to_json(),
       'report': self.report.to_json(),
+      'held_out': self.held_out.to_json(),
     }
 
 
@@ -871,9 +928,13 @@ def calibrate(
 
   Sets `router.threshold` to the fitted value. With unrelated queries the fit
   bounds the false-hit rate among them; without, the rate of wrong hits among
-  all queries.
+  all queries. `conservative` bounds the rate's Wilson upper limit, not its point
+  estimate: the fit then needs at least `stats.trials_to_bound(max_false_hit)` bounded
+  queries in its half. The report half's false-hit rate, with its interval, is checked
+  against the bound too (`Calibration.held_out`).
 
   Raises:
+    BoundError: `conservative`, and the calibration half has too few queries to bound.
     ValueError: a split is empty, a query text is in both splits, or no
       threshold meets the bound (`sweep`).
   """
@@ -889,6 +950,8 @@ def calibrate(
       f' e.g. {min(both)!r}: the splits must be disjoint'
     )
   bounded = 'unrelated' if fit_on.unrelated else 'all'
+  if conservative:
+    check_bound(queries, max_false_hit=max_false_hit, confidence=confidence)
   fitted, _ = sweep(
     router,
     fit_on.labelled(),
@@ -898,13 +961,35 @@ def calibrate(
     confidence=confidence,
   )
   router.threshold = fitted.threshold
+  reported = report(router, report_on, fitted.threshold, confidence=confidence)
   return Calibration(
     router=type(router).__name__,
     threshold=fitted.threshold,
     max_false_hit=max_false_hit,
     bounded=bounded,
+    conservative=conservative,
     split=chosen,
     fitted=fitted,
-    report=report(router, report_on, fitted.threshold, confidence=confidence),
+    report=reported,
+    held_out=Bound.of(reported.false_hit, max_false_hit, confidence),
     sizes={'calibration': fit_on.counts(), 'report': report_on.counts()},
   )
+
+
+def check_bound(queries: Queries, *, max_false_hit: float, confidence: float = 0.95) -> None:
+  """Raises `BoundError` unless `calibrate(..., conservative=True)` has enough queries to
+  bound: each half of the unrelated queries (of all queries, without unrelated ones) at
+  least `stats.trials_to_bound(max_false_hit)`."""
+  if not 0 < max_false_hit < 1:
+    raise BoundError(f'the bound must lie in (0, 1), got {max_false_hit}')
+  needed = stats.trials_to_bound(max_false_hit, confidence=confidence)
+  groups = [queries.unrelated] if queries.unrelated else [queries.deposited, queries.reworded]
+  what = 'unrelated' if queries.unrelated else 'labelled'
+  n, fit = sum(map(len, groups)), sum(len(g) // 2 for g in groups)  # `split`'s first half
+  if fit < needed:
+    raise BoundError(
+      f'cannot bound false hits at {max_false_hit:.1%} (Wilson {confidence:.0%} upper limit)'
+      f' with {n} {what} queries: the calibration half holds {fit}, and even 0 false hits of'
+      f' {fit} has an upper limit of {stats.wilson(0, max(fit, 1), confidence=confidence)[1]:.1%};'
+      f' it needs at least {needed} ({2 * needed} {what} queries in all)'
+    )
