@@ -610,6 +610,14 @@ def _matrix_bytes(matrix: np.ndarray) -> bytes:
   return head + np.ascontiguousarray(matrix).tobytes()
 
 
+class FitError(ValueError):
+  """No threshold keeps the false-hit rate within the bound on the queries given."""
+
+
+class BoundError(FitError):
+  """The queries given are too few to bound a false-hit rate by its Wilson upper limit."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
   """A router's top-1 routing at one threshold, over labelled queries.
@@ -702,8 +710,9 @@ def sweep(
   Returns:
     (the chosen evaluation, every candidate's evaluation by rising threshold).
   Raises:
-    ValueError: if `labelled` is empty, or no threshold meets the bound (with
-      `conservative`, even 0 false hits has a Wilson upper limit above 0).
+    ValueError: if `labelled` is empty.
+    FitError: no threshold meets the bound (with `conservative`, even 0 false hits
+      has a Wilson upper limit above 0).
   """
   if not labelled:
     raise ValueError('nothing to evaluate: no labelled queries')
@@ -720,7 +729,7 @@ def sweep(
   accuracy = lambda e: e.accuracy.value if e.accuracy else 0.0
   feasible = [e for e in curve if false_hit(e) <= max_false_hit]
   if not feasible:
-    raise ValueError(
+    raise FitError(
       f'no threshold keeps the false-hit rate <= {max_false_hit} on {len(top1)} queries'
     )
   best = max(feasible, key=lambda e: (accuracy(e), -false_hit(e), e.threshold))
@@ -818,10 +827,6 @@ def report(
     reworded=rate(hits[n_dep : n_dep + n_rew], labelled[n_dep : n_dep + n_rew], to_key),
     false_hit=rate(hits[n_dep + n_rew :], labelled[n_dep + n_rew :], lambda h, t: h is not None),
   )
-
-
-class BoundError(ValueError):
-  """The queries given are too few to bound a false-hit rate by its Wilson upper limit."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -935,8 +940,8 @@ def calibrate(
 
   Raises:
     BoundError: `conservative`, and the calibration half has too few queries to bound.
-    ValueError: a split is empty, a query text is in both splits, or no
-      threshold meets the bound (`sweep`).
+    FitError: no threshold meets the bound (`sweep`).
+    ValueError: a split is empty, or a query text is in both splits.
   """
   fit_on, report_on, chosen = split(queries, seed=seed)
   if not fit_on.labelled() or not report_on.labelled():

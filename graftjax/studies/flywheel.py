@@ -118,6 +118,7 @@ def run(
   progress: Callable[[str, int], Callable[[int], None]] | None = None,
   meter: energy.Meter | None = None,
   journal: journal_lib.Journal | None = None,
+  conservative: bool = False,
 ) -> dict[str, Any]:
   """The whole loop on a task's items (deposited) and held-out items (never deposited).
 
@@ -134,18 +135,25 @@ def run(
     library: where blocks and the catalog go (resumable).
     budget: what each phase may spend.
     routers: routers for transfer; the first is used to answer, every one
-      is evaluated. Needed only when the task has held-out items.
+      is evaluated. Needed only when the task has held-out items. A router
+      without a threshold is fitted in the run (`route.calibrate`); one other
+      than the first that cannot be is left out of `routing`, its reason in
+      `routing_refused`.
     progress: `progress(phase, total)` returns a callback taking a count.
     meter: if given, the accelerator energy of each phase (`energy.Meter`).
     journal: finished steps (the base phases whole, answers one by one);
       a restarted run with the same journal skips them.
+    conservative: fit thresholds so that the Wilson upper limit of the false-hit
+      rate, not its point estimate, is at most 5% (`route.calibrate`).
   Returns:
-    JSON-ready dict: attempts, deposits, routing and a summary per phase.
+    JSON-ready dict: attempts, deposits, routing (each fit's `held_out` bound under
+    `calibration`), the answering `router` and a summary per phase.
   Raises:
-    tasks.TaskError: the task cannot be run as given (nothing was run).
+    tasks.TaskError: the task cannot be run as given (nothing was run), e.g. too few
+      unrelated questions to bound the answering router's false hits conservatively.
     verifiers.VerifierError: its verifier is not registered.
   """
-  items, held_out, prompt, verify = _checked(task, routers)
+  items, held_out, prompt, verify = _checked(task, routers, conservative)
   bar = progress or (lambda phase, total: None)
   journal = journal or journal_lib.Journal(None, config={})
 
@@ -176,11 +184,13 @@ def run(
   exact.add_many((e.key, e.question) for e in by_item.values())
   ask = _Ask(model, library, verify, journal, bar, measured)
   recurrence = _recurrence(ask, unsolved, exact, budget, prompt.recall_mode)
-  transfer = {'attempts': [], 'routing': {}}
+  transfer = {'attempts': [], 'routing': {}, 'refused': {}}
   if held_out:
-    transfer = _transfer(ask, held_out, routers, prompt, budget, task)
+    transfer = _transfer(ask, held_out, routers, prompt, budget, task, conservative)
   elif task.reworded or task.unrelated:
-    transfer['routing'] = _fitted_routing(routers, library.entries(), task, budget.seed)
+    transfer['routing'] = _fitted_routing(
+      routers, library.entries(), task, budget.seed, conservative
+    )
   return {
     'task': task.name,
     'verifier': {'name': verify.name, 'version': verify.version},
@@ -191,7 +201,9 @@ def run(
     },
     'deposits': deposits,
     'attempts': base + recurrence['attempts'] + transfer['attempts'],
+    'router': type(routers[0]).__name__ if held_out else None,
     'routing': transfer['routing'],
+    **({'routing_refused': transfer['refused']} if transfer['refused'] else {}),
     'grafted_vs_prompted': recurrence['grafted_vs_prompted'],
     'summary': summary_lib.summarize(
       base, recurrence['attempts'], transfer['attempts'], [it.id for it in unsolved]
@@ -201,9 +213,12 @@ def run(
 
 
 ZERO_SHOT = Prompt(prefix='', query=answer_lib.MODES['solve'])
+MAX_FALSE_HIT = 0.05  # the bound on false hits of every threshold fitted in a run
 
 
-def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, Any]:
+def _checked(
+  task: tasks.Task, routers, conservative: bool = False
+) -> tuple[list[Any], list[Any], Prompt, Any]:
   """(items, held_out, prompt, verifier) of `task`, or why it cannot run."""
   verify = task.checker
   if not isinstance(getattr(verify, 'name', None), str) or not isinstance(
@@ -233,6 +248,19 @@ def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, A
       f'{unfitted} have no threshold and {len(items)} + {len(held_out)} items are too few to'
       ' fit one on a split of their own'
     )
+  if held_out and conservative and routers[0].threshold is None:
+    queries = route_lib.Queries(  # the most the fit can have: every item deposited
+      deposited=[(it.question, it.id) for it in items],
+      reworded=[(it.question, it.id) for it in held_out],
+      unrelated=list(task.unrelated()) if task.unrelated else [],
+    )
+    try:
+      route_lib.check_bound(queries, max_false_hit=MAX_FALSE_HIT)
+    except route_lib.BoundError as e:
+      raise tasks.TaskError(
+        f'task {task.name!r}: the answering {type(routers[0]).__name__}: {e}; give it a'
+        ' threshold, more unrelated questions, or fit the point estimate'
+      ) from e
   prompt = task.prompt or ZERO_SHOT
   if '{question}' not in prompt.query:
     raise tasks.TaskError(f'the prompt query {prompt.query!r} has no {{question}} field')
@@ -408,19 +436,20 @@ def _recurrence(ask: _Ask, unsolved, exact, budget, mode) -> dict[str, Any]:
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
+def _transfer(ask: _Ask, held_out, routers, prompt, budget, task, conservative=False):
   """Held-out items: the base model (few-shot) against the routed block.
 
   A router without a threshold is first calibrated (`route.calibrate`, seeded
   by the budget's seed) on the task's deposited questions, the held-out
   questions labelled with their targets and the task's unrelated questions;
-  its routing records the fit.
+  its routing records the fit. A router other than the first (which answers)
+  that no threshold fits is left out, with the reason, in `refused`.
   """
   targets = task.targets
   entries = {e.key: e for e in ask.library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
-  calibrations = {}
+  calibrations, refused = {}, {}
   for router in routers:
     if router.threshold is None:
       queries = route_lib.Queries(
@@ -428,9 +457,14 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
         reworded=[(q, k) for q, k in _labelled(held_out, entries, targets) if k is not None],
         unrelated=list(task.unrelated()) if task.unrelated else [],
       )
-      calibrations[type(router).__name__] = route_lib.calibrate(
-        router, queries, seed=budget.seed
-      ).to_json()
+      try:
+        calibrations[type(router).__name__] = route_lib.calibrate(
+          router, queries, seed=budget.seed, max_false_hit=MAX_FALSE_HIT, conservative=conservative
+        ).to_json()
+      except route_lib.FitError as e:
+        if router is routers[0]:
+          raise
+        refused[type(router).__name__] = str(e)
   with ask.measured('transfer_base', len(held_out)):
     attempts = ask.journal.step(
       'transfer_base',
@@ -470,14 +504,16 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
   routing = {}
   for r in routers:
     name = type(r).__name__
+    if name in refused:
+      continue
     evaluation = route_lib.evaluate(r, _labelled(held_out, entries, targets), r.threshold)
     routing[name] = evaluation.to_json()
     if name in calibrations:
       routing[name]['calibration'] = calibrations[name]
-  return {'attempts': attempts, 'routing': routing}
+  return {'attempts': attempts, 'routing': routing, 'refused': refused}
 
 
-def _fitted_routing(routers, entries, task, seed) -> dict[str, Any]:
+def _fitted_routing(routers, entries, task, seed, conservative=False) -> dict[str, Any]:
   """Without held-out items: each router without a threshold fitted on half of the task's
   deposited questions (to their blocks), reworded questions and unrelated ones, and reported on
   the other half (`route.calibrate`); a router no threshold fits records why."""
@@ -495,7 +531,10 @@ def _fitted_routing(routers, entries, task, seed) -> dict[str, Any]:
     router.add_many((e.key, e.question) for e in entries)
     name = type(router).__name__
     try:
-      out[name] = {'calibration': route_lib.calibrate(router, queries, seed=seed).to_json()}
+      fit = route_lib.calibrate(
+        router, queries, seed=seed, max_false_hit=MAX_FALSE_HIT, conservative=conservative
+      )
+      out[name] = {'calibration': fit.to_json()}
     except ValueError as e:
       out[name] = {'calibration': None, 'refused': str(e)}
   return out
@@ -776,9 +815,12 @@ QA_WHY = (
 )
 
 
-def gsm8k_task(templates: Sequence[int], *, seed: int = 0, per_template: int = 1) -> tasks.Task:
+def gsm8k_task(
+  templates: Sequence[int], *, seed: int = 0, per_template: int = 1, unrelated: int | None = None
+) -> tasks.Task:
   """GSM8K items of the GSM-Symbolic `templates` (8-shot), new instances of each held out,
-  and as many other GSM8K test questions (seeded) as unrelated routing queries."""
+  and `unrelated` other GSM8K test questions (seeded; default as many as held out) as
+  unrelated routing queries."""
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
 
   if not templates:
@@ -786,7 +828,10 @@ def gsm8k_task(templates: Sequence[int], *, seed: int = 0, per_template: int = 1
   items, held_out = gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
   deposited = {item.id for item in items}
   others = [item for item in datasets.gsm8k_test().items() if item.id not in deposited]
-  unrelated = [item.question for item in random.Random(seed).sample(others, len(held_out))]
+  count = len(held_out) if unrelated is None else unrelated
+  if not 0 <= count <= len(others):
+    raise tasks.TaskError(f'unrelated must lie in [0, {len(others)}], got {count}')
+  unrelated = [item.question for item in random.Random(seed).sample(others, count)]
   return tasks.Task(
     'gsm8k',
     'numeric',
@@ -840,14 +885,16 @@ def qa_wikidata_task(pairs: int, *, seed: int = 0, shots: int = 5) -> tasks.Task
   )
 
 
-def load_task(spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0) -> tasks.Task:
+def load_task(
+  spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0, unrelated=None
+) -> tasks.Task:
   """The task `spec` names: a built-in (`TASKS`) or 'package.module:Name'.
 
   `Name` is a `tasks.Task`, or a function of no arguments that returns one.
   The built-ins take the other arguments (`gsm8k_task`, `qa_wikidata_task`).
   """
   if spec == 'gsm8k':
-    return gsm8k_task(templates, seed=seed, per_template=per_template)
+    return gsm8k_task(templates, seed=seed, per_template=per_template, unrelated=unrelated)
   if spec == 'qa_wikidata':
     return qa_wikidata_task(pairs, seed=seed, shots=shots)
   module, _, name = spec.partition(':')
@@ -895,6 +942,29 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
       bar.close()
 
 
+ROUTERS = ('bm25', 'exact', 'embedding')  # the experiment's routers, by --router name
+
+
+def routers_for(
+  model, answer: str, *, bm25_threshold: float | None = None
+) -> list[route_lib.Router]:
+  """The experiment's routers, the one named `answer` (of `ROUTERS`) first: it answers
+  transfer, every one is evaluated. BM25 takes `bm25_threshold` (None: fitted in the run);
+  the embedding router's threshold is fitted in the run.
+
+  Raises:
+    ValueError: `answer` is not in `ROUTERS`.
+  """
+  if answer not in ROUTERS:
+    raise ValueError(f'router must be one of {ROUTERS}, got {answer!r}')
+  made = {
+    'bm25': lambda: route_lib.BM25Router(threshold=bm25_threshold),
+    'exact': route_lib.ExactRouter,
+    'embedding': lambda: route_lib.EmbeddingRouter(model),
+  }
+  return [made[name]() for name in sorted(ROUTERS, key=lambda name: name != answer)]
+
+
 def experiment(
   *,
   model_name: str,
@@ -911,6 +981,9 @@ def experiment(
   pairs: int = 60,
   shots: int = 5,
   journal_path: str | None = None,
+  router: str = 'bm25',
+  conservative: bool = False,
+  unrelated: int | None = None,
 ) -> dict[str, Any]:
   """experiments/flywheel.py: the loop on one task's items, with progress bars.
 
@@ -919,6 +992,8 @@ def experiment(
   (`pairs` subjects of BIG-bench qa_wikidata, `shots` few-shot examples), or
   'package.module:Name' (any importable task). `journal_path` makes the run
   resumable (refused with `measure_energy`, whose phases must be measured whole).
+  `router` answers transfer (`routers_for`); `conservative` fits thresholds by the Wilson
+  upper limit of false hits (`run`); `unrelated`: gsm8k's unrelated questions.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
@@ -941,6 +1016,7 @@ def experiment(
       pairs=pairs,
       shots=shots,
       seed=budget.seed,
+      unrelated=unrelated,
     )
   items, held_out = list(task.items()), task.held_out_items()
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
@@ -957,6 +1033,9 @@ def experiment(
       'budget': dataclasses.asdict(budget),
       'capacity': capacity,
       'bm25_threshold': bm25_threshold,
+      # Journals of runs before these settings (BM25 answering, point-estimate fits) resume.
+      **({'router': router} if router != 'bm25' else {}),
+      **({'conservative': True} if conservative else {}),
     },
   )
   if journal.resumed:
@@ -971,14 +1050,11 @@ def experiment(
       task,
       library=library,
       budget=budget,
-      routers=[
-        route_lib.BM25Router(threshold=bm25_threshold),  # None: fitted in the run
-        route_lib.ExactRouter(),
-        route_lib.EmbeddingRouter(model),  # threshold fitted on a calibration split
-      ],
+      routers=routers_for(model, router, bm25_threshold=bm25_threshold),
       progress=progress,
       meter=meter,
       journal=journal,
+      conservative=conservative,
     )
     library.close()
   inputs = result_inputs(model, model_name, items[:1] + held_out[:1])

@@ -430,16 +430,22 @@ def _calibration(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:
     for name, s in sorted(r.data['summary'].items()):
+      bound = f'{page.pct(r.data["max_false_hit"])} (seed {r.data["seed"]})'
+      if 'refused' in s:  # the data could not bound this router's false hits
+        rows.append([page.cite(r), r.data.get('task', '?'), name, 'none', bound, '-', '-', '-'])
+        continue
+      held_out = s.get('held_out')  # results before held-out bounds have none
+      said = '' if held_out is None else (' (bounded)' if held_out['met'] else ' (not bounded)')
       rows.append(
         [
           page.cite(r),
           r.data.get('task', '?'),
           name,
           page.num(s['threshold']) if not isinstance(s['threshold'], str) else s['threshold'],
-          f'{page.pct(r.data["max_false_hit"])} (seed {r.data["seed"]})',
+          bound,
           rate(s['deposited']),
           rate(s['reworded']),
-          rate(s['false_hit']),
+          rate(s['false_hit']) + said,
         ]
       )
   return out + page.table(

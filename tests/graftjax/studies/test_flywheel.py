@@ -129,8 +129,7 @@ def _run_qa(model, library, **kwargs):
     QA_TASK,
     library=library,
     budget=QA_BUDGET,
-    routers=[route_lib.BM25Router(threshold=0.0)],
-    **kwargs,
+    **{'routers': [route_lib.BM25Router(threshold=0.0)], **kwargs},
   )
 
 
@@ -343,3 +342,57 @@ def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
   asked = {i.question for i in [*items, *held_out]}
   assert not asked & set(unrelated) and task.record['templates'] == [0, 1]
   assert flywheel.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated
+
+
+def test_the_router_named_answers_and_every_router_is_made(tiny_model):
+  for name, first in (
+    ('bm25', route_lib.BM25Router),
+    ('exact', route_lib.ExactRouter),
+    ('embedding', route_lib.EmbeddingRouter),
+  ):
+    routers = flywheel.routers_for(tiny_model, name, bm25_threshold=0.25)
+    assert type(routers[0]) is first and len(routers) == len(flywheel.ROUTERS) == 3
+  (bm25,) = [r for r in routers if isinstance(r, route_lib.BM25Router)]
+  assert bm25.threshold == 0.25
+  assert flywheel.routers_for(tiny_model, 'bm25')[0].threshold is None  # fitted in the run
+  with pytest.raises(ValueError, match='router must be one of'):
+    flywheel.routers_for(tiny_model, 'hybrid')
+
+
+@pytest.mark.slow
+def test_transfer_is_answered_through_the_first_router(text_model, tmp_path):
+  """The experiment answered through BM25 whatever router was asked for."""
+  shape = library_lib.Shape(capacity=256, chunk_size=16)
+  by_exact = _run_qa(
+    text_model,
+    library_lib.Library(tmp_path / 'a', shape=shape),
+    routers=[route_lib.ExactRouter(), route_lib.BM25Router(threshold=0.0)],
+  )
+  by_bm25 = _run_qa(
+    text_model,
+    library_lib.Library(tmp_path / 'b', shape=shape),
+    routers=[route_lib.BM25Router(threshold=0.0), route_lib.ExactRouter()],
+  )
+  transfer = lambda out: [a for a in out['attempts'] if a['phase'] == 'transfer_flywheel']
+  assert by_exact['router'] == 'ExactRouter' and by_bm25['router'] == 'BM25Router'
+  # No held-out question is a deposited one: exact recurrence routes none of them.
+  assert {a['answered_by'] for a in transfer(by_exact)} == {'base (routed to nothing)'}
+  assert {a['answered_by'] for a in transfer(by_bm25)} == {'flywheel'}
+  assert set(by_exact['routing']) == set(by_bm25['routing']) == {'ExactRouter', 'BM25Router'}
+
+
+def test_a_conservative_fit_of_the_answering_router_refuses_too_few_unrelated(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
+  task = dataclasses.replace(
+    QA_TASK, unrelated=lambda: [f'Who painted picture {i}?' for i in range(9)]
+  )
+  with pytest.raises(tasks.TaskError, match=r'answering BM25Router: cannot bound .* at least 73'):
+    flywheel.run(
+      text_model,
+      task,
+      library=library,
+      budget=QA_BUDGET,
+      routers=[route_lib.BM25Router()],
+      conservative=True,
+    )
+  assert library.entries() == []  # refused before anything ran
