@@ -586,17 +586,26 @@ def similarities(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
   queries, matrix = np.asarray(queries, np.float32), np.asarray(matrix, np.float32)
   if queries.ndim != 2 or matrix.ndim != 2 or queries.shape[1] != matrix.shape[1]:
     raise ValueError(f'need [Q, D] and [N, D] rows, got {queries.shape} and {matrix.shape}')
-  columns = np.ascontiguousarray(matrix.T, np.float64)  # [D, N]
-  rows = queries.astype(np.float64)
-  dots = np.zeros((len(rows), len(matrix)), np.float64)
-  row_norms, column_norms = np.zeros(len(rows)), np.zeros(len(matrix))
-  for d in range(matrix.shape[1]):
-    dots += rows[:, d, None] * columns[d]
-    row_norms += rows[:, d] * rows[:, d]
-    column_norms += columns[d] * columns[d]
-  with np.errstate(invalid='ignore', divide='ignore'):
-    cosines = dots / np.sqrt(row_norms[:, None] * column_norms)
-  return np.nan_to_num(cosines, nan=0.0).astype(np.float32)
+  columns = np.ascontiguousarray(matrix.T)  # [D, N] float32, one row of it widened at a time
+  column_norms = np.zeros(len(matrix))
+  for column in columns:
+    wide = column.astype(np.float64)
+    column_norms += wide * wide
+  out = np.zeros((len(queries), len(matrix)), np.float32)
+  for begin in range(0, len(queries), _QUERY_BLOCK):  # bounds the [block, N] temporaries
+    rows = queries[begin : begin + _QUERY_BLOCK].astype(np.float64)
+    dots = np.zeros((len(rows), len(matrix)))
+    row_norms = np.zeros(len(rows))
+    for d, column in enumerate(columns):
+      dots += rows[:, d, None] * column.astype(np.float64)
+      row_norms += rows[:, d] * rows[:, d]
+    with np.errstate(invalid='ignore', divide='ignore'):
+      cosines = dots / np.sqrt(row_norms[:, None] * column_norms)
+    out[begin : begin + len(rows)] = np.nan_to_num(cosines, nan=0.0)
+  return out
+
+
+_QUERY_BLOCK = 64  # queries per block of `similarities` (no effect on any score's bits)
 
 
 def _by_similarity(row: np.ndarray) -> Iterator[tuple[int, float]]:

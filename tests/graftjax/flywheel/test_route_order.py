@@ -82,6 +82,8 @@ def test_similarities_depend_on_the_two_rows_alone():
     assert route.similarities(matrix[i : i + 1], matrix[::-1]).tobytes() == (
       whole[i : i + 1, ::-1].tobytes()
     )
+  many = route.similarities(np.tile(matrix, (15, 1)), matrix)  # 135 queries, over a block
+  assert many.tobytes() == np.tile(whole, (15, 1)).tobytes()
   norms = np.linalg.norm(matrix, axis=1)
   np.testing.assert_allclose(whole, matrix @ matrix.T / np.outer(norms, norms), atol=1e-6)
   assert (np.diag(whole) == 1.0).all()
