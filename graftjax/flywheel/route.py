@@ -137,7 +137,9 @@ class Router(abc.ABC):
   """Entries (key, text) and a ranking of them for a query text.
 
   Adding the same (key, text) twice is a no-op; a key may carry several
-  texts, and a text several keys (`route` returns distinct keys).
+  texts, and a text several keys (`route` returns distinct keys). The ranking
+  is a total order (entries of equal rank by `tie_order`), the same whatever
+  order the entries were added in and however many queries are routed at once.
   """
 
   kind: ClassVar[str]
