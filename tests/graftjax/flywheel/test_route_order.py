@@ -44,13 +44,22 @@ def _routers(model):
   yield 'units', routing.UnitRouter(threshold=-math.inf, unit_words=2, stride_words=1)
   yield 'embedding', route.EmbeddingRouter(model, threshold=-math.inf, **EMBED)
   yield 'hybrid', routing.HybridRouter(model, threshold=-math.inf, weight=0.5, **EMBED)
+  yield 'rerank', routing.HybridRouter(model, threshold=-math.inf, weight=1.0, rerank=3, **EMBED)
 
 
 def _bits(hits_per_query):
   return [[(h.key, float(h.score).hex()) for h in hits] for hits in hits_per_query]
 
 
-@pytest.mark.parametrize('name', ['exact', 'bm25', 'units', 'embedding', 'hybrid'])
+@pytest.mark.parametrize(
+  'name',
+  [
+    'exact',
+    'bm25',
+    'units',
+    *(pytest.param(name, marks=pytest.mark.slow) for name in ('embedding', 'hybrid', 'rerank')),
+  ],
+)
 def test_route_many_equals_route_bit_for_bit_at_every_batch_size(tiny_model, name):
   """The embedding router scored a batch with one BLAS matmul: 0/100 top-3 lists equal."""
   router = dict(_routers(tiny_model))[name]
@@ -126,7 +135,7 @@ def test_span_room_by_hand():
   assert route.span_room('zebra', 'code x') == (0, 0)
 
 
-@pytest.mark.parametrize('name', ['exact', 'bm25', 'units', 'embedding', 'hybrid'])
+@pytest.mark.parametrize('name', ['exact', 'bm25', 'units', 'embedding', 'hybrid', 'rerank'])
 def test_rankings_do_not_depend_on_the_order_entries_were_added(tiny_model, name):
   """Tied keys came in insertion order, and BM25's term ids (so its sums) followed it."""
   entries = _entries()
