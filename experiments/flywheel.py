@@ -110,6 +110,7 @@ def main(argv):
     unrelated=_UNRELATED.value,
   )
   print(flywheel.format_summary(result['summary']))
+  print(flywheel.format_routing(result))
   results.write(_OUT.value, result)
 
 

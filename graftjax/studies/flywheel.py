@@ -806,6 +806,33 @@ def format_summary(summary: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+def format_routing(result: dict[str, Any]) -> str:
+  """One line per router: whether it answered, its threshold, and for a threshold fitted in
+  the run the false hits on the unrelated questions it was not fitted on, with their Wilson
+  interval and whether its upper limit meets the bound; a router no threshold fitted, why."""
+  lines = []
+  for name, ev in sorted(result.get('routing', {}).items()):
+    role = 'answers' if name == result.get('router') else 'evaluated'
+    fit = ev.get('calibration')
+    if not fit:
+      lines.append(f'{name:>16} {role}  threshold {ev.get("threshold")} (given)')
+      continue
+    false_hit, bound = fit['report']['false_hit'], fit.get('held_out')
+    held = 'no unrelated questions held out'
+    if false_hit:
+      held = (
+        f'held-out false hits {false_hit["successes"]}/{false_hit["trials"]}'
+        f' [{false_hit["low"]:.1%}, {false_hit["high"]:.1%}]'
+      )
+    said = ''
+    if bound:
+      said = f': bounded at {bound["max_false_hit"]:.1%}' if bound['met'] else f': {bound["why"]}'
+    lines.append(f'{name:>16} {role}  threshold {fit["threshold"]} fitted; {held}{said}')
+  for name, why in sorted(result.get('routing_refused', {}).items()):
+    lines.append(f'{name:>16} not fitted: {why}')
+  return '\n'.join(lines)
+
+
 TASKS = ('gsm8k', 'qa_wikidata')  # built in; any other task: --task=package.module:Name
 QA_WHY = (
   'qa_wikidata (facts) over arithmetic: a fact the model does not know is exactly what a'

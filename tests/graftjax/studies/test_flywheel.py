@@ -396,3 +396,33 @@ def test_a_conservative_fit_of_the_answering_router_refuses_too_few_unrelated(te
       conservative=True,
     )
   assert library.entries() == []  # refused before anything ran
+
+
+def test_the_routing_lines_name_the_answering_router_and_the_held_out_bound():
+  topics = [f'topic{i} widget{i}' for i in range(8)]
+  router = route_lib.BM25Router()
+  router.add_many((f'k{i}', f'How many {t}?') for i, t in enumerate(topics))
+  queries = route_lib.Queries(
+    deposited=[(f'How many {t}?', f'k{i}') for i, t in enumerate(topics)],
+    unrelated=[f'Who sang song number {i}?' for i in range(146)],
+  )
+  fit = route_lib.calibrate(router, queries, conservative=True).to_json()
+  result = {
+    'router': 'BM25Router',
+    'routing': {'BM25Router': {'calibration': fit}, 'ExactRouter': {'threshold': 1.0}},
+    'routing_refused': {'EmbeddingRouter': 'cannot bound false hits at 5.0%'},
+  }
+  bm25, exact, embedding = flywheel.format_routing(result).splitlines()
+  high = fit['report']['false_hit']['high']
+  assert bm25 == (
+    f'      BM25Router answers  threshold {fit["threshold"]} fitted; held-out false hits 0/73'
+    f' [0.0%, {high:.1%}]: bounded at 5.0%'
+  )
+  assert exact == '     ExactRouter evaluated  threshold 1.0 (given)'
+  assert embedding == ' EmbeddingRouter not fitted: cannot bound false hits at 5.0%'
+  fit['held_out'] = {**fit['held_out'], 'met': False, 'why': '0/3 held out: too few'}
+  assert (
+    flywheel.format_routing(result)
+    .splitlines()[0]
+    .endswith(f'[0.0%, {high:.1%}]: 0/3 held out: too few')
+  )
