@@ -426,3 +426,15 @@ def test_the_routing_lines_name_the_answering_router_and_the_held_out_bound():
     .splitlines()[0]
     .endswith(f'[0.0%, {high:.1%}]: 0/3 held out: too few')
   )
+
+
+def test_the_gsm8k_task_takes_a_count_of_unrelated_questions():
+  try:
+    task = flywheel.load_task('gsm8k', templates=[0, 1], seed=3, unrelated=5)
+  except datasets.DatasetError as e:
+    pytest.skip(str(e))
+  unrelated = list(task.unrelated())
+  assert len(unrelated) == len(set(unrelated)) == 5
+  assert not {i.question for i in task.items()} & set(unrelated)
+  with pytest.raises(tasks.TaskError, match='unrelated must lie in'):
+    flywheel.load_task('gsm8k', templates=[0, 1], unrelated=-1)
