@@ -422,8 +422,10 @@ def _calibration(results: list[page.Result]) -> list[str]:
       '**Calibrated routing**: each router indexes the deposited questions; deposited, reworded'
       ' (held-out, labelled with their deposited item) and unrelated questions are each halved'
       ' by a seeded shuffle; the threshold is fitted on one half under the false-hit bound on'
-      ' unrelated questions and reported on the other half (top-1 hits to the right block;'
-      ' false hits: any hit on an unrelated question).'
+      ' unrelated questions (in a run that records `conservative`, on its Wilson 95% upper'
+      ' limit) and reported on the other half (top-1 hits to the right block; false hits: any'
+      ' hit on an unrelated question, "bounded" when their Wilson upper limit on this half is'
+      ' at most the bound; "none": no threshold could be fitted on the data).'
     ),
     '',
   ]
