@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import pathlib
 import random
 import re
@@ -90,11 +91,13 @@ class RouterFileError(ValueError):
 
 
 def _real(value: Any) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+  """A number (numpy's too), not a bool, not NaN."""
+  ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+  return ok and not math.isnan(value)
 
 
 def _count(least: int) -> tuple[Callable[[Any], bool], str]:
-  ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= least
+  ok = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= least
   return ok, f'an integer >= {least}'
 
 

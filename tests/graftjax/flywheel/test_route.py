@@ -334,6 +334,7 @@ def test_router_settings_are_checked_when_made():
   with pytest.raises(ValueError, match='threshold must be'):
     route.ExactRouter(threshold=float('nan'))
   assert route.BM25Router(threshold=-math.inf).threshold == -math.inf  # keeps every hit
+  assert route.BM25Router(threshold=np.float32(0.5), k1=np.float64(1.2)).k1 == 1.2  # numpy's
   assert route.BM25Router(threshold=math.inf).threshold == math.inf  # abstains always
 
 
