@@ -6,6 +6,8 @@ r"""The verified-knowledge flywheel: items deposited, related items held out.
         --recall_tokens=8 --capacity=128 --library=LIB --journal=LIB/journal.jsonl \
         --out=experiments/results/flywheel/flywheel_bigbench_qa_wikidata_cpu.json
     python experiments/flywheel.py --task=my_package.my_task:TASK --model=tiny --out=OUT
+    python experiments/flywheel.py --templates=0,1,2 --router=embedding --conservative \
+        --unrelated=146 --out=OUT
     python experiments/flywheel.py --task=graftjax.flywheel.humaneval:TASK --max_new_tokens=256 \
         --recall_tokens=160 --rows=8 --capacity=1024 --library=LIB --journal=LIB/journal.jsonl \
         --out=experiments/results/flywheel/flywheel_humaneval_cpu.json
@@ -16,7 +18,10 @@ batched); a verified solution of each (its own, else the dataset's) is
 deposited as a block; the items it did not solve are asked again through
 the library (recurrence); one new instance of each template, never
 deposited, is answered by the base model and through the nearest block
-(transfer). With --task=qa_wikidata, BIG-bench facts instead: per subject
+(transfer), through the router --router names (BM25 by default; every router is
+evaluated, each threshold fitted in the run on a split of its own and reported on
+the other half, with --conservative by the Wilson upper limit of its false hits).
+With --task=qa_wikidata, BIG-bench facts instead: per subject
 one question deposited, one of another relation held out. Any importable
 `graftjax.flywheel.Task` runs with --task=package.module:Name (docs/flywheel.md,
 "Add a task"); one without held-out items runs recurrence only (its routers fitted on its
@@ -60,6 +65,18 @@ _LIBRARY = flags.DEFINE_string('library', None, 'Library folder (resumable; defa
 _BM25_THRESHOLD = flags.DEFINE_float(
   'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
 )
+_ROUTER = flags.DEFINE_enum(
+  'router', 'bm25', list(flywheel.ROUTERS), 'Router that answers transfer (all are evaluated).'
+)
+_CONSERVATIVE = flags.DEFINE_bool(
+  'conservative',
+  False,
+  'Fit thresholds so that the Wilson 95% upper limit of false hits is at most 5% (needs 146'
+  ' unrelated questions: --unrelated for gsm8k).',
+)
+_UNRELATED = flags.DEFINE_integer(
+  'unrelated', None, 'gsm8k: unrelated questions for routing (default: one per held-out item).'
+)
 _ENERGY = flags.DEFINE_bool('energy', False, 'Measure accelerator energy per phase (NVML).')
 _CHAT = flags.DEFINE_bool('chat', False, "Ask in the model's chat template (an -it checkpoint's).")
 
@@ -90,8 +107,12 @@ def main(argv):
     bm25_threshold=_BM25_THRESHOLD.value,
     measure_energy=_ENERGY.value,
     chat=_CHAT.value,
+    router=_ROUTER.value,
+    conservative=_CONSERVATIVE.value,
+    unrelated=_UNRELATED.value,
   )
   print(flywheel.format_summary(result['summary']))
+  print(flywheel.format_routing(result))
   results.write(_OUT.value, result)
 
 

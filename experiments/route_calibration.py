@@ -1,6 +1,7 @@
 r"""Routers that abstain: thresholds fitted on a calibration split, reported on a disjoint one.
 
-    python experiments/route_calibration.py --task=gsm8k --templates=0-2,4-6,8 --out=OUT
+    python experiments/route_calibration.py --task=gsm8k --templates=0-2,4-6,8 --unrelated=146 \
+        --out=OUT
     python experiments/route_calibration.py --task=qa_wikidata --pairs=140 --out=OUT
 
 The committed run (experiments/results/flywheel/study.toml has its command) uses the 70
@@ -10,8 +11,11 @@ combinations before sampling (minutes each).
 A flywheel task's deposited questions are indexed by BM25 and by the model's
 embeddings; deposited, reworded (held-out, labelled with their deposited item)
 and unrelated questions are each halved by a seeded shuffle; each router's
-threshold is fitted on one half under --max_false_hit on the unrelated ones, and
-reported on the other half (hit rates, false-hit rate, Wilson 95%). Details:
+threshold is fitted on one half under --max_false_hit on the unrelated ones (by
+default on their Wilson 95% upper limit, which needs at least 73 unrelated questions in
+the half: --unrelated=146 for gsm8k; with fewer a router is recorded as not fitted, with
+the reason), and reported on the other half (hit rates, false-hit rate, Wilson 95%, and
+whether the held-out false-hit rate's upper limit meets the bound). Details:
 graftjax/studies/route_calibration.py.
 """
 
@@ -37,6 +41,12 @@ _TEMPLATES = flags.DEFINE_string(
 _PAIRS = flags.DEFINE_integer('pairs', 140, 'qa_wikidata: subjects (deposited + held-out pairs).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the task and of the split.')
 _MAX_FALSE_HIT = flags.DEFINE_float('max_false_hit', 0.05, 'Bound on false hits in the fit.')
+_CONSERVATIVE = flags.DEFINE_bool(
+  'conservative', True, 'Bound the Wilson 95% upper limit of false hits, not the point estimate.'
+)
+_UNRELATED = flags.DEFINE_integer(
+  'unrelated', None, 'gsm8k: unrelated questions (default: one per template; 146 bound 5%).'
+)
 _OUT = flags.DEFINE_string(
   'out', 'experiments/results/flywheel/route_calibration.json', 'Result JSON path.'
 )
@@ -50,6 +60,7 @@ def main(argv):
     templates=route_calibration.template_ids(_TEMPLATES.value),
     pairs=_PAIRS.value,
     seed=_SEED.value,
+    unrelated=_UNRELATED.value,
   )
   model = gemma_model.load_named(_MODEL.value)
   result = route_calibration.experiment(
@@ -57,6 +68,7 @@ def main(argv):
     route_calibration.routers(model),
     seed=_SEED.value,
     max_false_hit=_MAX_FALSE_HIT.value,
+    conservative=_CONSERVATIVE.value,
     header=results.header(
       'route_calibration',
       inputs=flywheel.result_inputs(model, _MODEL.value, list(task.items())[:1]),

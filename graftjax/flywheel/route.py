@@ -11,17 +11,22 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import pathlib
 import random
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import bm25s
+import bm25s.stopwords
 import numpy as np
 
 from graftjax.flywheel import stats
 from graftjax.models.gemma import ops
+
+_STOPWORDS = frozenset(bm25s.stopwords.STOPWORDS_EN)  # what `BM25Router` leaves out
 
 
 def normalize(text: str) -> str:
@@ -36,8 +41,91 @@ def normalize(text: str) -> str:
   return ' '.join(text[begin:end].split())
 
 
+_WORD = re.compile(r'(?u)\b\w+\b')
+
+
+def span_room(query: str, text: str) -> tuple[int, int]:
+  """(words after, words before) the span of `query` in `text`.
+
+  The span is the shortest run of `text`'s words (`normalize`d, split as BM25 splits them)
+  holding every query word that `text` holds, stopwords aside; the first such run if several.
+  (0, 0) when `text` holds no query word.
+  """
+  wanted = set(_WORD.findall(normalize(query))) - _STOPWORDS
+  words = _WORD.findall(normalize(text))
+  present = wanted.intersection(words)
+  if not present:
+    return 0, 0
+  counts: dict[str, int] = collections.Counter()
+  best, begin, covered = (0, len(words)), 0, 0
+  for end, word in enumerate(words):
+    if word in present:
+      counts[word] += 1
+      covered += counts[word] == 1
+    while covered == len(present):
+      if end - begin < best[1] - best[0]:
+        best = (begin, end)
+      first = words[begin]
+      if first in present:
+        counts[first] -= 1
+        covered -= counts[first] == 0
+      begin += 1
+  return len(words) - 1 - best[1], best[0]
+
+
+def tie_order(query: str, key: str, text: str) -> tuple[int, int, str, str]:
+  """The sort key of an entry among entries of equal score for `query` (lower first).
+
+  More words after the query's span first (`span_room`), then more words before it, then
+  by key, then by text: a total order on entries that does not depend on the order they
+  were added in. A page that a boundary cut right after the question's words holds fewer
+  words after the span than the overlapping page holding the whole fact (its answer
+  included), so of two such pages tied on score the latter comes first.
+  """
+  after, before = span_room(query, text)
+  return -after, -before, key, text
+
+
 class RouterFileError(ValueError):
   """A saved router file cannot be read: missing, malformed, of another kind, or altered."""
+
+
+def _real(value: Any) -> bool:
+  """A number (numpy's too), not a bool, not NaN."""
+  ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+  return ok and not math.isnan(value)
+
+
+def _count(least: int) -> tuple[Callable[[Any], bool], str]:
+  ok = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= least
+  return ok, f'an integer >= {least}'
+
+
+# A router setting's name -> (whether a value is valid, what a valid value is).
+SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+  'threshold': (lambda v: v is None or _real(v), 'a number (not NaN), or null before calibrate'),
+  'k1': (lambda v: _real(v) and 0 <= v < math.inf, 'a finite number >= 0'),
+  'b': (lambda v: _real(v) and 0 <= v <= 1, 'a number in [0, 1]'),
+  'weight': (lambda v: _real(v) and 0 <= v <= 1, 'a number in [0, 1]'),
+  'rerank': _count(0),
+  'unit_words': _count(1),
+  'stride_words': _count(1),
+  'chunk_size': _count(1),
+  'batch_size': _count(1),
+  'fingerprint': (lambda v: isinstance(v, str), 'a string'),
+}
+
+
+def check_settings(**settings: Any) -> None:
+  """Raises ValueError naming the first setting outside its type or range (`SETTINGS`), or
+  a stride_words above unit_words."""
+  for name, value in settings.items():
+    ok, want = SETTINGS[name]
+    if not ok(value):
+      raise ValueError(f'{name} must be {want}, got {value!r}')
+  stride, unit = settings.get('stride_words'), settings.get('unit_words')
+  if stride is not None and unit is not None and stride > unit:
+    raise ValueError(f'stride_words must be at most unit_words {unit}, got {stride}')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +140,16 @@ class Router(abc.ABC):
   """Entries (key, text) and a ranking of them for a query text.
 
   Adding the same (key, text) twice is a no-op; a key may carry several
-  texts, and a text several keys (`route` returns distinct keys).
+  texts, and a text several keys (`route` returns distinct keys). The ranking
+  is a total order (entries of equal rank by `tie_order`), the same whatever
+  order the entries were added in and however many queries are routed at once.
   """
 
   kind: ClassVar[str]
   _file_fields: ClassVar[tuple[str, ...]] = ('threshold', 'entries')
 
   def __init__(self, *, threshold: float | None):
+    check_settings(threshold=threshold)
     self.threshold = threshold  # None: not fitted yet (`calibrate`); route refuses
     self._entries: list[tuple[str, str]] = []
     self._seen: set[tuple[str, str]] = set()
@@ -117,7 +208,8 @@ class Router(abc.ABC):
         f'{type(self).__name__} has no threshold: fit one on labelled queries (calibrate)'
         ' or pass one'
       )
-    return [self._top(ranked, k, threshold) for ranked in self._rank_many(queries)]
+    ranked = self._rank_many(queries)
+    return [self._top(self._ordered(q, r), k, threshold) for q, r in zip(queries, ranked)]
 
   def _top(self, ranked: Iterator[tuple[int, float]], k: int, threshold: float) -> list[Hit]:
     hits, keys = [], set()
@@ -130,9 +222,29 @@ class Router(abc.ABC):
           break
     return [hit for hit in hits if hit.score >= threshold]
 
+  def _ordered(self, query: str, ranked: Iterable[tuple]) -> Iterator[tuple[int, float]]:
+    """(entry index, score) of `ranked` (best first), each run of entries of equal rank in
+    the tie order (`tie_order`)."""
+    run: list[tuple] = []
+    for hit in ranked:
+      if run and hit[-1] != run[0][-1]:
+        yield from self._tied(query, run)
+        run = []
+      run.append(hit)
+    yield from self._tied(query, run)
+
+  def _tied(self, query: str, run: list[tuple]) -> list[tuple[int, float]]:
+    if len(run) > 1:
+      run = sorted(run, key=lambda hit: tie_order(query, *self._entries[hit[0]]))
+    return [(hit[0], hit[1]) for hit in run]
+
   @abc.abstractmethod
-  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
-    """Per query, (entry index, score) best first: only entries that may be hits."""
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple]]:
+    """Per query, (entry index, score) by falling score, or (entry index, score, rank) by
+    falling rank where the ranking is by another value; only entries that may be hits.
+
+    Entries of equal rank may come in any order: `route_many` puts them in the tie order.
+    """
 
   def _added(self, index: int) -> None:
     """Hook: entry `index` was just stored."""
@@ -178,6 +290,10 @@ class Router(abc.ABC):
       isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in entries
     ):
       raise RouterFileError(f'{path}: entries must be a list of [key, text] strings')
+    try:
+      check_settings(**{name: body[name] for name in cls._file_fields if name in SETTINGS})
+    except ValueError as e:
+      raise RouterFileError(f'{path}: {e}') from e
     return body
 
 
@@ -233,6 +349,7 @@ class BM25Router(Router):
 
   def __init__(self, *, threshold: float | None = None, k1: float = 1.5, b: float = 0.75):
     super().__init__(threshold=threshold)
+    check_settings(k1=k1, b=b)
     self.k1, self.b = k1, b
     self._index: bm25s.BM25 | None = None
     self._self_scores: np.ndarray | None = None  # [N] float64
@@ -251,11 +368,11 @@ class BM25Router(Router):
 
   def _build(self) -> bm25s.BM25:
     if self._index is None:
-      vocab: dict[str, int] = {}  # by first appearance: the same ids in every process
-      ids = [
-        [vocab.setdefault(term, len(vocab)) for term in terms]
-        for terms in self._tokens([text for _, text in self._entries])
-      ]
+      tokens = self._tokens([text for _, text in self._entries])
+      # Term ids in sorted order: the same ids, so the same sums, whatever order the
+      # entries were added in (a catalog adds them in key order when reopened).
+      vocab = {term: i for i, term in enumerate(sorted({t for terms in tokens for t in terms}))}
+      ids = [[vocab[term] for term in terms] for terms in tokens]
       self._index = bm25s.BM25(k1=self.k1, b=self.b, method='lucene', dtype='float64')
       self._index.index((ids, vocab), show_progress=False)
       # One weight per (entry, term), summed in term-id order as `get_scores` sums
@@ -264,20 +381,21 @@ class BM25Router(Router):
       self._self_scores = np.bincount(sparse['indices'], sparse['data'], minlength=len(self))
     return self._index
 
-  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
+  def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple]]:
+    """Per query, (entry index, score, raw BM25) by falling raw BM25."""
     if not self._entries:
       return [iter(()) for _ in queries]
     index = self._build()
     return [self._ranked(index, terms) for terms in self._tokens(queries)]
 
-  def _ranked(self, index: bm25s.BM25, terms: list[str]) -> Iterator[tuple[int, float]]:
+  def _ranked(self, index: bm25s.BM25, terms: list[str]) -> Iterator[tuple]:
     ids = sorted({index.vocab_dict[t] for t in terms if t and t in index.vocab_dict})
     if not ids:
       return iter(())
     raw = index.get_scores(ids)
     order = np.argsort(-raw, kind='stable')
     order = order[raw[order] > 0]
-    return ((int(i), float(raw[i] / self._self_scores[i])) for i in order)
+    return ((int(i), float(raw[i] / self._self_scores[i]), float(raw[i])) for i in order)
 
   def _state(self) -> dict[str, Any]:
     return {**super()._state(), 'k1': self.k1, 'b': self.b}
@@ -382,6 +500,7 @@ class EmbeddingRouter(Router):
     encode: Encode | None = None,
   ):
     super().__init__(threshold=threshold)
+    check_settings(chunk_size=chunk_size, batch_size=batch_size)
     self.model, self.chunk_size, self.batch_size = model, chunk_size, batch_size
     self.encode = encode
     self._matrix = np.zeros((0, model.config.embed_dim), np.float32)
@@ -407,7 +526,7 @@ class EmbeddingRouter(Router):
   def _rank_many(self, queries: Sequence[str]) -> list[Iterator[tuple[int, float]]]:
     if not self._entries:
       return [iter(()) for _ in queries]
-    return [_by_similarity(row) for row in self.embed(queries) @ self.matrix.T]
+    return [_by_similarity(row) for row in similarities(self.embed(queries), self.matrix)]
 
   def _state(self) -> dict[str, Any]:
     return {
@@ -459,6 +578,41 @@ class EmbeddingRouter(Router):
     return router
 
 
+def similarities(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+  """Cosine similarity of each query row [Q, D] with each stored row [N, D], as float32: [Q, N].
+
+  Dot products and squared norms are summed in float64 over D in ascending order, one
+  product (exact for float32 operands) and one addition at a time; the cosine
+  dot / sqrt(|q|^2 |m|^2) is rounded to float32. So a score's bits depend on its two rows
+  alone: not on Q (how many queries are scored together), on N, or on the rows beside them
+  (a BLAS matmul picks its kernel and summation order by shape); and a row scores exactly
+  1.0 with itself (sqrt(s * s) == s in IEEE arithmetic).
+  """
+  queries, matrix = np.asarray(queries, np.float32), np.asarray(matrix, np.float32)
+  if queries.ndim != 2 or matrix.ndim != 2 or queries.shape[1] != matrix.shape[1]:
+    raise ValueError(f'need [Q, D] and [N, D] rows, got {queries.shape} and {matrix.shape}')
+  columns = np.ascontiguousarray(matrix.T)  # [D, N] float32, one row of it widened at a time
+  column_norms = np.zeros(len(matrix))
+  for column in columns:
+    wide = column.astype(np.float64)
+    column_norms += wide * wide
+  out = np.zeros((len(queries), len(matrix)), np.float32)
+  for begin in range(0, len(queries), _QUERY_BLOCK):  # bounds the [block, N] temporaries
+    rows = queries[begin : begin + _QUERY_BLOCK].astype(np.float64)
+    dots = np.zeros((len(rows), len(matrix)))
+    row_norms = np.zeros(len(rows))
+    for d, column in enumerate(columns):
+      dots += rows[:, d, None] * column.astype(np.float64)
+      row_norms += rows[:, d] * rows[:, d]
+    with np.errstate(invalid='ignore', divide='ignore'):
+      cosines = dots / np.sqrt(row_norms[:, None] * column_norms)
+    out[begin : begin + len(rows)] = np.nan_to_num(cosines, nan=0.0)
+  return out
+
+
+_QUERY_BLOCK = 64  # queries per block of `similarities` (no effect on any score's bits)
+
+
 def _by_similarity(row: np.ndarray) -> Iterator[tuple[int, float]]:
   """(entry index, similarity) by falling similarity, for one query's row [N]."""
   return ((int(i), float(row[i])) for i in np.argsort(-row, kind='stable'))
@@ -468,6 +622,14 @@ def _matrix_bytes(matrix: np.ndarray) -> bytes:
   """What the router file's SHA-256 covers of the embeddings: dtype, shape, then the bytes."""
   head = f'{matrix.dtype.name}{list(matrix.shape)}\n'.encode()
   return head + np.ascontiguousarray(matrix).tobytes()
+
+
+class FitError(ValueError):
+  """No threshold keeps the false-hit rate within the bound on the queries given."""
+
+
+class BoundError(FitError):
+  """The queries given are too few to bound a false-hit rate by its Wilson upper limit."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -562,8 +724,9 @@ def sweep(
   Returns:
     (the chosen evaluation, every candidate's evaluation by rising threshold).
   Raises:
-    ValueError: if `labelled` is empty, or no threshold meets the bound (with
-      `conservative`, even 0 false hits has a Wilson upper limit above 0).
+    ValueError: if `labelled` is empty.
+    FitError: no threshold meets the bound (with `conservative`, even 0 false hits
+      has a Wilson upper limit above 0).
   """
   if not labelled:
     raise ValueError('nothing to evaluate: no labelled queries')
@@ -580,7 +743,7 @@ def sweep(
   accuracy = lambda e: e.accuracy.value if e.accuracy else 0.0
   feasible = [e for e in curve if false_hit(e) <= max_false_hit]
   if not feasible:
-    raise ValueError(
+    raise FitError(
       f'no threshold keeps the false-hit rate <= {max_false_hit} on {len(top1)} queries'
     )
   best = max(feasible, key=lambda e: (accuracy(e), -false_hit(e), e.threshold))
@@ -681,6 +844,53 @@ def report(
 
 
 @dataclasses.dataclass(frozen=True)
+class Bound:
+  """Whether the false-hit rate on held-out unrelated queries is bounded at `max_false_hit`:
+  its Wilson upper limit (at the rate's confidence) at most the bound.
+
+  Attributes:
+    max_false_hit: the bound.
+    upper: the Wilson upper limit of the held-out false-hit rate (None: no unrelated
+      queries held out).
+    met: upper <= max_false_hit.
+    needed: held-out unrelated queries at which 0 false hits would meet the bound
+      (`stats.trials_to_bound`): with fewer, no result can (None for a bound of 0).
+    why: why the bound is not met (None when it is).
+  """
+
+  max_false_hit: float
+  upper: float | None
+  met: bool
+  needed: int | None
+  why: str | None
+
+  @classmethod
+  def of(cls, false_hit: stats.Rate | None, max_false_hit: float, confidence: float) -> Bound:
+    needed = None  # a bound of 0 (or 1) no Wilson upper limit meets (or misses)
+    if 0 < max_false_hit < 1:
+      needed = stats.trials_to_bound(max_false_hit, confidence=confidence)
+    if false_hit is None:
+      return cls(max_false_hit, None, False, needed, 'no unrelated queries held out')
+    met, n = false_hit.high <= max_false_hit, false_hit.trials
+    why = None
+    if not met and needed is not None and n < needed:
+      why = (
+        f'{n} unrelated queries held out: even 0 false hits has a Wilson upper limit of'
+        f' {stats.wilson(0, n, confidence=confidence)[1]:.1%} > {max_false_hit:.1%};'
+        f' at least {needed} are needed'
+      )
+    elif not met:
+      why = (
+        f'{false_hit.successes}/{n} false hits held out: Wilson upper limit'
+        f' {false_hit.high:.1%} > {max_false_hit:.1%}'
+      )
+    return cls(max_false_hit, false_hit.high, met, needed, why)
+
+  def to_json(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class Calibration:
   """A router's threshold fitted on a calibration split, reported on a disjoint one.
 
@@ -690,9 +900,11 @@ class Calibration:
     max_false_hit: the bound the fit kept.
     bounded: what the bound was on: 'unrelated' (hits among unrelated queries)
       or 'all' (wrong hits among all queries, where there are no unrelated ones).
+    conservative: the fit bounded the Wilson upper limit (True) or the point estimate.
     split: the seed and, per group, the calibration indices (`split`).
     fitted: the calibration split's evaluation at the fitted threshold.
     report: the report split's rates at the fitted threshold.
+    held_out: whether the report split's false-hit rate is bounded (`Bound`).
     sizes: queries per group in each split.
   """
 
@@ -700,9 +912,11 @@ class Calibration:
   threshold: float
   max_false_hit: float
   bounded: str
+  conservative: bool
   split: dict[str, Any]
   fitted: Evaluation
   report: Report
+  held_out: Bound
   sizes: dict[str, dict[str, int]]
 
   def to_json(self) -> dict[str, Any]:
@@ -711,10 +925,12 @@ class Calibration:
       'threshold': self.threshold if math.isfinite(self.threshold) else str(self.threshold),
       'max_false_hit': self.max_false_hit,
       'bounded': self.bounded,
+      'conservative': self.conservative,
       'split': self.split,
       'sizes': self.sizes,
       'fitted': self.fitted.to_json(),
       'report': self.report.to_json(),
+      'held_out': self.held_out.to_json(),
     }
 
 
@@ -731,11 +947,15 @@ def calibrate(
 
   Sets `router.threshold` to the fitted value. With unrelated queries the fit
   bounds the false-hit rate among them; without, the rate of wrong hits among
-  all queries.
+  all queries. `conservative` bounds the rate's Wilson upper limit, not its point
+  estimate: the fit then needs at least `stats.trials_to_bound(max_false_hit)` bounded
+  queries in its half. The report half's false-hit rate, with its interval, is checked
+  against the bound too (`Calibration.held_out`).
 
   Raises:
-    ValueError: a split is empty, a query text is in both splits, or no
-      threshold meets the bound (`sweep`).
+    BoundError: `conservative`, and the calibration half has too few queries to bound.
+    FitError: no threshold meets the bound (`sweep`).
+    ValueError: a split is empty, or a query text is in both splits.
   """
   fit_on, report_on, chosen = split(queries, seed=seed)
   if not fit_on.labelled() or not report_on.labelled():
@@ -749,6 +969,8 @@ def calibrate(
       f' e.g. {min(both)!r}: the splits must be disjoint'
     )
   bounded = 'unrelated' if fit_on.unrelated else 'all'
+  if conservative:
+    check_bound(queries, max_false_hit=max_false_hit, confidence=confidence)
   fitted, _ = sweep(
     router,
     fit_on.labelled(),
@@ -758,13 +980,35 @@ def calibrate(
     confidence=confidence,
   )
   router.threshold = fitted.threshold
+  reported = report(router, report_on, fitted.threshold, confidence=confidence)
   return Calibration(
     router=type(router).__name__,
     threshold=fitted.threshold,
     max_false_hit=max_false_hit,
     bounded=bounded,
+    conservative=conservative,
     split=chosen,
     fitted=fitted,
-    report=report(router, report_on, fitted.threshold, confidence=confidence),
+    report=reported,
+    held_out=Bound.of(reported.false_hit, max_false_hit, confidence),
     sizes={'calibration': fit_on.counts(), 'report': report_on.counts()},
   )
+
+
+def check_bound(queries: Queries, *, max_false_hit: float, confidence: float = 0.95) -> None:
+  """Raises `BoundError` unless `calibrate(..., conservative=True)` has enough queries to
+  bound: each half of the unrelated queries (of all queries, without unrelated ones) at
+  least `stats.trials_to_bound(max_false_hit)`."""
+  if not 0 < max_false_hit < 1:
+    raise BoundError(f'the bound must lie in (0, 1), got {max_false_hit}')
+  needed = stats.trials_to_bound(max_false_hit, confidence=confidence)
+  groups = [queries.unrelated] if queries.unrelated else [queries.deposited, queries.reworded]
+  what = 'unrelated' if queries.unrelated else 'labelled'
+  n, fit = sum(map(len, groups)), sum(len(g) // 2 for g in groups)  # `split`'s first half
+  if fit < needed:
+    raise BoundError(
+      f'cannot bound false hits at {max_false_hit:.1%} (Wilson {confidence:.0%} upper limit)'
+      f' with {n} {what} queries: the calibration half holds {fit}, and even 0 false hits of'
+      f' {fit} has an upper limit of {stats.wilson(0, max(fit, 1), confidence=confidence)[1]:.1%};'
+      f' it needs at least {needed} ({2 * needed} {what} queries in all)'
+    )

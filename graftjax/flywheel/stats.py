@@ -41,6 +41,24 @@ def wilson(successes: int, trials: int, *, confidence: float = 0.95) -> tuple[fl
   return low, high
 
 
+def trials_to_bound(max_rate: float, *, confidence: float = 0.95) -> int:
+  """The fewest trials at which 0 successes has a Wilson upper limit of at most max_rate.
+
+  Fewer trials cannot bound a rate at max_rate, whatever they show: 73 for 5% at 95%
+  (the upper limit at 0 of n is z^2 / (n + z^2)).
+
+  Raises:
+    ValueError: if max_rate lies outside (0, 1), or confidence outside (0, 1).
+  """
+  if not 0 < max_rate < 1 or not 0 < confidence < 1:
+    raise ValueError(f'max_rate and confidence must lie in (0, 1), got {max_rate}, {confidence}')
+  z2 = statistics.NormalDist().inv_cdf(0.5 + confidence / 2) ** 2
+  n = max(1, math.floor(z2 * (1 - max_rate) / max_rate))  # at or just below the bound
+  while wilson(0, n, confidence=confidence)[1] > max_rate:
+    n += 1
+  return n
+
+
 @dataclasses.dataclass(frozen=True)
 class Rate:
   """successes/trials with its Wilson interval [low, high] at `confidence`."""

@@ -65,8 +65,7 @@ class UnitRouter(route_lib.BM25Router):
   ):
     super().__init__(threshold=threshold, k1=k1, b=b)
     stride_words = unit_words // 2 if stride_words is None else stride_words
-    if not 0 < stride_words <= unit_words:
-      raise ValueError(f'need 0 < stride_words <= unit_words, got {stride_words}, {unit_words}')
+    route_lib.check_settings(unit_words=unit_words, stride_words=stride_words)
     self.unit_words, self.stride_words = unit_words, stride_words
     self._idf: np.ndarray | None = None  # [terms] float64, lucene IDF over the units
     self._idf_unseen = 0.0
@@ -231,8 +230,7 @@ class HybridRouter(route_lib.Router):
     encode: route_lib.Encode | None = None,
   ):
     super().__init__(threshold=threshold)
-    if not 0.0 <= weight <= 1.0 or rerank < 0:
-      raise ValueError(f'need 0 <= weight <= 1 and rerank >= 0, got {weight}, {rerank}')
+    route_lib.check_settings(weight=weight, rerank=rerank)
     self.model, self.weight, self.rerank, self.encode = model, weight, rerank, encode
     self.lexical = UnitRouter(
       threshold=-np.inf, unit_words=unit_words, stride_words=stride_words, k1=k1
@@ -258,11 +256,14 @@ class HybridRouter(route_lib.Router):
         row[index] = score
     scores *= self.weight
     if self.weight < 1.0:
-      scores += (1.0 - self.weight) * (self.dense.embed(queries) @ self.dense.matrix.T)
+      cosines = route_lib.similarities(self.dense.embed(queries), self.dense.matrix)
+      scores += (1.0 - self.weight) * cosines
     ranked = [_by_score(row) for row in scores]
     if not self.rerank:
       return ranked
-    return [self._reranked(query, order) for query, order in zip(queries, ranked)]
+    return [
+      self._reranked(query, self._ordered(query, order)) for query, order in zip(queries, ranked)
+    ]
 
   def _reranked(
     self, query: str, ranked: Iterator[tuple[int, float]]

@@ -125,6 +125,7 @@ def run(
   progress: Callable[[str, int], Callable[[int], None]] | None = None,
   meter: energy.Meter | None = None,
   journal: journal_lib.Journal | None = None,
+  conservative: bool = False,
 ) -> dict[str, Any]:
   """The whole loop on a task's items (deposited) and held-out items (never deposited).
 
@@ -141,18 +142,25 @@ def run(
     library: where blocks and the catalog go (resumable).
     budget: what each phase may spend.
     routers: routers for transfer; the first is used to answer, every one
-      is evaluated. Needed only when the task has held-out items.
+      is evaluated. Needed only when the task has held-out items. A router
+      without a threshold is fitted in the run (`route.calibrate`); one other
+      than the first that cannot be is left out of `routing`, its reason in
+      `routing_refused`.
     progress: `progress(phase, total)` returns a callback taking a count.
     meter: if given, the accelerator energy of each phase (`energy.Meter`).
     journal: finished steps (the base phases whole, answers one by one);
       a restarted run with the same journal skips them.
+    conservative: fit thresholds so that the Wilson upper limit of the false-hit
+      rate, not its point estimate, is at most 5% (`route.calibrate`).
   Returns:
-    JSON-ready dict: attempts, deposits, routing and a summary per phase.
+    JSON-ready dict: attempts, deposits, routing (each fit's `held_out` bound under
+    `calibration`), the answering `router` and a summary per phase.
   Raises:
-    tasks.TaskError: the task cannot be run as given (nothing was run).
+    tasks.TaskError: the task cannot be run as given (nothing was run), e.g. too few
+      unrelated questions to bound the answering router's false hits conservatively.
     verifiers.VerifierError: its verifier is not registered.
   """
-  items, held_out, prompt, verify = _checked(task, routers)
+  items, held_out, prompt, verify = _checked(task, routers, conservative)
   bar = progress or (lambda phase, total: None)
   journal = journal or journal_lib.Journal(None, config={})
 
@@ -183,11 +191,13 @@ def run(
   exact.add_many((e.key, e.question) for e in by_item.values())
   ask = _Ask(model, library, verify, journal, bar, measured, chat=prompt.chat)
   recurrence = _recurrence(ask, unsolved, exact, budget, prompt.recall_mode)
-  transfer = {'attempts': [], 'routing': {}}
+  transfer = {'attempts': [], 'routing': {}, 'refused': {}}
   if held_out:
-    transfer = _transfer(ask, held_out, routers, prompt, budget, task)
+    transfer = _transfer(ask, held_out, routers, prompt, budget, task, conservative)
   elif task.reworded or task.unrelated:
-    transfer['routing'] = _fitted_routing(routers, library.entries(), task, budget.seed)
+    transfer['routing'] = _fitted_routing(
+      routers, library.entries(), task, budget.seed, conservative
+    )
   return {
     'task': task.name,
     'verifier': {'name': verify.name, 'version': verify.version},
@@ -198,7 +208,9 @@ def run(
     },
     'deposits': deposits,
     'attempts': base + recurrence['attempts'] + transfer['attempts'],
+    'router': type(routers[0]).__name__ if held_out else None,
     'routing': transfer['routing'],
+    **({'routing_refused': transfer['refused']} if transfer['refused'] else {}),
     'grafted_vs_prompted': recurrence['grafted_vs_prompted'],
     'summary': summary_lib.summarize(
       base, recurrence['attempts'], transfer['attempts'], [it.id for it in unsolved]
@@ -208,9 +220,12 @@ def run(
 
 
 ZERO_SHOT = Prompt(prefix='', query=answer_lib.MODES['solve'])
+MAX_FALSE_HIT = 0.05  # the bound on false hits of every threshold fitted in a run
 
 
-def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, Any]:
+def _checked(
+  task: tasks.Task, routers, conservative: bool = False
+) -> tuple[list[Any], list[Any], Prompt, Any]:
   """(items, held_out, prompt, verifier) of `task`, or why it cannot run."""
   verify = task.checker
   if not isinstance(getattr(verify, 'name', None), str) or not isinstance(
@@ -240,6 +255,19 @@ def _checked(task: tasks.Task, routers) -> tuple[list[Any], list[Any], Prompt, A
       f'{unfitted} have no threshold and {len(items)} + {len(held_out)} items are too few to'
       ' fit one on a split of their own'
     )
+  if held_out and conservative and routers[0].threshold is None:
+    queries = route_lib.Queries(  # the most the fit can have: every item deposited
+      deposited=[(it.question, it.id) for it in items],
+      reworded=[(it.question, it.id) for it in held_out],
+      unrelated=list(task.unrelated()) if task.unrelated else [],
+    )
+    try:
+      route_lib.check_bound(queries, max_false_hit=MAX_FALSE_HIT)
+    except route_lib.BoundError as e:
+      raise tasks.TaskError(
+        f'task {task.name!r}: the answering {type(routers[0]).__name__}: {e}; give it a'
+        ' threshold, more unrelated questions, or fit the point estimate'
+      ) from e
   prompt = task.prompt or ZERO_SHOT
   if '{question}' not in prompt.query:
     raise tasks.TaskError(f'the prompt query {prompt.query!r} has no {{question}} field')
@@ -417,19 +445,20 @@ def _recurrence(ask: _Ask, unsolved, exact, budget, mode) -> dict[str, Any]:
   return {'attempts': attempts, 'grafted_vs_prompted': {'summary': summary, 'items': equal}}
 
 
-def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
+def _transfer(ask: _Ask, held_out, routers, prompt, budget, task, conservative=False):
   """Held-out items: the base model (few-shot) against the routed block.
 
   A router without a threshold is first calibrated (`route.calibrate`, seeded
   by the budget's seed) on the task's deposited questions, the held-out
   questions labelled with their targets and the task's unrelated questions;
-  its routing records the fit.
+  its routing records the fit. A router other than the first (which answers)
+  that no threshold fits is left out, with the reason, in `refused`.
   """
   targets = task.targets
   entries = {e.key: e for e in ask.library.entries()}
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
-  calibrations = {}
+  calibrations, refused = {}, {}
   for router in routers:
     if router.threshold is None:
       queries = route_lib.Queries(
@@ -437,9 +466,14 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
         reworded=[(q, k) for q, k in _labelled(held_out, entries, targets) if k is not None],
         unrelated=list(task.unrelated()) if task.unrelated else [],
       )
-      calibrations[type(router).__name__] = route_lib.calibrate(
-        router, queries, seed=budget.seed
-      ).to_json()
+      try:
+        calibrations[type(router).__name__] = route_lib.calibrate(
+          router, queries, seed=budget.seed, max_false_hit=MAX_FALSE_HIT, conservative=conservative
+        ).to_json()
+      except route_lib.FitError as e:
+        if router is routers[0]:
+          raise
+        refused[type(router).__name__] = str(e)
   with ask.measured('transfer_base', len(held_out)):
     attempts = ask.journal.step(
       'transfer_base',
@@ -479,14 +513,16 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task):
   routing = {}
   for r in routers:
     name = type(r).__name__
+    if name in refused:
+      continue
     evaluation = route_lib.evaluate(r, _labelled(held_out, entries, targets), r.threshold)
     routing[name] = evaluation.to_json()
     if name in calibrations:
       routing[name]['calibration'] = calibrations[name]
-  return {'attempts': attempts, 'routing': routing}
+  return {'attempts': attempts, 'routing': routing, 'refused': refused}
 
 
-def _fitted_routing(routers, entries, task, seed) -> dict[str, Any]:
+def _fitted_routing(routers, entries, task, seed, conservative=False) -> dict[str, Any]:
   """Without held-out items: each router without a threshold fitted on half of the task's
   deposited questions (to their blocks), reworded questions and unrelated ones, and reported on
   the other half (`route.calibrate`); a router no threshold fits records why."""
@@ -504,7 +540,10 @@ def _fitted_routing(routers, entries, task, seed) -> dict[str, Any]:
     router.add_many((e.key, e.question) for e in entries)
     name = type(router).__name__
     try:
-      out[name] = {'calibration': route_lib.calibrate(router, queries, seed=seed).to_json()}
+      fit = route_lib.calibrate(
+        router, queries, seed=seed, max_false_hit=MAX_FALSE_HIT, conservative=conservative
+      )
+      out[name] = {'calibration': fit.to_json()}
     except ValueError as e:
       out[name] = {'calibration': None, 'refused': str(e)}
   return out
@@ -777,6 +816,33 @@ def format_summary(summary: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+def format_routing(result: dict[str, Any]) -> str:
+  """One line per router: whether it answered, its threshold, and for a threshold fitted in
+  the run the false hits on the unrelated questions it was not fitted on, with their Wilson
+  interval and whether its upper limit meets the bound; a router no threshold fitted, why."""
+  lines = []
+  for name, ev in sorted(result.get('routing', {}).items()):
+    role = 'answers' if name == result.get('router') else 'evaluated'
+    fit = ev.get('calibration')
+    if not fit:
+      lines.append(f'{name:>16} {role}  threshold {ev.get("threshold")} (given)')
+      continue
+    false_hit, bound = fit['report']['false_hit'], fit.get('held_out')
+    held = 'no unrelated questions held out'
+    if false_hit:
+      held = (
+        f'held-out false hits {false_hit["successes"]}/{false_hit["trials"]}'
+        f' [{false_hit["low"]:.1%}, {false_hit["high"]:.1%}]'
+      )
+    said = ''
+    if bound:
+      said = f': bounded at {bound["max_false_hit"]:.1%}' if bound['met'] else f': {bound["why"]}'
+    lines.append(f'{name:>16} {role}  threshold {fit["threshold"]} fitted; {held}{said}')
+  for name, why in sorted(result.get('routing_refused', {}).items()):
+    lines.append(f'{name:>16} not fitted: {why}')
+  return '\n'.join(lines)
+
+
 TASKS = ('gsm8k', 'qa_wikidata')  # built in; any other task: --task=package.module:Name
 QA_WHY = (
   'qa_wikidata (facts) over arithmetic: a fact the model does not know is exactly what a'
@@ -786,9 +852,12 @@ QA_WHY = (
 )
 
 
-def gsm8k_task(templates: Sequence[int], *, seed: int = 0, per_template: int = 1) -> tasks.Task:
+def gsm8k_task(
+  templates: Sequence[int], *, seed: int = 0, per_template: int = 1, unrelated: int | None = None
+) -> tasks.Task:
   """GSM8K items of the GSM-Symbolic `templates` (8-shot), new instances of each held out,
-  and as many other GSM8K test questions (seeded) as unrelated routing queries."""
+  and `unrelated` other GSM8K test questions (seeded; default as many as held out) as
+  unrelated routing queries."""
   from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
 
   if not templates:
@@ -796,7 +865,10 @@ def gsm8k_task(templates: Sequence[int], *, seed: int = 0, per_template: int = 1
   items, held_out = gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
   deposited = {item.id for item in items}
   others = [item for item in datasets.gsm8k_test().items() if item.id not in deposited]
-  unrelated = [item.question for item in random.Random(seed).sample(others, len(held_out))]
+  count = len(held_out) if unrelated is None else unrelated
+  if not 0 <= count <= len(others):
+    raise tasks.TaskError(f'unrelated must lie in [0, {len(others)}], got {count}')
+  unrelated = [item.question for item in random.Random(seed).sample(others, count)]
   return tasks.Task(
     'gsm8k',
     'numeric',
@@ -850,14 +922,16 @@ def qa_wikidata_task(pairs: int, *, seed: int = 0, shots: int = 5) -> tasks.Task
   )
 
 
-def load_task(spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0) -> tasks.Task:
+def load_task(
+  spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0, unrelated=None
+) -> tasks.Task:
   """The task `spec` names: a built-in (`TASKS`) or 'package.module:Name'.
 
   `Name` is a `tasks.Task`, or a function of no arguments that returns one (`tasks.load`:
   any failure of the user's code is a `tasks.TaskError` naming the spec). The built-ins take the other arguments (`gsm8k_task`, `qa_wikidata_task`).
   """
   if spec == 'gsm8k':
-    return gsm8k_task(templates, seed=seed, per_template=per_template)
+    return gsm8k_task(templates, seed=seed, per_template=per_template, unrelated=unrelated)
   if spec == 'qa_wikidata':
     return qa_wikidata_task(pairs, seed=seed, shots=shots)
   if ':' not in spec:
@@ -890,6 +964,29 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
       bar.close()
 
 
+ROUTERS = ('bm25', 'exact', 'embedding')  # the experiment's routers, by --router name
+
+
+def routers_for(
+  model, answer: str, *, bm25_threshold: float | None = None
+) -> list[route_lib.Router]:
+  """The experiment's routers, the one named `answer` (of `ROUTERS`) first: it answers
+  transfer, every one is evaluated. BM25 takes `bm25_threshold` (None: fitted in the run);
+  the embedding router's threshold is fitted in the run.
+
+  Raises:
+    ValueError: `answer` is not in `ROUTERS`.
+  """
+  if answer not in ROUTERS:
+    raise ValueError(f'router must be one of {ROUTERS}, got {answer!r}')
+  made = {
+    'bm25': lambda: route_lib.BM25Router(threshold=bm25_threshold),
+    'exact': route_lib.ExactRouter,
+    'embedding': lambda: route_lib.EmbeddingRouter(model),
+  }
+  return [made[name]() for name in sorted(ROUTERS, key=lambda name: name != answer)]
+
+
 def experiment(
   *,
   model_name: str,
@@ -907,6 +1004,9 @@ def experiment(
   shots: int = 5,
   journal_path: str | None = None,
   chat: bool = False,
+  router: str = 'bm25',
+  conservative: bool = False,
+  unrelated: int | None = None,
 ) -> dict[str, Any]:
   """experiments/flywheel.py: the loop on one task's items, with progress bars.
 
@@ -916,7 +1016,9 @@ def experiment(
   'package.module:Name' (any importable task). `journal_path` makes the run
   resumable (refused with `measure_energy`, whose phases must be measured whole). `chat`
   asks every question in the model's chat template, whatever the task's prompt says
-  (`Prompt.chat`).
+  (`Prompt.chat`). `router` answers transfer (`routers_for`); `conservative` fits
+  thresholds by the Wilson upper limit of false hits (`run`); `unrelated`: gsm8k's
+  unrelated questions.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
 
@@ -939,6 +1041,7 @@ def experiment(
       pairs=pairs,
       shots=shots,
       seed=budget.seed,
+      unrelated=unrelated,
     )
   if chat:
     task = dataclasses.replace(
@@ -955,10 +1058,16 @@ def experiment(
       'task': task.name,
       'items': [i.id for i in items],
       'held_out': [i.id for i in held_out],
-      'prompt': dataclasses.asdict(task.prompt or ZERO_SHOT),
+      # A plain-form prompt is recorded as before the chat form existed, so its journals resume.
+      'prompt': {
+        k: v for k, v in dataclasses.asdict(task.prompt or ZERO_SHOT).items() if k != 'chat' or v
+      },
       'budget': dataclasses.asdict(budget),
       'capacity': capacity,
       'bm25_threshold': bm25_threshold,
+      # Journals of runs before these settings (BM25 answering, point-estimate fits) resume.
+      **({'router': router} if router != 'bm25' else {}),
+      **({'conservative': True} if conservative else {}),
     },
   )
   if journal.resumed:
@@ -973,14 +1082,11 @@ def experiment(
       task,
       library=library,
       budget=budget,
-      routers=[
-        route_lib.BM25Router(threshold=bm25_threshold),  # None: fitted in the run
-        route_lib.ExactRouter(),
-        route_lib.EmbeddingRouter(model),  # threshold fitted on a calibration split
-      ],
+      routers=routers_for(model, router, bm25_threshold=bm25_threshold),
       progress=progress,
       meter=meter,
       journal=journal,
+      conservative=conservative,
     )
     library.close()
   inputs = result_inputs(model, model_name, items[:1] + held_out[:1])

@@ -422,24 +422,32 @@ def _calibration(results: list[page.Result]) -> list[str]:
       '**Calibrated routing**: each router indexes the deposited questions; deposited, reworded'
       ' (held-out, labelled with their deposited item) and unrelated questions are each halved'
       ' by a seeded shuffle; the threshold is fitted on one half under the false-hit bound on'
-      ' unrelated questions and reported on the other half (top-1 hits to the right block;'
-      ' false hits: any hit on an unrelated question).'
+      ' unrelated questions (in a run that records `conservative`, on its Wilson 95% upper'
+      ' limit) and reported on the other half (top-1 hits to the right block; false hits: any'
+      ' hit on an unrelated question, "bounded" when their Wilson upper limit on this half is'
+      ' at most the bound; "none": no threshold could be fitted on the data).'
     ),
     '',
   ]
   rows = []
   for r in results:
     for name, s in sorted(r.data['summary'].items()):
+      bound = f'{page.pct(r.data["max_false_hit"])} (seed {r.data["seed"]})'
+      if 'refused' in s:  # the data could not bound this router's false hits
+        rows.append([page.cite(r), r.data.get('task', '?'), name, 'none', bound, '-', '-', '-'])
+        continue
+      held_out = s.get('held_out')  # results before held-out bounds have none
+      said = '' if held_out is None else (' (bounded)' if held_out['met'] else ' (not bounded)')
       rows.append(
         [
           page.cite(r),
           r.data.get('task', '?'),
           name,
           page.num(s['threshold']) if not isinstance(s['threshold'], str) else s['threshold'],
-          f'{page.pct(r.data["max_false_hit"])} (seed {r.data["seed"]})',
+          bound,
           rate(s['deposited']),
           rate(s['reworded']),
-          rate(s['false_hit']),
+          rate(s['false_hit']) + said,
         ]
       )
   return out + page.table(

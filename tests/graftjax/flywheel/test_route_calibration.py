@@ -116,3 +116,64 @@ def test_calibration_refuses_overlapping_or_too_few_queries():
     route.calibrate(_router(), same)
   with pytest.raises(ValueError, match='too few queries'):
     route.calibrate(_router(), route.Queries(deposited=[('d0', 'k0')]))
+
+
+def _many(unrelated: int, leaky: int = 0):
+  """8 deposited (1.0) and 8 reworded (0.8) queries; `unrelated` ones scoring 0.3 + a little
+  each, but for `leaky` of the report half (split seed 0) that score 0.9, above every
+  reworded query."""
+  queries = route.Queries(
+    deposited=[(f'd{i}', KEYS[i]) for i in range(8)],
+    reworded=[(f'r{i}', KEYS[i]) for i in range(8)],
+    unrelated=[f'u{i}' for i in range(unrelated)],
+  )
+  table = {f'd{i}': [(i, 1.0)] for i in range(8)} | {f'r{i}': [(i, 0.8)] for i in range(8)}
+  table |= {f'u{i}': [(0, 0.3 + 1e-4 * i)] for i in range(unrelated)}
+  table |= {q: [(0, 0.9)] for q in route.split(queries, seed=0)[1].unrelated[:leaky]}
+  router = _Table(table)
+  router.add_many((key, f'text {key}') for key in KEYS)
+  return router, queries
+
+
+def test_a_conservative_fit_bounds_held_out_false_hits_by_their_wilson_upper_limit():
+  """The point-estimate fit on 25 unrelated questions promised 5% and gave 12% held out."""
+  router, queries = _many(146)
+  found = route.calibrate(router, queries, max_false_hit=0.05, conservative=True)
+  assert found.conservative and found.fitted.false_hit_abstain.high <= 0.05
+  assert found.report.false_hit == stats.rate(0, 73)
+  bound = found.held_out
+  assert bound.met and bound.upper == found.report.false_hit.high <= 0.05 and bound.why is None
+  assert found.to_json()['held_out'] == {
+    'max_false_hit': 0.05,
+    'upper': bound.upper,
+    'met': True,
+    'needed': 73,
+    'why': None,
+  }
+
+
+def test_too_few_unrelated_queries_cannot_bound_and_say_so():
+  router, queries = _many(70)
+  with pytest.raises(route.BoundError, match=r'with 70 unrelated.*holds 35.*at least 73 \(146'):
+    route.calibrate(router, queries, max_false_hit=0.05, conservative=True)
+  assert router.threshold is None  # nothing fitted
+  found = route.calibrate(router, queries, max_false_hit=0.05)  # the point estimate fits
+  assert not found.held_out.met
+  assert found.held_out.why.startswith('35 unrelated queries held out: even 0 false hits')
+  assert 'at least 73 are needed' in found.held_out.why
+  labelled_only = route.Queries(queries.deposited, queries.reworded)
+  with pytest.raises(route.BoundError, match='with 16 labelled queries'):
+    route.check_bound(labelled_only, max_false_hit=0.05)
+  with pytest.raises(route.BoundError, match='must lie in'):
+    route.check_bound(queries, max_false_hit=0.0)
+
+
+def test_false_hits_held_out_above_the_bound_are_reported_as_such():
+  router, queries = _many(400, leaky=12)
+  found = route.calibrate(router, queries, max_false_hit=0.05, conservative=True)
+  assert found.fitted.false_hit_abstain == stats.rate(0, 200)  # the fit half saw none
+  assert found.report.false_hit == stats.rate(12, 200)
+  assert not found.held_out.met
+  assert found.held_out.why == (
+    f'12/200 false hits held out: Wilson upper limit {found.report.false_hit.high:.1%} > 5.0%'
+  )

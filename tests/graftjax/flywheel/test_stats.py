@@ -46,3 +46,15 @@ def test_rate_to_json():
   assert body['successes'] == 4 and body['trials'] == 200
   assert body['rate'] == 0.02 and body['confidence'] == 0.95
   assert (body['low'], body['high']) == stats.wilson(4, 200)
+
+
+@pytest.mark.parametrize(
+  'max_rate, confidence', [(0.05, 0.95), (0.1, 0.95), (0.05, 0.9), (0.01, 0.99)]
+)
+def test_trials_to_bound_is_the_fewest_that_can_bound_the_rate(max_rate, confidence):
+  n = stats.trials_to_bound(max_rate, confidence=confidence)
+  assert stats.wilson(0, n, confidence=confidence)[1] <= max_rate
+  assert stats.wilson(0, n - 1, confidence=confidence)[1] > max_rate
+  assert stats.trials_to_bound(0.05) == 73
+  with pytest.raises(ValueError, match='must lie in'):
+    stats.trials_to_bound(0.0)

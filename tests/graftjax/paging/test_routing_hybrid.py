@@ -159,3 +159,51 @@ def test_settings_are_checked(tiny_model):
 def test_a_query_no_unit_matches_reranks_nothing(tiny_model):
   router = _router(tiny_model, weight=1.0, rerank=2)
   assert router.route('zzz qqq', k=2) == []
+
+
+def _rewritten(path, extra, **fields):
+  """The router file with `fields` changed and its SHA-256 recomputed over them and `extra`."""
+  body = json.loads(path.read_text())
+  body.pop('sha256')
+  route_lib._write_json(path, {**body, **fields}, extra)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize(
+  'fields, match',
+  [
+    ({'weight': 1.5}, r'weight must be a number in \[0, 1\], got 1.5'),
+    ({'weight': 'half'}, 'weight must be a number'),
+    ({'rerank': -1}, 'rerank must be an integer >= 0, got -1'),
+    ({'unit_words': 0}, 'unit_words must be an integer >= 1, got 0'),
+    ({'stride_words': 17}, 'stride_words must be at most unit_words 16, got 17'),
+    ({'k1': -1.0}, 'k1 must be a finite number >= 0'),
+    ({'threshold': float('nan')}, 'threshold must be a number .not NaN.'),
+  ],
+)
+def test_a_hybrid_file_with_a_setting_out_of_range_is_refused(tiny_model, tmp_path, fields, match):
+  """A file consistent with its digest was loaded with any settings (or failed with a bare
+  ValueError of the constructor)."""
+  path = tmp_path / 'hybrid.json'
+  router = _router(tiny_model, weight=0.3)
+  router.save(path)
+  _rewritten(path, route_lib._matrix_bytes(router.dense.matrix), **fields)  # pylint: disable=protected-access
+  with pytest.raises(route_lib.RouterFileError, match=f'hybrid.json: {match}'):
+    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+
+
+@pytest.mark.parametrize(
+  'fields, match',
+  [
+    ({'stride_words': 0}, 'stride_words must be an integer >= 1, got 0'),
+    ({'unit_words': '16'}, "unit_words must be an integer >= 1, got '16'"),
+    ({'b': -0.25}, r'b must be a number in \[0, 1\], got -0.25'),
+  ],
+)
+def test_a_unit_router_file_with_a_setting_out_of_range_is_refused(tmp_path, fields, match):
+  path = tmp_path / 'units.json'
+  router = routing.UnitRouter(threshold=0.0, unit_words=16)
+  router.add_many(PAGES)
+  router.save(path)
+  _rewritten(path, b'', **fields)
+  with pytest.raises(route_lib.RouterFileError, match=f'units.json: {match}'):
+    routing.UnitRouter.load(path)

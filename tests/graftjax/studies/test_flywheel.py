@@ -129,8 +129,7 @@ def _run_qa(model, library, **kwargs):
     QA_TASK,
     library=library,
     budget=QA_BUDGET,
-    routers=[route_lib.BM25Router(threshold=0.0)],
-    **kwargs,
+    **{'routers': [route_lib.BM25Router(threshold=0.0)], **kwargs},
   )
 
 
@@ -348,3 +347,99 @@ def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
   asked = {i.question for i in [*items, *held_out]}
   assert not asked & set(unrelated) and task.record['templates'] == [0, 1]
   assert flywheel.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated
+
+
+def test_the_router_named_answers_and_every_router_is_made(tiny_model):
+  for name, first in (
+    ('bm25', route_lib.BM25Router),
+    ('exact', route_lib.ExactRouter),
+    ('embedding', route_lib.EmbeddingRouter),
+  ):
+    routers = flywheel.routers_for(tiny_model, name, bm25_threshold=0.25)
+    assert type(routers[0]) is first and len(routers) == len(flywheel.ROUTERS) == 3
+  (bm25,) = [r for r in routers if isinstance(r, route_lib.BM25Router)]
+  assert bm25.threshold == 0.25
+  assert flywheel.routers_for(tiny_model, 'bm25')[0].threshold is None  # fitted in the run
+  with pytest.raises(ValueError, match='router must be one of'):
+    flywheel.routers_for(tiny_model, 'hybrid')
+
+
+@pytest.mark.slow
+def test_transfer_is_answered_through_the_first_router(text_model, tmp_path):
+  """The experiment answered through BM25 whatever router was asked for."""
+  shape = library_lib.Shape(capacity=256, chunk_size=16)
+  by_exact = _run_qa(
+    text_model,
+    library_lib.Library(tmp_path / 'a', shape=shape),
+    routers=[route_lib.ExactRouter(), route_lib.BM25Router(threshold=0.0)],
+  )
+  by_bm25 = _run_qa(
+    text_model,
+    library_lib.Library(tmp_path / 'b', shape=shape),
+    routers=[route_lib.BM25Router(threshold=0.0), route_lib.ExactRouter()],
+  )
+  transfer = lambda out: [a for a in out['attempts'] if a['phase'] == 'transfer_flywheel']
+  assert by_exact['router'] == 'ExactRouter' and by_bm25['router'] == 'BM25Router'
+  # No held-out question is a deposited one: exact recurrence routes none of them.
+  assert {a['answered_by'] for a in transfer(by_exact)} == {'base (routed to nothing)'}
+  assert {a['answered_by'] for a in transfer(by_bm25)} == {'flywheel'}
+  assert set(by_exact['routing']) == set(by_bm25['routing']) == {'ExactRouter', 'BM25Router'}
+
+
+def test_a_conservative_fit_of_the_answering_router_refuses_too_few_unrelated(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
+  task = dataclasses.replace(
+    QA_TASK, unrelated=lambda: [f'Who painted picture {i}?' for i in range(9)]
+  )
+  with pytest.raises(tasks.TaskError, match=r'answering BM25Router: cannot bound .* at least 73'):
+    flywheel.run(
+      text_model,
+      task,
+      library=library,
+      budget=QA_BUDGET,
+      routers=[route_lib.BM25Router()],
+      conservative=True,
+    )
+  assert library.entries() == []  # refused before anything ran
+
+
+def test_the_routing_lines_name_the_answering_router_and_the_held_out_bound():
+  topics = [f'topic{i} widget{i}' for i in range(8)]
+  router = route_lib.BM25Router()
+  router.add_many((f'k{i}', f'How many {t}?') for i, t in enumerate(topics))
+  queries = route_lib.Queries(
+    deposited=[(f'How many {t}?', f'k{i}') for i, t in enumerate(topics)],
+    unrelated=[f'Who sang song number {i}?' for i in range(146)],
+  )
+  fit = route_lib.calibrate(router, queries, conservative=True).to_json()
+  result = {
+    'router': 'BM25Router',
+    'routing': {'BM25Router': {'calibration': fit}, 'ExactRouter': {'threshold': 1.0}},
+    'routing_refused': {'EmbeddingRouter': 'cannot bound false hits at 5.0%'},
+  }
+  bm25, exact, embedding = flywheel.format_routing(result).splitlines()
+  high = fit['report']['false_hit']['high']
+  assert bm25 == (
+    f'      BM25Router answers  threshold {fit["threshold"]} fitted; held-out false hits 0/73'
+    f' [0.0%, {high:.1%}]: bounded at 5.0%'
+  )
+  assert exact == '     ExactRouter evaluated  threshold 1.0 (given)'
+  assert embedding == ' EmbeddingRouter not fitted: cannot bound false hits at 5.0%'
+  fit['held_out'] = {**fit['held_out'], 'met': False, 'why': '0/3 held out: too few'}
+  assert (
+    flywheel.format_routing(result)
+    .splitlines()[0]
+    .endswith(f'[0.0%, {high:.1%}]: 0/3 held out: too few')
+  )
+
+
+def test_the_gsm8k_task_takes_a_count_of_unrelated_questions():
+  try:
+    task = flywheel.load_task('gsm8k', templates=[0, 1], seed=3, unrelated=5)
+  except datasets.DatasetError as e:
+    pytest.skip(str(e))
+  unrelated = list(task.unrelated())
+  assert len(unrelated) == len(set(unrelated)) == 5
+  assert not {i.question for i in task.items()} & set(unrelated)
+  with pytest.raises(tasks.TaskError, match='unrelated must lie in'):
+    flywheel.load_task('gsm8k', templates=[0, 1], unrelated=-1)

@@ -223,3 +223,39 @@ def test_a_users_needle_set_runs_from_the_command_line(tmp_path):
   assert result['templates'] == [dataclasses.asdict(LOCKER)]
   assert result['corpus'] == [str(haystack)] and result['placement'] == 'boundary'
   assert [r['at_boundary'] for r in result['rows']] == [True, False]
+
+
+@pytest.mark.slow
+def test_the_committed_overlap_run_routes_every_boundary_fact_to_a_page_holding_it():
+  """experiments/results/paging/paging_needle_mixed_overlap64_cpu.json: its pages (planted with
+  gemma-3-270m's tokenizer; no model runs) routed by units as that run routed them. Two of its
+  12 boundary questions tied exactly with the page before, which holds only the question's
+  words, and went there by insertion order."""
+  from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from graftjax.paging import routing  # pylint: disable=g-import-not-at-top
+
+  tokenizer = tokenizer_lib.Tokenizer.from_gguf(gguf.open_gguf(gguf.locate_gguf()).metadata)
+  page_ids, planted, _, spans = needle.plant(
+    tokenizer,
+    needles=24,
+    page_tokens=512,
+    pages_per_window=6,
+    margin=32,
+    seed=0,
+    templates=needle.TEMPLATE_SETS['four'],
+    placement='mixed',
+    overlap=64,
+  )
+  router = routing.UnitRouter(threshold=0.0)
+  router.add_many(
+    (f'needle page {p}', paging_scale.decode(tokenizer, row[1:])) for p, row in enumerate(page_ids)
+  )
+  boundary = [n for n in planted if n.at_boundary]
+  tied = 0
+  for n in boundary:
+    first, second = router.route(n.question, k=2)
+    page = int(first.key.split()[-1])
+    assert needle._holds(spans[page], n), (n.name, page)  # pylint: disable=protected-access
+    tied += first.score == second.score
+  assert len(boundary) == 12 and tied >= 2

@@ -36,11 +36,11 @@ def item(index, question, template=None):
   )
 
 
-def toy_task():
+def toy_task(unrelated_count=12):
   deposited = [item(i, f'How many {t} are there?') for i, t in enumerate(TOPICS)]
   held = [item(100 + i, f'Count the {t} please.', f'toy/{i}') for i, t in enumerate(TOPICS)]
   held.append(item(999, 'A question of a template never deposited?', 'toy/none'))
-  unrelated = [f'What colour is the {w} sky tonight?' for w in 'abcdefghijkl']
+  unrelated = [f'What colour is the sky {w} tonight?' for w in range(unrelated_count)]
   return tasks.Task(
     'toy', 'numeric', lambda: deposited, held_out=lambda: held, unrelated=lambda: unrelated
   )
@@ -60,7 +60,12 @@ def test_queries_label_held_out_items_with_their_deposited_item():
 
 def test_every_router_is_fitted_and_reported_on_the_other_half():
   result = route_calibration.experiment(
-    toy_task(), [route_lib.BM25Router()], seed=3, max_false_hit=0.05, header={'inputs': {}}
+    toy_task(),
+    [route_lib.BM25Router()],
+    seed=3,
+    max_false_hit=0.05,
+    header={'inputs': {}},
+    conservative=False,
   )
   fit = result['routers']['BM25Router']
   assert fit['split']['seed'] == 3 and fit['sizes']['report'] == {
@@ -71,9 +76,29 @@ def test_every_router_is_fitted_and_reported_on_the_other_half():
   summary = result['summary']['BM25Router']
   assert summary['threshold'] == fit['threshold'] > 0
   assert summary['false_hit'] == fit['report']['false_hit']
-  assert summary['false_hit_met'] == (summary['false_hit']['rate'] <= 0.05)
+  assert summary['held_out'] == fit['held_out'] and not summary['held_out']['met']
   assert result['queries'] == {'deposited': 12, 'reworded': 12, 'unrelated': 12}
   assert 'BM25Router threshold' in route_calibration.format_rows(result)
+  assert 'not bounded: 6 unrelated queries held out' in route_calibration.format_rows(result)
+
+
+def test_the_calibration_bounds_held_out_false_hits_or_says_it_cannot():
+  """The fit bounded the point estimate: 'met' at 0/6 held out, whose interval reaches 39%."""
+  run = lambda task: route_calibration.experiment(
+    task, [route_lib.BM25Router()], seed=0, max_false_hit=0.05, header={'inputs': {}}
+  )
+  result = run(toy_task(unrelated_count=146))
+  assert result['conservative'] is True
+  bound = result['summary']['BM25Router']['held_out']
+  assert bound['met'] and bound['upper'] <= 0.05 and bound['why'] is None
+  assert result['summary']['BM25Router']['false_hit']['trials'] == 73
+  line = route_calibration.format_rows(result)
+  assert f'false hits 0/73 (Wilson upper limit {bound["upper"]:.1%} <= 5.0%)' in line
+  result = run(toy_task())  # 12 unrelated questions cannot bound 5%
+  assert 'at least 73' in result['summary']['BM25Router']['refused']
+  assert 'BM25Router no threshold: cannot bound false hits at 5.0%' in (
+    route_calibration.format_rows(result)
+  )
 
 
 def test_template_ids():
@@ -127,7 +152,11 @@ def test_the_flywheel_page_shows_the_bench_and_the_calibration(study, tmp_path):
     'task': 'gsm8k',
     'seed': 0,
     'max_false_hit': 0.05,
-    'summary': {'BM25Router': report},
+    'summary': {
+      'BM25Router': report,  # a result from before held-out bounds
+      'EmbeddingRouter': {**report, 'held_out': {'met': False}},
+      'ExactRouter': {'refused': 'cannot bound false hits at 5.0%'},
+    },
   }
   ledger.write_result(study / 'bench_answer_cpu.json', bench)
   ledger.write_result(study / 'route_calibration_cpu.json', calibration)
@@ -138,6 +167,8 @@ def test_the_flywheel_page_shows_the_bench_and_the_calibration(study, tmp_path):
     '| gsm8k | BM25Router | 0.417 | 5.0% (seed 0) | 35/35 = 100.0%',
     '34/35 = 97.1%',
     '0/35 = 0.0%',
+    '[0.0%, 100.0%] (not bounded) |',
+    '| gsm8k | ExactRouter | none | 5.0% (seed 0) | - | - | - |',
     'the first 19 s (it compiles), the 2 later ones 2 s (median)',
   ):
     assert figure in page, figure
