@@ -31,12 +31,17 @@ def _fresh_and_grafted(model, ids, *, batch_size=1):
   cache = model.init_cache(batch_size=batch_size, capacity=CAPACITY)
   _, cache = model.prefill(prefix, cache=cache, chunk_size=CHUNK, logits='none')
   # Captured before the continuation is written: a ring then still holds the rows it needs.
-  block = blocks.capture(cache, blocks.Span(0, PREFIX), token_ids=prefix, target=model.graft_target)
+  block = blocks.capture(
+    cache, blocks.Span(0, PREFIX), token_ids=prefix, target=model.graft_target, chunk_size=CHUNK
+  )
   fresh, cache = model.prefill(
     rest, cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   grafted = blocks.graft(
-    model.init_cache(batch_size=batch_size, capacity=CAPACITY), block, target=model.graft_target
+    model.init_cache(batch_size=batch_size, capacity=CAPACITY),
+    block,
+    target=model.graft_target,
+    chunk_size=CHUNK,
   )
   assert grafted.k.sharding.is_equivalent_to(cache.k.sharding, 5)
   out, grafted = model.prefill(
@@ -117,11 +122,17 @@ def test_a_split_is_part_of_the_fingerprint():
   cache = four.init_cache(capacity=CAPACITY)
   _, cache = four.prefill(_ids()[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
   block = blocks.capture(
-    cache, blocks.Span(0, PREFIX), token_ids=_ids()[:PREFIX], target=four.graft_target
+    cache,
+    blocks.Span(0, PREFIX),
+    token_ids=_ids()[:PREFIX],
+    target=four.graft_target,
+    chunk_size=CHUNK,
   )
   two = sharding.shard_model(base, sharding.make_mesh(1, 2))
   with pytest.raises(blocks.GraftError, match='fingerprint'):
-    blocks.graft(two.init_cache(capacity=CAPACITY), block, target=two.graft_target)
+    blocks.graft(
+      two.init_cache(capacity=CAPACITY), block, target=two.graft_target, chunk_size=CHUNK
+    )
 
 
 def test_place_one_tensor_at_a_time_gives_the_same_model():
