@@ -126,11 +126,6 @@ class BlockMeta:
       version = LAYOUT_VERSION if self.chunk_size else 2
       object.__setattr__(self, 'layout_version', version)
     _check_meta_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
-    if self.layout_version not in READ_LAYOUTS:
-      raise UnsupportedLayoutError(
-        'layout_version',
-        f'block layout version {self.layout_version}, this code reads {READ_LAYOUTS}',
-      )
     if self.layout_version >= 3 and self.chunk_size == 0:
       raise BlockMetaError('chunk_size', f'layout {self.layout_version} records it (> 0), got 0')
 

@@ -266,6 +266,7 @@ def test_key_is_stable_across_processes():
     {'dtype': 'bfloat16'},
     {'position_scheme': 'alibi'},
     {'layout_version': 1},
+    {'chunk_size': 4},
     {'capacity': 65},
     {'batch_size': 2},
     {'segment': 1},
