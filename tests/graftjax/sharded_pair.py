@@ -102,7 +102,8 @@ def main():
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
     target=model.graft_target,
-    batch_index=batch - 1,  # with data: the row process 1 holds, chunk_size=CHUNK
+    chunk_size=CHUNK,
+    batch_index=batch - 1,  # with data: the row process 1 holds
   )
   result = {'process': PROCESS_ID, 'devices': jax.device_count(), 'key': None}
   with open(OUT, 'w') as f:  # the key, before the deposit starts
