@@ -13,6 +13,10 @@ segment. Both are pure: they return new values and never change their inputs.
 
 Every check runs before any state is built, so a refused graft leaves
 nothing half-done, and a graft that would do nothing is an error.
+
+Exactness is never assumed: a block records the prefill chunk size it was
+computed with, and under kernels that are not chunk-invariant `graft` takes
+it only where the caller says the same chunk size is in force.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ from flax import struct
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
 
-# 2: BlockMeta records capacity, batch_size and segment (and, when set, chunk_size).
-LAYOUT_VERSION = 2
+# 2: BlockMeta records capacity, batch_size and segment (chunk_size optional: 0, left out
+#    of the JSON form and the key, when not recorded).
+# 3: chunk_size is always recorded (> 0). Blocks of layout 2 are still read, with their keys.
+LAYOUT_VERSION = 3
+READ_LAYOUTS = (2, 3)
 
 _INT32_MAX = 2**31 - 1
 # Installs are compiled for row counts that are multiples of this.
@@ -91,10 +98,12 @@ class BlockMeta:
     shift: positions the block was moved by since capture (0: own
       position). A shifted block is grafted only when asked for explicitly.
     chunk_size: tokens per forward call of the prefill that computed the
-      block, where its kernels are not chunk-invariant (their bits depend on
-      it); 0 when not recorded. Left out of the JSON form (and so of the key)
-      when 0, so blocks that do not record it keep their keys.
-    layout_version: version of the block layout (`LAYOUT_VERSION`).
+      block (under kernels that are not chunk-invariant its bits depend on
+      it). Always recorded in layout 3; 0 in a block of layout 2 that does not
+      record it, and then left out of the JSON form (and so of the key), so
+      such blocks keep their keys.
+    layout_version: version of the block layout: by default 3
+      (`LAYOUT_VERSION`) when `chunk_size` is recorded, else 2.
   """
 
   model_fingerprint: str
@@ -108,12 +117,17 @@ class BlockMeta:
   first_position: int = 0
   shift: int = 0
   chunk_size: int = 0
-  layout_version: int = LAYOUT_VERSION
+  layout_version: int | None = None
 
   def __post_init__(self):
     if isinstance(self.token_ids, list):
       object.__setattr__(self, 'token_ids', tuple(self.token_ids))
+    if self.layout_version is None:
+      version = LAYOUT_VERSION if self.chunk_size else 2
+      object.__setattr__(self, 'layout_version', version)
     _check_meta_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+    if self.layout_version >= 3 and self.chunk_size == 0:
+      raise BlockMetaError('chunk_size', f'layout {self.layout_version} records it (> 0), got 0')
 
   def to_json(self) -> dict[str, Any]:
     """Every field (token ids as a list), less those at their `UNRECORDED` value."""
@@ -130,24 +144,26 @@ class BlockMeta:
     """The metadata `to_json` wrote, every field type-checked strictly.
 
     Raises:
-      UnsupportedLayoutError: for another `layout_version`.
-      BlockMetaError: naming the first field that is unknown, missing, of
-        the wrong JSON type (a bool is not an int) or out of range.
+      UnsupportedLayoutError: for a `layout_version` not in `READ_LAYOUTS`.
+      BlockMetaError: naming the first field that is unknown, missing (in
+        layout 2 `chunk_size` may be), of the wrong JSON type (a bool is not
+        an int) or out of range.
     """
     if not isinstance(data, dict):
       raise BlockMetaError('meta', f'expected a JSON object, got {type(data).__name__}')
     if 'layout_version' in data:  # first: another layout may have other fields
       version = data['layout_version']
       _check_meta_fields({'layout_version': version})
-      if version != LAYOUT_VERSION:
+      if version not in READ_LAYOUTS:
         raise UnsupportedLayoutError(
-          'layout_version', f'block layout version {version}, this code reads {LAYOUT_VERSION}'
+          'layout_version', f'block layout version {version}, this code reads {READ_LAYOUTS}'
         )
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names), key=str)
     if unknown:
       raise BlockMetaError(str(unknown[0]), f'unknown field (fields: {names})')
-    missing = [name for name in names if name not in data and name not in UNRECORDED]
+    optional = UNRECORDED if data.get('layout_version') == 2 else {}
+    missing = [name for name in names if name not in data and name not in optional]
     if missing:
       raise BlockMetaError(missing[0], 'missing')
     token_ids = data['token_ids']
@@ -156,8 +172,9 @@ class BlockMeta:
     return cls(**{**data, 'token_ids': tuple(token_ids)})
 
 
-# Fields left out of the JSON form at this value (it means "not recorded"); a missing one
-# reads back as it.
+# Fields left out of the JSON form at this value (it means "not recorded", in a block of
+# layout 2 only); a missing one reads back as it there. The key rule: blocks of layout 2
+# keep the JSON form, and so the key, they had before the field existed.
 UNRECORDED = {'chunk_size': 0}
 
 
@@ -275,21 +292,33 @@ def capture(
   *,
   token_ids,
   target: target_lib.GraftTarget,
+  chunk_size: int,
   batch_index: int = 0,
-  chunk_size: int | None = None,
 ) -> KVBlock:
   """Copies slots `span` of row `batch_index` out of `cache` as a block.
 
-  The block records the cache's capacity and batch size and the span's
-  attention segment, and `chunk_size` (the prefill's tokens per forward call)
-  unless `target`'s kernels are chunk-invariant.
+  The block records the cache's capacity and batch size, the span's
+  attention segment and `chunk_size`: the tokens per forward call of the
+  prefill that computed it (always, whatever the kernels). Where `target`
+  can compute the first layer's values of tokens (`GraftTarget.first_values`:
+  they depend on the token alone), `token_ids` are checked against the
+  captured rows.
 
   Raises:
     GraftError: if the span is empty, unwritten, holds empty slots, mixes
       attention segments, or holds positions that are not consecutive; or
       the cache is not of `target`'s dtype; or its ring layers no longer
-      hold the span's last W - 1 rows.
+      hold the span's last W - 1 rows; or `chunk_size` is not a positive
+      int; or the captured rows are not those of `token_ids`.
   """
+  if not _is_int(chunk_size) or chunk_size <= 0:
+    raise GraftError(
+      f"chunk_size must be a positive int (the prefill's tokens per forward call), got"
+      f' {chunk_size!r}'
+    )
+  if any(not isinstance(t, (int, np.integer)) or isinstance(t, bool) for t in token_ids):
+    bad = next(t for t in token_ids if not isinstance(t, (int, np.integer)) or isinstance(t, bool))
+    raise GraftError(f'token ids must be ints, got {bad!r}')
   token_ids = tuple(int(t) for t in token_ids)
   if len(span) == 0:
     raise GraftError('cannot capture an empty span')
@@ -332,19 +361,49 @@ def capture(
     batch_size=cache.batch_size,
     segment=int(segments[0]),
     first_position=int(host_positions[0]),
-    chunk_size=recorded_chunk_size(chunk_size, target),
+    chunk_size=chunk_size,
   )
-  return KVBlock(k=k, v=v, positions=positions, meta=meta)
+  block = KVBlock(k=k, v=v, positions=positions, meta=meta)
+  check_tokens(block, target)
+  return block
 
 
-def recorded_chunk_size(chunk_size: int | None, target: target_lib.GraftTarget) -> int:
-  """What a block computed with prefill chunks of `chunk_size` records: the size, or 0 when
-  not given or when `target`'s kernels give the same bits whatever the chunk."""
-  if chunk_size is None or target.chunk_invariant:
-    return 0
-  if not _is_int(chunk_size) or chunk_size <= 0:
-    raise GraftError(f'chunk_size must be a positive int, got {chunk_size!r}')
-  return chunk_size
+# Largest relative difference (L2 over a row) between a captured first-layer value row and
+# the one `GraftTarget.first_values` computes for its token: rounding (other chunk shapes,
+# bfloat16) stays far below it (test_token_check_holds_for_bfloat16_and_every_chunk_schedule);
+# another token's row differs by O(1).
+TOKEN_TOLERANCE = 0.05
+
+
+def check_tokens(block: KVBlock, target: target_lib.GraftTarget) -> None:
+  """Raises GraftError unless the block's first-layer value rows are those of its token ids.
+
+  A value row of the first layer depends on its token alone, so `target.first_values`
+  recomputes it; rows a ring dropped (zeros) are skipped. Does nothing where the target
+  cannot compute them (`first_values` None), or for a block spread over processes (each
+  holds some kv heads only: `store.sharded`).
+  """
+  if target.first_values is None:
+    return
+  if isinstance(block.v, jax.Array) and not block.v.is_fully_addressable:
+    return
+  captured = np.asarray(block.v[0], np.float32)  # [n, K, H]
+  kept = np.flatnonzero(np.any(captured != 0, axis=(1, 2)))
+  if kept.size == 0:
+    return
+  ids = np.asarray(block.meta.token_ids, np.int32)[kept]
+  expected = np.asarray(target.first_values(ids), np.float32).reshape(captured[kept].shape)
+  rows = captured[kept].reshape(kept.size, -1)
+  expected = expected.reshape(kept.size, -1)
+  scale = np.maximum(np.linalg.norm(expected, axis=1), np.finfo(np.float32).tiny)
+  error = np.linalg.norm(rows - expected, axis=1) / scale
+  if np.any(error > TOKEN_TOLERANCE):
+    i = int(np.argmax(error > TOKEN_TOLERANCE))
+    raise GraftError(
+      f'slot {block.meta.start + int(kept[i])} holds the state of another token than token id'
+      f' {int(ids[i])} (first-layer values differ by {error[i]:.3g} relative, more than'
+      f' {TOKEN_TOLERANCE}): the token ids are not those the span was computed from'
+    )
 
 
 def _check_ring_holds(cache: cache_lib.KVCache, span: Span) -> None:
@@ -403,10 +462,8 @@ def check_compatible(
   (first_position + shift + i, none empty).
   """
   meta = block.meta
-  if meta.layout_version != LAYOUT_VERSION:
-    raise GraftError(
-      f'block layout version {meta.layout_version}, this code reads {LAYOUT_VERSION}'
-    )
+  if meta.layout_version not in READ_LAYOUTS:
+    raise GraftError(f'block layout version {meta.layout_version}, this code reads {READ_LAYOUTS}')
   if meta.position_scheme != target.position_scheme:
     raise GraftError(
       f'block position scheme {meta.position_scheme!r} != model {target.position_scheme!r}'
@@ -518,19 +575,37 @@ def check_graft(
 def _check_chunk_size(
   block: KVBlock, chunk_size: int | None, *, target: target_lib.GraftTarget, allow_other_shape: bool
 ) -> None:
-  """Refuses a block computed with prefill chunks of another size than `chunk_size` (the
-  cache's), where both are known and the kernels are not chunk-invariant."""
+  """Refuses, under kernels that are not chunk-invariant, a block unless `chunk_size` (the
+  prefill chunk size in force: this cache's) is given and is the one the block records.
+
+  A block that records none (layout 2, stored before blocks recorded it) cannot be
+  checked, so it is refused there too. `allow_other_shape` grafts it anyway.
+  """
+  if chunk_size is not None and (not _is_int(chunk_size) or chunk_size <= 0):
+    raise GraftError(f'chunk_size must be a positive int or None, got {chunk_size!r}')
   recorded = block.meta.chunk_size
-  if not recorded or chunk_size is None or target.chunk_invariant or allow_other_shape:
+  if target.chunk_invariant or allow_other_shape or chunk_size == recorded:
     return
-  if chunk_size != recorded:
-    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+  kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+  why = (
+    f' Under kernels that are not chunk-invariant ({kernels}) attention and matmul bits depend'
+    ' on the chunk, so the continuation would be byte-exact only after a prefill in the'
+    ' same chunks. Pass allow_other_shape=True to graft it anyway.'
+  )
+  if not recorded:
     raise GraftError(
-      f'block was computed with prefill chunks of {recorded} tokens; this cache is prefilled'
-      f' with chunks of {chunk_size}. Under kernels that are not chunk-invariant ({kernels})'
-      ' attention and matmul bits depend on the chunk, so the continuation would not be'
-      ' byte-exact. Pass allow_other_shape=True to graft it anyway.'
+      f'block records no prefill chunk size (layout {block.meta.layout_version}, stored before'
+      ' blocks recorded it): whether it is exact here cannot be checked.' + why
     )
+  if chunk_size is None:
+    raise GraftError(
+      f'block was computed with prefill chunks of {recorded} tokens, and no chunk size in force'
+      ' was given: pass chunk_size (the chunk size this cache is prefilled with).' + why
+    )
+  raise GraftError(
+    f'block was computed with prefill chunks of {recorded} tokens; this cache is prefilled'
+    f' with chunks of {chunk_size}.' + why
+  )
 
 
 class PageError(GraftError):
@@ -625,8 +700,11 @@ def graft(
   refused unless `allow_shifted` is set. A block computed in a cache of
   another capacity or batch size is refused unless `target.chunk_invariant`
   (its kernels give the same bits whatever the shapes) or `allow_other_shape`
-  is set: otherwise the continuation is not byte-exact. So is a block that
-  records another prefill chunk size than `chunk_size` (this cache's, if given).
+  is set: otherwise the continuation is not byte-exact. Under such kernels
+  `chunk_size`, the prefill chunk size in force (this cache's), must be given
+  and be the one the block records (a block that records none is refused);
+  `allow_other_shape` waives that too. A block holding a NaN or an infinity
+  in k or v is refused, as the store's `put` refuses one.
 
   The block's slots must lie at or after the cache's write index (nothing
   already there is overwritten) and inside its capacity. Slots between the
@@ -655,16 +733,36 @@ def graft(
   positions = np.pad(
     np.asarray(block.positions, np.int32), (0, extra), constant_values=cache_lib.EMPTY_POSITION
   )
+  k, v = jnp.asarray(rows(block.k)), jnp.asarray(rows(block.v))
+  if not bool(_all_finite(k, v)):  # one reduction where the rows already are
+    raise GraftError(f'{_first_nonfinite(block)}: a block holds finite keys and values only' + _NAN)
   return install_rows(
     cache,
-    jnp.asarray(rows(block.k)),
-    jnp.asarray(rows(block.v)),
+    k,
+    v,
     jnp.asarray(positions),
     segment=block.meta.segment,
     start=start,
     n=n,
     donate=donate,
   )
+
+
+_NAN = ' (a NaN or infinity in any row turns every logit that attends to the block NaN)'
+
+
+@jax.jit
+def _all_finite(k, v) -> jax.Array:
+  return jnp.isfinite(k).all() & jnp.isfinite(v).all()
+
+
+def _first_nonfinite(block: KVBlock) -> str:
+  """'block k[l, i, h, d] is value' for the first NaN or infinity of a block that holds one
+  (in k, else in v)."""
+  k = np.asarray(block.k)
+  name, array = ('v', np.asarray(block.v)) if np.isfinite(k).all() else ('k', k)
+  where = np.unravel_index(int(np.argmax(~np.isfinite(array))), array.shape)
+  return f'block {name}[{", ".join(map(str, where))}] is {array[where]}'
 
 
 def install_rows(

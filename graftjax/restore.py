@@ -268,7 +268,10 @@ def restore(
     query_position: for a page that keeps fewer than W - 1 local rows, the
       position of the first query (exact only from `Page.first_exact_position`).
     token_ids: if given, the tokens the caller expects the block to hold.
-    allow_shifted, allow_other_shape, chunk_size, donate: as for `blocks.graft`.
+    chunk_size: the prefill chunk size in force (this cache's). Under kernels
+      that are not chunk-invariant it must be given and be the block's
+      recorded one (`blocks.graft`).
+    allow_shifted, allow_other_shape, donate: as for `blocks.graft`.
     staging: host buffers to read through, kept between restores (if None,
       numpy buffers used once: no pinned memory is allocated for one restore).
 

@@ -8,6 +8,10 @@ position scheme passed one by one.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +34,11 @@ class GraftTarget:
       (the Pallas kernel, or the 'xla_split' attention). Composition needs
       it (docs/composition.md); without `chunk_invariant` the block and its
       reference must also share the capacity and the prefill's chunks.
+    first_values: token ids [n] -> the first layer's values [n, K, H] of
+      those tokens (a first-layer value depends on its token alone), or None
+      where the model does not say; `capture` checks a block's token ids
+      against its rows with it. Not compared: targets equal in the rest are
+      the same model.
   """
 
   fingerprint: str
@@ -38,6 +47,9 @@ class GraftTarget:
   kernels: tuple[tuple[str, str], ...]
   chunk_invariant: bool
   split_invariant: bool = False
+  first_values: Callable[[np.ndarray], Any] | None = dataclasses.field(
+    default=None, compare=False, repr=False
+  )
 
   def __post_init__(self):
     for name in ('fingerprint', 'position_scheme', 'dtype'):

@@ -68,6 +68,8 @@ def grafted_logits(model, block, ids):
     model.init_cache(capacity=CAPACITY),
     block,
     target=model.graft_target,
+    chunk_size=CHUNK,
+    allow_other_shape=block.meta.chunk_size == 0,  # a block of layout 2 records none: CHUNK
   )
   logits, _ = model.prefill(
     ids[PREFIX : PREFIX + CONTINUATION],
@@ -89,6 +91,7 @@ def deposit_block(model, ids) -> dict:
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
     target=model.graft_target,
+    chunk_size=CHUNK,
   )
   shutil.rmtree(STORE_ROOT, ignore_errors=True)
   key = store_lib.BlockStore(STORE_ROOT).put(block)
@@ -137,6 +140,7 @@ def rewrite_manifest() -> dict:
       'capacity': record['capacity'],
       'batch_size': 1,
       'segment': 0,
+      'chunk_size': record['chunk_size'],
       'layout_version': blocks.LAYOUT_VERSION,
     }
   )

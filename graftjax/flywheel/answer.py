@@ -142,7 +142,12 @@ def answer(
   cache = model.init_cache(capacity=library.shape.capacity)
   if entry is not None:
     cache = restore_lib.restore(
-      library.store, entry.key, cache, target=model.graft_target, donate=True
+      library.store,
+      entry.key,
+      cache,
+      target=model.graft_target,
+      chunk_size=library.shape.chunk_size,  # `answer_prompted` prefills the same text so
+      donate=True,
     )
   return _continue(
     model, library, cache, context, question, mode, max_new_tokens, preamble, start, chat

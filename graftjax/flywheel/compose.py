@@ -276,7 +276,8 @@ def place(
   """Blocks already read and verified, moved to their placements; no cache is built.
 
   Checks the model (`check_model`), that every block was captured at slot 0 (and, off the
-  chunk-invariant kernels, in a cache of `capacity` slots), the layout
+  chunk-invariant kernels, in a cache of `capacity` slots and prefilled in chunks of one
+  recorded size), the layout
   (`plan`) and every placed block against a cache of `capacity` slots
   (`blocks.check_compatible`, on shapes only), so `install` cannot refuse what this returns.
 
@@ -299,6 +300,7 @@ def place(
         f" context has {capacity}: off the chunk-invariant kernels ({kernels}) a row's bits"
         " depend on the cache's shape; compute blocks at the capacity they are composed into"
       )
+  _common_chunk(target, stored, names)
   layout = plan(
     [len(b) for b in stored],
     capacity=capacity,
@@ -312,6 +314,23 @@ def place(
   for block in placed:
     blocks.check_compatible(shapes, block, target=target)
   return placed, layout
+
+
+def _common_chunk(target, stored: Sequence[blocks.KVBlock], names: Sequence[str]) -> int | None:
+  """The prefill chunk size every block records, off the chunk-invariant kernels (None on
+  them): the composed context is `fresh_layout`'s with it. Raises ComposeError for blocks of
+  several chunk sizes, or one that records none (no one reference holds for them)."""
+  if target.chunk_invariant:
+    return None
+  chunks = {name: block.meta.chunk_size for name, block in zip(names, stored)}
+  if len(set(chunks.values())) > 1 or 0 in chunks.values():
+    kernels = ', '.join(f'{op}={impl}' for op, impl in target.kernels)
+    found = ', '.join(f'{name[:12]}: {chunk or "none recorded"}' for name, chunk in chunks.items())
+    raise ComposeError(
+      f'blocks were prefilled in chunks of other sizes ({found}): off the chunk-invariant'
+      f" kernels ({kernels}) a row's bits depend on its chunk; compose blocks of one chunk size"
+    )
+  return next(iter(chunks.values()), None)
 
 
 def install(model, placed: Sequence[blocks.KVBlock], *, capacity: int) -> cache_lib.KVCache:
@@ -332,13 +351,16 @@ def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBloc
 
 
 def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:
+  target = model.graft_target
+  chunk = _common_chunk(target, placed, [f'#{i}' for i in range(len(placed))])
   for block in placed:
     cache = blocks.graft(
       cache,
       block,
-      target=model.graft_target,
+      target=target,
       allow_shifted=True,
       allow_ring_gap=True,  # the layout passed `check_ring_window` (`place`)
+      chunk_size=chunk,  # the one every block records: a context of blocks alone
       donate=True,
     )
   return cache

@@ -519,7 +519,11 @@ class Library:
     cache = model.init_cache(capacity=self.shape.capacity)
     cache = prefill_text(model, ids, cache, chunk_size=self.shape.chunk_size)
     block = blocks.capture(
-      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target
+      cache,
+      blocks.Span(0, len(ids)),
+      token_ids=ids,
+      target=model.graft_target,
+      chunk_size=self.shape.chunk_size,
     )
     key = self.store.put(block)
     entry = Entry(

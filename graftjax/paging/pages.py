@@ -136,7 +136,8 @@ def install(
 
   Checks the page against `config` (`check_page`) and then `blocks.graft`
   checks it against `target` and `cache`, all before the cache is touched.
-  `graft_kwargs`: allow_shifted, allow_other_shape, donate (as `blocks.graft`).
+  `graft_kwargs`: chunk_size (the prefill chunk size in force), allow_shifted,
+  allow_other_shape, donate (as `blocks.graft`).
   """
   check_page(page, config, query_position=query_position)
   return blocks.graft(cache, page.block, target=target, **graft_kwargs)

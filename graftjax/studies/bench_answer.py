@@ -69,7 +69,12 @@ def _unbucketed(model, library, entry, question: str, max_new_tokens: int) -> fl
   context = len(library.check(entry, model).token_ids)
   cache = model.init_cache(capacity=library.shape.capacity)
   cache = restore_lib.restore(
-    library.store, entry.key, cache, target=model.graft_target, donate=True
+    library.store,
+    entry.key,
+    cache,
+    target=model.graft_target,
+    chunk_size=library.shape.chunk_size,
+    donate=True,
   )
   ids = answer_lib.query_ids(model, question, mode='recall', after_block=True)
   last, cache = model.prefill(

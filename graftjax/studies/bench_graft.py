@@ -86,7 +86,11 @@ class FirstToken:
     """The prefix's block and the next token's logits on the cache it came from."""
     cache = self.prefill()
     block = blocks.capture(
-      cache, blocks.Span(0, self.n), token_ids=self.prefix, target=self.model.graft_target
+      cache,
+      blocks.Span(0, self.n),
+      token_ids=self.prefix,
+      target=self.model.graft_target,
+      chunk_size=self.chunk_size,
     )
     return block, np.asarray(self.logits(cache))
 
@@ -153,7 +157,7 @@ def bench_one(
   staging = restore_lib.Staging()  # reused by every timed restore: made in the warm-up
   read = lambda: restore_lib.read(store, key, staging, capacity=capacity)
   install = lambda cache, got: restore_lib.install(
-    cache, got, target=model.graft_target, donate=True
+    cache, got, target=model.graft_target, chunk_size=chunk_size, donate=True
   )
   stages = {'read_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
   graft_s, graft_times, logits = timed(run.restore_fn(read, install, stages), repeats)

@@ -96,7 +96,9 @@ def experiment(
       _, cache = model.prefill(
         ids, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
       )
-      block = blocks.capture(cache, blocks.Span(0, len(ids)), token_ids=ids, target=target)
+      block = blocks.capture(
+        cache, blocks.Span(0, len(ids)), token_ids=ids, target=target, chunk_size=chunk_size
+      )
       page = pages_lib.to_page(block, model.config)
       key = pages_lib.put(store, page)
       text = tokenizer.decode(ids[1:])

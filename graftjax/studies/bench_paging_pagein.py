@@ -49,10 +49,15 @@ def sha(logits) -> str:
   return hashlib.sha256(np.asarray(logits).tobytes()).hexdigest()
 
 
-def _install_page(model, cache, staged: restore_lib.Staged):
+def _install_page(model, cache, staged: restore_lib.Staged, *, chunk_size: int):
   """`pages.install` of a staged page: its checks, then the staged install."""
   return restore_lib.install(
-    cache, staged, target=model.graft_target, config=model.config, donate=True
+    cache,
+    staged,
+    target=model.graft_target,
+    config=model.config,
+    chunk_size=chunk_size,
+    donate=True,
   )
 
 
@@ -79,7 +84,7 @@ def bench_one(model, store, ids, *, chunk_size: int, repeats: int, recompute_rep
   stages = {'read_verify_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
   page_in_fn = run.restore_fn(
     lambda: restore_lib.read(store, key, staging, capacity=capacity),
-    lambda cache, got: _install_page(model, cache, got),
+    lambda cache, got: _install_page(model, cache, got, chunk_size=chunk_size),
     stages,
   )
   page_in_s, page_in_times, page_logits = bench_graft.timed(page_in_fn, repeats)

@@ -321,7 +321,14 @@ def overlap_rows(
           (hit, _), *_ = catalog.route(ask, k=1)
           got = pages.get(store, hit.key)
           window = jax.block_until_ready(
-            pages.install(window, got, target=model.graft_target, config=model.config, donate=True)
+            pages.install(
+              window,
+              got,
+              target=model.graft_target,
+              config=model.config,
+              chunk_size=chunk_size,
+              donate=True,
+            )
           )
           access.append(time.perf_counter() - t0)
           first, last = cuts[keys.index(hit.key)]

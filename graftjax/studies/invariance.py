@@ -65,6 +65,7 @@ def prefix_block(
     blocks.Span(0, len(sample.prefix_ids)),
     token_ids=sample.prefix_ids,
     target=model.graft_target,
+    chunk_size=chunk_size,
   )
 
 
@@ -82,6 +83,7 @@ def grafted_continuation(
     model.init_cache(batch_size=batch_size, capacity=capacity),
     block,
     target=model.graft_target,
+    chunk_size=chunk_size,
     allow_other_shape=True,  # the batch size is what this study varies
   )
   logits, _ = model.prefill(

@@ -431,7 +431,7 @@ def experiment(
       got = pages.get(store, hits[0][0].key)
       t2 = time.perf_counter()
       window = jax.block_until_ready(
-        pages.install(window, got, target=target, config=config, donate=True)
+        pages.install(window, got, target=target, config=config, chunk_size=chunk_size, donate=True)
       )
       t3 = time.perf_counter()
       answer, first, window = greedy(

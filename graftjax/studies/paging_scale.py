@@ -203,7 +203,12 @@ def make_pages(model, ids, *, capacity: int, chunk_size: int, local_rows: int | 
   return [
     pages.to_page(
       blocks.capture(
-        cache, blocks.Span(0, n), token_ids=ids[b], target=model.graft_target, batch_index=b
+        cache,
+        blocks.Span(0, n),
+        token_ids=ids[b],
+        target=model.graft_target,
+        chunk_size=chunk_size,
+        batch_index=b,
       ),
       model.config,
       local_rows=local_rows,

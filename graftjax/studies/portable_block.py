@@ -73,13 +73,20 @@ def _fresh(model, ids: list[int], settings: Settings):
     blocks.Span(0, settings.prefix_tokens),
     token_ids=ids[: settings.prefix_tokens],
     target=model.graft_target,
+    chunk_size=settings.chunk_size,
   )
   return block, _continue(model, cache, ids, settings)
 
 
 def _grafted(model, block: blocks.KVBlock, ids: list[int], settings: Settings) -> np.ndarray:
+  """A block of layout 2 records no chunk size: its deposit's record (digest-verified by
+  `graft`) names the one it was prefilled with, `settings.chunk_size`, used here too."""
   cache = blocks.graft(
-    model.init_cache(capacity=settings.capacity), block, target=model.graft_target
+    model.init_cache(capacity=settings.capacity),
+    block,
+    target=model.graft_target,
+    chunk_size=settings.chunk_size,
+    allow_other_shape=block.meta.chunk_size == 0,
   )
   return _continue(model, cache, ids, settings)
 

@@ -60,21 +60,19 @@ def _prefilled(
   return cache
 
 
-def _capture(model, cache, ids, start: int) -> blocks.KVBlock:
+def _capture(model, cache, ids, start: int, chunk_size: int) -> blocks.KVBlock:
   return blocks.capture(
     cache,
     blocks.Span(start, start + len(ids)),
     token_ids=ids,
     target=model.graft_target,
+    chunk_size=chunk_size,
   )
 
 
-def _graft(model, cache, block) -> cache_lib.KVCache:
+def _graft(model, cache, block, chunk_size: int) -> cache_lib.KVCache:
   return blocks.graft(
-    cache,
-    block,
-    target=model.graft_target,
-    allow_shifted=True,
+    cache, block, target=model.graft_target, allow_shifted=True, chunk_size=chunk_size
   )
 
 
@@ -86,16 +84,18 @@ def fresh_at(model, block_ids, continuation_ids, offset: int, layout: Layout) ->
 
 def relocated_to(model, block_ids, continuation_ids, offset: int, layout: Layout) -> np.ndarray:
   """Block computed alone at offset 0, moved to `offset`, grafted; then continued."""
-  block = _capture(model, _prefilled(model, block_ids, 0, layout), block_ids, 0)
+  block = _capture(model, _prefilled(model, block_ids, 0, layout), block_ids, 0, layout.chunk_size)
   moved = blocks.relocate(block, offset, model=model)
-  cache = _graft(model, model.init_cache(capacity=layout.capacity), moved)
+  cache = _graft(model, model.init_cache(capacity=layout.capacity), moved, layout.chunk_size)
   return _continue(model, cache, continuation_ids, offset + len(block_ids), layout)
 
 
 def own_position(model, block_ids, continuation_ids, offset: int, layout: Layout) -> np.ndarray:
   """Block computed at `offset`, grafted there unchanged; then continued."""
-  block = _capture(model, _prefilled(model, block_ids, offset, layout), block_ids, 0)
-  cache = _graft(model, model.init_cache(capacity=layout.capacity), block)
+  block = _capture(
+    model, _prefilled(model, block_ids, offset, layout), block_ids, 0, layout.chunk_size
+  )
+  cache = _graft(model, model.init_cache(capacity=layout.capacity), block, layout.chunk_size)
   return _continue(model, cache, continuation_ids, offset + len(block_ids), layout)
 
 
@@ -108,10 +108,10 @@ def composed_fresh(model, a_ids, b_ids, continuation_ids, offsets, layout: Layou
 
 def composed_grafted(model, a_ids, b_ids, continuation_ids, offsets, layout: Layout) -> np.ndarray:
   """A and B each computed alone at offset 0 (at their own slots), moved, grafted together."""
-  a = _capture(model, _prefilled(model, a_ids, 0, layout, segment=1), a_ids, 0)
+  a = _capture(model, _prefilled(model, a_ids, 0, layout, segment=1), a_ids, 0, layout.chunk_size)
   b_cache = _prefilled(model, b_ids, 0, layout, segment=2, skip=len(a_ids))
-  b = _capture(model, b_cache, b_ids, len(a_ids))
+  b = _capture(model, b_cache, b_ids, len(a_ids), layout.chunk_size)
   cache = model.init_cache(capacity=layout.capacity)
-  cache = _graft(model, cache, blocks.relocate(a, offsets[0], model=model))
-  cache = _graft(model, cache, blocks.relocate(b, offsets[1], model=model))
+  cache = _graft(model, cache, blocks.relocate(a, offsets[0], model=model), layout.chunk_size)
+  cache = _graft(model, cache, blocks.relocate(b, offsets[1], model=model), layout.chunk_size)
   return _continue(model, cache, continuation_ids, offsets[1] + len(b_ids), layout)

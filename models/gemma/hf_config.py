@@ -80,8 +80,27 @@ def config_from_hf(raw: dict) -> config_lib.GemmaConfig:
     raise params_lib.CheckpointError(f'config.json: {type(e).__name__}: {e}') from None
 
 
+def _check_values(cfg: dict) -> None:
+  """Raises CheckpointError naming the first value no model can have: a query scale,
+  epsilon or window out of range or not finite, or no end-of-sequence token."""
+  number = lambda key: isinstance(cfg[key], (int, float)) and not isinstance(cfg[key], bool)
+  scalar = cfg['query_pre_attn_scalar']
+  if not number('query_pre_attn_scalar') or not 0 < scalar < float('inf'):
+    raise _error('query_pre_attn_scalar', scalar, 'must be a finite number > 0')
+  eps = cfg['rms_norm_eps']
+  if not number('rms_norm_eps') or not 0 <= eps < float('inf'):
+    raise _error('rms_norm_eps', eps, 'must be a finite number >= 0')
+  window = cfg['sliding_window']
+  if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+    raise _error('sliding_window', window, 'must be an int > 0')
+  eos = cfg['eos_token_id']
+  if isinstance(eos, (list, tuple)) and not eos:
+    raise _error('eos_token_id', eos, 'names no end-of-sequence token')
+
+
 def _config_from_text(text: dict) -> config_lib.GemmaConfig:
   cfg = {**_DEFAULTS, **text}
+  _check_values(cfg)
   for key in ('final_logit_softcapping', 'attn_logit_softcapping'):
     if cfg.get(key) is not None:
       raise _error(key, cfg[key], 'soft-capping is not implemented (Gemma 3 has none)')

@@ -30,6 +30,7 @@ from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import hf_config
 from graftjax.models.gemma import hf_tokenizer
+from graftjax.models.gemma import layers
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import params as params_lib
 from graftjax.models.gemma import positions as positions_lib
@@ -120,7 +121,19 @@ class Gemma:
       kernels=kernels,
       chunk_invariant=all(impl == 'pallas' for _, impl in kernels),
       split_invariant=self.config.impl_of('attention') in SPLIT_INVARIANT_ATTENTION,
+      first_values=self.first_values,
     )
+
+  def first_values(self, token_ids) -> np.ndarray:
+    """The first layer's values [n, K, H] of tokens [n] (each a function of its token alone:
+    embedding, pre-attention norm, value projection), computed with the XLA ops in rows of
+    64 (close to, not always equal to, the bits a prefill gives); for `capture`'s token check."""
+    ids = np.asarray(token_ids, np.int32).reshape(-1)
+    padded = np.full(-(-ids.size // 64) * 64, self.config.pad_id, np.int32)
+    padded[: ids.size] = ids
+    embedding, layer = self.params['embedding'], self.params['layers'][0]
+    values = _first_values(embedding, layer, padded, config=self.config)
+    return np.asarray(values)[: ids.size]
 
   @functools.cached_property
   def tables(self):
@@ -319,6 +332,14 @@ class Gemma:
     if logits in ('all', 'hidden'):
       return jnp.concatenate(outputs, axis=1), cache
     return out, cache
+
+
+@functools.partial(jax.jit, static_argnames=('config',))
+def _first_values(embedding, layer, tokens, *, config: config_lib.GemmaConfig) -> jax.Array:
+  """[T, K, H] values of the first layer for tokens [T]."""
+  x = layers.embed(embedding, tokens, config.embed_dim)
+  x = ops.rms_norm(x, layer['attn_norm'], config.rms_norm_eps, impl='xla')
+  return ops.dense(x, layer['v'], impl='xla', precision=config.dot_precision)
 
 
 def from_params(

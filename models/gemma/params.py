@@ -168,8 +168,20 @@ def refuse_unused(source: str, names) -> None:
     )
 
 
+_FINITE_SLICE = 1 << 22  # values checked per pass of `check_float`
+
+
 def check_float(name: str, value, source: str) -> None:
-  """Raises CheckpointError naming the tensor unless its dtype is a float type."""
+  """Raises CheckpointError naming the tensor unless its dtype is a float type and every
+  value is finite (checked a slice at a time: no tensor-sized temporary)."""
   dtype = np.dtype(getattr(value, 'dtype', np.float32))
   if dtype.kind != 'f' and dtype.name != 'bfloat16':
     raise CheckpointError(f'{source}: tensor {name} has dtype {dtype.name}, not a float type')
+  flat = np.asarray(value).reshape(-1)
+  for begin in range(0, flat.size, _FINITE_SLICE):
+    bad = ~np.isfinite(flat[begin : begin + _FINITE_SLICE])
+    if bad.any():
+      i = begin + int(np.argmax(bad))
+      raise CheckpointError(
+        f'{source}: tensor {name} holds {flat[i]} at flat index {i}: weights must be finite'
+      )

@@ -128,6 +128,8 @@ def _read_json(path: pathlib.Path) -> dict:
     return json.loads(path.read_text())
   except (OSError, json.JSONDecodeError) as e:
     raise params_lib.CheckpointError(f'{path}: cannot read JSON ({e})') from None
+  except RecursionError:
+    raise params_lib.CheckpointError(f'{path}: cannot read JSON (nested too deeply)') from None
 
 
 class _Reader:

@@ -14,8 +14,9 @@ Placement (`param_spec`; D embed, F hidden, N heads, K kv heads, H head dim):
                               zeros; the tied unembedding's logits split over V)
   norms [D] or [H]            replicated (a few KB)
 A dimension the 'model' axis does not divide is replicated instead. The cache
-k/v [L, B, S, K, H] splits K over 'model' and B over 'data'; when K is not a
-multiple of the 'model' devices (270M and 1B have one kv head) the kv
+k/v [L, B, S, K, H] (and a 'ring' cache's ring k/v [Lr, B, R, K, H]) splits K
+over 'model' and B over 'data'; when K is not a multiple of the 'model'
+devices (270M and 1B have one kv head) the kv
 projections and the cache are replicated over 'model': every device of a data
 row holds the whole cache and computes its keys, and the query heads stay
 split. Everything is a `NamedSharding`; the jitted forward pins its inputs and
@@ -179,11 +180,16 @@ class Layout:
     mesh: a mesh with axes ('data', 'model').
     splits_heads: whether cache k/v split kv heads over 'model'.
     batch: whether batch rows split over 'data' (the data axis divides B).
+    ring_layers, ring_window: of a 'ring' cache (`KVCache`): its ring k/v split
+      as k/v do, its ring positions and segments as positions do; () and 0 for
+      the 'full' layout.
   """
 
   mesh: Mesh
   splits_heads: bool
   batch: bool
+  ring_layers: tuple[int, ...] = ()
+  ring_window: int = 0
 
   def sharding(self, spec: P) -> NamedSharding:
     return NamedSharding(self.mesh, spec)
@@ -201,8 +207,18 @@ class Layout:
   def cache(self) -> cache_lib.KVCache:
     """A KVCache whose leaves are the shardings of a cache's leaves."""
     kv = self.sharding(kv_spec(self.splits_heads, self.batch))
+    ring = {}
+    if self.ring_layers:
+      ring = {
+        'ring_k': kv,
+        'ring_v': kv,
+        'ring_positions': self.rows,
+        'ring_segments': self.rows,
+        'ring_layers': self.ring_layers,
+        'ring_window': self.ring_window,
+      }
     return cache_lib.KVCache(
-      k=kv, v=kv, positions=self.rows, segments=self.rows, length=self.replicated
+      k=kv, v=kv, positions=self.rows, segments=self.rows, length=self.replicated, **ring
     )
 
   @property
@@ -211,12 +227,21 @@ class Layout:
     return self.sharding(block_spec(self.splits_heads))
 
 
-def layout(config: config_lib.GemmaConfig, mesh: Mesh, batch_size: int) -> Layout:
+def layout(
+  config: config_lib.GemmaConfig,
+  mesh: Mesh,
+  batch_size: int,
+  *,
+  ring_layers: tuple[int, ...] = (),
+  ring_window: int = 0,
+) -> Layout:
   mesh = check_mesh(mesh)
   return Layout(
     mesh=mesh,
     splits_heads=cache_splits_heads(config, mesh),
     batch=_split(batch_size, mesh.shape[DATA]),
+    ring_layers=tuple(ring_layers),
+    ring_window=ring_window,
   )
 
 
@@ -263,19 +288,15 @@ class ShardedGemma(model_lib.Gemma):
     return hashlib.sha256(f'{base}\n{split}\n'.encode()).hexdigest()
 
   def layout(self, batch_size: int) -> Layout:
-    return layout(self.config, self.mesh, batch_size)
+    """The shardings of this model's caches of `batch_size` rows, in its local layout."""
+    ring = self.ring_layers
+    window = self.config.sliding_window if ring else 0
+    return layout(self.config, self.mesh, batch_size, ring_layers=ring, ring_window=window)
 
   def init_cache(self, *, batch_size: int = 1, capacity: int) -> cache_lib.KVCache:
-    """An empty cache made directly in its shards (`Layout.cache`)."""
-    make = functools.partial(
-      cache_lib.init,
-      num_layers=self.config.num_layers,
-      batch_size=batch_size,
-      capacity=capacity,
-      num_kv_heads=self.config.num_kv_heads,
-      head_dim=self.config.head_dim,
-      dtype=self.dtype,
-    )
+    """`Gemma.init_cache`'s cache (its local layout too), made directly in its shards
+    (`Layout.cache`)."""
+    make = lambda: model_lib.Gemma.init_cache(self, batch_size=batch_size, capacity=capacity)
     return jax.jit(make, out_shardings=self.layout(batch_size).cache)()
 
   def forward(self, tokens, positions, cache: cache_lib.KVCache, *, logits='all', segment: int = 0):

@@ -102,6 +102,7 @@ def main():
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
     target=model.graft_target,
+    chunk_size=CHUNK,
     batch_index=batch - 1,  # with data: the row process 1 holds
   )
   result = {'process': PROCESS_ID, 'devices': jax.device_count(), 'key': None}
@@ -112,7 +113,10 @@ def main():
   store = sharded_store.ShardedStore(ROOT)  # fresh counters
   before = _bytes_read()
   restored = store.restore(
-    key, model.init_cache(batch_size=batch, capacity=CAPACITY), target=model.graft_target
+    key,
+    model.init_cache(batch_size=batch, capacity=CAPACITY),
+    target=model.graft_target,
+    chunk_size=CHUNK,
   )
   ts_bytes = _bytes_read() - before
   cache_equal = all(

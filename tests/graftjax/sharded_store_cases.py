@@ -38,7 +38,11 @@ def _run(model):
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   block = blocks.capture(
-    cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX], target=model.graft_target
+    cache,
+    blocks.Span(0, PREFIX),
+    token_ids=ids[:PREFIX],
+    target=model.graft_target,
+    chunk_size=CHUNK,
   )
   return ids, block, np.asarray(fresh)
 
@@ -59,7 +63,9 @@ def test_chunks_follow_the_kv_head_split_and_restore_byte_equal(base, ways, tmp_
   assert list(k.chunk_layout.read_chunk.shape) == [1, PREFIX, HEADS // ways, 16]
   assert np.asarray(k.read().result()).tobytes() == np.asarray(block.k).tobytes()
 
-  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  cache = store.restore(
+    key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+  )
   assert store.reads.chunks == 2 * layers * ways  # each chunk once
   out, _ = model.prefill(
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
@@ -81,7 +87,9 @@ def test_a_block_reads_into_another_split(base, ways, tmp_path):
   assert np.asarray(got.v).tobytes() == np.asarray(block.v).tobytes()
   assert {s.data.shape[2] for s in got.k.addressable_shards} == {HEADS // ways}
   with pytest.raises(blocks.GraftError, match=f'{key}.*fingerprint'):
-    store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+    store.restore(
+      key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+    )
 
 
 def test_one_kv_head_replicated_over_the_model_axis(tmp_path):
@@ -93,7 +101,9 @@ def test_one_kv_head_replicated_over_the_model_axis(tmp_path):
   key = store.put(block)
   # Not split: written as the block store writes it, one chunk a layer.
   assert store_lib.BlockStore(tmp_path).get(key).meta == block.meta
-  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  cache = store.restore(
+    key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+  )
   assert store.reads.chunks == 2 * model.config.num_layers  # once, not once per device
   assert cache.k.sharding.is_fully_replicated
   out, _ = model.prefill(
@@ -126,6 +136,7 @@ def test_a_page_is_written_and_read_in_kv_head_chunks(base, ways, tmp_path):
     target=model.graft_target,
     windows=windows,
     query_position=PREFIX,
+    chunk_size=CHUNK,
   )
   assert store.reads.chunks == 2 * (whole + tail) * ways
   assert store.reads.bytes < 2 * block.k.size * block.k.dtype.itemsize  # only the kept rows

@@ -80,7 +80,13 @@ def deposit(spec, cache: pathlib.Path) -> dict:
       ids = m.tokenizer.encode(text)
       fresh = m.init_cache(capacity=SHAPE.capacity)
       _, cache_ = m.prefill(ids, cache=fresh, chunk_size=SHAPE.chunk_size, logits='none')
-      block = blocks.capture(cache_, blocks.Span(0, len(ids)), token_ids=ids, target=m.graft_target)
+      block = blocks.capture(
+        cache_,
+        blocks.Span(0, len(ids)),
+        token_ids=ids,
+        target=m.graft_target,
+        chunk_size=SHAPE.chunk_size,
+      )
       page = pages_lib.to_page(block, m.config)
       key = pages_lib.put(pages, page)
       catalog.add(

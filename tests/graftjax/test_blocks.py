@@ -26,21 +26,24 @@ def prefilled(model, ids=PREFIX, chunk_size=4):
   return cache
 
 
-def captured(model, cache=None):
-  cache = prefilled(model) if cache is None else cache
+def captured(model, cache=None, chunk_size=4):
+  """The prefix's block, from `cache` (prefilled in chunks of `chunk_size`)."""
+  cache = prefilled(model, chunk_size=chunk_size) if cache is None else cache
   return blocks.capture(
     cache,
     blocks.Span(0, PREFIX.size),
     token_ids=PREFIX,
     target=model.graft_target,
+    chunk_size=chunk_size,
   )
 
 
-def graft_into_new(model, block, capacity=CAPACITY):
+def graft_into_new(model, block, capacity=CAPACITY, chunk_size=4):
   return blocks.graft(
     model.init_cache(capacity=capacity),
     block,
     target=model.graft_target,
+    chunk_size=chunk_size,
   )
 
 
@@ -77,10 +80,11 @@ def test_block_from_another_chunk_schedule_is_not_byte_equal(tiny_model):
     start_position=PREFIX.size,
     logits='all',
   )
-  other = captured(tiny_model, prefilled(tiny_model, chunk_size=1))  # M=1 rows round differently
+  other = captured(tiny_model, chunk_size=1)  # M=1 rows round differently
   grafted, _ = tiny_model.prefill(
     CONT,
-    cache=graft_into_new(tiny_model, other),
+    # said to be in force: `graft(chunk_size=4)`, the fresh path's, refuses it
+    cache=graft_into_new(tiny_model, other, chunk_size=1),
     chunk_size=4,
     start_position=PREFIX.size,
     logits='all',
@@ -118,34 +122,29 @@ def test_span_that_does_not_fit_or_overlaps_is_refused(tiny_model):
   occupied = prefilled(tiny_model, ids=PREFIX[:3])
   before = np.asarray(occupied.k).copy()
   with pytest.raises(blocks.GraftError, match='overlap'):
-    blocks.graft(
-      occupied,
-      block,
-      target=tiny_model.graft_target,
-    )
+    blocks.graft(occupied, block, target=tiny_model.graft_target, chunk_size=4)
   np.testing.assert_array_equal(occupied.k, before)  # nothing changed
 
 
 def test_graft_that_would_do_nothing_is_an_error(tiny_model):
   cache = prefilled(tiny_model)
   with pytest.raises(ValueError, match='empty span'):
-    blocks.capture(cache, blocks.Span(3, 3), token_ids=(), target=tiny_model.graft_target)
+    blocks.capture(
+      cache, blocks.Span(3, 3), token_ids=(), target=tiny_model.graft_target, chunk_size=4
+    )
   with pytest.raises(blocks.GraftError, match='reaches past'):
     blocks.capture(
       cache,
       blocks.Span(0, CAPACITY),
       token_ids=range(CAPACITY),
       target=tiny_model.graft_target,
+      chunk_size=4,
     )
 
 
 def test_graft_leaves_its_input_cache_unchanged(tiny_model):
   empty = tiny_model.init_cache(capacity=CAPACITY)
-  blocks.graft(
-    empty,
-    captured(tiny_model),
-    target=tiny_model.graft_target,
-  )
+  blocks.graft(empty, captured(tiny_model), target=tiny_model.graft_target, chunk_size=4)
   assert int(empty.length) == 0 and not np.any(np.asarray(empty.k))
 
 
@@ -160,12 +159,7 @@ def test_donating_graft_writes_the_same_cache_in_place(tiny_model):
   block = captured(tiny_model)
   kept = graft_into_new(tiny_model, block)
   fresh = tiny_model.init_cache(batch_size=1, capacity=CAPACITY)
-  donated = blocks.graft(
-    fresh,
-    block,
-    target=tiny_model.graft_target,
-    donate=True,
-  )
+  donated = blocks.graft(fresh, block, target=tiny_model.graft_target, donate=True, chunk_size=4)
   for name in ('k', 'v', 'positions', 'segments', 'length'):
     assert np.asarray(getattr(donated, name)).tobytes() == np.asarray(getattr(kept, name)).tobytes()
   assert fresh.k.is_deleted()  # its buffer now holds the result
@@ -241,6 +235,7 @@ def test_positions_moved_without_shift_are_refused(tiny_model):
     moved,
     target=tiny_model.graft_target,
     allow_shifted=True,
+    chunk_size=4,
   )
 
 
@@ -266,8 +261,12 @@ def test_capture_refuses_positions_that_are_not_consecutive(tiny_model):
   _, cache = tiny_model.forward(PREFIX[None, :3], np.arange(3)[None], cache)
   _, cache = tiny_model.forward(PREFIX[None, 3:5], np.array([[10, 11]]), cache)
   with pytest.raises(blocks.GraftError, match='not consecutive'):
-    blocks.capture(cache, blocks.Span(0, 5), token_ids=PREFIX[:5], target=tiny_model.graft_target)
-  blocks.capture(cache, blocks.Span(3, 5), token_ids=PREFIX[3:5], target=tiny_model.graft_target)
+    blocks.capture(
+      cache, blocks.Span(0, 5), token_ids=PREFIX[:5], target=tiny_model.graft_target, chunk_size=4
+    )
+  blocks.capture(
+    cache, blocks.Span(3, 5), token_ids=PREFIX[3:5], target=tiny_model.graft_target, chunk_size=4
+  )
 
 
 @pytest.mark.slow
@@ -292,7 +291,9 @@ def test_capture_refuses_a_span_that_mixes_segments(tiny_model):
     PREFIX[4:8], cache=cache, chunk_size=4, start_position=4, logits='none', segment=1
   )
   with pytest.raises(blocks.GraftError, match=r'mixes attention segments \[0, 1\]'):
-    blocks.capture(cache, blocks.Span(0, 8), token_ids=PREFIX[:8], target=tiny_model.graft_target)
+    blocks.capture(
+      cache, blocks.Span(0, 8), token_ids=PREFIX[:8], target=tiny_model.graft_target, chunk_size=4
+    )
 
 
 def test_block_of_segment_1_is_restored_in_segment_1(tiny_model):
@@ -321,14 +322,18 @@ def test_cache_of_another_shape_needs_consent_under_xla_kernels(tiny_model, batc
   block = captured(tiny_model)
   other = lambda: tiny_model.init_cache(batch_size=batch_size, capacity=capacity)
   with pytest.raises(blocks.GraftError) as refused:
-    blocks.graft(other(), block, target=tiny_model.graft_target)
+    blocks.graft(other(), block, target=tiny_model.graft_target, chunk_size=4)
   message = str(refused.value)
   assert f'batch 1 x capacity {CAPACITY}' in message
   assert f'batch {batch_size} x capacity {capacity}' in message
   assert 'not chunk-invariant' in message and '7.8e-5' in message
   assert 'allow_other_shape=True' in message
-  consented = blocks.graft(other(), block, target=tiny_model.graft_target, allow_other_shape=True)
-  invariant = blocks.graft(other(), block, target=graft_target_of(tiny_model, chunk_invariant=True))
+  consented = blocks.graft(
+    other(), block, target=tiny_model.graft_target, allow_other_shape=True, chunk_size=4
+  )
+  invariant = blocks.graft(
+    other(), block, target=graft_target_of(tiny_model, chunk_invariant=True), chunk_size=4
+  )
   for cache in (consented, invariant):
     assert cache.batch_size == batch_size and int(cache.length) == PREFIX.size
 
@@ -340,6 +345,7 @@ def test_cache_of_another_dtype_or_model_dtype_is_refused(tiny_model):
       tiny_model.init_cache(capacity=CAPACITY),
       block,
       target=graft_target_of(tiny_model, dtype='bfloat16'),
+      chunk_size=4,
     )
 
 
@@ -382,7 +388,9 @@ def test_metadata_from_json_checks_every_field(tiny_model, edit, field):
 
 def test_metadata_of_another_layout_is_named_so(tiny_model):
   data = {'layout_version': 1, 'start': 0}
-  with pytest.raises(blocks.UnsupportedLayoutError, match='layout version 1, this code reads 2'):
+  with pytest.raises(
+    blocks.UnsupportedLayoutError, match=r'layout version 1, this code reads \(2, 3\)'
+  ):
     blocks.BlockMeta.from_json(data)
   with pytest.raises(blocks.BlockMetaError, match="field 'meta'"):
     blocks.BlockMeta.from_json([_json_meta(tiny_model)])
@@ -398,7 +406,9 @@ def test_blocks_of_any_length_share_compiled_installs(tiny_model):
   )[1]
   graft_into_new(
     tiny_model,
-    blocks.capture(first, blocks.Span(0, 12), token_ids=PREFIX, target=tiny_model.graft_target),
+    blocks.capture(
+      first, blocks.Span(0, 12), token_ids=PREFIX, target=tiny_model.graft_target, chunk_size=4
+    ),
     capacity,
   )
   before = blocks._install._cache_size()
@@ -407,7 +417,7 @@ def test_blocks_of_any_length_share_compiled_installs(tiny_model):
       PREFIX[:n], cache=tiny_model.init_cache(capacity=capacity), chunk_size=4, logits='none'
     )
     block = blocks.capture(
-      cache, blocks.Span(0, n), token_ids=PREFIX[:n], target=tiny_model.graft_target
+      cache, blocks.Span(0, n), token_ids=PREFIX[:n], target=tiny_model.graft_target, chunk_size=4
     )
     restored = graft_into_new(tiny_model, block, capacity)
     for name in ('k', 'v', 'positions', 'segments', 'length'):
@@ -420,7 +430,9 @@ def test_blocks_of_any_length_share_compiled_installs(tiny_model):
 def test_padded_install_keeps_what_the_slots_after_the_block_hold(tiny_model):
   cache = tiny_model.init_cache(capacity=CAPACITY)
   marked = cache.replace(k=cache.k.at[:, :, PREFIX.size + 1].set(7.0))
-  restored = blocks.graft(marked, captured(tiny_model), target=tiny_model.graft_target)
+  restored = blocks.graft(
+    marked, captured(tiny_model), target=tiny_model.graft_target, chunk_size=4
+  )
   assert float(restored.k[0, 0, PREFIX.size + 1, 0, 0]) == 7.0
   assert int(restored.length) == PREFIX.size
 
@@ -439,41 +451,46 @@ def test_a_block_on_the_device_and_its_host_copy_install_the_same_bytes(tiny_mod
     ), name
 
 
-def test_capture_records_the_prefill_chunk_size_where_kernels_are_not_chunk_invariant(
-  tiny_model,
-):
+def test_capture_records_the_prefill_chunk_size_always(tiny_model):
+  """Fails on the code before: it recorded none unless asked, and none on invariant kernels."""
   cache = prefilled(tiny_model, chunk_size=4)
   span = blocks.Span(0, PREFIX.size)
   capture = lambda **kwargs: blocks.capture(cache, span, token_ids=PREFIX, **kwargs)
 
-  assert capture(target=tiny_model.graft_target, chunk_size=4).meta.chunk_size == 4
-  assert capture(target=tiny_model.graft_target).meta.chunk_size == 0  # not said: not recorded
+  block = capture(target=tiny_model.graft_target, chunk_size=4)
+  assert (block.meta.chunk_size, block.meta.layout_version) == (4, blocks.LAYOUT_VERSION)
   invariant = graft_target_of(tiny_model, chunk_invariant=True)
-  assert capture(target=invariant, chunk_size=4).meta.chunk_size == 0
-  with pytest.raises(blocks.GraftError, match='chunk_size must be a positive int'):
-    capture(target=tiny_model.graft_target, chunk_size=0)
+  assert capture(target=invariant, chunk_size=4).meta.chunk_size == 4
+  with pytest.raises(TypeError, match='chunk_size'):
+    capture(target=tiny_model.graft_target)  # never assumed: it must be said
+  for bad in (0, -4, 4.0, True, None):
+    with pytest.raises(blocks.GraftError, match='chunk_size must be a positive int'):
+      capture(target=tiny_model.graft_target, chunk_size=bad)
 
 
-def test_chunk_size_is_in_the_json_form_only_when_recorded(tiny_model):
+def test_layout_3_records_the_chunk_size_and_layout_2_keeps_its_form(tiny_model):
+  """A block of layout 2 (before chunk sizes were recorded) reads back with the JSON form
+  it had, so its key is unchanged; one of layout 3 must record its chunk size."""
   block = captured(tiny_model)
-  assert 'chunk_size' not in block.meta.to_json()
+  assert block.meta.to_json()['chunk_size'] == 4
   assert blocks.BlockMeta.from_json(block.meta.to_json()) == block.meta
-  recorded = dataclasses.replace(block.meta, chunk_size=4)
-  assert recorded.to_json()['chunk_size'] == 4
-  assert blocks.BlockMeta.from_json(recorded.to_json()) == recorded
+  old = dataclasses.replace(block.meta, chunk_size=0, layout_version=2)
+  assert 'chunk_size' not in old.to_json() and old.to_json()['layout_version'] == 2
+  assert blocks.BlockMeta.from_json(old.to_json()) == old
+  unversioned = {k: v for k, v in block.meta.to_json().items() if k != 'layout_version'}
+  unversioned['chunk_size'] = 0
+  assert blocks.BlockMeta(**unversioned).layout_version == 2  # made without one: layout 2
+  stripped = {k: v for k, v in block.meta.to_json().items() if k != 'chunk_size'}
+  with pytest.raises(blocks.BlockMetaError, match="field 'chunk_size': missing"):
+    blocks.BlockMeta.from_json(stripped)
+  with pytest.raises(blocks.BlockMetaError, match="field 'chunk_size': layout 3 records it"):
+    dataclasses.replace(block.meta, chunk_size=0)
 
 
 def test_block_of_another_prefill_chunk_size_needs_consent_under_xla_kernels(tiny_model):
-  """Before: a block recorded no chunk size, and grafted into a cache prefilled in other
-  chunks (not byte-exact: test_block_from_another_chunk_schedule_is_not_byte_equal)."""
-  cache = prefilled(tiny_model, chunk_size=1)
-  block = blocks.capture(
-    cache,
-    blocks.Span(0, PREFIX.size),
-    token_ids=PREFIX,
-    target=tiny_model.graft_target,
-    chunk_size=1,
-  )
+  """Fails on the code before: a block grafted with no chunk size given, or one that records
+  none, passed; it is not byte-exact (test_block_from_another_chunk_schedule_is_not_byte_equal)."""
+  block = captured(tiny_model, chunk_size=1)
   new = lambda: tiny_model.init_cache(capacity=CAPACITY)
   target = tiny_model.graft_target
 
@@ -484,6 +501,79 @@ def test_block_of_another_prefill_chunk_size_needs_consent_under_xla_kernels(tin
   assert 'not chunk-invariant' in message and 'allow_other_shape=True' in message
   with pytest.raises(blocks.GraftError, match='chunks of 4'):
     blocks.check_graft(new(), block, target=target, chunk_size=4)
+  with pytest.raises(blocks.GraftError, match='no chunk size in force was given: pass chunk_size'):
+    blocks.graft(new(), block, target=target)  # the caller passes none
+  unrecorded = dataclasses.replace(
+    block, meta=dataclasses.replace(block.meta, chunk_size=0, layout_version=2)
+  )
+  for chunk_size in (None, 1):
+    with pytest.raises(blocks.GraftError, match='records no prefill chunk size .layout 2'):
+      blocks.graft(new(), unrecorded, target=target, chunk_size=chunk_size)
 
-  for kwargs in ({'chunk_size': 1}, {'chunk_size': 4, 'allow_other_shape': True}, {}):
+  invariant = graft_target_of(tiny_model, chunk_invariant=True)
+  for kwargs in (
+    {'chunk_size': 1},
+    {'chunk_size': 4, 'allow_other_shape': True},
+    {'allow_other_shape': True},
+  ):
     assert int(blocks.graft(new(), block, target=target, **kwargs).length) == PREFIX.size
+  for candidate, kwargs in ((block, {}), (block, {'chunk_size': 4}), (unrecorded, {})):
+    grafted = blocks.graft(new(), candidate, target=invariant, **kwargs)
+    assert int(grafted.length) == PREFIX.size
+
+
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize('name', ['k', 'v'])
+def test_graft_refuses_a_block_holding_nan_or_inf(tiny_model, bad, name):
+  """Fails on the code before: graft installed it (the store's `put` refused it)."""
+  block = captured(tiny_model)
+  array = np.array(getattr(block, name))
+  array[3, 5, 0, 7] = bad
+  poisoned = dataclasses.replace(block, **{name: array})
+  cache = tiny_model.init_cache(capacity=CAPACITY)
+  with pytest.raises(blocks.GraftError, match=rf'block {name}\[3, 5, 0, 7\] is -?(nan|inf)'):
+    blocks.graft(cache, poisoned, target=tiny_model.graft_target, chunk_size=4)
+  on_device = dataclasses.replace(block, **{name: jnp.asarray(array)})
+  with pytest.raises(blocks.GraftError, match='finite keys and values only'):
+    blocks.graft(cache, on_device, target=tiny_model.graft_target, chunk_size=4)
+  assert int(cache.length) == 0
+
+
+def test_capture_checks_token_ids_against_the_captured_rows(tiny_model):
+  """Fails on the code before: any token ids of the right length were recorded."""
+  cache = prefilled(tiny_model)
+  capture = lambda ids: blocks.capture(
+    cache,
+    blocks.Span(0, PREFIX.size),
+    token_ids=ids,
+    target=tiny_model.graft_target,
+    chunk_size=4,
+  )
+  assert capture(PREFIX).meta.token_ids == tuple(PREFIX.tolist())
+  shifted = np.concatenate([PREFIX[1:], PREFIX[:1]])  # off by one: the usual slicing slip
+  with pytest.raises(blocks.GraftError, match='slot 0 holds the state of another token'):
+    capture(shifted)
+  one_wrong = PREFIX.copy()
+  one_wrong[7] = (one_wrong[7] + 1) % 256
+  with pytest.raises(blocks.GraftError, match='slot 7 holds the state of another token'):
+    capture(one_wrong)
+  with pytest.raises(blocks.GraftError, match='token ids must be ints'):
+    capture(PREFIX.astype(np.float32))
+  blind = dataclasses.replace(tiny_model.graft_target, first_values=None)
+  block = blocks.capture(
+    cache, blocks.Span(0, PREFIX.size), token_ids=shifted, target=blind, chunk_size=4
+  )
+  assert len(block) == PREFIX.size  # a target that cannot compute first-layer values: no check
+
+
+def test_token_check_holds_for_bfloat16_and_every_chunk_schedule():
+  """The recomputed first-layer values are within TOKEN_TOLERANCE of what prefills in chunks
+  of 1, 3 and 12 rows wrote, in bfloat16 too (the check never refuses its own tokens)."""
+  for dtype in (jnp.float32, jnp.bfloat16):
+    m = gemma_model.tiny(dtype=dtype)
+    for chunk in (1, 3, 12):
+      block = captured(m, chunk_size=chunk)
+      captured_v = np.asarray(block.v[0], np.float32).reshape(PREFIX.size, -1)
+      expected = np.asarray(m.first_values(PREFIX), np.float32).reshape(PREFIX.size, -1)
+      error = np.linalg.norm(captured_v - expected, axis=1) / np.linalg.norm(expected, axis=1)
+      assert error.max() < blocks.TOKEN_TOLERANCE / 10

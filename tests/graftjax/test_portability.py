@@ -75,10 +75,15 @@ def grafted_logits(model) -> np.ndarray:
   """float32 logits of the continuation after grafting the committed block."""
   assert model.fingerprint == RECORD['model_fingerprint']
   store = store_lib.BlockStore(FIXTURES / 'portable_store')
+  block = store.get(RECORD['key'])
+  assert block.meta.layout_version == 2 and block.meta.chunk_size == 0  # stored before chunks
   cache = blocks.graft(
     model.init_cache(capacity=RECORD['capacity']),
-    store.get(RECORD['key']),
+    block,
     target=model.graft_target,
+    # The block records no chunk size; the fixture's record names the one it was made with.
+    chunk_size=RECORD['chunk_size'],
+    allow_other_shape=True,
   )
   ids = RECORD['token_ids']
   prefix = RECORD['prefix_tokens']
@@ -179,6 +184,7 @@ def test_real_model_fresh_and_grafted_are_byte_equal(real_model):
     blocks.Span(0, prefix),
     token_ids=ids[:prefix],
     target=real_model.graft_target,
+    chunk_size=chunk,
   )
   fresh, _ = real_model.prefill(
     ids[prefix:], cache=cache, chunk_size=chunk, start_position=prefix, logits='all'
@@ -187,6 +193,7 @@ def test_real_model_fresh_and_grafted_are_byte_equal(real_model):
     real_model.init_cache(capacity=capacity),
     block,
     target=real_model.graft_target,
+    chunk_size=chunk,
   )
   grafted, _ = real_model.prefill(
     ids[prefix:], cache=grafted_cache, chunk_size=chunk, start_position=prefix, logits='all'

@@ -28,7 +28,11 @@ def captured():
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   block = blocks.capture(
-    cache, blocks.Span(0, PREFIX), token_ids=ids[:PREFIX], target=model.graft_target
+    cache,
+    blocks.Span(0, PREFIX),
+    token_ids=ids[:PREFIX],
+    target=model.graft_target,
+    chunk_size=CHUNK,
   )
   return model, ids, block, np.asarray(fresh)
 
@@ -48,7 +52,9 @@ def test_restore_of_a_block_store_block_continues_byte_equal(captured, tmp_path)
   model, ids, block, fresh = captured
   key = store_lib.BlockStore(tmp_path).put(block)
   store = sharded_store.ShardedStore(tmp_path, read_only=True)
-  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  cache = store.restore(
+    key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+  )
   out, _ = model.prefill(
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
@@ -65,7 +71,9 @@ def test_a_memory_kvstore_publishes_the_manifest_last(captured):
   key = store.put(block)
   assert store.list() == [key] and key in store
   assert store.put(block) == key  # already published: left as it is
-  cache = store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+  cache = store.restore(
+    key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+  )
   assert np.asarray(cache.k[:, 0, :PREFIX]).tobytes() == np.asarray(block.k).tobytes()
 
 
@@ -75,7 +83,9 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
   with pytest.raises(store_lib.InvalidKeyError, match='invalid block key'):
     store.read('nope', None)
   with pytest.raises(store_lib.MissingBlockError, match='no such block'):
-    store.restore('0' * 64, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+    store.restore(
+      '0' * 64, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+    )
   with pytest.raises(store_lib.ReadOnlyStoreError, match='read-only'):
     sharded_store.ShardedStore(tmp_path, read_only=True).put(block)
   moved = blocks.KVBlock(
@@ -92,11 +102,15 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
   key = store.put(block)
   other = sharding.shard_model(gemma_model.tiny(seed=1), sharding.make_mesh(1, 1))
   with pytest.raises(blocks.GraftError, match=f'{key}.*another model'):
-    store.restore(key, other.init_cache(capacity=CAPACITY), target=other.graft_target)
+    store.restore(
+      key, other.init_cache(capacity=CAPACITY), target=other.graft_target, chunk_size=CHUNK
+    )
   chunk = tmp_path / key / 'v' / 'c.2.0.0.0'
   chunk.write_bytes(b'\0' * chunk.stat().st_size)
   with pytest.raises(store_lib.CorruptBlockError, match=r'v/c\.2\.0\.0\.0: BLAKE3'):
-    store.restore(key, model.init_cache(capacity=CAPACITY), target=model.graft_target)
+    store.restore(
+      key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+    )
   manifest = tmp_path / key / 'manifest.json'
   data = json.loads(manifest.read_text())
   data['meta']['start'] = 1
@@ -131,6 +145,7 @@ def test_an_unsplit_page_is_written_as_block_store_writes_it(captured, tmp_path)
     target=model.graft_target,
     windows=_windows(model),
     query_position=PREFIX,
+    chunk_size=CHUNK,
   )
   out, _ = model.prefill(
     ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
@@ -145,10 +160,15 @@ def test_a_page_is_checked_against_the_windows_before_it_is_grafted(captured, tm
   key = store.put(block, page_layout=short)
   cache = model.init_cache(capacity=CAPACITY)
   with pytest.raises(blocks.PageError, match="pass the model's windows"):
-    store.restore(key, cache, target=model.graft_target)
+    store.restore(key, cache, target=model.graft_target, chunk_size=CHUNK)
   with pytest.raises(blocks.PageError):
     store.restore(
-      key, cache, target=model.graft_target, windows=_windows(model), query_position=PREFIX
+      key,
+      cache,
+      target=model.graft_target,
+      windows=_windows(model),
+      query_position=PREFIX,
+      chunk_size=CHUNK,
     )
   with pytest.raises(store_lib.InvalidBlockError, match='cannot store the page'):
     store.put(block, page_layout=[(0, PREFIX)])

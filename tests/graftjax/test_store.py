@@ -187,7 +187,7 @@ def test_manifest_records_meta_shapes_and_documented_digests(store):
     manifest = json.load(f)
   assert manifest['format'] == 'graftjax.blockstore/4'
   assert manifest['key'] == key
-  assert manifest['layout_version'] == blocks.LAYOUT_VERSION
+  assert manifest['layout_version'] == block.meta.layout_version == 2  # made without a chunk size
   assert manifest['meta'] == block.meta.to_json()
   layers = _layer_digests(block.k)
   assert len(set(layers)) == _SHAPE[0]
@@ -266,6 +266,7 @@ def test_key_is_stable_across_processes():
     {'dtype': 'bfloat16'},
     {'position_scheme': 'alibi'},
     {'layout_version': 1},
+    {'chunk_size': 4},
     {'capacity': 65},
     {'batch_size': 2},
     {'segment': 1},

@@ -229,7 +229,11 @@ def test_restore_from_the_store_continues_byte_equal_to_fresh(tiny_model, store)
     PREFIX, cache=tiny_model.init_cache(capacity=CAPACITY), chunk_size=4, logits='none'
   )
   block = blocks.capture(
-    cache, blocks.Span(0, PREFIX.size), token_ids=PREFIX, target=tiny_model.graft_target
+    cache,
+    blocks.Span(0, PREFIX.size),
+    token_ids=PREFIX,
+    target=tiny_model.graft_target,
+    chunk_size=4,
   )
   key = store.put(block)
   fresh, _ = tiny_model.prefill(
@@ -242,6 +246,7 @@ def test_restore_from_the_store_continues_byte_equal_to_fresh(tiny_model, store)
     tiny_model.init_cache(capacity=CAPACITY),
     target=tiny_model.graft_target,
     token_ids=PREFIX,
+    chunk_size=4,
   )
   grafted, _ = tiny_model.prefill(
     CONT, cache=restored, chunk_size=4, start_position=PREFIX.size, logits='all'

@@ -71,6 +71,9 @@ def test_a_block_fetched_from_s3_grafts_to_the_recorded_logit_bytes(request):
     model.init_cache(capacity=RECORD['capacity']),
     fetched.get(RECORD['key']),
     target=model.graft_target,
+    # A block of layout 2 records no chunk size; the fixture's record names the one it had.
+    chunk_size=RECORD['chunk_size'],
+    allow_other_shape=True,
   )
   ids, prefix = RECORD['token_ids'], RECORD['prefix_tokens']
   logits, _ = model.prefill(

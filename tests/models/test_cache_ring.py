@@ -74,9 +74,15 @@ def _fresh_and_grafted(model, prompt, continuation, *, capacity, chunk, span=Non
   _, cache = model.prefill(prompt, cache=cache, chunk_size=chunk, logits='none')
   span = span or blocks.Span(0, len(prompt))
   block = blocks.capture(
-    cache, span, token_ids=prompt[span.start : span.stop], target=model.graft_target
+    cache,
+    span,
+    token_ids=prompt[span.start : span.stop],
+    target=model.graft_target,
+    chunk_size=chunk,
   )
-  grafted = blocks.graft(model.init_cache(capacity=capacity), block, target=model.graft_target)
+  grafted = blocks.graft(
+    model.init_cache(capacity=capacity), block, target=model.graft_target, chunk_size=chunk
+  )
   start = len(prompt)
   fresh, _ = model.prefill(
     continuation, cache=cache, chunk_size=chunk, start_position=start, logits='all'
@@ -109,7 +115,13 @@ def test_capture_of_a_span_the_ring_dropped_is_refused(ring_model):
   cache = ring_model.init_cache(capacity=64)
   _, cache = ring_model.prefill(prompt, cache=cache, chunk_size=CHUNK, logits='none')
   with pytest.raises(blocks.GraftError, match='capture it before writing further'):
-    blocks.capture(cache, blocks.Span(0, 20), token_ids=prompt[:20], target=ring_model.graft_target)
+    blocks.capture(
+      cache,
+      blocks.Span(0, 20),
+      token_ids=prompt[:20],
+      target=ring_model.graft_target,
+      chunk_size=CHUNK,
+    )
 
 
 def test_block_of_a_ring_model_is_refused_by_the_full_model(ring_model):
@@ -117,11 +129,11 @@ def test_block_of_a_ring_model_is_refused_by_the_full_model(ring_model):
   cache = ring_model.init_cache(capacity=64)
   _, cache = ring_model.prefill(prompt, cache=cache, chunk_size=CHUNK, logits='none')
   block = blocks.capture(
-    cache, blocks.Span(0, 20), token_ids=prompt, target=ring_model.graft_target
+    cache, blocks.Span(0, 20), token_ids=prompt, target=ring_model.graft_target, chunk_size=CHUNK
   )
   full = gemma_model.tiny()
   with pytest.raises(blocks.GraftError, match='fingerprint'):
-    blocks.graft(full.init_cache(capacity=64), block, target=full.graft_target)
+    blocks.graft(full.init_cache(capacity=64), block, target=full.graft_target, chunk_size=CHUNK)
 
 
 def test_forward_refuses_a_chunk_larger_than_the_ring_takes(ring_model):
@@ -163,7 +175,10 @@ def test_ring_is_chunk_invariant_under_pallas():
   )
   cache = model.init_cache(capacity=capacity)
   _, cache = model.prefill(prompt, cache=cache, chunk_size=24, logits='none')
-  block = blocks.capture(cache, blocks.Span(0, 72), token_ids=prompt, target=model.graft_target)
+  block = blocks.capture(
+    cache, blocks.Span(0, 72), token_ids=prompt, target=model.graft_target, chunk_size=24
+  )
+  # chunk-invariant kernels: no chunk size in force is needed (the block's is 24)
   grafted = blocks.graft(model.init_cache(capacity=capacity), block, target=model.graft_target)
   after, _ = model.prefill(
     continuation, cache=grafted, chunk_size=8, start_position=72, logits='all'
@@ -186,9 +201,16 @@ def test_ring_block_as_a_page_and_through_the_store_stays_exact(ring_model, tmp_
   key, page_key = store.put(block), pages.put(store, page)
   target = ring_model.graft_target
   caches = {
-    'restore': restore.restore(store, key, ring_model.init_cache(capacity=64), target=target),
+    'restore': restore.restore(
+      store, key, ring_model.init_cache(capacity=64), target=target, chunk_size=CHUNK
+    ),
     'page_in': pages.page_in(
-      store, page_key, ring_model.init_cache(capacity=64), target=target, config=ring_model.config
+      store,
+      page_key,
+      ring_model.init_cache(capacity=64),
+      target=target,
+      config=ring_model.config,
+      chunk_size=CHUNK,
     ),
   }
   for name, cache in caches.items():
@@ -206,13 +228,17 @@ def test_a_ring_leaves_no_slots_empty_after_written_ones(ring_model):
   with pytest.raises(ValueError, match='leaves slots empty only before its first write'):
     cache_lib.reserve(cache, 4)
   block = blocks.capture(
-    cache, blocks.Span(12, 20), token_ids=prompt[12:], target=ring_model.graft_target
+    cache,
+    blocks.Span(12, 20),
+    token_ids=prompt[12:],
+    target=ring_model.graft_target,
+    chunk_size=CHUNK,
   )
   moved = blocks.KVBlock(
     k=block.k, v=block.v, positions=block.positions, meta=dataclasses.replace(block.meta, start=40)
   )
   with pytest.raises(blocks.GraftError, match='leaves slots empty only before its first write'):
-    blocks.graft(cache, moved, target=ring_model.graft_target)
+    blocks.graft(cache, moved, target=ring_model.graft_target, chunk_size=CHUNK)
   # Before the first write a ring may skip slots (a block computed alone at its own slot).
   assert int(cache_lib.reserve(ring_model.init_cache(capacity=64), 30).length) == 30
 
@@ -232,9 +258,13 @@ def test_relocated_ring_block_is_exact_under_rope_relative():
     return model.prefill(ids, cache=cache, chunk_size=CHUNK, start_position=start, logits='all')
 
   _, at_zero = prefill(prompt, model.init_cache(capacity=64), 0)
-  block = blocks.capture(at_zero, blocks.Span(0, 30), token_ids=prompt, target=target)
+  block = blocks.capture(
+    at_zero, blocks.Span(0, 30), token_ids=prompt, target=target, chunk_size=CHUNK
+  )
   moved = blocks.relocate(block, 500, model=model)
-  grafted = blocks.graft(model.init_cache(capacity=64), moved, target=target, allow_shifted=True)
+  grafted = blocks.graft(
+    model.init_cache(capacity=64), moved, target=target, allow_shifted=True, chunk_size=CHUNK
+  )
   _, fresh = prefill(prompt, model.init_cache(capacity=64), 500)
   want, _ = prefill(continuation, fresh, 530)
   got, _ = prefill(continuation, grafted, 530)

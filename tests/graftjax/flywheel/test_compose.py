@@ -39,7 +39,7 @@ def library(model, tmp_path_factory):
       ids, cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
     )
     block = blocks.capture(
-      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target
+      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target, chunk_size=CHUNK
     )
     keys.append(store.put(block))
   return store, keys
@@ -176,7 +176,9 @@ def test_bfloat16_pages_are_byte_equal_to_fresh_prefill(tmp_path):
     _, cache = m.prefill(
       ids, cache=m.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
     )
-    block = blocks.capture(cache, blocks.Span(0, len(ids)), token_ids=ids, target=m.graft_target)
+    block = blocks.capture(
+      cache, blocks.Span(0, len(ids)), token_ids=ids, target=m.graft_target, chunk_size=CHUNK
+    )
     keys.append(store.put(block))
   cache, layout = compose.compose(m, store, keys, capacity=CAPACITY)
   assert [p.slot for p in layout.placements] == [0, 512]

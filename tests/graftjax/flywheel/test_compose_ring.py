@@ -40,7 +40,7 @@ def _deposit(model, store, texts):
       ids, cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
     )
     block = blocks.capture(
-      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target
+      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target, chunk_size=CHUNK
     )
     keys.append(store.put(block))
   return keys

@@ -7,6 +7,8 @@ import sqlite3
 
 import pytest
 
+from graftjax import blocks
+from graftjax import restore as restore_lib
 from graftjax import store as store_lib
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
@@ -387,3 +389,16 @@ def test_a_code_deposit_holds_the_solution_once(text_model, library):
   assert entry.text.count('return a + b') == 1 and entry.answer == code
   assert entry.text.startswith(library_lib.CODE_QUERY.format(question=item.question))
   library.check(entry, text_model)  # still a deposit of its question, bound to its block
+
+
+def test_a_deposit_records_the_library_chunk_size_and_is_restored_only_at_it(text_model, library):
+  """Fails on the code before: a deposit recorded no chunk size, so a restore in force with
+  other chunks passed."""
+  entry = deposit(text_model, library)
+  meta = library.store.get(entry.key).meta
+  assert (meta.chunk_size, meta.layout_version) == (SHAPE.chunk_size, blocks.LAYOUT_VERSION)
+  cache = text_model.init_cache(capacity=SHAPE.capacity)
+  with pytest.raises(blocks.GraftError, match=f'chunks of {SHAPE.chunk_size} tokens; this cache'):
+    restore_lib.restore(
+      library.store, entry.key, cache, target=text_model.graft_target, chunk_size=8
+    )

@@ -65,7 +65,7 @@ def captured(model):
       ids, cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
     )
     block = blocks.capture(
-      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target
+      cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target, chunk_size=CHUNK
     )
     out[name] = (text, block)
   return out

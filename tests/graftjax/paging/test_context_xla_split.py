@@ -6,6 +6,7 @@ reference uses (XLA rows depend on both); moved by whole splits, they are byte-e
 block-attention prefill. Moved by less, they are not.
 """
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -57,7 +58,9 @@ def prefill_alone(model, ids, capacity=CAPACITY):
   _, cache = model.prefill(
     ids, cache=model.init_cache(capacity=capacity), chunk_size=CHUNK, logits='none'
   )
-  return blocks.capture(cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target)
+  return blocks.capture(
+    cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target, chunk_size=CHUNK
+  )
 
 
 @pytest.fixture(scope='module')
@@ -158,3 +161,32 @@ def test_refusals_off_the_split_invariant_path(model, library):
   other = prefill_alone(model, ids_of(TEXTS['river']), capacity=2 * CAPACITY)
   with pytest.raises(compose.ComposeError, match='computed in a cache of 2048 slots'):
     compose.place(model, [other], capacity=CAPACITY)
+
+
+def test_blocks_of_other_chunk_sizes_are_not_composed(model, captured):
+  """Off the chunk-invariant kernels a row's bits depend on its chunk: blocks of two chunk
+  sizes have no one fresh reference (fails on the code before: they were composed), nor has
+  a block that records none."""
+  river = captured['river']
+  _, cache = model.prefill(
+    ids_of(TEXTS['stone']),
+    cache=model.init_cache(capacity=CAPACITY),
+    chunk_size=2 * CHUNK,
+    logits='none',
+  )
+  stone = blocks.capture(
+    cache,
+    blocks.Span(0, len(ids_of(TEXTS['stone']))),
+    token_ids=ids_of(TEXTS['stone']),
+    target=model.graft_target,
+    chunk_size=2 * CHUNK,
+  )
+  with pytest.raises(compose.ComposeError, match=f'#0: {CHUNK}, #1: {2 * CHUNK}'):
+    compose.place(model, [river, stone], capacity=CAPACITY)
+  unrecorded = dataclasses.replace(
+    river, meta=dataclasses.replace(river.meta, chunk_size=0, layout_version=2)
+  )
+  with pytest.raises(compose.ComposeError, match='#0: none recorded'):
+    compose.place(model, [unrecorded], capacity=CAPACITY)
+  placed, _ = compose.place(model, [river, captured['orchard']], capacity=CAPACITY)
+  assert len(placed) == 2  # one chunk size: composed

@@ -75,6 +75,7 @@ def test_a_fact_cut_by_a_boundary_is_whole_in_the_routed_installed_page(tiny_mod
       page,
       target=tiny_model.graft_target,
       config=tiny_model.config,
+      chunk_size=CHUNK,
     )
     installed = [int(t) for t in page.block.meta.token_ids]
     at = [i for i in range(64) if installed[i : i + len(fact_ids)] == fact_ids]
@@ -95,7 +96,11 @@ def test_an_overlapping_page_installs_byte_equal_to_a_fresh_prefill(tiny_model):
       model, row[None], capacity=CAPACITY, chunk_size=CHUNK, local_rows=None
     )
     window = pages.install(
-      model.init_cache(capacity=CAPACITY), page, target=model.graft_target, config=model.config
+      model.init_cache(capacity=CAPACITY),
+      page,
+      target=model.graft_target,
+      config=model.config,
+      chunk_size=CHUNK,
     )
     paged, _ = model.prefill(question, cache=window, chunk_size=8, start_position=64, logits='all')
     _, fresh = model.prefill(

@@ -38,7 +38,9 @@ def _block(model):
   _, cache = model.prefill(
     PREFIX, cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
   )
-  return blocks.capture(cache, blocks.Span(0, N), token_ids=PREFIX, target=model.graft_target)
+  return blocks.capture(
+    cache, blocks.Span(0, N), token_ids=PREFIX, target=model.graft_target, chunk_size=CHUNK
+  )
 
 
 def _continue(model, cache, start=N):
@@ -47,7 +49,9 @@ def _continue(model, cache, start=N):
 
 
 def _after(model, block, start=N):
-  cache = blocks.graft(model.init_cache(capacity=CAPACITY), block, target=model.graft_target)
+  cache = blocks.graft(
+    model.init_cache(capacity=CAPACITY), block, target=model.graft_target, chunk_size=CHUNK
+  )
   return _sha(_continue(model, cache, start))
 
 
@@ -58,6 +62,7 @@ def _install(model, page, **kwargs):
     page,
     target=model.graft_target,
     config=model.config,
+    chunk_size=CHUNK,
     **kwargs,
   )
 
@@ -65,7 +70,12 @@ def _install(model, page, **kwargs):
 def _page_in(model, store, key):
   """The page stored under `key` read, verified and installed in a new cache of `model`."""
   return pages.page_in(
-    store, key, model.init_cache(capacity=CAPACITY), target=model.graft_target, config=model.config
+    store,
+    key,
+    model.init_cache(capacity=CAPACITY),
+    target=model.graft_target,
+    config=model.config,
+    chunk_size=CHUNK,
   )
 
 
@@ -195,3 +205,23 @@ def test_bytes_per_token_of_the_real_config():
   assert pages.bytes_per_token(config, 'float32')['page'] == 6_144.0
   at_2k = pages.bytes_per_token(config, 'bfloat16', 2048)
   assert at_2k['page'] == (3 * 2048 + 15 * 511) * 1024 / 2048
+
+
+def test_a_stored_page_records_its_chunk_size_and_page_in_holds_the_caller_to_it(tmp_path):
+  """Fails on the code before: a page recorded no chunk size, and page_in took it into a cache
+  whatever chunks were in force."""
+  model = _model()
+  store = store_lib.BlockStore(tmp_path / 'store')
+  key = pages.put(store, pages.to_page(_block(model), model.config))
+  got = pages.get(store, key)
+  assert got.layout is not None and got.block.meta.chunk_size == CHUNK
+  kwargs = {'target': model.graft_target, 'config': model.config}
+  for chunk_size, match in (
+    (None, 'no chunk size in force'),
+    (CHUNK + 1, f'chunks of {CHUNK + 1}'),
+  ):
+    with pytest.raises(blocks.GraftError, match=match):
+      pages.page_in(
+        store, key, model.init_cache(capacity=CAPACITY), chunk_size=chunk_size, **kwargs
+      )
+  assert _sha(_continue(model, _page_in(model, store, key))) == _after(model, _block(model))

@@ -76,19 +76,12 @@ def test_shifted_block_needs_explicit_consent():
   m = gemma_model.tiny()
   _, cache = m.prefill(BLOCK, cache=m.init_cache(capacity=16), chunk_size=4, logits='none')
   block = blocks.capture(
-    cache,
-    blocks.Span(0, len(BLOCK)),
-    token_ids=BLOCK,
-    target=m.graft_target,
+    cache, blocks.Span(0, len(BLOCK)), token_ids=BLOCK, target=m.graft_target, chunk_size=4
   )
   moved = blocks.relocate(block, 100, model=m)
   assert moved.meta.shift == 100 and int(moved.positions[0]) == 100
   with pytest.raises(blocks.GraftError, match='allow_shifted'):
-    blocks.graft(
-      m.init_cache(capacity=16),
-      moved,
-      target=m.graft_target,
-    )
+    blocks.graft(m.init_cache(capacity=16), moved, target=m.graft_target, chunk_size=4)
 
 
 # impl='pallas': every forward is one chunk of 3 tokens, so each model

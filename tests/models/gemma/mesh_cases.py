@@ -30,12 +30,18 @@ def _fresh_and_grafted(model, ids, *, batch_size=1):
   prefix, rest = ids[:PREFIX], ids[PREFIX:]
   cache = model.init_cache(batch_size=batch_size, capacity=CAPACITY)
   _, cache = model.prefill(prefix, cache=cache, chunk_size=CHUNK, logits='none')
+  # Captured before the continuation is written: a ring then still holds the rows it needs.
+  block = blocks.capture(
+    cache, blocks.Span(0, PREFIX), token_ids=prefix, target=model.graft_target, chunk_size=CHUNK
+  )
   fresh, cache = model.prefill(
     rest, cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
-  block = blocks.capture(cache, blocks.Span(0, PREFIX), token_ids=prefix, target=model.graft_target)
   grafted = blocks.graft(
-    model.init_cache(batch_size=batch_size, capacity=CAPACITY), block, target=model.graft_target
+    model.init_cache(batch_size=batch_size, capacity=CAPACITY),
+    block,
+    target=model.graft_target,
+    chunk_size=CHUNK,
   )
   assert grafted.k.sharding.is_equivalent_to(cache.k.sharding, 5)
   out, grafted = model.prefill(
@@ -54,6 +60,30 @@ def test_grafted_equals_fresh_under_model_parallelism(ways):
   assert {s.data.shape[3] for s in cache.k.addressable_shards} == {8 // ways}
   assert len(cache.k.addressable_shards) == ways
   assert model.params['layers'][0]['q'].addressable_shards[0].data.shape[1] == 8 // ways
+
+
+@pytest.mark.parametrize(('data', 'ways', 'batch_size'), [(1, 1, 1), (1, 4, 1), (2, 4, 2)])
+def test_a_ring_cache_runs_on_a_mesh(data, ways, batch_size):
+  """The sliding-window layers' ring (the layout 12B, 27B and Gemma 4 need) is made in its
+  shards, kv heads split as the full layers' are; grafted == fresh; one device computes the
+  unsharded ring model's bits."""
+  base = gemma_model.tiny(num_heads=8, num_kv_heads=8).with_local_cache('ring', chunk_size=CHUNK)
+  model = sharding.shard_model(base, sharding.make_mesh(data, ways))
+  fresh, grafted, cache = _fresh_and_grafted(model, _ids(), batch_size=batch_size)
+  assert fresh.tobytes() == grafted.tobytes()
+  assert cache.ring_capacity < CAPACITY  # the ring wraps: its rows are not the full layout's
+  for name in ('ring_k', 'ring_v'):
+    shards = getattr(cache, name).addressable_shards
+    assert {s.data.shape[1:4:2] for s in shards} == {(batch_size // data, 8 // ways)}
+  assert getattr(cache.ring_positions.sharding, 'spec', None) == cache.positions.sharding.spec
+  if ways == 1 and data == 1:
+    reference, _ = base.prefill(
+      _ids(), cache=base.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='all'
+    )
+    out, _ = model.prefill(
+      _ids(), cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='all'
+    )
+    assert np.asarray(out).tobytes() == np.asarray(reference).tobytes()
 
 
 def test_one_kv_head_replicates_the_cache_over_the_model_axis():
@@ -92,11 +122,17 @@ def test_a_split_is_part_of_the_fingerprint():
   cache = four.init_cache(capacity=CAPACITY)
   _, cache = four.prefill(_ids()[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
   block = blocks.capture(
-    cache, blocks.Span(0, PREFIX), token_ids=_ids()[:PREFIX], target=four.graft_target
+    cache,
+    blocks.Span(0, PREFIX),
+    token_ids=_ids()[:PREFIX],
+    target=four.graft_target,
+    chunk_size=CHUNK,
   )
   two = sharding.shard_model(base, sharding.make_mesh(1, 2))
   with pytest.raises(blocks.GraftError, match='fingerprint'):
-    blocks.graft(two.init_cache(capacity=CAPACITY), block, target=two.graft_target)
+    blocks.graft(
+      two.init_cache(capacity=CAPACITY), block, target=two.graft_target, chunk_size=CHUNK
+    )
 
 
 def test_place_one_tensor_at_a_time_gives_the_same_model():

@@ -263,6 +263,51 @@ def test_integer_tensor_refused(tmp_path, tiny):
     model.load(weights=folder)
 
 
+@pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize('dtype', [np.float32, ml_dtypes.bfloat16])
+def test_non_finite_weight_refused_naming_the_tensor(tmp_path, tiny, bad, dtype):
+  folder = safetensors_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ckpt')
+  tensors = load_file(folder / 'model.safetensors')
+  name = 'model.layers.1.mlp.up_proj.weight'
+  tensors[name] = tensors[name].astype(dtype)
+  tensors[name][2, 3] = bad
+  save_file(tensors, str(folder / 'model.safetensors'))
+  with pytest.raises(params_lib.CheckpointError, match=rf'{name} holds -?(nan|inf) at flat index'):
+    model.load(weights=folder)
+
+
+def test_non_finite_weight_refused_in_orbax(tmp_path, tiny):
+  import orbax.checkpoint as ocp
+
+  folder = orbax_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ox')
+  flat = ocp.PyTreeCheckpointer().restore(folder)
+  flat['transformer/final_norm']['scale'][0] = np.nan
+  other = tmp_path / 'other'
+  ocp.PyTreeCheckpointer().save(other, flat)
+  with pytest.raises(params_lib.CheckpointError, match='final_norm/scale holds nan'):
+    _with(other, tiny[0].config)
+
+
+def test_non_finite_check_spans_every_slice(monkeypatch):
+  """A value past the first slice of `check_float` is found, at its own index."""
+  monkeypatch.setattr(params_lib, '_FINITE_SLICE', 4)
+  value = np.ones((3, 5), np.float32)
+  params_lib.check_float('w', value, 'src')
+  value[2, 4] = np.inf
+  with pytest.raises(params_lib.CheckpointError, match='w holds inf at flat index 14'):
+    params_lib.check_float('w', value, 'src')
+
+
+@pytest.mark.parametrize('file', ['config.json', 'model.safetensors.index.json'])
+def test_deeply_nested_json_is_a_checkpoint_error(tmp_path, tiny, file):
+  folder = safetensors_io.save(
+    tiny[0].params, tiny[0].config, tmp_path / 'ckpt', max_shard_bytes=20_000
+  )
+  (folder / file).write_text('[' * 100_000 + ']' * 100_000)
+  with pytest.raises(params_lib.CheckpointError, match=f'{file}: cannot read JSON .nested too'):
+    model.load(weights=folder)
+
+
 def test_damaged_orbax_is_a_project_error(tmp_path, tiny):
   folder = orbax_io.save(tiny[0].params, tiny[0].config, tmp_path / 'ox')
   (folder / '_METADATA').write_text('{')

@@ -207,6 +207,16 @@ def test_relocating_keys_follows_the_scaled_rotation():
     ({'num_attention_heads': 3, 'num_key_value_heads': 2}, 'not a multiple'),
     ({'rope_theta': 'big'}, 'ValueError'),
     ({'rope_scaling': {'rope_type': 'linear', 'factor': None}}, 'TypeError'),
+    ({'query_pre_attn_scalar': 0}, 'query_pre_attn_scalar=0: must be a finite number > 0'),
+    ({'query_pre_attn_scalar': -256}, 'query_pre_attn_scalar=-256: must be a finite'),
+    ({'query_pre_attn_scalar': float('nan')}, 'query_pre_attn_scalar=nan: must be a finite'),
+    ({'query_pre_attn_scalar': float('inf')}, 'query_pre_attn_scalar=inf: must be a finite'),
+    ({'query_pre_attn_scalar': True}, 'query_pre_attn_scalar=True: must be a finite'),
+    ({'rms_norm_eps': -1e-6}, 'rms_norm_eps=-1e-06: must be a finite number >= 0'),
+    ({'rms_norm_eps': float('nan')}, 'rms_norm_eps=nan: must be a finite number >= 0'),
+    ({'sliding_window': 0}, 'sliding_window=0: must be an int > 0'),
+    ({'sliding_window': -512}, 'sliding_window=-512: must be an int > 0'),
+    ({'eos_token_id': []}, r'eos_token_id=\[\]: names no end-of-sequence token'),
   ],
 )
 def test_malformed_config_json_is_a_checkpoint_error(raw, match):
