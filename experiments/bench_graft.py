@@ -20,6 +20,8 @@ restore and its prefill of the same tokens run as the peer (CPU, in that
 interpreter). Each graft timing is the median of `--repeats` runs
 after one warm-up run (which compiles); recompute runs `--recompute_repeats`
 times with no warm-up (capturing the block compiled its prefill).
+`--local_cache=ring` keeps the sliding-window layers in window-sized rings
+(chunks of up to --chunk_size tokens), as a long context at 31B needs.
 """
 
 from graftjax import determinism
@@ -50,6 +52,9 @@ _RECOMPUTE_REPEATS = flags.DEFINE_integer(
 _LLAMACPP_PYTHON = flags.DEFINE_string(
   'llamacpp_python', None, 'Interpreter with llama-cpp-python.'
 )
+_LOCAL_CACHE = flags.DEFINE_enum(
+  'local_cache', 'full', ['full', 'ring'], 'Cache layout of the sliding-window layers.'
+)
 _OUT = flags.DEFINE_string(
   'out', 'experiments/results/graft_speed/bench_graft.json', 'Result JSON.'
 )
@@ -67,6 +72,7 @@ def main(argv):
     recompute_max=_RECOMPUTE_MAX.value,
     llamacpp_python=_LLAMACPP_PYTHON.value,
     recompute_repeats=_RECOMPUTE_REPEATS.value,
+    local_cache=_LOCAL_CACHE.value,
   )
   print(bench_graft.format_rows(result))
   results.write(_OUT.value, result)

@@ -125,9 +125,14 @@ def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str,
     return [bench(model, store, ids[: n + 1], **kwargs) for n in tqdm.tqdm(lengths, desc=desc)]
 
 
-def load(model_name: str, dtype: str, longest: int):
-  """The named model and `long_text_ids` of its tokenizer (a byte tokenizer if it has none)."""
+def load(
+  model_name: str, dtype: str, longest: int, *, local_cache: str = 'full', chunk_size: int = 0
+):
+  """The named model (its sliding-window layers cached `local_cache`, a 'ring' taking chunks
+  of `chunk_size`) and `long_text_ids` of its tokenizer (a byte tokenizer if it has none)."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
+  if local_cache != 'full':
+    model = model.with_local_cache(local_cache, chunk_size=chunk_size)
   tokenizer = model.tokenizer or corpus.ByteTokenizer(model.config.vocab_size)
   return model, long_text_ids(tokenizer, longest)
 
@@ -227,9 +232,10 @@ def experiment(
   llamacpp_python: str | None,
   recompute_repeats: int | None = None,
   command: str | None = None,
+  local_cache: str = 'full',
 ) -> dict:
   """Graft vs recompute for every prefix length (and llama.cpp's restore); the result."""
-  model, ids = load(model_name, dtype, max(lengths))
+  model, ids = load(model_name, dtype, max(lengths), local_cache=local_cache, chunk_size=chunk_size)
   rows = over_lengths(
     model,
     ids,
@@ -250,6 +256,7 @@ def experiment(
     'model': model_name,
     'dtype': dtype,
     'chunk_size': chunk_size,
+    **({'local_cache': local_cache} if local_cache != 'full' else {}),
     'rows': rows,
   }
   if llamacpp_python:

@@ -27,9 +27,7 @@ import pathlib
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from graftjax.models.gemma import hf_config
-from graftjax.models.gemma import model
+from graftjax.models.gemma import hf_config, model
 
 _FIXTURES = pathlib.Path(__file__).resolve().parents[2] / 'fixtures' / 'gemma4_parity'
 TOLERANCE = 2e-3
