@@ -20,6 +20,8 @@ restore and its prefill of the same tokens run as the peer (CPU, in that
 interpreter). Each graft timing is the median of `--repeats` runs
 after one warm-up run (which compiles); recompute runs `--recompute_repeats`
 times with no warm-up (capturing the block compiled its prefill).
+`--local_cache=ring` keeps the sliding-window layers in window-sized rings
+(chunks of up to --chunk_size tokens), as a long context at 31B needs.
 """
 
 from graftjax import determinism

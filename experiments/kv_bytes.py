@@ -1,6 +1,6 @@
 r"""KV cache bytes per cached token, full-size vs ring sliding-window layers, and slots that fit.
 
-    python experiments/kv_bytes.py --model=tiny --model=gemma3-270m \
+    python experiments/kv_bytes.py --model=tiny --model=gemma3-270m --model=gemma4-e2b \
         --out=experiments/results/kv_bytes/kv_bytes.json \
         --table=experiments/results/kv_bytes/kv_bytes.md
 

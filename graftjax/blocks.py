@@ -245,8 +245,10 @@ class KVBlock:
   """Captured cache state of one span: a pytree whose metadata is static.
 
   Attributes:
-    k: [L, n, K, H] keys of the span, every layer.
-    v: [L, n, K, H] values of the span, every layer.
+    k: [L, n, K, H] keys of the span, every layer that caches them; packed as
+      [1, n, 1, F] for a model whose layers cache different shapes (Gemma 4:
+      `cache.KVCache.row_shape`).
+    v: values of the span, as k.
     positions: [n] int32 positions of the span's tokens.
     meta: provenance and compatibility metadata (static: not a leaf).
   """
@@ -480,8 +482,8 @@ def check_compatible(
   n = len(block)
   if n == 0:
     raise GraftError('empty block: grafting it would do nothing')
-  _, _, _, kv_heads, head_dim = cache.k.shape
-  rows = (cache.num_layers, n, kv_heads, head_dim)
+  layers, kv_heads, head_dim = cache.row_shape()
+  rows = (layers, n, kv_heads, head_dim)
   for name in ('k', 'v'):
     array = getattr(block, name)
     if jnp.dtype(array.dtype).name != meta.dtype:
@@ -489,7 +491,7 @@ def check_compatible(
     if tuple(array.shape) != rows:
       raise GraftError(
         f'block {name} is {tuple(array.shape)}, this cache takes'
-        f' [{cache.num_layers}, n={n}, {kv_heads}, {head_dim}]'
+        f' [{layers}, n={n}, {kv_heads}, {head_dim}]'
       )
   check_positions(block.positions, meta)
 

@@ -5,7 +5,10 @@
   out         = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
 
 with x1 = x[..., :H/2], x2 = x[..., H/2:], all in float32, cast back to x's
-dtype. Every element is a fixed function of (x row, position): no reduction,
+dtype. Partial ('proportional') rotary, as Gemma 4's global layers use it,
+rotates only the first `rotated_pairs(H, fraction)` pairs: the other
+inverse frequencies are 0, so their angle is 0, cos 1 and sin 0, and those
+dims pass through unchanged, bit for bit (x1 * 1 - x2 * 0 = x1). Every element is a fixed function of (x row, position): no reduction,
 nothing shared between rows, so a token's rotated key has the same bits
 whatever chunk or batch it was computed in. `inv_freq` is a host constant
 (`rotary_inv_freq`, computed in float64 and rounded once to float32) so the
@@ -44,17 +47,28 @@ class BlockSizes:
 DEFAULT_BLOCK_SIZES = BlockSizes()
 
 
-def rotary_inv_freq64(head_dim: int, theta: float) -> np.ndarray:
-  """[H / 2] float64 on the host: 1 / theta ** (arange(0, H, 2) / H)."""
+def rotated_pairs(head_dim: int, fraction: float = 1.0) -> int:
+  """How many of the H / 2 rotary pairs rotate: int(fraction * H // 2), as transformers'
+  'proportional' rope and google-deepmind/gemma count them."""
   if head_dim <= 0 or head_dim % 2:
     raise ValueError(f'head_dim must be positive and even, got {head_dim}')
-  exponent = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
-  return 1.0 / np.float64(theta) ** exponent
+  if not 0.0 < fraction <= 1.0:
+    raise ValueError(f'rotary fraction must be in (0, 1], got {fraction}')
+  return int(fraction * head_dim // 2)
 
 
-def rotary_inv_freq(head_dim: int, theta: float) -> np.ndarray:
+def rotary_inv_freq64(head_dim: int, theta: float, fraction: float = 1.0) -> np.ndarray:
+  """[H / 2] float64 on the host: 1 / theta ** (2 i / H) for the rotating pairs, else 0."""
+  rotated = rotated_pairs(head_dim, fraction)
+  exponent = np.arange(0, 2 * rotated, 2, dtype=np.float64) / head_dim
+  out = np.zeros(head_dim // 2, np.float64)
+  out[:rotated] = 1.0 / np.float64(theta) ** exponent
+  return out
+
+
+def rotary_inv_freq(head_dim: int, theta: float, fraction: float = 1.0) -> np.ndarray:
   """[H / 2] float32: `rotary_inv_freq64` rounded once (the kernel's table)."""
-  return rotary_inv_freq64(head_dim, theta).astype(np.float32)
+  return rotary_inv_freq64(head_dim, theta, fraction).astype(np.float32)
 
 
 def _rotate(x1, x2, pos, inv_freq):
@@ -77,13 +91,16 @@ def _rotary_kernel(x_ref, pos_ref, inv_freq_ref, o_ref):
   o_ref[:, :, hi] = out2.astype(o_ref.dtype)
 
 
-@functools.partial(jax.jit, static_argnames=('theta', 'scale', 'block_t', 'num_warps', 'interpret'))
+@functools.partial(
+  jax.jit, static_argnames=('theta', 'scale', 'fraction', 'block_t', 'num_warps', 'interpret')
+)
 def apply_rotary(
   x: jax.Array,
   positions: jax.Array,
   *,
   theta: float,
   scale: float = 1.0,
+  fraction: float = 1.0,
   block_t: int = DEFAULT_BLOCK_SIZES.block_t,
   num_warps: int = 4,
   interpret: bool = False,
@@ -96,6 +113,7 @@ def apply_rotary(
     theta: rotary base (Gemma 3: 10_000 local, 1_000_000 global).
     scale: linear rope scaling: inverse frequencies divided by it (Gemma 3
       global layers from 4B up: 8).
+    fraction: of the pairs that rotate (`rotated_pairs`; Gemma 4 global layers: 0.25).
     block_t: tokens per program (T is padded to a multiple).
     num_warps: Triton only.
     interpret: run the kernel in the Pallas interpreter (CPU).
@@ -112,7 +130,7 @@ def apply_rotary(
     raise ValueError(f'head dim H={head_dim} must be even')
   if block_t <= 0:
     raise ValueError(f'{block_t=} must be positive')
-  inv_freq = jnp.asarray(rotary_inv_freq(head_dim, theta) / np.float32(scale))
+  inv_freq = jnp.asarray(rotary_inv_freq(head_dim, theta, fraction) / np.float32(scale))
   padded = pl.cdiv(num_t, block_t) * block_t
   if interpret and batch * padded == block_t:
     padded += block_t  # keep the interpreter's grid a loop (see rmsnorm.py)
@@ -136,15 +154,21 @@ def apply_rotary(
   return out[:, :num_t]
 
 
-def rotary_inv_freq_float32(head_dim: int, theta: float) -> jax.Array:
-  """[H / 2] float32 computed by XLA in float32, as HF transformers does."""
-  exponents = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
-  return 1.0 / (jnp.float32(theta) ** exponents)
+def rotary_inv_freq_float32(head_dim: int, theta: float, fraction: float = 1.0) -> jax.Array:
+  """[H / 2] float32 computed by XLA in float32, as HF transformers does (0 past the
+  rotating pairs)."""
+  rotated = rotated_pairs(head_dim, fraction)
+  exponents = jnp.arange(0, 2 * rotated, 2, dtype=jnp.float32) / head_dim
+  inv_freq = 1.0 / (jnp.float32(theta) ** exponents)
+  return jnp.pad(inv_freq, (0, head_dim // 2 - rotated))
 
 
-def rotary_table(head_dim: int, theta: float, index) -> tuple[np.ndarray, np.ndarray]:
+def rotary_table(
+  head_dim: int, theta: float, index, fraction: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
   """float32 cos, sin [len(index), H / 2] of index * inv_freq, computed in float64."""
-  angles = np.asarray(index, np.float64)[:, None] * rotary_inv_freq64(head_dim, theta)[None, :]
+  inv_freq = rotary_inv_freq64(head_dim, theta, fraction)
+  angles = np.asarray(index, np.float64)[:, None] * inv_freq[None, :]
   return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 

@@ -30,6 +30,20 @@ graft. Fresh and grafted paths therefore run the same attention over the
 same ring. The two layouts run attention over other shapes (R vs S slots),
 so their bits differ (under XLA, and under Pallas wherever a window wraps
 the ring): a model's layout is part of its fingerprint.
+
+The ring layers' keys and values may have another shape (K, H) than the
+full-size layers' (Gemma 4: sliding-window layers of head size 256, global
+layers of 512 with their own kv heads); such a model keeps its sliding-window
+layers in the ring arrays in both layouts, a ring of R = S slots (which never
+wraps) standing for 'full'. The cache holds the layers that compute keys and
+values; a model layer that reuses another's (Gemma 4's kv sharing) reads
+that layer's rows and has none of its own.
+
+Rows leave and enter such a cache packed (`slice_rows`, `write_rows`): a
+slot's keys of every layer, each flattened to K_l * H_l values and
+concatenated in layer order, as one row [1, n, 1, F] (F = sum of K_l H_l),
+so blocks, stores and restores keep their [L, n, K, H] arrays whatever the
+model. `row_shape` says which form a cache takes.
 """
 
 from __future__ import annotations
@@ -70,8 +84,8 @@ class KVCache:
       keys of segment s (block attention: independent blocks in one cache).
     length: [] int32, slots written so far (the next write index, shared by
       every batch row).
-    ring_k, ring_v: [Lr, B, R, K, H] keys and values of the ring layers (slot
-      s at ring index s mod R), or None for the 'full' layout.
+    ring_k, ring_v: [Lr, B, R, Kr, Hr] keys and values of the ring layers
+      (slot s at ring index s mod R), or None for the 'full' layout.
     ring_positions, ring_segments: [B, R] int32, as `positions` and
       `segments` for the ring slots, or None.
     ring_layers: (static) the model layers kept in the ring, ascending.
@@ -118,6 +132,24 @@ class KVCache:
     """R, the ring layers' slots (None for the 'full' layout)."""
     return None if self.ring_positions is None else self.ring_positions.shape[1]
 
+  @property
+  def packed(self) -> bool:
+    """Whether its ring and full-size layers cache rows of different shapes (Gemma 4): rows
+    then leave and enter it packed (`row_shape`)."""
+    return self.ring_k is not None and self.ring_k.shape[3:] != self.k.shape[3:]
+
+  def layer_shape(self, layer: int) -> tuple[int, int]:
+    """(K, H) of `layer`'s keys and values."""
+    kind, _ = self.where(layer)
+    return tuple((self.ring_k if kind == 'ring' else self.k).shape[3:])
+
+  def row_shape(self) -> tuple[int, int, int]:
+    """(L, K, H) of the rows `slice_rows` gives and `write_rows` takes: every layer's (K, H),
+    or for a `packed` cache (1, 1, F), F the sum over layers of K_l * H_l."""
+    if not self.packed:
+      return (self.num_layers,) + tuple(self.k.shape[3:])
+    return (1, 1, sum(k * h for k, h in map(self.layer_shape, range(self.num_layers))))
+
   def where(self, layer: int) -> tuple[str, int]:
     """('full' or 'ring', index of `layer` in that layout's arrays)."""
     if layer in self.ring_layers:
@@ -136,11 +168,14 @@ def init(
   ring_layers: tuple[int, ...] = (),
   ring_capacity: int | None = None,
   ring_window: int = 0,
+  ring_kv_heads: int | None = None,
+  ring_head_dim: int | None = None,
 ) -> KVCache:
   """An empty cache: zeros everywhere, every position -1.
 
   With `ring_layers`, those layers keep a ring of `ring_capacity` slots
-  (`ring_slots`) for a window of `ring_window`; the others the full capacity.
+  (`ring_slots`) for a window of `ring_window`, with `ring_kv_heads` and
+  `ring_head_dim` (default: those of the others); the others the full capacity.
   """
   if min(num_layers, batch_size, capacity, num_kv_heads, head_dim) <= 0:
     raise ValueError(
@@ -160,14 +195,16 @@ def init(
       f' of {ring_window} in a capacity of {capacity}: need distinct layers, W > 0, 0 < R <= S'
     )
 
-  def layers(count, slots):
-    shape = (count, batch_size, slots, num_kv_heads, head_dim)
+  def layers(count, slots, heads, width):
+    shape = (count, batch_size, slots, heads, width)
     return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
 
-  k, v = layers(num_layers - len(ring_layers), capacity)
+  k, v = layers(num_layers - len(ring_layers), capacity, num_kv_heads, head_dim)
   ring = {}
   if ring_layers:
-    ring_k, ring_v = layers(len(ring_layers), ring_capacity)
+    ring_k, ring_v = layers(
+      len(ring_layers), ring_capacity, ring_kv_heads or num_kv_heads, ring_head_dim or head_dim
+    )
     ring = {
       'ring_k': ring_k,
       'ring_v': ring_v,
@@ -291,15 +328,33 @@ def slice_rows(cache: KVCache, start: int, stop: int, batch_index: int = 0):
 
   ring_k, ring_v = ring_rows(cache.ring_k), ring_rows(cache.ring_v)
   order = [cache.where(layer) for layer in range(cache.num_layers)]
-  pick = lambda full, ring: jnp.stack([(ring if kind == 'ring' else full)[i] for kind, i in order])
+  if cache.packed:  # each layer's [n, K, H] as [n, K * H], concatenated: [1, n, 1, F]
+    n = stop - start
+    pick = lambda full, ring: jnp.concatenate(
+      [(ring if kind == 'ring' else full)[i].reshape(n, -1) for kind, i in order], axis=-1
+    )[None, :, None]
+  else:
+    pick = lambda full, ring: jnp.stack(
+      [(ring if kind == 'ring' else full)[i] for kind, i in order]
+    )
   return pick(full_k, ring_k), pick(full_v, ring_v), cache.positions[batch_index, start:stop]
 
 
+def unpack_rows(cache: KVCache, rows: jax.Array) -> list[jax.Array]:
+  """Packed rows [1, m, 1, F] of a `packed` cache as one [m, K_l, H_l] per layer."""
+  out, offset = [], 0
+  for layer in range(cache.num_layers):
+    heads, width = cache.layer_shape(layer)
+    out.append(rows[0, :, 0, offset : offset + heads * width].reshape(-1, heads, width))
+    offset += heads * width
+  return out
+
+
 def write_rows(cache: KVCache, k, v, positions, segment, start, n) -> KVCache:
-  """Writes the first n of k, v [L, m, K, H] (every model layer) and positions [m] (and
-  `segment`) at slots [start, start+n) of every row; slots [start+n, start+m) keep what they
-  hold, and so do ring indices no row lands on. n and start may be traced; m is the static
-  row count (start + m <= S)."""
+  """Writes the first n of k, v [L, m, K, H] (every model layer; [1, m, 1, F] packed for a
+  `packed` cache) and positions [m] (and `segment`) at slots [start, start+n) of every row;
+  slots [start+n, start+m) keep what they hold, and so do ring indices no row lands on. n
+  and start may be traced; m is the static row count (start + m <= S)."""
   m = positions.shape[0]
   keep = jnp.arange(m) < n  # [m]
 
@@ -318,6 +373,9 @@ def write_rows(cache: KVCache, k, v, positions, segment, start, n) -> KVCache:
   full = [layer for layer in range(cache.num_layers) if layer not in cache.ring_layers]
 
   def rows(a, layers):  # [L, m, K, H] -> [len(layers), 1, m, K, H]
+    if cache.packed:
+      per_layer = unpack_rows(cache, a)
+      return jnp.stack([per_layer[i] for i in layers]).astype(cache.dtype)[:, None]
     if len(layers) < a.shape[0]:
       a = a[jnp.asarray(layers, jnp.int32)]
     return a.astype(cache.dtype)[:, None]

@@ -129,11 +129,14 @@ def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str,
     return [bench(model, store, ids[: n + 1], **kwargs) for n in tqdm.tqdm(lengths, desc=desc)]
 
 
-def load(model_name: str, dtype: str, longest: int, local_cache: str = 'full'):
-  """The named model (with `local_cache` layout) and `long_text_ids` of its tokenizer."""
+def load(
+  model_name: str, dtype: str, longest: int, *, local_cache: str = 'full', chunk_size: int = 0
+):
+  """The named model (its sliding-window layers cached `local_cache`, a 'ring' taking chunks
+  of `chunk_size`) and `long_text_ids` of its tokenizer."""
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
   if local_cache != 'full':
-    model = model.with_local_cache(local_cache)
+    model = model.with_local_cache(local_cache, chunk_size=chunk_size)
   return model, long_text_ids(model.tokenizer, longest)
 
 
@@ -236,10 +239,10 @@ def experiment(
 ) -> dict:
   """Graft vs recompute for every prefix length (and llama.cpp's restore); the result.
 
-  `local_cache='ring'` keeps sliding-window layers in window-sized rings, so a block holds
-  only the rows those layers still see.
+  `local_cache='ring'` keeps sliding-window layers in window-sized rings (the block still
+  holds every layer's rows of the span; a ring layer's older ones are zero).
   """
-  model, ids = load(model_name, dtype, max(lengths), local_cache)
+  model, ids = load(model_name, dtype, max(lengths), local_cache=local_cache, chunk_size=chunk_size)
   rows = over_lengths(
     model,
     ids,

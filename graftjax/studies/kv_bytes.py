@@ -4,7 +4,10 @@
 
 For each config and capacity S: the bytes of one batch row's cache (k, v,
 positions and segments, as `Gemma.init_cache` lays them out, shapes taken
-with `jax.eval_shape`, nothing allocated) under each layout, per cached
+with `jax.eval_shape`, nothing allocated; Gemma 4's kv-shared layers cache
+nothing, its global layers their own kv heads and head size, and its K=V
+layers still two arrays, keys and values differing by their norms and
+rotary) under each layout, per cached
 token, against the global layers' own bytes; and the slots (one row, or
 tokens over all rows) that fit a device of `device_bytes` beside the weights.
 """
@@ -42,7 +45,13 @@ def param_count(config: config_lib.GemmaConfig) -> int:
 
 
 def ring_layers(config: config_lib.GemmaConfig) -> tuple[int, ...]:
-  return tuple(i for i in range(config.num_layers) if config.window(i) is not None)
+  """The sliding-window layers that cache keys and values."""
+  return tuple(i for i in config.cached_layers if config.window(i) is not None)
+
+
+def global_layers(config: config_lib.GemmaConfig) -> tuple[int, ...]:
+  """The global layers that cache keys and values."""
+  return tuple(i for i in config.cached_layers if config.window(i) is None)
 
 
 def ring_capacity(
@@ -65,22 +74,20 @@ def cache_bytes(
   chunk_size: int = model_lib.DEFAULT_RING_CHUNK,
   multiple: int = ops.CAPACITY_MULTIPLE,
 ) -> dict[str, int]:
-  """{'kv': k and v bytes, 'total': with positions and segments} of one batch row's cache."""
-  rings = ring_layers(config) if local == 'ring' else ()
-  ring = ring_capacity(config, capacity, chunk_size=chunk_size, multiple=multiple)
-  shapes = jax.eval_shape(
-    lambda: cache_lib.init(
-      num_layers=config.num_layers,
-      batch_size=1,
-      capacity=capacity,
-      num_kv_heads=config.num_kv_heads,
-      head_dim=config.head_dim,
-      dtype=dtype,
-      ring_layers=rings,
-      ring_capacity=ring if rings else None,
-      ring_window=config.sliding_window if rings else 0,
-    )
+  """{'kv': k and v bytes, 'total': with positions and segments} of one batch row's cache, as
+  `Gemma.init_cache` makes it (`multiple`: 1, or the Pallas capacity multiple)."""
+  if multiple not in (1, ops.CAPACITY_MULTIPLE):
+    raise ValueError(f'multiple must be 1 or {ops.CAPACITY_MULTIPLE}, got {multiple}')
+  impl = 'pallas' if multiple == ops.CAPACITY_MULTIPLE else 'xla'
+  model = model_lib.Gemma(
+    config=config.with_impl(impl),
+    params=None,
+    dtype=jnp.dtype(dtype),
+    params_digest='',
+    local_cache=local,
+    ring_chunk_size=chunk_size,
   )
+  shapes = jax.eval_shape(lambda: model.init_cache(batch_size=1, capacity=capacity))
   nbytes = lambda a: 0 if a is None else int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize
   kv = sum(nbytes(getattr(shapes, name)) for name in ('k', 'v', 'ring_k', 'ring_v'))
   return {'kv': kv, 'total': sum(nbytes(a) for a in jax.tree.leaves(shapes))}
@@ -88,8 +95,8 @@ def cache_bytes(
 
 def global_bytes_per_token(config: config_lib.GemmaConfig, dtype=jnp.bfloat16) -> int:
   """K/V bytes per token of the global layers alone (what a window-sized ring approaches)."""
-  num_global = config.num_layers - len(ring_layers(config))
-  return 2 * num_global * config.num_kv_heads * config.head_dim * jnp.dtype(dtype).itemsize
+  per_layer = [config.kv_heads_of(i) * config.head_dim_of(i) for i in global_layers(config)]
+  return 2 * sum(per_layer) * jnp.dtype(dtype).itemsize
 
 
 def fitting_slots(
@@ -158,9 +165,10 @@ def config_rows(
     'name': name,
     'config_digest': config.digest(),
     'layers': config.num_layers,
-    'global_layers': config.num_layers - len(ring_layers(config)),
+    'global_layers': sum(config.window(i) is None for i in range(config.num_layers)),
     'kv_heads': config.num_kv_heads,
     'head_dim': config.head_dim,
+    **_gemma4_entry(config),
     'sliding_window': config.sliding_window,
     'parameters': param_count(config),
     'weight_bytes': weights,
@@ -169,6 +177,19 @@ def config_rows(
     / settings.multiple,
     'capacities': per_capacity,
     'slots_that_fit': slots,
+  }
+
+
+def _gemma4_entry(config: config_lib.GemmaConfig) -> dict[str, Any]:
+  """What a Gemma 4 config adds to its entry (nothing for Gemma 3, whose entries stay)."""
+  if config.uniform_kv and not config.num_kv_shared_layers:
+    return {}
+  glob = global_layers(config)
+  return {
+    'cached_layers': len(config.cached_layers),
+    'global_kv_heads': config.kv_heads_of(glob[0]),
+    'global_head_dim': config.head_dim_of(glob[0]),
+    'k_eq_v': config.attention_k_eq_v,
   }
 
 

@@ -5,7 +5,8 @@ attend over all S slots of the cache (or of a sliding-window layer's ring,
 `models/cache.py`), masked by the stored positions:
   a query at position p sees slot j iff positions[j] >= 0, positions[j] <= p,
   and, on a sliding-window layer, p - positions[j] < window.
-Scores and softmax are float32. The implementations live in
+Scores and softmax are float32. A kv-shared layer (Gemma 4) computes no keys
+or values: it attends over the cache of its source layer (`config.kv_source`). The implementations live in
 `graftjax.kernels`: 'xla' is `attention_reference` (in the model's dtype),
 'xla_split' `attention_xla_split` (the same in pure jnp, summed over slots by
 the Pallas kernel's splits), 'pallas' the chunk-invariant kernel.
@@ -42,7 +43,8 @@ def attention_block(
 
   Args:
     params: this layer's 'q' [D, N, H], 'k'/'v' [D, K, H], 'o' [N, H, D],
-      'q_norm'/'k_norm' [H].
+      'q_norm'/'k_norm' [H] (H, K of this layer; no 'v' on a K=V layer, no
+      'k', 'v', 'k_norm' on a kv-shared one).
     x: [B, T, D] normalised input.
     q_positions: [B, T] positions of the chunk.
     q_segments: [B, T] attention segments of the chunk (see `kernels.attention_reference.visible`).
@@ -55,28 +57,42 @@ def attention_block(
     (out [B, T, D], cache with this layer's new keys/values).
   """
   scheme, matmul_impl = schemes.get(config.position_scheme), config.impl_of('matmul')
-  precision = config.dot_precision
+  precision, norm_impl = config.dot_precision, config.impl_of('norm')
   theta, scale = config.rope_theta(layer), config.rope_scale(layer)
+  fraction, key = config.rotary_fraction(layer), positions_lib.rope_key(config, layer)
+
+  def position(y):
+    if scheme.angles == 'float32':
+      return ops.rotate(
+        y, q_positions, theta, impl=config.impl_of('rotary'), scale=scale, fraction=fraction
+      )
+    return positions_lib.rotate_for_cache(
+      y, q_positions, scheme=scheme, theta=theta, tabs=tables, fraction=fraction, key=key
+    )
+
   q = ops.dense(x, params['q'], impl=matmul_impl, precision=precision)  # [B, T, N, H]
-  k = ops.dense(x, params['k'], impl=matmul_impl, precision=precision)  # [B, T, K, H]
-  v = ops.dense(x, params['v'], impl=matmul_impl, precision=precision)
-  q = ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
-  k = ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=config.impl_of('norm'))
-  if scheme.angles == 'float32':
-    q = ops.rotate(q, q_positions, theta, impl=config.impl_of('rotary'), scale=scale)
-    k = ops.rotate(k, q_positions, theta, impl=config.impl_of('rotary'), scale=scale)
-  else:
-    q = positions_lib.rotate_for_cache(q, q_positions, scheme=scheme, theta=theta, tabs=tables)
-    k = positions_lib.rotate_for_cache(k, q_positions, scheme=scheme, theta=theta, tabs=tables)
+  q = position(ops.rms_norm(q, params['q_norm'], config.rms_norm_eps, impl=norm_impl))
   q = q * jnp.asarray(config.query_scale, q.dtype)
 
-  cache = cache_lib.write_layer(cache, layer, write_index, k, v)
+  source = config.kv_source(layer)
+  if source == layer:
+    k = ops.dense(x, params['k'], impl=matmul_impl, precision=precision)  # [B, T, K, H]
+    v = (
+      k
+      if config.k_eq_v(layer)
+      else ops.dense(x, params['v'], impl=matmul_impl, precision=precision)
+    )
+    k = position(ops.rms_norm(k, params['k_norm'], config.rms_norm_eps, impl=norm_impl))
+    if config.value_norm:
+      unit = jnp.ones(v.shape[-1], v.dtype)
+      v = ops.rms_norm(v, unit, config.rms_norm_eps, impl=norm_impl)
+    cache = cache_lib.write_layer(cache, layer, write_index, k, v)
   # [B, S', K, H] and [B, S']: the full capacity, or a sliding-window layer's ring.
-  keys, values, k_positions, k_segments = cache_lib.layer_view(cache, layer)
+  keys, values, k_positions, k_segments = cache_lib.layer_view(cache, source)
 
   batch, length = x.shape[:2]
-  w_out = params['o'].reshape(config.num_heads * config.head_dim, -1)  # [N*H, D]
-  tab = tables[positions_lib.theta_key(theta)] if scheme.keys == schemes.Keys.RELATIVE else None
+  w_out = params['o'].reshape(config.num_heads * config.head_dim_of(layer), -1)  # [N*H, D]
+  tab = tables[key] if scheme.keys == schemes.Keys.RELATIVE else None
   kwargs = dict(
     q_segments=q_segments,
     k_segments=k_segments,
@@ -101,7 +117,7 @@ def attention_block(
       values,
       q_positions,
       k_positions,
-      block_s=ops.split_slots(q.dtype, config.num_groups),
+      block_s=ops.split_slots(q.dtype, config.groups_of(layer)),
       window=config.window(layer),
       precision=dots.from_name(precision),
       **kwargs,

@@ -1,10 +1,20 @@
-"""Gemma 3 configurations: frozen dataclasses with named sizes.
+"""Gemma 3 and Gemma 4 configurations: frozen dataclasses with named sizes.
 
 `gemma3_270m()` is the real google/gemma-3-270m; `gemma3_1b()` to
 `gemma3_27b()` are the text decoders of the larger Gemma 3 models (values of
 their published config.json files); `tiny()` is a random-weight model of the
 same architecture (local/global pattern, sliding window, multi-query
 attention, q/k norm, tied embeddings) small enough for unit tests.
+
+Gemma 4 is the same decoder with more fields set (one code path): global
+layers with their own head size and kv heads, keys and values from one
+projection (`attention_k_eq_v`), partial rotary on global layers, a value
+norm, a final logit soft-cap, layers that reuse an earlier layer's keys and
+values (`num_kv_shared_layers`), per-layer input embeddings, a learned
+per-layer output scalar and a mixture-of-experts block. `gemma4_e2b()` to
+`gemma4_26b_a4b()` are its text decoders (transformers' `Gemma4TextConfig`
+and google-deepmind/gemma's `gemma4` sizes); `tiny_gemma4_*()` keep one
+size's structure at test width.
 """
 
 from __future__ import annotations
@@ -41,7 +51,23 @@ _GGUF_EPS = 9.999999974752427e-07
 #      default, and then with 'digest_rule': 2, so adding a field never changes the
 #      digest of a config that leaves it at its default.
 DIGEST_RULE = 2
-_ADDED_FIELDS = ('rope_scale_factor',)
+# The fields that make a Gemma 4 (defaults: Gemma 3).
+GEMMA4_FIELDS = (
+  'global_head_dim',
+  'num_global_kv_heads',
+  'attention_k_eq_v',
+  'global_rotary_fraction',
+  'value_norm',
+  'final_logit_softcap',
+  'num_kv_shared_layers',
+  'double_wide_shared_mlp',
+  'per_layer_input_dim',
+  'layer_scalar',
+  'num_experts',
+  'top_k_experts',
+  'expert_dim',
+)
+_ADDED_FIELDS = ('rope_scale_factor',) + GEMMA4_FIELDS
 
 # Gemma 3 repeats five sliding-window layers then one global layer.
 _GEMMA3_PATTERN = (AttentionType.LOCAL_SLIDING,) * 5 + (AttentionType.GLOBAL,)
@@ -51,9 +77,18 @@ def gemma3_attention_pattern(num_layers: int) -> tuple[AttentionType, ...]:
   return tuple(_GEMMA3_PATTERN[i % len(_GEMMA3_PATTERN)] for i in range(num_layers))
 
 
+def attention_pattern(num_layers: int, local_per_global: int) -> tuple[AttentionType, ...]:
+  """`local_per_global` sliding-window layers, then one global layer, repeated."""
+  period = local_per_global + 1
+  return tuple(
+    AttentionType.GLOBAL if (i + 1) % period == 0 else AttentionType.LOCAL_SLIDING
+    for i in range(num_layers)
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class GemmaConfig:
-  """Architecture of a Gemma 3 text decoder.
+  """Architecture of a Gemma 3 or Gemma 4 text decoder.
 
   Attributes:
     vocab_size: V, rows of the (tied) embedding table.
@@ -87,6 +122,24 @@ class GemmaConfig:
       `kernels.dots.NAMES`: 'highest' (IEEE float32, the default) or a split
       into bfloat16 pieces ('bf16x3', 'bf16x6'; tensor cores on a GPU, and
       other bits). bfloat16 products are exact either way.
+    global_head_dim: head width of global layers (None: `head_dim`; Gemma 4: 512).
+    num_global_kv_heads: kv heads of global layers (None: `num_kv_heads`).
+    attention_k_eq_v: global layers take values from the key projection (no
+      'v' weight); keys are then k-normed and rotated, values v-normed.
+    global_rotary_fraction: of a global layer's rotary pairs, the fraction
+      that rotate ('proportional' rope: the first int(f H / 2) frequencies
+      theta ** (-2i / H); the other pairs keep angle 0).
+    value_norm: values pass an RMSNorm without scale.
+    final_logit_softcap: logits become c tanh(logits / c) (None: no cap).
+    num_kv_shared_layers: the last this many layers compute no keys or values:
+      each reads those of the last earlier layer of its type, and caches none.
+    double_wide_shared_mlp: those layers' MLP is twice `hidden_dim` wide.
+    per_layer_input_dim: P > 0 adds per-layer input embeddings (a [V, L*P]
+      table and a projection of the embedding) gated into each layer's output.
+    layer_scalar: each layer's output is multiplied by a learned scalar.
+    num_experts, top_k_experts, expert_dim: a mixture-of-experts block beside
+      the dense MLP in every layer (0: none): E experts of width `expert_dim`,
+      each token routed to its top k.
   """
 
   vocab_size: int
@@ -113,6 +166,19 @@ class GemmaConfig:
   norm_impl: str | None = None
   rotary_impl: str | None = None
   dot_precision: str = 'highest'
+  global_head_dim: int | None = None
+  num_global_kv_heads: int | None = None
+  attention_k_eq_v: bool = False
+  global_rotary_fraction: float = 1.0
+  value_norm: bool = False
+  final_logit_softcap: float | None = None
+  num_kv_shared_layers: int = 0
+  double_wide_shared_mlp: bool = False
+  per_layer_input_dim: int = 0
+  layer_scalar: bool = False
+  num_experts: int = 0
+  top_k_experts: int = 0
+  expert_dim: int = 0
 
   def __post_init__(self):
     if self.impl not in IMPLS:
@@ -129,12 +195,13 @@ class GemmaConfig:
       object.__setattr__(self, f'{op}_impl', None if value == self.impl else value)
     if self.dot_precision not in dots.NAMES:
       raise ValueError(f'dot_precision must be one of {dots.NAMES}, got {self.dot_precision!r}')
-    if self.num_heads % self.num_kv_heads:
-      raise ValueError(
-        f'num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}'
-      )
-    if self.head_dim % 2:
-      raise ValueError(f'head_dim={self.head_dim} must be even for rotary')
+    for kv_heads in {self.num_kv_heads, self.num_global_kv_heads or self.num_kv_heads}:
+      if kv_heads <= 0 or self.num_heads % kv_heads:
+        raise ValueError(f'num_heads={self.num_heads} is not a multiple of kv heads {kv_heads}')
+    for width in {self.head_dim, self.global_head_dim or self.head_dim}:
+      if width <= 0 or width % 2:
+        raise ValueError(f'head width {width} must be positive and even for rotary')
+    self._check_gemma4_fields()
     if not self.rope_scale_factor >= 1.0:
       raise ValueError(f'rope_scale_factor must be >= 1, got {self.rope_scale_factor}')
     scheme = schemes.get(self.position_scheme)
@@ -148,14 +215,97 @@ class GemmaConfig:
     if self.query_scale is None:
       object.__setattr__(self, 'query_scale', self.head_dim**-0.5)
 
+  def _check_gemma4_fields(self) -> None:
+    if not 0.0 < self.global_rotary_fraction <= 1.0:
+      raise ValueError(
+        f'global_rotary_fraction must be in (0, 1], got {self.global_rotary_fraction}'
+      )
+    if self.final_logit_softcap is not None and not self.final_logit_softcap > 0:
+      raise ValueError(f'final_logit_softcap must be positive, got {self.final_logit_softcap}')
+    if min(self.num_kv_shared_layers, self.per_layer_input_dim, self.expert_dim) < 0:
+      raise ValueError('num_kv_shared_layers, per_layer_input_dim and expert_dim must be >= 0')
+    if not 0 <= self.num_kv_shared_layers < self.num_layers:
+      raise ValueError(
+        f'num_kv_shared_layers={self.num_kv_shared_layers} must leave one of the'
+        f' {self.num_layers} layers computing its own keys and values'
+      )
+    first = self.num_layers - self.num_kv_shared_layers
+    missing = {t for t in self.attention_types[first:]} - set(self.attention_types[:first])
+    if missing:
+      raise ValueError(
+        f'kv-shared layers of type {sorted(t.value for t in missing)} have no earlier layer of'
+        ' that type to read keys and values from'
+      )
+    if self.num_experts or self.top_k_experts or self.expert_dim:
+      if not 0 < self.top_k_experts <= self.num_experts or self.expert_dim <= 0:
+        raise ValueError(
+          f'mixture of experts needs 0 < top_k_experts <= num_experts and expert_dim > 0, got'
+          f' {self.top_k_experts} of {self.num_experts} experts of width {self.expert_dim}'
+        )
+
   @property
   def num_layers(self) -> int:
     return len(self.attention_types)
 
   @property
   def num_groups(self) -> int:
-    """Query heads per key/value head."""
+    """Query heads per key/value head (of sliding-window layers; `groups_of` for any layer)."""
     return self.num_heads // self.num_kv_heads
+
+  @property
+  def is_moe(self) -> bool:
+    return self.num_experts > 0
+
+  def is_global(self, layer: int) -> bool:
+    return self.attention_types[layer] == AttentionType.GLOBAL
+
+  def head_dim_of(self, layer: int) -> int:
+    """H of `layer`: `global_head_dim` on global layers where set, else `head_dim`."""
+    return (self.global_head_dim or self.head_dim) if self.is_global(layer) else self.head_dim
+
+  def kv_heads_of(self, layer: int) -> int:
+    """K of `layer`: `num_global_kv_heads` on global layers where set, else `num_kv_heads`."""
+    if self.is_global(layer):
+      return self.num_global_kv_heads or self.num_kv_heads
+    return self.num_kv_heads
+
+  def groups_of(self, layer: int) -> int:
+    """Query heads per kv head of `layer`."""
+    return self.num_heads // self.kv_heads_of(layer)
+
+  def k_eq_v(self, layer: int) -> bool:
+    """Whether `layer`'s values come from its key projection."""
+    return self.attention_k_eq_v and self.is_global(layer)
+
+  def rotary_fraction(self, layer: int) -> float:
+    """The fraction of `layer`'s rotary pairs that rotate."""
+    return self.global_rotary_fraction if self.is_global(layer) else 1.0
+
+  def kv_source(self, layer: int) -> int:
+    """The layer whose keys and values `layer` attends over: itself, or for a kv-shared
+    layer the last layer before the shared ones of the same attention type."""
+    first = self.num_layers - self.num_kv_shared_layers
+    if layer < first:
+      return layer
+    kind = self.attention_types[layer]
+    return max(i for i in range(first) if self.attention_types[i] == kind)
+
+  @property
+  def cached_layers(self) -> tuple[int, ...]:
+    """The layers that compute and cache keys and values (all but the kv-shared ones)."""
+    return tuple(range(self.num_layers - self.num_kv_shared_layers))
+
+  def mlp_dim(self, layer: int) -> int:
+    """Width of `layer`'s dense MLP (doubled on kv-shared layers where configured)."""
+    shared = layer >= self.num_layers - self.num_kv_shared_layers
+    return self.hidden_dim * (2 if self.double_wide_shared_mlp and shared else 1)
+
+  @property
+  def uniform_kv(self) -> bool:
+    """Whether every layer caches keys and values of one shape (K, H): Gemma 3."""
+    return (self.global_head_dim or self.head_dim) == self.head_dim and (
+      self.num_global_kv_heads or self.num_kv_heads
+    ) == self.num_kv_heads
 
   def impl_of(self, op: str) -> str:
     """'xla', 'pallas' (or one of `OP_IMPLS[op]`): the implementation that computes `op`."""
@@ -321,6 +471,171 @@ def tiny(**overrides: Any) -> GemmaConfig:
   return cfg.replace(**overrides) if overrides else cfg
 
 
+def _gemma4(
+  *,
+  num_layers: int,
+  local_per_global: int,
+  embed_dim: int,
+  hidden_dim: int,
+  num_heads: int,
+  num_kv_heads: int,
+  sliding_window: int,
+  vocab_size: int = 262_144,
+  head_dim: int = 256,
+  global_head_dim: int = 512,
+  **fields: Any,
+) -> GemmaConfig:
+  """A Gemma 4 text decoder with the family's fixed choices: sliding layers of head size 256
+  (rope base 1e4, full rotary), global layers of head size 512 (rope base 1e6, a quarter of
+  the pairs rotating), q/k norms with scale, a value norm without, attention scaling 1,
+  a learned layer scalar, final logit soft-cap 30, vocabulary 262,144, last layer global."""
+  return GemmaConfig(
+    vocab_size=vocab_size,
+    embed_dim=embed_dim,
+    hidden_dim=hidden_dim,
+    num_heads=num_heads,
+    num_kv_heads=num_kv_heads,
+    head_dim=head_dim,
+    attention_types=attention_pattern(num_layers, local_per_global),
+    sliding_window=sliding_window,
+    local_rope_theta=10_000.0,
+    global_rope_theta=1_000_000.0,
+    query_scale=1.0,
+    rms_norm_eps=1e-6,
+    global_head_dim=global_head_dim,
+    global_rotary_fraction=0.25,
+    value_norm=True,
+    final_logit_softcap=30.0,
+    layer_scalar=True,
+    **fields,
+  )
+
+
+def gemma4_e2b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-4-E2B text decoder: 35 layers (4 sliding : 1 global), the last 20 reuse
+  earlier keys and values with a double-wide MLP, per-layer inputs of 256."""
+  cfg = _gemma4(
+    num_layers=35,
+    local_per_global=4,
+    embed_dim=1536,
+    hidden_dim=6144,
+    num_heads=8,
+    num_kv_heads=1,
+    sliding_window=512,
+    num_kv_shared_layers=20,
+    double_wide_shared_mlp=True,
+    per_layer_input_dim=256,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def gemma4_e4b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-4-E4B text decoder: 42 layers (5 : 1), the last 18 reuse earlier keys and
+  values, per-layer inputs of 256."""
+  cfg = _gemma4(
+    num_layers=42,
+    local_per_global=5,
+    embed_dim=2560,
+    hidden_dim=10_240,
+    num_heads=8,
+    num_kv_heads=2,
+    sliding_window=512,
+    num_kv_shared_layers=18,
+    per_layer_input_dim=256,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def gemma4_31b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-4-31B text decoder: 60 layers (5 : 1), 32 heads, 16 kv heads on sliding
+  layers and 4 on global ones, whose values come from the key projection (K=V)."""
+  cfg = _gemma4(
+    num_layers=60,
+    local_per_global=5,
+    embed_dim=5376,
+    hidden_dim=21_504,
+    num_heads=32,
+    num_kv_heads=16,
+    sliding_window=1024,
+    num_global_kv_heads=4,
+    attention_k_eq_v=True,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def gemma4_26b_a4b(**overrides: Any) -> GemmaConfig:
+  """google/gemma-4-26B-A4B text decoder: 30 layers (5 : 1), K=V global layers of 2 kv heads,
+  and in every layer 128 experts of width 704 (top 8) beside a dense MLP of 2,112."""
+  cfg = _gemma4(
+    num_layers=30,
+    local_per_global=5,
+    embed_dim=2816,
+    hidden_dim=2112,
+    num_heads=16,
+    num_kv_heads=8,
+    sliding_window=1024,
+    num_global_kv_heads=2,
+    attention_k_eq_v=True,
+    num_experts=128,
+    top_k_experts=8,
+    expert_dim=704,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+# Test widths of the Gemma 4 structures: head sizes 16 (sliding) and 32 (global).
+_TINY_GEMMA4 = dict(
+  vocab_size=256,
+  embed_dim=32,
+  hidden_dim=64,
+  num_heads=4,
+  sliding_window=8,
+  head_dim=16,
+  global_head_dim=32,
+)
+
+
+def _tiny_gemma4(num_layers: int, local_per_global: int, **fields: Any) -> GemmaConfig:
+  return _gemma4(num_layers=num_layers, local_per_global=local_per_global, **_TINY_GEMMA4, **fields)
+
+
+def tiny_gemma4_e2b(**overrides: Any) -> GemmaConfig:
+  """E2B's structure at test width: 10 layers (4 : 1), the last 4 kv-shared with a double-wide
+  MLP, per-layer inputs of 8, one kv head."""
+  cfg = _tiny_gemma4(
+    10,
+    4,
+    num_kv_heads=1,
+    num_kv_shared_layers=4,
+    double_wide_shared_mlp=True,
+    per_layer_input_dim=8,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def tiny_gemma4_31b(**overrides: Any) -> GemmaConfig:
+  """31B's structure at test width: 6 layers (5 : 1), 2 kv heads on sliding layers, 1 on the
+  K=V global one."""
+  cfg = _tiny_gemma4(6, 5, num_kv_heads=2, num_global_kv_heads=1, attention_k_eq_v=True)
+  return cfg.replace(**overrides) if overrides else cfg
+
+
+def tiny_gemma4_26b(**overrides: Any) -> GemmaConfig:
+  """26B-A4B's structure at test width: 6 layers (5 : 1), K=V global layer, 8 experts of
+  width 16 (top 2) beside the dense MLP."""
+  cfg = _tiny_gemma4(
+    6,
+    5,
+    num_kv_heads=2,
+    num_global_kv_heads=1,
+    attention_k_eq_v=True,
+    num_experts=8,
+    top_k_experts=2,
+    expert_dim=16,
+  )
+  return cfg.replace(**overrides) if overrides else cfg
+
+
 NAMED_CONFIGS = {
   'gemma3-270m': gemma3_270m,
   'gemma3-1b': gemma3_1b,
@@ -328,6 +643,13 @@ NAMED_CONFIGS = {
   'gemma3-12b': gemma3_12b,
   'gemma3-27b': gemma3_27b,
   'tiny': tiny,
+  'gemma4-e2b': gemma4_e2b,
+  'gemma4-e4b': gemma4_e4b,
+  'gemma4-31b': gemma4_31b,
+  'gemma4-26b-a4b': gemma4_26b_a4b,
+  'tiny-gemma4-e2b': tiny_gemma4_e2b,
+  'tiny-gemma4-31b': tiny_gemma4_31b,
+  'tiny-gemma4-26b': tiny_gemma4_26b,
 }
 
 

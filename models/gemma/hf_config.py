@@ -1,4 +1,4 @@
-"""A Hugging Face Gemma 3 `config.json` <-> `GemmaConfig`.
+"""A Hugging Face Gemma 3 or Gemma 4 `config.json` <-> `GemmaConfig`.
 
 Reads both the text config of `Gemma3ForCausalLM` and the `text_config` of
 `Gemma3ForConditionalGeneration` (4B and up), in the legacy keys
@@ -7,6 +7,13 @@ and the newer ones (`rope_parameters` per layer type, `layer_types`). Keys a
 published file leaves out take transformers' `Gemma3TextConfig` defaults.
 Anything this model does not implement (soft-capping, other activations,
 other rope types) is refused, naming the key.
+
+A Gemma 4 file (`model_type` 'gemma4_text', or 'gemma4' with a
+`text_config`: `Gemma4ForCausalLM`, `Gemma4ForConditionalGeneration`) is read
+with transformers' `Gemma4TextConfig` defaults: `global_head_dim` (512),
+`num_global_key_value_heads` (used only with `attention_k_eq_v`, as
+transformers does), 'proportional' rope on full-attention layers, the final
+logit soft-cap, kv sharing, per-layer inputs and the mixture of experts.
 """
 
 from __future__ import annotations
@@ -62,8 +69,57 @@ def _rope(cfg: dict, layer_type: str) -> tuple[float, float]:
   return float(params['rope_theta']), factor
 
 
+# transformers' Gemma4TextConfig defaults, for keys a Gemma 4 config.json leaves out.
+_GEMMA4_DEFAULTS = {
+  'vocab_size': 262_144,
+  'hidden_size': 2304,
+  'intermediate_size': 9216,
+  'num_hidden_layers': 30,
+  'num_attention_heads': 8,
+  'num_key_value_heads': 4,
+  'head_dim': 256,
+  'global_head_dim': 512,
+  'num_global_key_value_heads': None,
+  'rms_norm_eps': 1e-6,
+  'sliding_window': 512,
+  'pad_token_id': 0,
+  'eos_token_id': 1,
+  'bos_token_id': 2,
+  'attention_k_eq_v': False,
+  'num_kv_shared_layers': 0,
+  'use_double_wide_mlp': False,
+  'hidden_size_per_layer_input': 256,
+  'vocab_size_per_layer_input': 262_144,
+  'final_logit_softcapping': None,
+  'enable_moe_block': False,
+  'num_experts': None,
+  'top_k_experts': None,
+  'moe_intermediate_size': None,
+}
+_GEMMA4_ROPE = {
+  'sliding_attention': {'rope_type': 'default', 'rope_theta': 10_000.0},
+  'full_attention': {
+    'rope_type': 'proportional',
+    'partial_rotary_factor': 0.25,
+    'rope_theta': 1_000_000.0,
+  },
+}
+
+
+def is_gemma4_file(raw: dict) -> bool:
+  """Whether a config.json (dict) is a Gemma 4 one (its `model_type`)."""
+  return str(raw.get('model_type', '')).startswith('gemma4')
+
+
+def is_gemma4(config: config_lib.GemmaConfig) -> bool:
+  """Whether `config` sets a Gemma 4 field (it is then written as a Gemma 4 config.json, its
+  norm weights stored as they act, without Gemma 3's +1)."""
+  defaults = {f.name: f.default for f in config_lib.dataclasses.fields(config)}
+  return any(getattr(config, name) != defaults[name] for name in config_lib.GEMMA4_FIELDS)
+
+
 def config_from_hf(raw: dict) -> config_lib.GemmaConfig:
-  """The GemmaConfig of a Gemma 3 config.json (dict).
+  """The GemmaConfig of a Gemma 3 or Gemma 4 config.json (dict).
 
   Raises:
     CheckpointError: for a key this model does not implement, or a value
@@ -73,6 +129,8 @@ def config_from_hf(raw: dict) -> config_lib.GemmaConfig:
   if not isinstance(text, dict):
     raise params_lib.CheckpointError(f'config.json: expected an object, got {type(raw).__name__}')
   try:
+    if is_gemma4_file(raw) or is_gemma4_file(text):
+      return _gemma4_from_text(text)
     return _config_from_text(text)
   except (TypeError, ValueError, KeyError) as e:
     if isinstance(e, params_lib.CheckpointError):
@@ -152,12 +210,167 @@ def _config_from_text(text: dict) -> config_lib.GemmaConfig:
   )
 
 
+def _layer_types(cfg: dict, num_layers: int, *, last_global: bool = False):
+  if cfg.get('layer_types'):
+    names = list(cfg['layer_types'])
+    unknown = sorted(set(names) - set(_LAYER_TYPES))
+    if unknown:
+      raise _error('layer_types', unknown, f'known: {sorted(_LAYER_TYPES)}')
+  else:
+    names = [
+      'full_attention' if (i + 1) % 6 == 0 else 'sliding_attention' for i in range(num_layers)
+    ]
+  if len(names) != num_layers:
+    raise _error('layer_types', len(names), f'num_hidden_layers is {num_layers}')
+  if last_global and names:  # transformers forces it, with a warning
+    names[-1] = 'full_attention'
+  return tuple(_LAYER_TYPES[t] for t in names)
+
+
+def _gemma4_rope(cfg: dict, layer_type: str) -> tuple[float, float, float]:
+  """(theta, linear factor, rotary fraction) of one Gemma 4 layer type."""
+  params = (cfg.get('rope_parameters') or _GEMMA4_ROPE).get(layer_type)
+  if params is None:
+    raise _error('rope_parameters', layer_type, 'missing')
+  rope_type = params.get('rope_type', 'default')
+  if rope_type not in ('default', 'proportional', 'linear'):
+    raise _error(f'rope ({layer_type})', rope_type, 'only default, proportional, linear')
+  fraction = float(params.get('partial_rotary_factor', 1.0)) if rope_type == 'proportional' else 1.0
+  factor = float(params.get('factor', 1.0)) if rope_type != 'default' else 1.0
+  return float(params['rope_theta']), factor, fraction
+
+
+def _gemma4_from_text(text: dict) -> config_lib.GemmaConfig:
+  cfg = {**_GEMMA4_DEFAULTS, **text}
+  if cfg.get('use_bidirectional_attention'):
+    raise _error('use_bidirectional_attention', cfg['use_bidirectional_attention'], 'causal only')
+  if cfg.get('attention_bias'):
+    raise _error('attention_bias', True, 'Gemma 4 projections have no bias here')
+  if cfg.get('tie_word_embeddings', True) is False:
+    raise _error('tie_word_embeddings', False, 'Gemma 4 unembeds with its embedding table')
+  activation = cfg.get('hidden_activation') or cfg.get('hidden_act') or 'gelu_pytorch_tanh'
+  if activation != 'gelu_pytorch_tanh':
+    raise _error('hidden_activation', activation, 'only gelu_pytorch_tanh is implemented')
+  num_layers = int(cfg['num_hidden_layers'])
+  types = _layer_types(cfg, num_layers, last_global=True)
+  local_theta, local_factor, local_fraction = _gemma4_rope(cfg, 'sliding_attention')
+  global_theta, global_factor, global_fraction = _gemma4_rope(cfg, 'full_attention')
+  if local_factor != 1.0 or local_fraction != 1.0:
+    raise _error('rope (sliding_attention)', text.get('rope_parameters'), 'full rotary, unscaled')
+  per_layer = int(cfg.get('hidden_size_per_layer_input') or 0)
+  vocab = int(cfg['vocab_size'])
+  if per_layer and int(cfg['vocab_size_per_layer_input']) != vocab:
+    raise _error(
+      'vocab_size_per_layer_input', cfg['vocab_size_per_layer_input'], f'must equal {vocab}'
+    )
+  k_eq_v = bool(cfg['attention_k_eq_v'])
+  global_kv = cfg['num_global_key_value_heads'] if k_eq_v else None
+  moe = bool(cfg['enable_moe_block'])
+  eos = cfg['eos_token_id']
+  eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
+  softcap = cfg['final_logit_softcapping']
+  return config_lib.GemmaConfig(
+    vocab_size=vocab,
+    embed_dim=int(cfg['hidden_size']),
+    hidden_dim=int(cfg['intermediate_size']),
+    num_heads=int(cfg['num_attention_heads']),
+    num_kv_heads=int(cfg['num_key_value_heads']),
+    head_dim=int(cfg['head_dim']),
+    attention_types=types,
+    sliding_window=int(cfg['sliding_window']),
+    local_rope_theta=local_theta,
+    global_rope_theta=global_theta,
+    rope_scale_factor=global_factor,
+    query_scale=1.0,
+    rms_norm_eps=float(cfg['rms_norm_eps']),
+    bos_id=int(cfg['bos_token_id']),
+    eos_id=int(eos[0]),
+    pad_id=int(cfg['pad_token_id']),
+    end_of_turn_id=int(eos[1]) if len(eos) > 1 else None,
+    global_head_dim=int(cfg['global_head_dim']),
+    num_global_kv_heads=None if global_kv is None else int(global_kv),
+    attention_k_eq_v=k_eq_v,
+    global_rotary_fraction=global_fraction,
+    value_norm=True,
+    final_logit_softcap=None if softcap is None else float(softcap),
+    num_kv_shared_layers=int(cfg['num_kv_shared_layers']),
+    double_wide_shared_mlp=bool(cfg['use_double_wide_mlp']),
+    per_layer_input_dim=per_layer,
+    layer_scalar=True,
+    num_experts=int(cfg['num_experts'] or 0) if moe else 0,
+    top_k_experts=int(cfg['top_k_experts'] or 0) if moe else 0,
+    expert_dim=int(cfg['moe_intermediate_size'] or 0) if moe else 0,
+  )
+
+
+def _gemma4_to_hf(config: config_lib.GemmaConfig) -> dict:
+  """A `Gemma4ForCausalLM` config.json (dict) of a Gemma 4 config."""
+  fixed = {'query_scale': 1.0, 'value_norm': True, 'layer_scalar': True}
+  wrong = {k: getattr(config, k) for k, v in fixed.items() if getattr(config, k) != v}
+  if wrong:
+    raise params_lib.CheckpointError(f'a Gemma 4 config.json cannot express {wrong}')
+  if config.num_global_kv_heads is not None and not config.attention_k_eq_v:
+    raise params_lib.CheckpointError(
+      'transformers reads num_global_key_value_heads only with attention_k_eq_v'
+    )
+  eos = [config.eos_id] + ([config.end_of_turn_id] if config.end_of_turn_id is not None else [])
+  full_rope = {'rope_type': 'proportional', 'rope_theta': config.global_rope_theta}
+  full_rope['partial_rotary_factor'] = config.global_rotary_fraction
+  if config.rope_scale_factor != 1.0:
+    full_rope['factor'] = config.rope_scale_factor
+  moe = config.is_moe
+  return {
+    'architectures': ['Gemma4ForCausalLM'],
+    'model_type': 'gemma4_text',
+    'vocab_size': config.vocab_size,
+    'hidden_size': config.embed_dim,
+    'intermediate_size': config.hidden_dim,
+    'num_hidden_layers': config.num_layers,
+    'num_attention_heads': config.num_heads,
+    'num_key_value_heads': config.num_kv_heads,
+    'head_dim': config.head_dim,
+    'global_head_dim': config.global_head_dim or config.head_dim,
+    'num_global_key_value_heads': config.num_global_kv_heads,
+    'attention_k_eq_v': config.attention_k_eq_v,
+    'hidden_activation': 'gelu_pytorch_tanh',
+    'layer_types': [
+      'full_attention' if t == AttentionType.GLOBAL else 'sliding_attention'
+      for t in config.attention_types
+    ],
+    'sliding_window': config.sliding_window,
+    'rope_parameters': {
+      'sliding_attention': {'rope_type': 'default', 'rope_theta': config.local_rope_theta},
+      'full_attention': full_rope,
+    },
+    'rms_norm_eps': config.rms_norm_eps,
+    'final_logit_softcapping': config.final_logit_softcap,
+    'num_kv_shared_layers': config.num_kv_shared_layers,
+    'use_double_wide_mlp': config.double_wide_shared_mlp,
+    'hidden_size_per_layer_input': config.per_layer_input_dim,
+    'vocab_size_per_layer_input': config.vocab_size,
+    'enable_moe_block': moe,
+    'num_experts': config.num_experts if moe else None,
+    'top_k_experts': config.top_k_experts if moe else None,
+    'moe_intermediate_size': config.expert_dim if moe else None,
+    'attention_bias': False,
+    'tie_word_embeddings': True,
+    'bos_token_id': config.bos_id,
+    'eos_token_id': eos if len(eos) > 1 else eos[0],
+    'pad_token_id': config.pad_id,
+    'torch_dtype': 'float32',
+  }
+
+
 def config_to_hf(config: config_lib.GemmaConfig) -> dict:
-  """A `Gemma3ForCausalLM` config.json (dict) that `config_from_hf` reads back equal.
+  """A `Gemma3ForCausalLM` (or for a Gemma 4 config `Gemma4ForCausalLM`) config.json (dict)
+  that `config_from_hf` reads back equal.
 
   Raises:
-    CheckpointError: if `config.query_scale` is not q ** -0.5 of any float q.
+    CheckpointError: if `config.query_scale` is not q ** -0.5 of any float q (Gemma 3), or
+      the config sets what a Gemma 4 config.json cannot say.
   """
+  if is_gemma4(config):
+    return _gemma4_to_hf(config)
   scalar = config.query_scale**-2.0
   if float(round(scalar)) ** -0.5 == config.query_scale:
     scalar = round(scalar)
@@ -214,7 +427,7 @@ _ARCHITECTURE_FIELDS = (
   'rope_scale_factor',
   'query_scale',
   'rms_norm_eps',
-)
+) + config_lib.GEMMA4_FIELDS
 
 
 def check_same_architecture(

@@ -159,26 +159,42 @@ class Gemma:
     return dataclasses.replace(self, config=self.config.with_impl(impl, **per_op))
 
   def relocate_keys(self, k: jax.Array, delta: int) -> jax.Array:
-    """Cached keys k [L, n, K, H] as if their tokens sat `delta` positions later.
+    """Cached keys k [L, n, K, H] (packed [1, n, 1, F] for a model whose layers cache different
+    shapes, `cache.row_shape`) as if their tokens sat `delta` positions later.
 
     Under schemes with absolute keys (`rope`, `rope_f64`) each layer's keys
     are re-rotated by delta (R(delta) R(p) k, the K-shift of llama.cpp and
     CacheBlend); other keys carry no absolute position and are returned as
     they are (see `positions.relocate_keys`).
     """
-    scheme = self.config.position_scheme
-    return jnp.stack(
-      [
-        positions_lib.relocate_keys(
-          jnp.asarray(k[layer]),
-          delta,
-          scheme=scheme,
-          theta=self.config.rope_theta(layer),
-          scale=self.config.rope_scale(layer),
-        )
-        for layer in range(self.config.num_layers)
+    config = self.config
+    if schemes.get(config.position_scheme).keys != schemes.Keys.ABSOLUTE:
+      return k
+    layers = config.cached_layers
+    if config.uniform_kv:
+      per_layer = [jnp.asarray(k[i]) for i in layers]
+    else:
+      sizes = [config.kv_heads_of(i) * config.head_dim_of(i) for i in layers]
+      parts = jnp.split(jnp.asarray(k)[0, :, 0], np.cumsum(sizes)[:-1], axis=-1)
+      per_layer = [
+        part.reshape(-1, config.kv_heads_of(i), config.head_dim_of(i))
+        for part, i in zip(parts, layers)
       ]
-    )
+    moved = [
+      positions_lib.relocate_keys(
+        rows,
+        delta,
+        scheme=config.position_scheme,
+        theta=config.rope_theta(i),
+        scale=config.rope_scale(i),
+        fraction=config.rotary_fraction(i),
+      )
+      for rows, i in zip(per_layer, layers)
+    ]
+    if config.uniform_kv:
+      return jnp.stack(moved)
+    n = moved[0].shape[0]
+    return jnp.concatenate([rows.reshape(n, -1) for rows in moved], axis=-1)[None, :, None]
 
   def with_local_cache(self, layout: str, *, chunk_size: int = DEFAULT_RING_CHUNK) -> Gemma:
     """The same model with sliding-window layers cached 'full' or in a 'ring' that takes
@@ -187,15 +203,19 @@ class Gemma:
 
   @property
   def ring_layers(self) -> tuple[int, ...]:
-    """The layers a 'ring' cache keeps in its ring: the sliding-window ones (else ())."""
-    if self.local_cache == 'full':
+    """The layers a 'ring' cache keeps in its ring: the sliding-window ones that cache keys
+    and values (else ()). A model whose global layers cache another shape (Gemma 4) keeps
+    them there in the 'full' layout too, in a ring of the full capacity."""
+    if self.local_cache == 'full' and self.config.uniform_kv:
       return ()
-    return tuple(i for i in range(self.config.num_layers) if self.config.window(i) is not None)
+    return tuple(i for i in self.config.cached_layers if self.config.window(i) is not None)
 
   def ring_capacity(self, capacity: int) -> int | None:
     """R of this model's cache of `capacity` slots (`cache.ring_slots`), or None."""
     if not self.ring_layers:
       return None
+    if self.local_cache == 'full':
+      return capacity
     pallas = self.config.impl_of('attention') == 'pallas'
     return cache_lib.ring_slots(
       capacity,
@@ -212,17 +232,25 @@ class Gemma:
     return ring - self.config.sliding_window + 1
 
   def init_cache(self, *, batch_size: int = 1, capacity: int) -> cache_lib.KVCache:
-    """An empty cache of `capacity` slots in this model's layout (`local_cache`)."""
+    """An empty cache of `capacity` slots in this model's layout (`local_cache`): one row
+    per layer that computes keys and values (`config.cached_layers`)."""
+    config, ring = self.config, self.ring_layers
+    full = [i for i in config.cached_layers if i not in ring]
+    shape_of = lambda layers: (config.kv_heads_of(layers[0]), config.head_dim_of(layers[0]))
+    heads, width = shape_of(full or ring)
+    ring_heads, ring_width = shape_of(ring) if ring else (None, None)
     return cache_lib.init(
-      num_layers=self.config.num_layers,
+      num_layers=len(config.cached_layers),
       batch_size=batch_size,
       capacity=capacity,
-      num_kv_heads=self.config.num_kv_heads,
-      head_dim=self.config.head_dim,
+      num_kv_heads=heads,
+      head_dim=width,
       dtype=self.dtype,
-      ring_layers=self.ring_layers,
+      ring_layers=ring,
       ring_capacity=self.ring_capacity(capacity),
-      ring_window=self.config.sliding_window if self.ring_layers else 0,
+      ring_window=config.sliding_window if ring else 0,
+      ring_kv_heads=ring_heads,
+      ring_head_dim=ring_width,
     )
 
   def check_cache(self, cache: cache_lib.KVCache) -> None:

@@ -210,16 +210,27 @@ def rms_norm(x: jax.Array, weight: jax.Array, eps: float, *, impl: str) -> jax.A
 
 
 def rotate(
-  x: jax.Array, positions: jax.Array, theta: float, *, impl: str, scale: float = 1.0
+  x: jax.Array,
+  positions: jax.Array,
+  theta: float,
+  *,
+  impl: str,
+  scale: float = 1.0,
+  fraction: float = 1.0,
 ) -> jax.Array:
-  """Absolute rotary (float32 angles) of x [B, T, N, H], positions divided by `scale`."""
+  """Absolute rotary (float32 angles) of x [B, T, N, H], positions divided by `scale`,
+  `fraction` of the pairs rotating."""
   from graftjax.models.gemma import positions as positions_lib  # pylint: disable=g-import-not-at-top
 
   if impl == 'xla':
-    return positions_lib.rotate_for_cache(x, positions, scheme='rope', theta=theta, scale=scale)
+    return positions_lib.rotate_for_cache(
+      x, positions, scheme='rope', theta=theta, scale=scale, fraction=fraction
+    )
   from graftjax.kernels import rotary  # pylint: disable=g-import-not-at-top
 
-  return rotary.apply_rotary(x, positions, theta=theta, scale=scale, interpret=_interpret())
+  return rotary.apply_rotary(
+    x, positions, theta=theta, scale=scale, fraction=fraction, interpret=_interpret()
+  )
 
 
 def split_slots(dtype, group: int) -> int:

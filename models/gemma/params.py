@@ -26,6 +26,16 @@ from graftjax.models.gemma import config as config_lib
 Place = Callable[[str, Any], jax.Array]
 
 LAYER_NORMS = ('attn_norm', 'post_attn_norm', 'ffn_norm', 'post_ffn_norm', 'q_norm', 'k_norm')
+# Gemma 4's other weights that multiply (near 1): norms, the layer scalar, the router's scales.
+GEMMA4_SCALES = (
+  'pl_norm',
+  'ffn_norm_2',
+  'post_ffn_norm_1',
+  'post_ffn_norm_2',
+  'layer_scalar',
+  'router_scale',
+  'expert_scale',
+)
 
 
 class CheckpointError(ValueError):
@@ -41,6 +51,10 @@ class ParamSpec:
     key: the same path as a tuple (`('layers', 3, 'q')`).
     shape: its shape.
     fan_in: inputs summed per output (dense matrices), else None.
+    init_scale: random weights (`random_init`) are drawn times this: H ** -1/4 for the
+      q and k norms of a config whose queries are not scaled (`query_scale` 1, Gemma 4),
+      so that random q . k has the spread of a product scaled by H ** -1/2 (as trained
+      norms give it) rather than a softmax saturated by scores of spread sqrt(H); else 1.
     is_norm: an RMSNorm weight (stored with Gemma's +1).
   """
 
@@ -48,21 +62,25 @@ class ParamSpec:
   key: tuple
   shape: tuple[int, ...]
   fan_in: int | None = None
+  init_scale: float = 1.0
 
   @property
   def is_norm(self) -> bool:
-    return self.key[-1] in LAYER_NORMS or self.key == ('final_norm',)
+    """A weight that multiplies (drawn near 1): norms, and Gemma 4's scalars and scales."""
+    return self.key[-1] in LAYER_NORMS + GEMMA4_SCALES or self.key in (
+      ('final_norm',),
+      ('per_layer_norm',),
+    )
 
 
-def _layer_shapes(config: config_lib.GemmaConfig) -> dict[str, tuple[tuple[int, ...], int | None]]:
-  d, f, n, k, h = (
-    config.embed_dim,
-    config.hidden_dim,
-    config.num_heads,
-    config.num_kv_heads,
-    config.head_dim,
-  )
-  return {
+def _layer_shapes(
+  config: config_lib.GemmaConfig, layer: int
+) -> dict[str, tuple[tuple[int, ...], int | None]]:
+  """Gemma 3's tensors of one layer, and those Gemma 4's fields add or take away:
+  a kv-shared layer has no 'k', 'v', 'k_norm'; a K=V layer no 'v'."""
+  d, f, n = config.embed_dim, config.mlp_dim(layer), config.num_heads
+  k, h = config.kv_heads_of(layer), config.head_dim_of(layer)
+  shapes = {
     'attn_norm': ((d,), None),
     'post_attn_norm': ((d,), None),
     'ffn_norm': ((d,), None),
@@ -77,32 +95,66 @@ def _layer_shapes(config: config_lib.GemmaConfig) -> dict[str, tuple[tuple[int, 
     'up': ((d, f), d),
     'down': ((f, d), f),
   }
+  if config.kv_source(layer) != layer:
+    del shapes['k'], shapes['v'], shapes['k_norm']
+  elif config.k_eq_v(layer):
+    del shapes['v']
+  if config.layer_scalar:
+    shapes['layer_scalar'] = ((1,), None)
+  p = config.per_layer_input_dim
+  if p:
+    shapes |= {'pl_gate': ((d, p), d), 'pl_proj': ((p, d), p), 'pl_norm': ((d,), None)}
+  if config.is_moe:
+    e, x = config.num_experts, config.expert_dim
+    shapes |= {
+      'router_scale': ((d,), None),
+      'router': ((d, e), d),
+      'expert_scale': ((e,), None),
+      'experts_gate_up': ((e, d, 2 * x), d),
+      'experts_down': ((e, x, d), x),
+      'ffn_norm_2': ((d,), None),
+      'post_ffn_norm_1': ((d,), None),
+      'post_ffn_norm_2': ((d,), None),
+    }
+  return shapes
 
 
 def param_specs(config: config_lib.GemmaConfig) -> list[ParamSpec]:
   """Every tensor of `config`'s params, in pytree flattening order."""
-  shapes = _layer_shapes(config)
   tree = {
     'embedding': ((config.vocab_size, config.embed_dim), config.embed_dim),
     'final_norm': ((config.embed_dim,), None),
-    'layers': tuple(dict(shapes) for _ in range(config.num_layers)),
+    'layers': tuple(_layer_shapes(config, i) for i in range(config.num_layers)),
   }
+  p = config.per_layer_input_dim
+  if p:
+    tree |= {
+      'per_layer_embedding': ((config.vocab_size, config.num_layers * p), p),
+      'per_layer_projection': ((config.embed_dim, config.num_layers * p), config.embed_dim),
+      'per_layer_norm': ((p,), None),
+    }
   is_leaf = lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
   leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]
   specs = []
   for path, (shape, fan_in) in leaves:
     key = tuple(getattr(p, 'key', getattr(p, 'idx', None)) for p in path)
-    specs.append(ParamSpec(jax.tree_util.keystr(path), key, shape, fan_in))
+    scale = 1.0
+    if config.query_scale == 1.0 and key[-1] in ('q_norm', 'k_norm'):
+      scale = float(shape[0]) ** -0.25
+    specs.append(ParamSpec(jax.tree_util.keystr(path), key, shape, fan_in, scale))
   return specs
 
 
 def empty_tree(config: config_lib.GemmaConfig) -> dict:
   """A params pytree skeleton to fill with `tree_put`."""
-  return {
+  tree = {
     'embedding': None,
     'final_norm': None,
     'layers': tuple({} for _ in range(config.num_layers)),
   }
+  if config.per_layer_input_dim:
+    tree |= dict.fromkeys(('per_layer_embedding', 'per_layer_projection', 'per_layer_norm'))
+  return tree
 
 
 def tree_put(tree: dict, spec: ParamSpec, value) -> None:

@@ -13,6 +13,10 @@
   adds a host-built [N, D] table, indexed by (head, d), to the scores.
 * Relocation (`relocate_keys`): `ABSOLUTE` keys are re-rotated (approximate);
   other keys carry no absolute position and are returned as they are.
+* Partial rotary (Gemma 4's global layers): only the first pairs rotate
+  (`rotary.rotated_pairs`); every formula above runs unchanged with inverse
+  frequency 0 on the other pairs (angle 0: cos 1, sin 0, in every table), so
+  those pairs enter scores as a plain dot product under every scheme.
 
 Tables are built on the host (numpy, float64 where angles are involved) and
 passed to the jitted forward pass as arguments, so they are computed once
@@ -37,13 +41,15 @@ BIAS = 'bias'  # the key of the distance-bias table in `tables`
 
 
 @functools.lru_cache(maxsize=16)
-def _float64_table(head_dim: int, theta: float, size: int) -> tuple[np.ndarray, np.ndarray]:
-  return rotary.rotary_table(head_dim, theta, np.arange(size))
+def _float64_table(
+  head_dim: int, theta: float, size: int, fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+  return rotary.rotary_table(head_dim, theta, np.arange(size), fraction)
 
 
-def table(head_dim: int, theta: float, size: int) -> dict[str, jax.Array]:
+def table(head_dim: int, theta: float, size: int, fraction: float = 1.0) -> dict[str, jax.Array]:
   """cos/sin [size, H/2] of index * inverse frequency, computed in float64."""
-  cos, sin = _float64_table(head_dim, float(theta), int(size))
+  cos, sin = _float64_table(head_dim, float(theta), int(size), float(fraction))
   return {'cos': jnp.asarray(cos), 'sin': jnp.asarray(sin)}
 
 
@@ -68,8 +74,8 @@ def bias_table(scheme: schemes.Scheme, num_heads: int, size: int) -> jax.Array:
 def tables(config: config_lib.GemmaConfig, size: int) -> dict[str, Any] | None:
   """Host-computed tables the config's scheme needs; None if none.
 
-  Keys: `theta_key(theta)` -> cos/sin tables (`table`) for `rope_f64`-like
-  and `RELATIVE` schemes; `BIAS` -> the [N, size] distance bias. For a
+  Keys: `rope_key(config, layer)` -> cos/sin tables (`table`, one per
+  distinct rotary of a layer) for `rope_f64`-like and `RELATIVE` schemes; `BIAS` -> the [N, size] distance bias. For a
   position table the index is an absolute position, so `size` must exceed
   every position used; for a distance table it must exceed every distance
   between a query and a visible key.
@@ -79,15 +85,32 @@ def tables(config: config_lib.GemmaConfig, size: int) -> dict[str, Any] | None:
     return None
   out: dict[str, Any] = {}
   if scheme.angles == 'float64' or scheme.keys == schemes.Keys.RELATIVE:
-    thetas = sorted({config.local_rope_theta, config.global_rope_theta})
-    out |= {theta_key(t): table(config.head_dim, t, size) for t in thetas}
+    for layer in range(config.num_layers):
+      key = rope_key(config, layer)
+      if key not in out:
+        out[key] = table(
+          config.head_dim_of(layer), config.rope_theta(layer), size, config.rotary_fraction(layer)
+        )
   if scheme.bias is not None:
     out[BIAS] = bias_table(scheme, config.num_heads, size)
   return out
 
 
-def theta_key(theta: float) -> str:
-  return f'theta_{theta:g}'
+def theta_key(theta: float, head_dim: int | None = None, fraction: float = 1.0) -> str:
+  """The tables' key of a rotary: its theta, and its head width and fraction where the
+  layer's differ from a full rotary of the config's `head_dim` (None)."""
+  key = f'theta_{theta:g}'
+  if head_dim is not None or fraction != 1.0:
+    key += f'_h{head_dim}_f{fraction:g}'
+  return key
+
+
+def rope_key(config: config_lib.GemmaConfig, layer: int) -> str:
+  """`theta_key` of `layer`'s rotary."""
+  head_dim, fraction = config.head_dim_of(layer), config.rotary_fraction(layer)
+  if head_dim == config.head_dim and fraction == 1.0:
+    return theta_key(config.rope_theta(layer))
+  return theta_key(config.rope_theta(layer), head_dim, fraction)
 
 
 def table_rows(tabs) -> int | None:
@@ -120,26 +143,36 @@ def rotate_for_cache(
   theta: float,
   tabs=None,
   scale: float = 1.0,
+  fraction: float = 1.0,
+  key: str | None = None,
 ) -> jax.Array:
   """Applies the scheme's rotation to queries or keys [B, T, N, H] at positions [B, T].
 
   Identity for schemes whose keys are not `ABSOLUTE`. `scale` is linear rope scaling
-  (float32 angles only): inverse frequencies divided by it.
+  (float32 angles only): inverse frequencies divided by it; `fraction` of the pairs
+  rotate (`rotary.rotated_pairs`). `key` names the table in `tabs` (default
+  `theta_key(theta)`).
 
   Raises:
     UnknownSchemeError: if `scheme` is not registered.
   """
   scheme = schemes.get(scheme)
   if scheme.angles == 'float32':
-    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta) / jnp.float32(scale)
+    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta, fraction) / jnp.float32(scale)
     return rotary.apply_rotary_reference(x, positions, theta=theta, inv_freq=inv_freq)
   if scheme.angles == 'float64':
-    return rotary.rotate_reference(x, *_lookup(tabs[theta_key(theta)], positions))
+    return rotary.rotate_reference(x, *_lookup(tabs[key or theta_key(theta)], positions))
   return x
 
 
 def relocate_keys(
-  k: jax.Array, delta: int, *, scheme: str | schemes.Scheme, theta: float, scale: float = 1.0
+  k: jax.Array,
+  delta: int,
+  *,
+  scheme: str | schemes.Scheme,
+  theta: float,
+  scale: float = 1.0,
+  fraction: float = 1.0,
 ) -> jax.Array:
   """Re-rotates cached keys [..., n, K, H] by `delta` positions (K-shift).
 
@@ -157,9 +190,12 @@ def relocate_keys(
   if scheme.angles == 'float32':
     delta_position = jnp.full((1, 1), delta, jnp.int32)
     cos, sin = rotary.rotary_cos_sin(
-      delta_position, rotary.rotary_inv_freq_float32(head_dim, theta) / jnp.float32(scale)
+      delta_position,
+      rotary.rotary_inv_freq_float32(head_dim, theta, fraction) / jnp.float32(scale),
     )
   else:
-    cos, sin = (jnp.asarray(t)[None] for t in rotary.rotary_table(head_dim, theta, [delta]))
+    cos, sin = (
+      jnp.asarray(t)[None] for t in rotary.rotary_table(head_dim, theta, [delta], fraction)
+    )
   flat = k.reshape((1, -1) + k.shape[-2:])  # every cached row shifts by the same delta
   return rotary.rotate_reference(flat, cos, sin).reshape(k.shape)

@@ -11,7 +11,8 @@ the model exists at any time (one tensor's float32 draw at most), so a 27B
 model in bfloat16 fits where its weights fit.
 
 Values: dense matrices N(0, 1 / fan_in); norm weights (which include Gemma's
-+1) 1 + N(0, 0.1^2); the embedding N(0, 1 / D).
++1) 1 + N(0, 0.1^2); the embedding N(0, 1 / D); each times the tensor's
+`init_scale` (1 but for Gemma 4's q and k norms, `params.ParamSpec`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def draw(spec: params_lib.ParamSpec, seed: int, dtype=jnp.float32) -> jax.Array:
   is drawn whole by one call compiled for its shape.
   """
   std, offset = (0.1, 1.0) if spec.is_norm else (float(spec.fan_in) ** -0.5, 0.0)
+  std, offset = std * spec.init_scale, offset * spec.init_scale
   args = (
     jnp.uint32(seed),
     jnp.uint32(zlib.crc32(spec.name.encode())),
@@ -78,7 +80,11 @@ def draw(spec: params_lib.ParamSpec, seed: int, dtype=jnp.float32) -> jax.Array:
 
 def random_digest(config: config_lib.GemmaConfig, seed: int) -> str:
   """Names the float32 weights `random_params` draws: they follow from these inputs alone."""
-  shapes = ''.join(f'{s.name}{s.shape}\n' for s in params_lib.param_specs(config))
+  # A scale other than 1 is named (so digests of configs without one stay as they were).
+  shapes = ''.join(
+    f'{s.name}{s.shape}' + (f'*{s.init_scale!r}' if s.init_scale != 1.0 else '') + '\n'
+    for s in params_lib.param_specs(config)
+  )
   blob = f'random-v{RANDOM_INIT_VERSION}\nblock:{BLOCK}\nseed:{int(seed)}\n{shapes}'
   return hashlib.sha256(blob.encode()).hexdigest()
 

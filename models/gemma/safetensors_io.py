@@ -1,4 +1,4 @@
-"""Hugging Face safetensors checkpoints of Gemma 3: load (streamed) and export.
+"""Hugging Face safetensors checkpoints of Gemma 3 and Gemma 4: load (streamed) and export.
 
 A checkpoint is a `model.safetensors`, or shards listed by
 `model.safetensors.index.json`, with a `config.json` beside it. Tensor names
@@ -20,8 +20,31 @@ model inside `Gemma3ForConditionalGeneration` (`language_model.model.` or
     layers.i.mlp.{gate,up}_proj.weight      [F, D]       gate, up [D, F]
     layers.i.mlp.down_proj.weight           [D, F]       down [F, D]
 
-(transformers stores norm weights without Gemma's +1; it adds 1 in float32
-at run time, as the loader does.)
+(transformers stores Gemma 3's norm weights without Gemma's +1; it adds 1 in
+float32 at run time, as the loader does.)
+
+Gemma 4 (`Gemma4ForCausalLM`, or the text model of
+`Gemma4ForConditionalGeneration` under `model.language_model.`; its vision and
+audio towers are ignored) keeps these names, its norm weights as they act (no
++1), and adds:
+
+    layers.i.layer_scalar                   [1]          layer_scalar
+    layers.i.per_layer_input_gate.weight    [P, D]       pl_gate [D, P]
+    layers.i.per_layer_projection.weight    [D, P]       pl_proj [P, D]
+    layers.i.post_per_layer_input_norm      [D]          pl_norm
+    layers.i.router.scale                   [D]          router_scale
+    layers.i.router.proj.weight             [E, D]       router [D, E]
+    layers.i.router.per_expert_scale        [E]          expert_scale
+    layers.i.experts.gate_up_proj           [E, 2X, D]   experts_gate_up [E, D, 2X]
+    layers.i.experts.down_proj              [E, D, X]    experts_down [E, X, D]
+    layers.i.pre_feedforward_layernorm_2    [D]          ffn_norm_2
+    layers.i.post_feedforward_layernorm_{1,2} [D]        post_ffn_norm_{1,2}
+    embed_tokens_per_layer.weight           [V, L*P]     per_layer_embedding
+    per_layer_model_projection.weight       [L*P, D]     per_layer_projection [D, L*P]
+    per_layer_projection_norm.weight        [P]          per_layer_norm
+
+A kv-shared layer's key/value tensors, which some checkpoints still hold, are
+skipped as transformers skips them.
 """
 
 from __future__ import annotations
@@ -56,14 +79,53 @@ _LAYER_NAMES = {
   'gate': 'mlp.gate_proj',
   'up': 'mlp.up_proj',
   'down': 'mlp.down_proj',
+  'pl_gate': 'per_layer_input_gate',
+  'pl_proj': 'per_layer_projection',
+  'pl_norm': 'post_per_layer_input_norm',
+  'router': 'router.proj',
+  'ffn_norm_2': 'pre_feedforward_layernorm_2',
+  'post_ffn_norm_1': 'post_feedforward_layernorm_1',
+  'post_ffn_norm_2': 'post_feedforward_layernorm_2',
 }
+# Tensors named without '.weight' (parameters and buffers, not modules).
+_LAYER_PARAMS = {
+  'layer_scalar': 'layer_scalar',
+  'router_scale': 'router.scale',
+  'expert_scale': 'router.per_expert_scale',
+  'experts_gate_up': 'experts.gate_up_proj',
+  'experts_down': 'experts.down_proj',
+}
+_TOP_NAMES = {
+  'embedding': 'embed_tokens.weight',
+  'final_norm': 'norm.weight',
+  'per_layer_embedding': 'embed_tokens_per_layer.weight',
+  'per_layer_projection': 'per_layer_model_projection.weight',
+  'per_layer_norm': 'per_layer_projection_norm.weight',
+}
+# Ours [.., a, b] is HF's [.., b, a].
+_TRANSPOSED = (
+  'gate',
+  'up',
+  'down',
+  'pl_gate',
+  'pl_proj',
+  'router',
+  'experts_gate_up',
+  'experts_down',
+  'per_layer_projection',
+)
+# Of a kv-shared layer: skipped if a checkpoint holds them.
+_SHARED_SKIPPED = ('k_proj', 'v_proj', 'k_norm', 'v_norm')
 
 
 def hf_name(spec: params_lib.ParamSpec) -> str:
   """The tensor's name under the text model's prefix (e.g. 'layers.3.self_attn.q_proj.weight')."""
   if spec.key[0] == 'layers':
-    return f'layers.{spec.key[1]}.{_LAYER_NAMES[spec.key[2]]}.weight'
-  return {'embedding': 'embed_tokens.weight', 'final_norm': 'norm.weight'}[spec.key[0]]
+    name = spec.key[2]
+    if name in _LAYER_PARAMS:
+      return f'layers.{spec.key[1]}.{_LAYER_PARAMS[name]}'
+    return f'layers.{spec.key[1]}.{_LAYER_NAMES[name]}.weight'
+  return _TOP_NAMES[spec.key[0]]
 
 
 def hf_shape(spec: params_lib.ParamSpec) -> tuple[int, ...]:
@@ -75,29 +137,36 @@ def hf_shape(spec: params_lib.ParamSpec) -> tuple[int, ...]:
   if name == 'o':
     heads, h, d = spec.shape
     return (d, heads * h)
-  if name in ('gate', 'up', 'down'):
-    return tuple(reversed(spec.shape))
+  if name in _TRANSPOSED:
+    return tuple(spec.shape[:-2]) + (spec.shape[-1], spec.shape[-2])
   return tuple(spec.shape)
 
 
-def to_ours(spec: params_lib.ParamSpec, value: np.ndarray) -> np.ndarray:
-  """An HF tensor in our layout, float32 (norms + 1, in float32 as transformers adds it)."""
+def _swap_last(x: np.ndarray) -> np.ndarray:
+  return np.ascontiguousarray(np.swapaxes(x, -1, -2))
+
+
+def to_ours(spec: params_lib.ParamSpec, value: np.ndarray, *, plus_one: bool = True) -> np.ndarray:
+  """An HF tensor in our layout, float32 (Gemma 3's norms + 1 where `plus_one`, in float32
+  as transformers adds it; Gemma 4 stores them as they act)."""
   x = np.asarray(value).astype(np.float32)
   name = spec.key[-1]
   if spec.is_norm:
-    return x + np.float32(1.0)
+    return x + np.float32(1.0) if plus_one else x
   if name in ('q', 'k', 'v'):
     d, heads, h = spec.shape
     return np.ascontiguousarray(x.reshape(heads, h, d).transpose(2, 0, 1))
   if name == 'o':
     heads, h, d = spec.shape
     return np.ascontiguousarray(x.reshape(d, heads, h).transpose(1, 2, 0))
-  if name in ('gate', 'up', 'down'):
-    return np.ascontiguousarray(x.T)
+  if name in _TRANSPOSED:
+    return _swap_last(x)
   return x
 
 
-def from_ours(spec: params_lib.ParamSpec, value: np.ndarray) -> np.ndarray:
+def from_ours(
+  spec: params_lib.ParamSpec, value: np.ndarray, *, plus_one: bool = True
+) -> np.ndarray:
   """Our tensor (float32) in HF's layout; `to_ours` gives back the same bits.
 
   Raises:
@@ -106,6 +175,8 @@ def from_ours(spec: params_lib.ParamSpec, value: np.ndarray) -> np.ndarray:
   """
   x = np.asarray(value, np.float32)
   name = spec.key[-1]
+  if spec.is_norm and not plus_one:
+    return x
   if spec.is_norm:
     hf = x - np.float32(1.0)
     bad = np.flatnonzero(hf + np.float32(1.0) != x)
@@ -118,8 +189,8 @@ def from_ours(spec: params_lib.ParamSpec, value: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(1, 2, 0).reshape(-1, x.shape[0]))
   if name == 'o':
     return np.ascontiguousarray(x.transpose(2, 0, 1).reshape(x.shape[2], -1))
-  if name in ('gate', 'up', 'down'):
-    return np.ascontiguousarray(x.T)
+  if name in _TRANSPOSED:
+    return _swap_last(x)
   return x
 
 
@@ -191,7 +262,7 @@ def _prefix(names, source: str) -> str:
     if f'{prefix}embed_tokens.weight' in names:
       return prefix
   raise params_lib.CheckpointError(
-    f'{source}: no embed_tokens.weight under any of {PREFIXES} (not a Gemma 3 checkpoint)'
+    f'{source}: no embed_tokens.weight under any of {PREFIXES} (not a Gemma checkpoint)'
   )
 
 
@@ -230,6 +301,13 @@ def load(
   reader = _Reader(path)
   prefix = _prefix(reader.where, str(path))
   text_names = {n for n in reader.where if n.startswith(prefix)}
+  for layer in range(config.num_layers):
+    if config.kv_source(layer) != layer:
+      for skipped in _SHARED_SKIPPED:
+        text_names.difference_update(
+          n for n in list(text_names) if n.startswith(f'{prefix}layers.{layer}.self_attn.{skipped}')
+        )
+  plus_one = not hf_config.is_gemma4(config)
   params = params_lib.Streamed(config, place)
   for spec in params_lib.param_specs(config):
     name = prefix + hf_name(spec)
@@ -239,7 +317,7 @@ def load(
     params_lib.check_shape(str(path), name, reader.shape(name), hf_shape(spec), spec)
     raw = reader.read(name)
     params_lib.check_float(name, raw, str(path))
-    params.put(spec, to_ours(spec, raw))
+    params.put(spec, to_ours(spec, raw, plus_one=plus_one))
     del raw
   params_lib.refuse_unused(str(path), text_names)
   return params.result()
@@ -252,7 +330,8 @@ def save(
   *,
   max_shard_bytes: int | None = None,
 ) -> pathlib.Path:
-  """Writes params as a float32 `Gemma3ForCausalLM` checkpoint that `load` reads back bit-equal.
+  """Writes params as a float32 `Gemma3ForCausalLM` (or `Gemma4ForCausalLM`) checkpoint that
+  `load` reads back bit-equal.
 
   Args:
     params: the params pytree (float32 values, numpy or jax).
@@ -274,6 +353,7 @@ def save(
     raise params_lib.CheckpointError(f'{directory} already holds a checkpoint')
   (directory / CONFIG_FILE).write_text(json.dumps(hf_config.config_to_hf(config), indent=2))
   specs = params_lib.param_specs(config)
+  plus_one = not hf_config.is_gemma4(config)
   written: list[tuple[str, list[str]]] = []  # (file, its tensor names)
 
   def write(shard: dict[str, np.ndarray]) -> None:
@@ -283,7 +363,7 @@ def save(
 
   shard, shard_bytes = {}, 0
   for spec in specs:
-    value = from_ours(spec, np.asarray(_leaf(params, spec.key), np.float32))
+    value = from_ours(spec, np.asarray(_leaf(params, spec.key), np.float32), plus_one=plus_one)
     if max_shard_bytes is not None and shard and shard_bytes + value.nbytes > max_shard_bytes:
       write(shard)
       shard, shard_bytes = {}, 0

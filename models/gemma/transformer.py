@@ -1,13 +1,21 @@
-"""The Gemma 3 decoder as pure functions over a params pytree.
+"""The Gemma 3 and Gemma 4 decoder as pure functions over a params pytree.
 
-Params layout (D embed, F hidden, N query heads, K kv heads, H head dim):
+Params layout (D embed, F hidden, N query heads, K kv heads, H head dim; K,
+H and F per layer, see `config`):
   embedding  [V, D]   tied input/output table
   final_norm [D]
   layers     tuple of L dicts:
     attn_norm, post_attn_norm, ffn_norm, post_ffn_norm  [D]
     q [D, N, H]   k, v [D, K, H]   o [N, H, D]   q_norm, k_norm [H]
     gate, up [D, F]   down [F, D]
-Norm weights already include Gemma's +1.
+Norm weights already include Gemma 3's +1 (Gemma 4 stores them as they act).
+Gemma 4 adds, where its config asks:
+  layers[i]: layer_scalar [1]; pl_gate [D, P], pl_proj [P, D], pl_norm [D]
+    (per-layer inputs); router_scale [D], router [D, E], expert_scale [E],
+    experts_gate_up [E, D, 2X] (gate units, then up), experts_down [E, X, D], ffn_norm_2,
+    post_ffn_norm_1, post_ffn_norm_2 [D] (mixture of experts)
+  per_layer_embedding [V, L*P], per_layer_projection [D, L*P], per_layer_norm [P]
+and drops 'v' on K=V layers and 'k', 'v', 'k_norm' on kv-shared ones.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import attention
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import layers
+from graftjax.models.gemma import moe
 from graftjax.models.gemma import ops
 
 Params = dict
@@ -40,11 +49,17 @@ def decoder_layer(
   write_index: jax.Array,
   config: config_lib.GemmaConfig,
   tables=None,
+  per_layer_input: jax.Array | None = None,
 ) -> tuple[jax.Array, cache_lib.KVCache]:
-  """Pre- and post-normed attention and MLP with residuals: x [B, T, D]."""
+  """Pre- and post-normed attention and MLP with residuals: x [B, T, D].
+
+  Gemma 4: the mixture of experts beside the MLP, then the per-layer input
+  (`per_layer_input` [B, T, P]) gated in, then the layer scalar.
+  """
   norm = lambda y, name: ops.rms_norm(
     y, params[name], config.rms_norm_eps, impl=config.impl_of('norm')
   )
+  impl, precision = config.impl_of('matmul'), config.dot_precision
   attn_out, cache = attention.attention_block(
     params,
     norm(x, 'attn_norm'),
@@ -57,10 +72,20 @@ def decoder_layer(
     tables=tables,
   )
   x = x + norm(attn_out, 'post_attn_norm')
-  mlp_out = gated_mlp(
-    params, norm(x, 'ffn_norm'), impl=config.impl_of('matmul'), precision=config.dot_precision
-  )
-  return x + norm(mlp_out, 'post_ffn_norm'), cache
+  mlp_out = gated_mlp(params, norm(x, 'ffn_norm'), impl=impl, precision=precision)
+  if config.is_moe:
+    experts_out = moe.experts(
+      params, x, norm(x, 'ffn_norm_2'), config=config, impl=impl, precision=precision
+    )
+    mlp_out = norm(mlp_out, 'post_ffn_norm_1') + norm(experts_out, 'post_ffn_norm_2')
+  x = x + norm(mlp_out, 'post_ffn_norm')
+  if per_layer_input is not None:
+    dense = functools.partial(ops.dense, impl=impl, precision=precision)
+    gated = jax.nn.gelu(dense(x, params['pl_gate']), approximate=True) * per_layer_input
+    x = x + norm(dense(gated, params['pl_proj']), 'pl_norm')
+  if config.layer_scalar:
+    x = x * params['layer_scalar'].astype(x.dtype)
+  return x, cache
 
 
 def gated_mlp(params: Params, x: jax.Array, *, impl: str, precision: str) -> jax.Array:
@@ -68,6 +93,24 @@ def gated_mlp(params: Params, x: jax.Array, *, impl: str, precision: str) -> jax
   dense = functools.partial(ops.dense, impl=impl, precision=precision)
   hidden = layers.gelu_gate(dense(x, params['gate']), dense(x, params['up']))
   return dense(hidden, params['down'])
+
+
+def per_layer_inputs(
+  params: Params, tokens: jax.Array, x: jax.Array, *, config: config_lib.GemmaConfig
+) -> jax.Array:
+  """Gemma 4's per-layer inputs [B, T, L, P] of tokens [B, T] and their embeddings x [B, T, D]:
+  (norm(x @ projection / sqrt(D)) + table[tokens] * sqrt(P)) / sqrt(2)."""
+  p, num_layers = config.per_layer_input_dim, config.num_layers
+  table = layers.embed(params['per_layer_embedding'], tokens, p)
+  table = table.reshape(tokens.shape + (num_layers, p))
+  projected = ops.dense(
+    x, params['per_layer_projection'], impl=config.impl_of('matmul'), precision=config.dot_precision
+  ) * jnp.asarray(config.embed_dim**-0.5, x.dtype)
+  projected = projected.reshape(tokens.shape + (num_layers, p))
+  projected = ops.rms_norm(
+    projected, params['per_layer_norm'], config.rms_norm_eps, impl=config.impl_of('norm')
+  )
+  return (projected + table) * jnp.asarray(2.0**-0.5, x.dtype)
 
 
 def forward(
@@ -103,6 +146,7 @@ def forward(
   write_index = cache.length
   cache = cache_lib.advance(cache, positions, segments)
   x = layers.embed(params['embedding'], tokens, config.embed_dim)
+  extra = per_layer_inputs(params, tokens, x, config=config) if config.per_layer_input_dim else None
   for layer in range(config.num_layers):
     x, cache = decoder_layer(
       params['layers'][layer],
@@ -114,6 +158,7 @@ def forward(
       write_index=write_index,
       config=config,
       tables=tables,
+      per_layer_input=None if extra is None else extra[:, :, layer],
     )
   if logits == 'none':
     return None, cache
@@ -125,6 +170,9 @@ def forward(
   out = ops.unembed(
     x, params['embedding'], impl=config.impl_of('matmul'), precision=config.dot_precision
   ).astype(jnp.float32)
+  if config.final_logit_softcap is not None:
+    cap = jnp.float32(config.final_logit_softcap)
+    out = jnp.tanh(out / cap) * cap
   return (out[:, 0] if logits == 'last' else out), cache
 
 
@@ -145,7 +193,12 @@ def init_params(
 
   Drawn with numpy from `seed`, so the same seed gives the same bits on any
   machine and jax version. Norm weights are near 1 (they include the +1).
+  Gemma 3 layouts only (`random_init` draws any config).
   """
+  if not config.uniform_kv or config.num_kv_shared_layers or config.per_layer_input_dim:
+    raise ValueError('init_params draws Gemma 3 layouts; use model.random for Gemma 4 fields')
+  if config.is_moe or config.layer_scalar or config.attention_k_eq_v:
+    raise ValueError('init_params draws Gemma 3 layouts; use model.random for Gemma 4 fields')
   rng = np.random.default_rng(seed)
   d, f, n, k, h = (
     config.embed_dim,

@@ -14,6 +14,7 @@ import pytest
 
 from graftjax import blocks
 from graftjax.studies import relocation
+from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import schemes
 
@@ -130,3 +131,22 @@ def test_pallas_block_attention_matches_xla_and_composes_exactly():
   assert same_bytes(
     fresh, relocation.composed_grafted(m, a, b, PALLAS_CONT, offsets, PALLAS_LAYOUT)
   )
+
+
+@pytest.mark.parametrize('structure', ['tiny-gemma4-e2b', 'tiny-gemma4-31b'])
+@pytest.mark.parametrize('scheme', ['rope', 'rope_relative'])
+def test_gemma4_relocation_with_partial_rotary(structure, scheme):
+  """Global layers of head size 32 rotating a quarter of their pairs, kv sharing or K=V:
+  `rope_relative` relocates exactly, re-rotated `rope` keys do not."""
+  m = gemma_model.random(config_lib.get_config(structure), seed=5).with_position_scheme(scheme)
+  assert m.config.global_rotary_fraction == 0.25
+  equal = [
+    same_bytes(
+      relocation.relocated_to(m, BLOCK, CONT, offset, LAYOUT),
+      relocation.fresh_at(m, BLOCK, CONT, offset, LAYOUT),
+    )
+    for offset in (7, 4096)
+  ]
+  assert all(equal) == (scheme == 'rope_relative')
+  if scheme == 'rope':
+    assert not any(equal)

@@ -1,0 +1,108 @@
+"""Blocks of Gemma 4 structures: the cache follows the architecture, and capture, graft,
+store and restore stay byte-exact on every one.
+
+Tiny random configs keep each size's structure: kv sharing with per-layer inputs
+(E2B-like), K=V global layers with their own kv heads (31B-like), and the
+mixture of experts (26B-like); global layers cache head size 32, sliding ones 16.
+"""
+
+import numpy as np
+import pytest
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import model as gemma_model
+
+from graftjax import blocks
+from graftjax import restore as restore_lib
+from graftjax import store as store_lib
+
+PREFIX = np.random.default_rng(4).integers(3, 256, 12).astype(np.int32)
+CONT = np.random.default_rng(5).integers(3, 256, 5).astype(np.int32)
+CAPACITY = 24
+STRUCTURES = ('tiny-gemma4-e2b', 'tiny-gemma4-31b', 'tiny-gemma4-26b')
+
+
+def _model(name, layout='full'):
+  m = gemma_model.random(config_lib.get_config(name), seed=3)
+  return m.with_local_cache(layout, chunk_size=4)
+
+
+def _prefilled(m, ids=PREFIX):
+  _, cache = m.prefill(ids, cache=m.init_cache(capacity=CAPACITY), chunk_size=4, logits='none')
+  return cache
+
+
+def _continued(m, cache):
+  out, _ = m.prefill(CONT, cache=cache, chunk_size=4, start_position=PREFIX.size, logits='all')
+  return np.asarray(out)
+
+
+def _captured(m):
+  cache = _prefilled(m)
+  span = blocks.Span(0, PREFIX.size)
+  return blocks.capture(cache, span, token_ids=PREFIX, target=m.graft_target, chunk_size=4)
+
+
+def test_the_cache_holds_only_the_layers_that_compute_keys_and_values():
+  m = _model('tiny-gemma4-e2b')  # 10 layers, the last 4 read layers 4 and 5
+  cache = m.init_cache(capacity=CAPACITY)
+  assert m.config.cached_layers == tuple(range(6))
+  assert cache.num_layers == 6
+  assert cache.ring_layers == (0, 1, 2, 3, 5)  # sliding; layer 4 is global
+  assert cache.k.shape == (1, 1, CAPACITY, 1, 32) and cache.ring_k.shape == (5, 1, CAPACITY, 1, 16)
+  assert cache.row_shape() == (1, 1, 32 + 5 * 16)
+
+
+def test_global_layers_cache_their_own_kv_heads_and_head_size():
+  for layout, ring in (('full', CAPACITY), ('ring', 8 - 1 + 4)):
+    cache = _model('tiny-gemma4-31b', layout).init_cache(capacity=CAPACITY)
+    assert cache.k.shape == (1, 1, CAPACITY, 1, 32)  # one kv head of 32 on the global layer
+    assert cache.ring_k.shape == (5, 1, ring, 2, 16)  # two of 16 on the sliding ones
+    assert cache.row_shape() == (1, 1, 32 + 5 * 2 * 16)
+
+
+# Two cases in the fast tier; the others take tens of seconds each on two cores.
+_FAST = {('tiny-gemma4-e2b', 'ring'), ('tiny-gemma4-31b', 'full')}
+
+
+@pytest.mark.parametrize(
+  'name, layout',
+  [
+    pytest.param(n, l, marks=() if (n, l) in _FAST else pytest.mark.slow)
+    for n in STRUCTURES
+    for l in ('full', 'ring')
+  ],
+)
+def test_graft_and_restore_then_continue_are_byte_equal_to_fresh(name, layout, tmp_path):
+  m = _model(name, layout)
+  fresh = _continued(m, _prefilled(m))
+  block = _captured(m)
+  assert block.k.shape == (1, PREFIX.size) + m.init_cache(capacity=CAPACITY).row_shape()[1:]
+  grafted = blocks.graft(m.init_cache(capacity=CAPACITY), block, target=m.graft_target)
+  assert _continued(m, grafted).tobytes() == fresh.tobytes()
+  store = store_lib.BlockStore(tmp_path / 'store')
+  key = store.put(block)
+  restored = restore_lib.restore(
+    store, key, m.init_cache(capacity=CAPACITY), target=m.graft_target, token_ids=PREFIX
+  )
+  assert _continued(m, restored).tobytes() == fresh.tobytes()
+
+
+def test_a_graft_is_not_byte_equal_when_the_block_is_damaged():
+  """The byte test can fail: one flipped key in the packed rows changes the continuation."""
+  m = _model('tiny-gemma4-31b')
+  fresh = _continued(m, _prefilled(m))
+  block = _captured(m)
+  k = np.asarray(block.k).copy()
+  k[0, 3, 0, 5 * 2 * 16] += 1.0  # slot 3's first key value of layer 5 (global), packed last
+  grafted = blocks.graft(m.init_cache(capacity=CAPACITY), block.replace(k=k), target=m.graft_target)
+  assert _continued(m, grafted).tobytes() != fresh.tobytes()
+
+
+def test_a_block_is_refused_by_a_model_of_another_layout():
+  block = _captured(_model('tiny-gemma4-31b'))
+  other = _model('tiny-gemma4-e2b')
+  with pytest.raises(blocks.GraftError, match='another model'):
+    blocks.graft(other.init_cache(capacity=CAPACITY), block, target=other.graft_target)
+  own = _model('tiny-gemma4-31b')  # its own target, but a cache that holds other rows
+  with pytest.raises(blocks.GraftError, match='this cache takes'):
+    blocks.graft(other.init_cache(capacity=CAPACITY), block, target=own.graft_target)
