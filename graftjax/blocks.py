@@ -389,14 +389,16 @@ def check_tokens(block: KVBlock, target: target_lib.GraftTarget) -> None:
     return
   if isinstance(block.v, jax.Array) and not block.v.is_fully_addressable:
     return
-  captured = np.asarray(block.v[0], np.float32)  # [n, K, H]
-  kept = np.flatnonzero(np.any(captured != 0, axis=(1, 2)))
+  values = np.asarray(block.v, np.float32)
+  # [n, K * H] of layer 0: its own array, or the first K * H of a packed row [1, n, 1, F].
+  width = int(np.prod(np.shape(target.first_values(np.zeros(1, np.int32)))))
+  captured = values[0].reshape(len(block), -1)[:, :width]
+  kept = np.flatnonzero(np.any(captured != 0, axis=1))
   if kept.size == 0:
     return
   ids = np.asarray(block.meta.token_ids, np.int32)[kept]
-  expected = np.asarray(target.first_values(ids), np.float32).reshape(captured[kept].shape)
-  rows = captured[kept].reshape(kept.size, -1)
-  expected = expected.reshape(kept.size, -1)
+  rows = captured[kept]
+  expected = np.asarray(target.first_values(ids), np.float32).reshape(kept.size, width)
   scale = np.maximum(np.linalg.norm(expected, axis=1), np.finfo(np.float32).tiny)
   error = np.linalg.norm(rows - expected, axis=1) / scale
   if np.any(error > TOKEN_TOLERANCE):

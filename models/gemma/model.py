@@ -364,10 +364,15 @@ class Gemma:
 
 @functools.partial(jax.jit, static_argnames=('config',))
 def _first_values(embedding, layer, tokens, *, config: config_lib.GemmaConfig) -> jax.Array:
-  """[T, K, H] values of the first layer for tokens [T]."""
+  """[T, K, H] values of the first layer for tokens [T] (as its attention computes them)."""
   x = layers.embed(embedding, tokens, config.embed_dim)
   x = ops.rms_norm(x, layer['attn_norm'], config.rms_norm_eps, impl='xla')
-  return ops.dense(x, layer['v'], impl='xla', precision=config.dot_precision)
+  v = ops.dense(
+    x, layer['k' if config.k_eq_v(0) else 'v'], impl='xla', precision=config.dot_precision
+  )
+  if config.value_norm:
+    v = ops.rms_norm(v, jnp.ones(v.shape[-1], v.dtype), config.rms_norm_eps, impl='xla')
+  return v
 
 
 def from_params(

@@ -106,3 +106,19 @@ def test_a_block_is_refused_by_a_model_of_another_layout():
   own = _model('tiny-gemma4-31b')  # its own target, but a cache that holds other rows
   with pytest.raises(blocks.GraftError, match='this cache takes'):
     blocks.graft(other.init_cache(capacity=CAPACITY), block, target=own.graft_target)
+
+
+@pytest.mark.parametrize('name', STRUCTURES)
+@pytest.mark.parametrize('layout', ['full', 'ring'])
+def test_capture_checks_token_ids_against_the_packed_rows(name, layout):
+  """Layer 0's values lead each packed row (value norm applied): a wrong token id is named."""
+  m = _model(name, layout)
+  cache = _prefilled(m)
+  capture = lambda ids: blocks.capture(
+    cache, blocks.Span(0, PREFIX.size), token_ids=ids, target=m.graft_target, chunk_size=4
+  )
+  assert capture(PREFIX).meta.token_ids == tuple(PREFIX.tolist())
+  one_wrong = PREFIX.copy()
+  one_wrong[9] = (one_wrong[9] + 1) % 256
+  with pytest.raises(blocks.GraftError, match='slot 9 holds the state of another token'):
+    capture(one_wrong)
