@@ -9,13 +9,16 @@ come from the environment, as on a real deployment (docs/store_format.md).
 """
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -166,7 +169,11 @@ def unique_path() -> str:
 
 
 class Faults:
-  """What `FaultyProxy` does to the requests it passes on (changed by the tests)."""
+  """What `FaultyProxy` does to the requests it passes on (changed by the tests).
+
+  `hold` and `drop` take (method, object name): the name decoded from an S3 or GCS request
+  ('' for a listing or a bucket).
+  """
 
   def __init__(self):
     self.status = None  # answer this HTTP status instead of passing on ...
@@ -174,21 +181,48 @@ class Faults:
     self.delay = 0.0  # seconds to wait before answering
     self.body = None  # body -> body, applied to what a GET of an object returns
     self.requests = 0
+    self.hold = None  # (method, name) -> bool: keep such a request until `release` is set
+    self.holding = threading.Event()  # set once a request is held
+    self.release = threading.Event()
+    self.drop = None  # (method, name) -> bool: answer such a write as stored, store nothing
+    self.dropped = []  # the names of the writes dropped
+
+
+# The GCS emulator ignores a request's generation precondition (`ifGenerationMatch`), which
+# GCS honours; a proxy made with `gcs_preconditions` checks it, every such check and the
+# request it guards one at a time across all proxies (as the server would, atomically).
+_PRECONDITIONS = threading.Lock()
+
+
+def object_name(method: str, path: str) -> str:
+  """The object an S3 (path style) or GCS JSON-API request names, '' for none (a listing)."""
+  url = urllib.parse.urlsplit(path)
+  query = urllib.parse.parse_qs(url.query)
+  if url.path.startswith('/upload/storage/v1/b/'):
+    return query.get('name', [''])[0]
+  if url.path.startswith('/storage/v1/b/'):
+    parts = url.path.split('/o/', 1)
+    return urllib.parse.unquote(parts[1]) if len(parts) == 2 else ''
+  parts = url.path.lstrip('/').split('/', 1)
+  return urllib.parse.unquote(parts[1]) if len(parts) == 2 else ''
 
 
 class FaultyProxy:
   """An HTTP proxy on loopback in front of `upstream`, answering as `faults` says.
 
   It forwards each request (method, path, headers, body) and the answer; with a status
-  set it answers that status (an S3-style XML error) without forwarding. It records
+  set it answers that status (an S3-style XML error) without forwarding; it holds the
+  requests `faults.hold` picks until `faults.release` is set, and answers the writes
+  `faults.drop` picks as stored without forwarding them; with `gcs_preconditions` it
+  answers 412 to a GCS request whose `ifGenerationMatch` is not the object's generation
+  (what GCS does and the emulator does not). It records
   (method, path, start, end) of each request in `events`, and in `most` the most requests
   it held at once.
   """
 
-  def __init__(self, upstream: str, *, delay: float = 0.0):
+  def __init__(self, upstream: str, *, delay: float = 0.0, gcs_preconditions: bool = False):
     import http.client
     import http.server
-    import threading
 
     faults = self.faults = Faults()
     faults.delay = delay
@@ -220,17 +254,58 @@ class FaultyProxy:
         faults.requests += 1
         length = int(self.headers.get('Content-Length') or 0)
         body = self.rfile.read(length) if length else b''
+        name = object_name(self.command, self.path)
+        if faults.hold is not None and faults.hold(self.command, name):
+          faults.holding.set()
+          faults.release.wait(timeout=120)
         if faults.delay:
           time.sleep(faults.delay)
         if faults.status is not None and faults.status_count > 0:
           faults.status_count -= 1
           error = b'<?xml version="1.0"?><Error><Code>ServiceUnavailable</Code></Error>'
-          self.send_response(faults.status)
-          self.send_header('Content-Type', 'application/xml')
-          self.send_header('Content-Length', str(len(error)))
-          self.end_headers()
-          self.wfile.write(error)
-          return
+          return self._send(faults.status, error, [('Content-Type', 'application/xml')])
+        if self.command in ('PUT', 'POST') and faults.drop and faults.drop(self.command, name):
+          faults.dropped.append(name)
+          return self._stored_nothing(name, body)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        if gcs_preconditions and 'ifGenerationMatch' in query:
+          with _PRECONDITIONS:
+            if self._generation(name) != query['ifGenerationMatch'][0]:
+              return self._send(412, b'{"error": {"code": 412, "message": "Precondition"}}', [])
+            return self._pass_on(body)
+        return self._pass_on(body)
+
+      def _generation(self, name: str) -> str:
+        """The object's generation upstream, '0' if there is none."""
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        bucket = urllib.parse.urlsplit(self.path).path.split('/b/')[1].split('/')[0]
+        quoted = urllib.parse.quote(name, safe='')
+        connection.request('GET', f'/storage/v1/b/{bucket}/o/{quoted}')
+        answer = connection.getresponse()
+        data = answer.read()
+        connection.close()
+        return json.loads(data)['generation'] if answer.status == 200 else '0'
+
+      def _stored_nothing(self, name: str, body: bytes):
+        """The answer of a write that stored `body` under `name` (an S3 ETag, a GCS object)."""
+        if self.path.startswith('/upload/'):
+          generation = str(time.time_ns() // 1000)
+          resource = {'name': name, 'bucket': BUCKET, 'generation': generation}
+          resource.update({'metageneration': '1', 'size': str(len(body))})
+          data = json.dumps(resource).encode()
+          return self._send(200, data, [('Content-Type', 'application/json')])
+        return self._send(200, b'', [('ETag', f'"{hashlib.md5(body).hexdigest()}"')])
+
+      def _send(self, status: int, data: bytes, headers: list):
+        self.send_response(status)
+        for header, value in headers:
+          self.send_header(header, value)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        if self.command != 'HEAD':
+          self.wfile.write(data)
+
+      def _pass_on(self, body: bytes):
         connection = http.client.HTTPConnection(host, int(port), timeout=30)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
         connection.request(self.command, self.path, body=body or None, headers=headers)
@@ -257,5 +332,6 @@ class FaultyProxy:
     self._thread.start()
 
   def close(self) -> None:
+    self.faults.release.set()
     self._server.shutdown()
     self._server.server_close()

@@ -103,7 +103,7 @@ def test_a_read_keeps_as_many_requests_in_flight_as_the_concurrency_allows(serve
   assert proxy.most == limit  # 24 chunks: the bound is reached and never passed
 
 
-def test_the_small_files_are_asked_for_with_the_listing(server):
+def test_the_small_files_go_out_with_the_chunks_after_the_manifest(server):
   path = unique_path()
   key = store_lib.BlockStore(s3_spec(server.url, path)).put(make_block(0))
   proxy = FaultyProxy(server.url, delay=0.5)  # each answer held long enough to overlap
@@ -114,11 +114,12 @@ def test_the_small_files_are_asked_for_with_the_listing(server):
   finally:
     proxy.close()
 
-  listing = [e for e in proxy.events if 'list-type=2' in e[1]]
-  small = [e for e in proxy.events if e[1].endswith(('manifest.json', 'zarr.json'))]
-  assert len(listing) == 1 and len(small) == 4
-  # The small files were asked for before the listing came back, not after it: one round
-  # trip. (At most 4 requests were seen in flight at once on a loaded 2-core machine, so the
-  # fifth of these may wait for the first answer; before, all four waited for the listing.)
-  early = [path for _, path, start, _ in small if start < listing[0][3]]
-  assert len(early) >= 3, proxy.events
+  manifest = [e for e in proxy.events if e[1].endswith('manifest.json')]
+  rest = [e for e in proxy.events if e not in manifest]
+  # The manifest names the payload's prefix (format 5): nothing is listed, and every
+  # zarr.json and chunk is asked for at once after it, in one round trip.
+  assert len(manifest) == 1 and not [e for e in proxy.events if 'list-type' in e[1]]
+  assert len([e for e in rest if e[1].endswith('zarr.json')]) == 3
+  assert len(rest) == 3 + 2 * make_block(0).k.shape[0] + 1, proxy.events
+  assert all(start > manifest[0][2] + 0.4 for _, _, start, _ in rest)  # after its answer
+  assert max(start for _, _, start, _ in rest) < min(end for _, _, _, end in rest), proxy.events
