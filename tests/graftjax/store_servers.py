@@ -9,6 +9,7 @@ come from the environment, as on a real deployment (docs/store_format.md).
 """
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,8 @@ import urllib.request
 import uuid
 
 import pytest
+
+from graftjax import store as store_lib
 
 HOST = '127.0.0.1'
 BUCKET = 'graftjax-test'
@@ -335,3 +338,36 @@ class FaultyProxy:
     self.faults.release.set()
     self._server.shutdown()
     self._server.server_close()
+
+
+@dataclasses.dataclass
+class Bucket:
+  """A server of one kind (`s3` or `gcs`), and stores on it reached through proxies."""
+
+  kind: str
+  url: str
+  proxies: list
+
+  def proxy(self) -> FaultyProxy:
+    proxy = FaultyProxy(self.url, gcs_preconditions=self.kind == 'gcs')
+    self.proxies.append(proxy)
+    return proxy
+
+  def store(self, path: str, proxy: FaultyProxy | None = None) -> store_lib.BlockStore:
+    """A store at `path`, through `proxy` (a new one if None: on GCS every request goes
+    through one, which checks the preconditions the emulator ignores)."""
+    url = (proxy or self.proxy()).url
+    if self.kind == 's3':
+      return store_lib.BlockStore(s3_spec(url, path))
+    with environment({'TENSORSTORE_GCS_HTTP_URL': url}):  # read when the store is opened
+      return store_lib.BlockStore(gcs_spec(path))
+
+
+@pytest.fixture(name='bucket', params=['s3', 'gcs'])
+def bucket_fixture(request):
+  """A `Bucket` on each server, S3 and GCS."""
+  server = request.getfixturevalue(f'{request.param}_server')
+  bucket = Bucket(request.param, server.url, [])
+  yield bucket
+  for proxy in bucket.proxies:
+    proxy.close()

@@ -737,6 +737,35 @@ def test_delete(store):
   store.verify(key)
 
 
+def test_a_deletion_held_after_its_rename_never_removes_a_later_put(store, monkeypatch):
+  """On `file` a deletion renames the block into `.tmp/` (gone from view at once) and then
+  removes it there: a put of the key meanwhile lands in place, and stays."""
+  key = store.put(make_block(0))
+  renamed, release = threading.Event(), threading.Event()
+  rmtree = shutil.rmtree
+
+  def held(path, *args, **kwargs):
+    if str(path).endswith('.del'):  # the deletion's trash
+      renamed.set()
+      release.wait(timeout=60)
+    rmtree(path, *args, **kwargs)
+
+  monkeypatch.setattr(shutil, 'rmtree', held)
+  deleter = threading.Thread(target=store.delete, args=(key,))
+  deleter.start()
+  assert renamed.wait(timeout=60)
+  assert key not in store
+
+  again = dataclasses.replace(make_block(1), meta=make_block(0).meta)
+  assert store.put(again) == key
+  release.set()
+  deleter.join(timeout=60)
+
+  assert store.list() == [key]
+  _assert_same_block(store.get(key), again)
+  store.verify(key)
+
+
 def test_gc_removes_what_a_crashed_deposit_left(store):
   crashed = os.path.join(store.root, '.tmp', f'{"c" * 64}.deadbeef')
   os.makedirs(os.path.join(crashed, 'k'))

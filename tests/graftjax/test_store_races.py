@@ -14,13 +14,10 @@ import threading
 import time
 
 import pytest
-from store_servers import (  # noqa: F401  (the fixtures s3_server, gcs_server)
-  FaultyProxy,
-  environment,
+from store_servers import (  # noqa: F401  (the fixtures s3_server, gcs_server, bucket)
+  bucket_fixture,
   gcs_server,
-  gcs_spec,
   s3_server,
-  s3_spec,
   unique_path,
 )
 from test_store import _assert_same_block, make_block
@@ -32,38 +29,6 @@ from graftjax.store import manifest as store_manifest
 pytestmark = pytest.mark.subprocess
 
 _MANIFEST = store_lib.MANIFEST
-
-
-@dataclasses.dataclass
-class Bucket:
-  """A server of one kind (`s3` or `gcs`), and stores on it reached through proxies."""
-
-  kind: str
-  url: str
-  proxies: list
-
-  def proxy(self) -> FaultyProxy:
-    proxy = FaultyProxy(self.url, gcs_preconditions=self.kind == 'gcs')
-    self.proxies.append(proxy)
-    return proxy
-
-  def store(self, path: str, proxy: FaultyProxy | None = None) -> store_lib.BlockStore:
-    """A store at `path`, through `proxy` (a new one if None: on GCS every request goes
-    through one, which checks the preconditions the emulator ignores)."""
-    url = (proxy or self.proxy()).url
-    if self.kind == 's3':
-      return store_lib.BlockStore(s3_spec(url, path))
-    with environment({'TENSORSTORE_GCS_HTTP_URL': url}):  # read when the store is opened
-      return store_lib.BlockStore(gcs_spec(path))
-
-
-@pytest.fixture(params=['s3', 'gcs'])
-def bucket(request):
-  server = request.getfixturevalue(f'{request.param}_server')
-  bucket = Bucket(request.param, server.url, [])
-  yield bucket
-  for proxy in bucket.proxies:
-    proxy.close()
 
 
 def _rival(block):
