@@ -148,9 +148,12 @@ def deposit_kvstore(
   there (`if_equal` the "no value" generation read first).
 
   Returns True if this manifest was written, False if another writer's was there first
-  (the caller compares payloads). A payload not committed is deleted (what a crash leaves,
-  `collect_kvstore` removes); if the manifest's write fails without an answer, its payload
-  is left for `collect_kvstore`, which keeps what a manifest names.
+  (the caller compares payloads). A condition that failed is checked against the stored
+  manifest: a write whose answer was lost and that was retried finds its own first try
+  there (the manifest names this deposit's prefix, so equal bytes are this deposit's). A
+  payload not committed is deleted (what a crash leaves, `collect_kvstore` removes); if the
+  manifest's write fails without an answer, its payload is left for `collect_kvstore`, which
+  keeps what a manifest names.
 
   Raises:
     StoreIOError: the payload staged does not read back whole and exact (a server that
@@ -189,8 +192,13 @@ def deposit_kvstore(
         block_kv.write(store_manifest.MANIFEST, manifest, if_equal=absent.stamp.generation),
         writing=True,
       )
-      outcome = 'committed' if stamp.generation else 'lost'
-    return outcome == 'committed'
+      if not stamp.generation:  # lost, unless a retry of our write found its own first try
+        stored = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
+        if not (stored.state == 'value' and stored.value == manifest):
+          outcome = 'lost'
+          return False
+      outcome = 'committed'
+    return True
   finally:
     if outcome == 'lost':
       _delete_quietly(kv, staged)

@@ -146,9 +146,8 @@ def _read_once(
     }
     names = [name for name in store_manifest.PAGE_ARRAY_NAMES if name in entries]
     zarr_names = [f'{name}/zarr.json' for name in names]
-    expected_files = {store_manifest.MANIFEST, *zarr_names}
-    for name in names:
-      expected_files.update(chunk.path for chunk in chunks[name])
+    payload_files = [*zarr_names, *(chunk.path for name in names for chunk in chunks[name])]
+    expected_files = {store_manifest.MANIFEST, *(prefix + path for path in payload_files)}
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
     zeros, reads = _jobs(chunks, entries, names, layout, arrays, store_format)
@@ -173,7 +172,7 @@ def _read_once(
       data = (
         store_kvstore.value(small[f'{name}/zarr.json'], f'{prefix}{name}/zarr.json')
         if local is None
-        else _small_file(local, f'{name}/zarr.json')
+        else _small_file(local, f'{prefix}{name}/zarr.json')
       )
       _check_zarr_metadata(data, where, name, entries[name], separator)
     if local is None:  # every read in flight at once; tensorstore overlaps them
@@ -184,7 +183,8 @@ def _read_once(
         for r, p in zip(reads, pending)
       ]
     else:  # on `file`, straight from each file into its place: one copy
-      jobs = [lambda r=r: _read_file(where, local, *r, store_format) for r in reads]
+      payload_dir = os.path.join(local, prefix)  # a format-5 block copied from an object store
+      jobs = [lambda r=r: _read_file(where, payload_dir, *r, store_format) for r in reads]
     jobs = [lambda z=z: z.fill(0) for z in zeros] + jobs  # a page's zeros before its arrays
     after = {} if on_verified is None else _reports(reads, len(zeros), layout, on_verified)
     threads = -(-sum(out.size for _, _, out in reads) // BYTES_PER_THREAD)

@@ -309,8 +309,10 @@ class ShardedStore:
         stamp = _result(
           self._kv.write(f'{key}/{store_lib.MANIFEST}', text, if_equal=absent.stamp.generation)
         )
-      if stamp is None or not stamp.generation:  # another deposit's manifest is there
-        self._discard(prefix)
+      if stamp is None or not stamp.generation:  # another's manifest, or a retry found ours
+        stored = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+        if not (stored.state == 'value' and stored.value == text):
+          self._discard(prefix)
       return None
     write_chunk(self._kv, prefix + store_lib.MANIFEST, text)
     staged = os.path.join(self._local, prefix.rstrip('/'))

@@ -189,6 +189,7 @@ class Faults:
     self.release = threading.Event()
     self.drop = None  # (method, name) -> bool: answer such a write as stored, store nothing
     self.dropped = []  # the names of the writes dropped
+    self.lose_answer = None  # (method, name) -> bool: pass such a request on, answer 503
 
 
 # The GCS emulator ignores a request's generation precondition (`ifGenerationMatch`), which
@@ -275,8 +276,16 @@ class FaultyProxy:
           with _PRECONDITIONS:
             if self._generation(name) != query['ifGenerationMatch'][0]:
               return self._send(412, b'{"error": {"code": 412, "message": "Precondition"}}', [])
-            return self._pass_on(body)
-        return self._pass_on(body)
+            return self._pass_on_unless_lost(body, name)
+        return self._pass_on_unless_lost(body, name)
+
+      def _pass_on_unless_lost(self, body: bytes, name: str):
+        """Passes the request on; answers 503 instead of the server if `lose_answer` says."""
+        if faults.lose_answer is None or not faults.lose_answer(self.command, name):
+          return self._pass_on(body)
+        self._pass_on(body, reply=False)
+        error = b'<?xml version="1.0"?><Error><Code>ServiceUnavailable</Code></Error>'
+        return self._send(503, error, [('Content-Type', 'application/xml')])
 
       def _generation(self, name: str) -> str:
         """The object's generation upstream, '0' if there is none."""
@@ -308,13 +317,15 @@ class FaultyProxy:
         if self.command != 'HEAD':
           self.wfile.write(data)
 
-      def _pass_on(self, body: bytes):
+      def _pass_on(self, body: bytes, reply: bool = True):
         connection = http.client.HTTPConnection(host, int(port), timeout=30)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
         connection.request(self.command, self.path, body=body or None, headers=headers)
         answer = connection.getresponse()
         data = answer.read()
         connection.close()
+        if not reply:
+          return
         if faults.body is not None and self.command == 'GET' and answer.status == 200:
           data = faults.body(self.path, data)
         self.send_response(answer.status)

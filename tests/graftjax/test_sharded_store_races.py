@@ -163,3 +163,27 @@ def test_a_sharded_store_refuses_the_paths_block_store_refuses(tmp_path, monkeyp
   with pytest.raises(store_lib.UnsafePathError, match='block folder'):
     sharded_store.ShardedStore(tmp_path / 'store' / key / 'inner')
   assert store.list() == [key]
+
+
+@pytest.mark.subprocess
+def test_a_sharded_manifest_write_whose_answer_is_lost_and_retried_is_still_committed(bucket):
+  """The retry of the manifest's write finds it there, its own: the deposit keeps its
+  payload (as `BlockStore.put`, test_store_races.py)."""
+  path = unique_path()
+  proxy = bucket.proxy()
+  lost = []
+
+  def first_manifest_write(method, name):
+    if method in ('PUT', 'POST') and name.endswith(store_lib.MANIFEST) and not lost:
+      lost.append(name)
+      return True
+    return False
+
+  proxy.faults.lose_answer = first_manifest_write
+  block = make_block(0)
+  key = _sharded(bucket, path, proxy).put(block)
+
+  assert lost
+  reader = bucket.store(path)
+  _assert_same_block(reader.get(key), block)
+  assert _objects(reader, key) == _committed(reader, key)

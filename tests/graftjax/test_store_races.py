@@ -23,6 +23,7 @@ from store_servers import (  # noqa: F401  (the fixtures s3_server, gcs_server, 
 from test_store import _assert_same_block, make_block
 
 from graftjax import store as store_lib
+from graftjax.store import commit as store_commit
 from graftjax.store import manifest as store_manifest
 
 # Every test here starts a server.
@@ -311,3 +312,46 @@ def _same(got, want):
   except AssertionError:
     return False
   return True
+
+
+def test_a_manifest_write_whose_answer_is_lost_and_retried_is_still_committed(bucket):
+  """The server stores the manifest and its answer is lost; the store's retry then finds
+  a manifest there (its own) and the condition fails. The deposit reads the manifest and
+  finds it is its own: it keeps its payload and returns (deleting it as a loser would
+  leave a listed block without one)."""
+  path = unique_path()
+  proxy = bucket.proxy()
+  lost = []
+
+  def first_manifest_write(method, name):
+    if method in ('PUT', 'POST') and name.endswith(_MANIFEST) and not lost:
+      lost.append(name)
+      return True
+    return False
+
+  proxy.faults.lose_answer = first_manifest_write
+  store = bucket.store(path, proxy)
+  block = make_block(0)
+
+  key = store.put(block)
+
+  assert lost
+  _assert_same_block(store.get(key), block)
+  store.verify(key)
+  assert _objects(store, key) == _committed(store, key)
+
+
+def test_a_deposit_that_staged_for_longer_than_half_the_grace_period_commits_nothing(
+  bucket, monkeypatch
+):
+  """`gc` may collect a prefix older than the grace period: a deposit never commits one
+  older than half of it."""
+  store = bucket.store(unique_path())
+  monkeypatch.setattr(store_commit, 'GRACE_SECONDS', 0.0)
+  block = make_block(0)
+  with pytest.raises(store_lib.StoreIOError, match='more than half the 0 s'):
+    store.put(block)
+  key = store_lib.key_for(block.meta)
+  assert store.list() == [] and _objects(store, key) == []
+  monkeypatch.undo()
+  assert store.put(block) == key

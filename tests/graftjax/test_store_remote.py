@@ -155,6 +155,28 @@ def test_payload_without_manifest_neither_lists_nor_reads(remote):
   _assert_same_block(store.get(key), block)
 
 
+def test_a_block_copied_from_an_object_store_to_a_directory_reads_there(remote, tmp_path):
+  """Its objects copied as they are (`<key>/manifest.json`, `<key>/<data>/...`, as a sync
+  tool copies a bucket) make a block the `file` store reads and verifies, and deduplicates
+  a put of the same block against."""
+  block = make_block(0)
+  store = remote.store()
+  key = store.put(block)
+  raw = remote.raw(store)
+  for name in raw.list().result():
+    path = tmp_path / 'copy' / name.decode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw[name.decode()])
+  local = store_lib.BlockStore(str(tmp_path / 'copy'))
+
+  assert local.list() == [key]
+  local.verify(key)
+  _assert_same_block(local.get(key), block)
+  assert local.put(block) == key
+  with pytest.raises(store_lib.ConflictingBlockError):
+    local.put(dataclasses.replace(make_block(1), meta=block.meta))
+
+
 def test_conflicting_payload_names_the_difference_and_keeps_the_stored_block(store):
   block = make_block(0)
   key = store.put(block)
