@@ -237,10 +237,11 @@ def _payload_prefixes(manifest: bytes) -> list[str]:
 
 def _remove(kv: ts.KvStore, where: str, key: str, found) -> None:
   """Deletes `<key>/manifest.json` if it is still at the generation of `found` (a read of
-  it), then the payload it named. Run under `io_errors`.
+  it), then the payload it named. If the manifest is gone meanwhile (another deletion, or
+  this one's request retried after its answer was lost), that payload is deleted all the
+  same: no later deposit writes under its prefix. Run under `io_errors`.
 
   Raises:
-    MissingBlockError: another deletion removed it first.
     ReplacedBlockError: it was deleted and put again meanwhile (left in place).
   """
   block_kv = kv / f'{key}/'
@@ -249,13 +250,12 @@ def _remove(kv: ts.KvStore, where: str, key: str, found) -> None:
   )
   if not stamp.generation:
     now = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
-    if now.state != 'value':
-      raise store_errors.MissingBlockError(where, 'no such block (deleted by another writer)')
-    raise store_errors.ReplacedBlockError(
-      where,
-      'the block was deleted and put again by another writer while this deletion ran;'
-      ' nothing was deleted, and the new block stays',
-    )
+    if now.state == 'value':
+      raise store_errors.ReplacedBlockError(
+        where,
+        'the block was deleted and put again by another writer while this deletion ran;'
+        ' nothing was deleted, and the new block stays',
+      )
   for prefix in _payload_prefixes(found.value):
     store_kvstore.result(block_kv.delete_range(_range(prefix)))
 
@@ -336,8 +336,8 @@ def quarantine_local(staging: Staging, where: str, key: str) -> str:
 def quarantine_kvstore(kv: ts.KvStore, where: str, key: str) -> str:
   """Copies the block's manifest and the payload it names to `.quarantine/<key>.<id>/`,
   then deletes it as `delete_kvstore` does, at the generation it copied; returns the copy's
-  prefix. If the block was deleted or replaced meanwhile, the copy is removed and the error
-  raised (`_remove`)."""
+  prefix. If the block was replaced meanwhile, the copy is removed and the error raised
+  (`_remove`); if it was deleted meanwhile, the copy is kept (it is the block as it was)."""
   target = f'{QUARANTINE}/{key}.{uuid.uuid4().hex}/'
   block_kv = kv / f'{key}/'
   with store_errors.io_errors(where, 'cannot quarantine the block'):
@@ -355,7 +355,7 @@ def quarantine_kvstore(kv: ts.KvStore, where: str, key: str) -> str:
     store_kvstore.write_files(kv / target, copies)
     try:
       _remove(kv, where, key, found)
-    except (store_errors.MissingBlockError, store_errors.ReplacedBlockError):
+    except store_errors.ReplacedBlockError:
       _delete_quietly(kv, target)
       raise
   return f'{store_kvstore.location(kv)}{target}'

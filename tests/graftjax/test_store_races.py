@@ -15,6 +15,7 @@ import time
 
 import pytest
 from store_servers import (  # noqa: F401  (the fixtures s3_server, gcs_server, bucket)
+  BUCKET,
   bucket_fixture,
   gcs_server,
   s3_server,
@@ -354,4 +355,34 @@ def test_a_deposit_that_staged_for_longer_than_half_the_grace_period_commits_not
   key = store_lib.key_for(block.meta)
   assert store.list() == [] and _objects(store, key) == []
   monkeypatch.undo()
+  assert store.put(block) == key
+
+
+@pytest.mark.parametrize('how', ['delete', 'quarantine'])
+def test_a_deletion_whose_answer_is_lost_and_retried_still_removes_the_payload(bucket, how):
+  """The server deletes the manifest and the answer is lost; the retried request finds it
+  gone and its condition fails. The deletion then removes the payload it read all the same
+  (no later deposit writes under that prefix) and returns; a quarantine keeps its copy."""
+  path = unique_path()
+  block = make_block(0)
+  key = bucket.store(path).put(block)
+  proxy = bucket.proxy()
+  lost = []
+
+  def first_manifest_delete(method, name):
+    if method == 'DELETE' and name.endswith(_MANIFEST) and not lost:
+      lost.append(name)
+      return True
+    return False
+
+  proxy.faults.lose_answer = first_manifest_delete
+  store = bucket.store(path, proxy)
+
+  where = getattr(store, how)(key)
+
+  assert lost
+  assert key not in store and _objects(store, key) == []
+  if how == 'quarantine':
+    copy = where.split(f'{BUCKET}/{path}')[1]
+    assert f'{copy}{_MANIFEST}'.encode() in store._kv.list().result()
   assert store.put(block) == key
