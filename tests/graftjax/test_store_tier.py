@@ -122,4 +122,7 @@ def test_the_small_files_go_out_with_the_chunks_after_the_manifest(server):
   assert len([e for e in rest if e[1].endswith('zarr.json')]) == 3
   assert len(rest) == 3 + 2 * make_block(0).k.shape[0] + 1, proxy.events
   assert all(start > manifest[0][2] + 0.4 for _, _, start, _ in rest)  # after its answer
-  assert max(start for _, _, start, _ in rest) < min(end for _, _, _, end in rest), proxy.events
+  # Each answer is held 0.5 s: a request that waited for another's answer would start 0.5 s
+  # or more after the first (on a loaded machine the last may start just after an answer).
+  starts = [start for _, _, start, _ in rest]
+  assert max(starts) - min(starts) < 0.4, proxy.events
