@@ -24,6 +24,7 @@ from test_store import _assert_same_block, _layer_digests, make_block
 from graftjax import blocks
 from graftjax import restore as restore_lib
 from graftjax import store as store_lib
+from graftjax.store import encode as store_encode
 
 BACKENDS = ['file', 's3', 'gcs']
 _CHUNK = 'k/c.0.0.0.0'
@@ -175,6 +176,33 @@ def test_a_block_copied_from_an_object_store_to_a_directory_reads_there(remote, 
   assert local.put(block) == key
   with pytest.raises(store_lib.ConflictingBlockError):
     local.put(dataclasses.replace(make_block(1), meta=block.meta))
+
+
+def test_a_block_of_format_4_on_an_object_store_keeps_reading(remote):
+  """A block as code before format 5 wrote it on an object store (the payload beside its
+  manifest, under `<key>/`) reads, verifies and deduplicates as before, with a writer's
+  prefix beside it (a deposit that lost); a deletion removes its payload and not the prefix,
+  which gc then collects."""
+  store = remote.store()
+  block = make_block(0)
+  files, manifest = store_encode.block_files(block, store.root)
+  key = manifest['key']
+  raw = remote.raw(store)
+  for name, data in files.items():
+    raw[f'{key}/{name}'] = bytes(data)
+  stray = f'{key}/1000000000-{"a" * 32}/k/c.0.0.0.0'
+  raw[stray] = b'a lost deposit'
+
+  assert manifest['format'] == store_lib.FORMAT and store.list() == [key]
+  store.verify(key)
+  _assert_same_block(store.get(key), block)
+  assert store.put(block) == key
+  assert json.loads(raw[f'{key}/manifest.json'])['format'] == store_lib.FORMAT  # left as it is
+  with pytest.raises(store_lib.ConflictingBlockError):
+    store.put(dataclasses.replace(make_block(1), meta=block.meta))
+  store.delete(key)
+  assert [n.decode() for n in raw.list().result()] == [stray]
+  assert store.gc() == 1 and raw.list().result() == []
 
 
 def test_conflicting_payload_names_the_difference_and_keeps_the_stored_block(store):
