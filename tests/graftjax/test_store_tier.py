@@ -1,5 +1,8 @@
 """The store on a remote tier: request concurrency, and a restore from S3 equal to one from file."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from store_servers import (  # noqa: F401  (the fixture s3_server)
@@ -104,25 +107,37 @@ def test_a_read_keeps_as_many_requests_in_flight_as_the_concurrency_allows(serve
 
 
 def test_the_small_files_go_out_with_the_chunks_after_the_manifest(server):
+  """The manifest names the payload's prefix (format 5): nothing is listed, and every
+  zarr.json and chunk is asked for at once after it. The proxy holds every request but the
+  manifest's until all of them have come: a read that waited for an answer before asking
+  for the rest would never get one."""
   path = unique_path()
   key = store_lib.BlockStore(s3_spec(server.url, path)).put(make_block(0))
-  proxy = FaultyProxy(server.url, delay=0.5)  # each answer held long enough to overlap
+  proxy = FaultyProxy(server.url)
+  proxy.faults.hold = lambda method, name: not name.endswith('manifest.json')
   reader = store_lib.BlockStore(s3_spec(proxy.url, path))
+  rest = 3 + 2 * make_block(0).k.shape[0] + 1  # zarr.json files, chunks of k, v, positions
+  reached = []
+  everything = threading.Thread(target=_release_when, args=(proxy, 1 + rest, reached))
+  everything.start()
 
   try:
-    reader.get(key)
+    _assert_same_block(reader.get(key), make_block(0))
   finally:
+    everything.join()
     proxy.close()
 
-  manifest = [e for e in proxy.events if e[1].endswith('manifest.json')]
-  rest = [e for e in proxy.events if e not in manifest]
-  # The manifest names the payload's prefix (format 5): nothing is listed, and every
-  # zarr.json and chunk is asked for at once after it, in one round trip.
-  assert len(manifest) == 1 and not [e for e in proxy.events if 'list-type' in e[1]]
-  assert len([e for e in rest if e[1].endswith('zarr.json')]) == 3
-  assert len(rest) == 3 + 2 * make_block(0).k.shape[0] + 1, proxy.events
-  assert all(start > manifest[0][2] + 0.4 for _, _, start, _ in rest)  # after its answer
-  # Each answer is held 0.5 s: a request that waited for another's answer would start 0.5 s
-  # or more after the first (on a loaded machine the last may start just after an answer).
-  starts = [start for _, _, start, _ in rest]
-  assert max(starts) - min(starts) < 0.4, proxy.events
+  assert reached == [True], 'the read waited for an answer before asking for the rest'
+  assert proxy.faults.requests == 1 + rest, proxy.events
+  assert not [e for e in proxy.events if 'list-type' in e[1]]
+  assert len([e for e in proxy.events if e[1].endswith('zarr.json')]) == 3
+
+
+def _release_when(proxy, count, reached, seconds=30.0):
+  """Releases the proxy's held requests once `count` requests have come (appending True to
+  `reached`), or after `seconds` (appending False)."""
+  deadline = time.monotonic() + seconds
+  while proxy.faults.requests < count and time.monotonic() < deadline:
+    time.sleep(0.01)
+  reached.append(proxy.faults.requests >= count)
+  proxy.faults.release.set()
