@@ -186,6 +186,7 @@ class Faults:
     self.requests = 0
     self.hold = None  # (method, name) -> bool: keep such a request until `release` is set
     self.holding = threading.Event()  # set once a request is held
+    self.held = 0  # requests held so far
     self.release = threading.Event()
     self.drop = None  # (method, name) -> bool: answer such a write as stored, store nothing
     self.dropped = []  # the names of the writes dropped
@@ -260,6 +261,8 @@ class FaultyProxy:
         body = self.rfile.read(length) if length else b''
         name = object_name(self.command, self.path)
         if faults.hold is not None and faults.hold(self.command, name):
+          with lock:
+            faults.held += 1
           faults.holding.set()
           faults.release.wait(timeout=120)
         if faults.delay:
@@ -339,7 +342,10 @@ class FaultyProxy:
 
       do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-    self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+      request_queue_size = 128  # the listen backlog: tensorstore opens many connections at once
+
+    self._server = Server((HOST, 0), Handler)
     self._server.daemon_threads = True
     self.url = f'http://{HOST}:{self._server.server_address[1]}'
     self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
