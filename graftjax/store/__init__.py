@@ -11,6 +11,7 @@ from graftjax.store.blockstore import BlockStore
 
 ARRAY_NAMES = _manifest.ARRAY_NAMES
 FORMAT = _manifest.FORMAT
+PREFIXED_FORMAT = _manifest.PREFIXED_FORMAT
 KEY_SCHEME = _manifest.KEY_SCHEME
 KV_DTYPES = _manifest.KV_DTYPES
 MANIFEST = _manifest.MANIFEST
@@ -26,6 +27,7 @@ InvalidBlockError = _errors.InvalidBlockError
 InvalidKeyError = _errors.InvalidKeyError
 MissingBlockError = _errors.MissingBlockError
 ReadOnlyStoreError = _errors.ReadOnlyStoreError
+ReplacedBlockError = _errors.ReplacedBlockError
 StoreIOError = _errors.StoreIOError
 UnknownDriverError = _errors.UnknownDriverError
 UnsafePathError = _errors.UnsafePathError
@@ -38,6 +40,7 @@ __all__ = [
   'KV_DTYPES',
   'MANIFEST',
   'PAGE_ARRAY_NAMES',
+  'PREFIXED_FORMAT',
   'AccessDeniedError',
   'BlockStore',
   'ConflictingBlockError',
@@ -46,6 +49,7 @@ __all__ = [
   'InvalidKeyError',
   'MissingBlockError',
   'ReadOnlyStoreError',
+  'ReplacedBlockError',
   'StoreError',
   'StoreIOError',
   'UnknownDriverError',

@@ -67,7 +67,8 @@ class BlockStore:
         block, positions outside int32, metadata of the wrong types) or is not
         what its key says (rows other than its token ids, positions other than
         its metadata's, a NaN or infinity in k or v).
-      ConflictingBlockError: if its key is stored with another payload.
+      ConflictingBlockError: if its key is stored with another payload (naming both
+        payloads' digests), also when another writer's deposit of the key commits first.
       CorruptBlockError: if its key is stored but does not verify.
       (Both name the way out: `verify`, `quarantine`, `put` again.)
       UnsupportedFormatError: if its key is stored in another format.
@@ -75,7 +76,12 @@ class BlockStore:
         refuses the deposit; nothing of it is visible then.
     """
     self._check_writable()
-    files, manifest = store_encode.block_files(block, self.root, page_layout)
+    if self._local is not None:
+      files, manifest = store_encode.block_files(block, self.root, page_layout)
+    else:  # format 5: the payload under a prefix of this deposit's own
+      files, manifest = store_encode.block_files(
+        block, self.root, page_layout, store_manifest.PREFIXED_FORMAT, store_manifest.new_data_id()
+      )
     key = manifest['key']
     for _ in range(3):  # a block deleted under us is deposited again
       if self._exists(key):
@@ -87,7 +93,16 @@ class BlockStore:
       if self._local is not None:
         deposited = store_commit.deposit_local(self._staging, self._kv, key, files)
       else:
-        deposited = store_commit.deposit_kvstore(self._kv, self._where(key), key, files)
+        manifest = {**manifest, 'data': store_manifest.new_data_id()}  # one prefix a try
+        payload = {name: b for name, b in files.items() if name != store_manifest.MANIFEST}
+        deposited = store_commit.deposit_kvstore(
+          self._kv,
+          self._where(key),
+          key,
+          payload,
+          store_encode.manifest_bytes(manifest),
+          manifest['data'],
+        )
       if deposited:
         return key
     raise store_errors.StoreIOError(
@@ -183,7 +198,8 @@ class BlockStore:
 
     Raises:
       InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
-      StoreIOError.
+      StoreIOError; ReplacedBlockError (another store's): the block was deleted and put
+      again while it was set aside, and the new one is left in place.
     """
     self._checked_key(key)
     self._check_writable()
@@ -210,9 +226,13 @@ class BlockStore:
   def delete(self, key: str) -> None:
     """Removes the block under `key`; it vanishes from view at once.
 
+    On an object store only the block read here is removed: its manifest at the
+    generation read, then the payload it named.
+
     Raises:
       InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
-      StoreIOError.
+      StoreIOError; ReplacedBlockError: the block was deleted and put again by another
+      writer meanwhile, and the new one is left in place.
     """
     self._checked_key(key)
     self._check_writable()
@@ -221,16 +241,17 @@ class BlockStore:
     else:
       store_commit.delete_local(self._staging, self._where(key), key)
 
-  def gc(self) -> int:
-    """Removes what crashed deposits left in `.tmp/`; returns how many.
+  def gc(self, *, grace_seconds: float = store_commit.GRACE_SECONDS) -> int:
+    """Removes what deposits and deletions that failed or died left; returns how many.
 
-    Waits for deposits and deletions in progress to finish first. On a
-    kvstore other than `file` there is no `.tmp/` (see docs/store_format.md)
-    and this returns 0.
+    On `file`: everything in `.tmp/`, after waiting for the deposits and deletions in
+    progress. On other kvstores: the writers' prefixes (`<key>/<data>/`) that no manifest
+    names and that are older than `grace_seconds` (a deposit in progress is younger;
+    docs/store_format.md).
     """
     self._check_writable()
     if self._local is None:
-      return 0
+      return store_commit.collect_kvstore(self._kv, self.root, grace_seconds)
     return self._staging.collect()
 
   def __contains__(self, key: str) -> bool:
@@ -295,12 +316,16 @@ class BlockStore:
       stored, _ = self._read(key)
     except store_errors.CorruptBlockError as e:
       raise store_errors.CorruptBlockError(e.path, f'{e.cause}. {_RECOVER}') from e
-    if stored['format'] != manifest['format']:  # stored in an older format this code reads
+    hashes = store_manifest.DIGEST_OF_FORMAT
+    if hashes[stored['format']] != hashes[manifest['format']]:  # an older format's digests
       _, manifest = store_encode.block_files(block, self.root, page_layout, stored['format'])
-    differences = store_manifest.differences(stored, manifest)
+    # Formats 3, 4 and 5 of one payload differ only in `format` and 5's `data` (its prefix).
+    payload = lambda m: {name: value for name, value in m.items() if name not in ('format', 'data')}
+    differences = store_manifest.differences(payload(stored), payload(manifest))
     if differences:
       raise store_errors.ConflictingBlockError(
         self._where(key),
-        f'the block is already stored with another payload (stored != new):'
-        f' {"; ".join(differences)}. {_RECOVER}',
+        f'the block is already stored with another payload (stored'
+        f' {store_manifest.payload_digest(stored)} != new'
+        f' {store_manifest.payload_digest(manifest)}): {"; ".join(differences)}. {_RECOVER}',
       )

@@ -1,8 +1,12 @@
 """Deposits and deletions that take effect at once: a block is whole or absent.
 
 On the `file` kvstore a block is written under `.tmp/`, verified and
-renamed into place; on other drivers its manifest, written last, is
-written only if absent. docs/store_format.md says what each rests on.
+renamed into place. On other drivers each writer stages its payload under
+a prefix of its own, `<key>/<data>/`, reads it back, and commits it by
+writing `<key>/manifest.json` (which names the prefix) only if absent; a
+deletion removes the manifest only at the generation it read, then the
+prefix that manifest named. No writer ever writes or deletes bytes another
+manifest names. docs/store_format.md says what each rests on.
 """
 
 from __future__ import annotations
@@ -10,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -27,8 +33,10 @@ from graftjax.store import read as store_read
 STAGING = '.tmp'
 QUARANTINE = '.quarantine'  # blocks set aside by `BlockStore.quarantine`, kept for inspection
 _LOCK = '.lock'
-# Times a deposit on an object store writes its payload again over another writer's.
-_REPAIRS = 3
+# Seconds after which `collect_kvstore` may remove a writer's prefix that no manifest names.
+# A deposit commits only a prefix younger than half of it (clocks of the machines sharing a
+# store may differ by less than that).
+GRACE_SECONDS = 3600.0
 
 
 class Staging:
@@ -128,45 +136,156 @@ def deposit_local(
 
 
 def deposit_kvstore(
-  kv: ts.KvStore, where: str, key: str, files: dict[str, bytes | memoryview]
+  kv: ts.KvStore,
+  where: str,
+  key: str,
+  payload: dict[str, bytes | memoryview],
+  manifest: bytes,
+  data: str,
 ) -> bool:
-  """Writes the payload under `key/`, then the manifest if still absent: the commit point.
+  """Stages `payload` under `<key>/<data>/`, reads it back whole, then commits it: writes
+  `manifest` (which names `data`) to `<key>/manifest.json` on the condition that none is
+  there (`if_equal` the "no value" generation read first).
 
-  The manifest write is conditional on the manifest not existing (a
-  generation condition), so of racing writers one publishes where the
-  server honours the condition. The block is then read back and verified:
-  if another writer's payload landed over ours (a rival whose manifest lost,
-  or a server that ignores the condition), the owner of the stored manifest
-  writes its payload again, at most `_REPAIRS` times.
-  Returns False if another writer's manifest is the one stored.
+  Returns True if this manifest was written, False if another writer's was there first
+  (the caller compares payloads). A condition that failed is checked against the stored
+  manifest: a write whose answer was lost and that was retried finds its own first try
+  there (the manifest names this deposit's prefix, so equal bytes are this deposit's). A
+  payload not committed is deleted (what a crash leaves, `collect_kvstore` removes); if the
+  manifest's write fails without an answer, its payload is left for `collect_kvstore`, which
+  keeps what a manifest names.
+
+  Raises:
+    StoreIOError: the payload staged does not read back whole and exact (a server that
+      acknowledged a write it did not keep), or took so long to stage that garbage
+      collection may have taken it; nothing is committed then.
   """
-  manifest = store_manifest.MANIFEST
   block_kv = kv / f'{key}/'
-  payload = {name: data for name, data in files.items() if name != manifest}
-  with store_errors.io_errors(where, 'cannot deposit the block'):
-    absent = store_kvstore.result(block_kv.read(manifest))
-    if absent.state != 'missing':
-      return False
-    # A failed deposit leaves payload without a manifest: never listed or
-    # read, and overwritten by the next deposit of the key.
-    store_kvstore.write_files(block_kv, payload)
-    stamp = store_kvstore.result(
-      block_kv.write(manifest, files[manifest], if_equal=absent.stamp.generation), writing=True
-    )
-  if not stamp.generation:  # the condition failed: another manifest is there
-    return False
-  for _ in range(_REPAIRS):
+  staged = f'{key}/{data}/'
+  outcome = 'lost'  # 'committed', or 'unknown' while the manifest's write has not answered
+  try:
+    with store_errors.io_errors(where, 'cannot deposit the block'):
+      absent = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
+      if absent.state != 'missing':
+        return False
+      store_kvstore.write_files(kv / staged, payload)
     try:
-      store_read.read_block(block_kv, where, key, None)
-      return True
-    except store_errors.CorruptBlockError:
-      with store_errors.io_errors(where, 'cannot deposit the block'):
-        stored = store_kvstore.result(block_kv.read(manifest))
-        if stored.state != 'value' or stored.value != bytes(files[manifest]):
-          return False  # deleted, or another writer's manifest replaced ours: the caller looks
-        store_kvstore.write_files(block_kv, payload)
-  store_read.read_block(block_kv, where, key, None)
-  return True
+      store_read.read_block(block_kv, where, key, None, staged=manifest)
+    except (store_errors.CorruptBlockError, store_errors.MissingBlockError) as e:
+      raise store_errors.StoreIOError(
+        where,
+        f'the payload written under {data}/ does not read back ({e.cause}): the server'
+        ' acknowledged a write it did not keep; nothing was committed',
+      ) from e
+    except store_errors.StoreIOError as e:
+      raise type(e)(e.path, f'cannot deposit the block: {e.cause}') from e
+    age = time.time() - data_seconds(data)
+    if age > GRACE_SECONDS / 2:
+      raise store_errors.StoreIOError(
+        where,
+        f'staging the payload took {age:.0f} s, more than half the {GRACE_SECONDS:.0f} s'
+        ' garbage collection grants it; nothing was committed',
+      )
+    with store_errors.io_errors(where, 'cannot deposit the block'):
+      outcome = 'unknown'
+      stamp = store_kvstore.result(
+        block_kv.write(store_manifest.MANIFEST, manifest, if_equal=absent.stamp.generation),
+        writing=True,
+      )
+      if not stamp.generation:  # lost, unless a retry of our write found its own first try
+        stored = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
+        if not (stored.state == 'value' and stored.value == manifest):
+          outcome = 'lost'
+          return False
+      outcome = 'committed'
+    return True
+  finally:
+    if outcome == 'lost':
+      _delete_quietly(kv, staged)
+
+
+def data_seconds(data: str) -> int:
+  """The second a writer's prefix (`store_manifest.DATA_ID`) was made."""
+  return int(data.split('-')[0])
+
+
+def _delete_quietly(kv: ts.KvStore, prefix: str) -> None:
+  """Deletes everything under `prefix`; a failure leaves it to `collect_kvstore`."""
+  try:
+    store_kvstore.result(kv.delete_range(_range(prefix)))
+  except OSError:
+    pass
+
+
+def _range(prefix: str) -> ts.KvStore.KeyRange:
+  """Every key under `prefix` (which ends in '/')."""
+  return ts.KvStore.KeyRange(prefix, prefix[:-1] + '0')
+
+
+def _payload_prefixes(manifest: bytes) -> list[str]:
+  """Where the payload a manifest's bytes commit lies, relative to its block: its writer's
+  prefix in format 5; else (an older format, or a manifest that does not parse) each array's
+  folder beside it. Never another writer's prefix."""
+  try:
+    data = json.loads(manifest).get('data')
+  except (ValueError, AttributeError):
+    data = None
+  if isinstance(data, str) and store_manifest.DATA_ID.fullmatch(data):
+    return [f'{data}/']
+  return [f'{name}/' for name in store_manifest.PAGE_ARRAY_NAMES]
+
+
+def _remove(kv: ts.KvStore, where: str, key: str, found) -> None:
+  """Deletes `<key>/manifest.json` if it is still at the generation of `found` (a read of
+  it), then the payload it named. If the manifest is gone meanwhile (another deletion, or
+  this one's request retried after its answer was lost), that payload is deleted all the
+  same: no later deposit writes under its prefix. Run under `io_errors`.
+
+  Raises:
+    ReplacedBlockError: it was deleted and put again meanwhile (left in place).
+  """
+  block_kv = kv / f'{key}/'
+  stamp = store_kvstore.result(
+    block_kv.write(store_manifest.MANIFEST, None, if_equal=found.stamp.generation)
+  )
+  if not stamp.generation:
+    now = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
+    if now.state == 'value':
+      raise store_errors.ReplacedBlockError(
+        where,
+        'the block was deleted and put again by another writer while this deletion ran;'
+        ' nothing was deleted, and the new block stays',
+      )
+  for prefix in _payload_prefixes(found.value):
+    store_kvstore.result(block_kv.delete_range(_range(prefix)))
+
+
+def collect_kvstore(kv: ts.KvStore, where: str, grace_seconds: float = GRACE_SECONDS) -> int:
+  """Removes writers' prefixes (`<key>/<data>/`) that no manifest names and that are older
+  than `grace_seconds`: payloads of deposits that lost, failed or died, and of deletions
+  that died before removing them. Returns how many."""
+  with store_errors.io_errors(where, 'cannot collect the store'):
+    names = store_kvstore.result(kv.list())
+    found = set()
+    for name in names:
+      parts = name.decode('latin-1').split('/')
+      if (
+        len(parts) > 2
+        and store_manifest.HEX64.fullmatch(parts[0])
+        and store_manifest.DATA_ID.fullmatch(parts[1])
+      ):
+        found.add((parts[0], parts[1]))
+    now = time.time()
+    collected = 0
+    for key, data in sorted(found):
+      if now - data_seconds(data) <= grace_seconds:
+        continue
+      manifest = store_kvstore.result(kv.read(f'{key}/{store_manifest.MANIFEST}'))
+      if manifest.state == 'value' and f'{data}/' in _payload_prefixes(manifest.value):
+        continue
+      store_kvstore.result(kv.delete_range(_range(f'{key}/{data}/')))
+      collected += 1
+  return collected
 
 
 def delete_local(staging: Staging, where: str, key: str) -> None:
@@ -185,13 +304,13 @@ def delete_local(staging: Staging, where: str, key: str) -> None:
 
 
 def delete_kvstore(kv: ts.KvStore, where: str, key: str) -> None:
-  """Deletes the manifest first (the block is gone from view), then the payload."""
-  manifest = f'{key}/{store_manifest.MANIFEST}'
+  """Deletes the manifest at the generation read (the block is gone from view), then the
+  payload it named (`_remove`)."""
   with store_errors.io_errors(where, 'cannot delete the block'):
-    if store_kvstore.result(kv.read(manifest)).state != 'value':
+    found = store_kvstore.result(kv.read(f'{key}/{store_manifest.MANIFEST}'))
+    if found.state != 'value':
       raise store_errors.MissingBlockError(where, 'no such block')
-    store_kvstore.result(kv.write(manifest, None))
-    store_kvstore.result(kv.delete_range(ts.KvStore.KeyRange(f'{key}/', f'{key}0')))
+    _remove(kv, where, key, found)
 
 
 def quarantine_local(staging: Staging, where: str, key: str) -> str:
@@ -215,16 +334,28 @@ def quarantine_local(staging: Staging, where: str, key: str) -> str:
 
 
 def quarantine_kvstore(kv: ts.KvStore, where: str, key: str) -> str:
-  """Copies the block's values to `.quarantine/<key>.<id>/`, then deletes it (manifest
-  first, as `delete_kvstore`); returns the copy's prefix."""
+  """Copies the block's manifest and the payload it names to `.quarantine/<key>.<id>/`,
+  then deletes it as `delete_kvstore` does, at the generation it copied; returns the copy's
+  prefix. If the block was replaced meanwhile, the copy is removed and the error raised
+  (`_remove`); if it was deleted meanwhile, the copy is kept (it is the block as it was)."""
   target = f'{QUARANTINE}/{key}.{uuid.uuid4().hex}/'
   block_kv = kv / f'{key}/'
   with store_errors.io_errors(where, 'cannot quarantine the block'):
-    if store_kvstore.result(block_kv.read(store_manifest.MANIFEST)).state != 'value':
+    found = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
+    if found.state != 'value':
       raise store_errors.MissingBlockError(where, 'no such block')
-    names = [name.decode('latin-1') for name in store_kvstore.result(block_kv.list())]
+    names = [
+      prefix + name.decode('latin-1')
+      for prefix in _payload_prefixes(found.value)
+      for name in store_kvstore.result((block_kv / prefix).list())
+    ]
     reads = [block_kv.read(name) for name in names]
     copies = {name: store_kvstore.value(read, name) for name, read in zip(names, reads)}
+    copies[store_manifest.MANIFEST] = found.value
     store_kvstore.write_files(kv / target, copies)
-  delete_kvstore(kv, where, key)
+    try:
+      _remove(kv, where, key, found)
+    except store_errors.ReplacedBlockError:
+      _delete_quietly(kv, target)
+      raise
   return f'{store_kvstore.location(kv)}{target}'

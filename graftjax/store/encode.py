@@ -23,9 +23,12 @@ def block_files(
   root: str,
   page_layout: Sequence[Sequence[int]] | None = None,
   store_format: str = store_manifest.FORMAT,
+  data: str | None = None,
 ) -> tuple[dict[str, bytes], dict[str, Any]]:
   """The block's (or page's) files (relative path -> bytes) and its manifest in
-  `store_format` (an older one only to compare with a stored block), checked.
+  `store_format` (an older one only to compare with a stored block), checked. In
+  `PREFIXED_FORMAT` the manifest names `data`, the payload's prefix; the payload's paths
+  here are relative to that prefix, manifest.json's to the block.
 
   Raises:
     InvalidBlockError: naming the first thing that cannot be stored exactly.
@@ -66,18 +69,23 @@ def block_files(
       lambda c: store_chunks.flat_bytes(arrays[c.name])[c.start : c.stop].tobytes(),
       [c for name in names for c in chunks[name]],
     )
-    manifest = _manifest(key, meta_json, arrays, chunks, payload, layout, store_format)
+    manifest = _manifest(key, meta_json, arrays, chunks, payload, layout, store_format, data)
     store_manifest.check_manifest(manifest)
   except (store_errors.Malformed, blocks.GraftError) as e:
     raise store_errors.InvalidBlockError(root, f'cannot store the block: {e}') from e
-  files = {c.path: data for c, data in zip((c for n in names for c in chunks[n]), payload)}
+  files = {c.path: b for c, b in zip((c for n in names for c in chunks[n]), payload)}
   for name, array in arrays.items():
     files[f'{name}/zarr.json'] = store_chunks.zarr_json(
       name, array.dtype.name, array.shape, separator=separator
     )
-  text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
-  files[store_manifest.MANIFEST] = text.encode('ascii')
+  files[store_manifest.MANIFEST] = manifest_bytes(manifest)
   return files, manifest
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+  """manifest.json's bytes: ASCII JSON, sorted keys, an indent of 2, a final newline."""
+  text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
+  return text.encode('ascii')
 
 
 def _manifest(
@@ -88,8 +96,10 @@ def _manifest(
   payload: Sequence[bytes],
   layout: store_pages.Layout | None,
   store_format: str,
+  data: str | None,
 ) -> dict[str, Any]:
-  """The manifest in `store_format` of arrays whose chunk files are `payload` (hashed here)."""
+  """The manifest in `store_format` of arrays whose chunk files are `payload` (hashed here),
+  its payload under prefix `data` if given."""
 
   def digest(data: bytes) -> str:
     hasher = store_manifest.new_hash(store_format)
@@ -98,7 +108,13 @@ def _manifest(
 
   digests = store_chunks.map_threads(digest, payload)
   return store_manifest.build_manifest(
-    key, meta_json, arrays, _by_array(chunks, digests), layout, store_format=store_format
+    key,
+    meta_json,
+    arrays,
+    _by_array(chunks, digests),
+    layout,
+    store_format=store_format,
+    data=data,
   )
 
 

@@ -49,6 +49,11 @@ class ConflictingBlockError(StoreError):
   """A key is already stored with a different payload."""
 
 
+class ReplacedBlockError(StoreError):
+  """A block was deleted and put again by another writer while a deletion of it ran: the
+  deletion removed nothing, and the new block stays."""
+
+
 class UnsafePathError(StoreError):
   """A symlink, or an entry of the wrong kind, where the store expects its own."""
 

@@ -14,8 +14,10 @@ import json
 import math
 import re
 import threading
+import time
 import types
 import typing
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,14 +30,26 @@ from graftjax.store import errors as store_errors
 from graftjax.store import pages as store_pages
 
 FORMAT = 'graftjax.blockstore/4'
+# Format 4 with its payload under a prefix of its writer's own, `<key>/<data>/`, which the
+# manifest names (`data`): what a deposit on an object store writes (docs/store_format.md).
+PREFIXED_FORMAT = 'graftjax.blockstore/5'
 # Each format this code reads, and the hash its digests use: blocks of formats 2, 3 are still read.
 DIGEST_OF_FORMAT = {
   'graftjax.blockstore/2': 'sha256',
   'graftjax.blockstore/3': 'blake3',
   FORMAT: 'blake3',
+  PREFIXED_FORMAT: 'blake3',
 }
 # What separates the parts of a chunk's key: format 4 keeps an array's chunks in one folder.
-_SEPARATOR_OF_FORMAT = {'graftjax.blockstore/2': '/', 'graftjax.blockstore/3': '/', FORMAT: '.'}
+_SEPARATOR_OF_FORMAT = {
+  'graftjax.blockstore/2': '/',
+  'graftjax.blockstore/3': '/',
+  FORMAT: '.',
+  PREFIXED_FORMAT: '.',
+}
+# A writer's own prefix: the second it began (10 decimal digits, so that garbage collection
+# can tell an old one from one in progress), '-', 32 random hex digits.
+DATA_ID = re.compile(r'[0-9]{10}-[0-9a-f]{32}')
 _HASHES = {'sha256': hashlib.sha256, 'blake3': blake3.blake3}
 KEY_SCHEME = 'graftjax.block-key/3'
 MANIFEST = 'manifest.json'
@@ -130,8 +144,10 @@ def build_manifest(
   page_layout: Sequence[Sequence[int]] | None = None,
   *,
   store_format: str = FORMAT,
+  data: str | None = None,
 ) -> dict[str, Any]:
-  """The manifest of a block (or page) in `store_format`, from its arrays' chunk digests."""
+  """The manifest of a block (or page) in `store_format`, from its arrays' chunk digests;
+  `data`, the payload's prefix (a `DATA_ID`), given exactly when the format has one."""
   chunk_field, array_field = digest_fields(store_format)
   manifest = {
     'format': store_format,
@@ -153,7 +169,31 @@ def build_manifest(
   }
   if page_layout is not None:
     manifest['page_layout'] = {'rows': [list(pair) for pair in page_layout]}
+  if data is not None:
+    manifest['data'] = data
   return manifest
+
+
+def new_data_id() -> str:
+  """A fresh `DATA_ID`: this second, and 128 random bits."""
+  return f'{int(time.time()):010d}-{uuid.uuid4().hex}'
+
+
+def data_prefix(manifest: dict[str, Any]) -> str:
+  """Where a checked manifest's payload lies, relative to its block: `'<data>/'` in format
+  5, `''` (beside the manifest) in the formats before."""
+  return f'{manifest["data"]}/' if 'data' in manifest else ''
+
+
+def payload_digest(manifest: dict[str, Any]) -> str:
+  """One BLAKE3 hex naming a checked manifest's payload: over `name:digest` of each array
+  (its array digest), sorted by name. Two writers' payloads are equal exactly when their
+  manifests' arrays are, whatever their prefixes."""
+  _, array_field = digest_fields(manifest['format'])
+  text = ''.join(
+    f'{name}:{entry[array_field]}\n' for name, entry in sorted(manifest['arrays'].items())
+  )
+  return blake3.blake3(text.encode('ascii')).hexdigest()
 
 
 def meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
@@ -188,9 +228,16 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
       type or out of range.
   """
   paged = type(manifest) is dict and 'page_layout' in manifest
-  _check_object(manifest, _MANIFEST_FIELDS | ({'page_layout'} if paged else set()), 'manifest')
+  prefixed = type(manifest) is dict and manifest.get('format') == PREFIXED_FORMAT
+  fields = _MANIFEST_FIELDS | ({'page_layout'} if paged else set())
+  _check_object(manifest, fields | ({'data'} if prefixed else set()), 'manifest')
   if type(manifest['format']) is not str or manifest['format'] not in DIGEST_OF_FORMAT:
     raise OtherFormat(manifest['format'])
+  if prefixed and not (type(manifest['data']) is str and DATA_ID.fullmatch(manifest['data'])):
+    raise store_errors.Malformed(
+      f'data is {store_errors.short(manifest["data"])}: expected a writer prefix'
+      ' (10 digits, "-", 32 lowercase hex digits)'
+    )
   chunk_field, array_field = digest_fields(manifest['format'])
   if not (type(manifest['key']) is str and HEX64.fullmatch(manifest['key'])):
     raise store_errors.Malformed(
@@ -482,6 +529,7 @@ def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], b
     {name: entry[chunk_field] for name, entry in entries.items()},
     layout,
     store_format=manifest['format'],
+    data=manifest.get('data'),
   )
   found = differences(manifest, rebuilt)
   if found:

@@ -31,13 +31,6 @@ PIECE = 1 << 22
 # machine's noise from 4k up.
 BYTES_PER_THREAD = 4 << 20
 
-# The small files of a plain block, read from an object store with its listing (a page's
-# tail arrays' zarr.json are read once its manifest names them).
-_READ_AHEAD = (
-  store_manifest.MANIFEST,
-  *(f'{name}/zarr.json' for name in store_manifest.ARRAY_NAMES),
-)
-
 # Where a block is read to: (meta, shapes by name) -> writable arrays by name
 # ('k', 'v' [L, n, K, H] with each layer C-contiguous, 'positions' [n] int32).
 Into = Callable[[blocks.BlockMeta, dict[str, tuple[int, ...]]], dict[str, np.ndarray]]
@@ -50,7 +43,13 @@ OnVerified = Callable[[str, int | None], None]
 
 
 class _Vanished(Exception):
-  """A file of a block disappeared between listing and reading it."""
+  """A file of a block was not there when read: `manifest`, the manifest's bytes it was read
+  under (None if not yet read), `name` the file."""
+
+  def __init__(self, manifest: bytes | None, name: str):
+    super().__init__(manifest, name)
+    self.manifest = manifest
+    self.name = name
 
 
 def read_block(
@@ -60,11 +59,14 @@ def read_block(
   local: str | None,
   into: Into | None = None,
   on_verified: OnVerified | None = None,
+  staged: bytes | None = None,
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies the block under `kv`; returns (manifest, block).
 
-  A block deleted (or replaced) while it is read is read again from the
-  start, and reported missing if it is gone.
+  On an object store the manifest is read first and the payload where it says
+  (`store_manifest.data_prefix`). A block deleted (or replaced) while it is read
+  is read again from the start, and reported missing if it is gone; a file
+  missing under the manifest it was read by, still in place, is corruption.
 
   Args:
     kv: the block's kvstore (its path: the block's prefix).
@@ -76,16 +78,23 @@ def read_block(
     into: where to read the arrays to (e.g. reused staging buffers; a page's
       rows not kept are zeroed there); new arrays if None.
     on_verified: called as layers of each array verify (`OnVerified`), or None.
+    staged: on an object store, the bytes of a manifest not yet written (a
+      deposit reading back its payload before it commits), or None.
   """
   for _ in range(3):
     try:
-      return _read_once(kv, where, key, local, into, on_verified)
-    except _Vanished:
+      return _read_once(kv, where, key, local, into, on_verified, staged)
+    except _Vanished as e:
+      if staged is not None:
+        raise store_errors.CorruptBlockError(where, f'missing file {e.name}') from None
       with store_errors.io_errors(where, 'cannot read the block'):
-        if store_kvstore.result(kv.read(store_manifest.MANIFEST)).state != 'value':
-          raise store_errors.MissingBlockError(
-            where, 'no such block (deleted while being read)'
-          ) from None
+        found = store_kvstore.result(kv.read(store_manifest.MANIFEST))
+      if found.state != 'value':
+        raise store_errors.MissingBlockError(
+          where, 'no such block (deleted while being read)'
+        ) from None
+      if e.manifest is not None and found.value == e.manifest:  # the same commit
+        raise store_errors.CorruptBlockError(where, f'missing file {e.name}') from None
   raise store_errors.CorruptBlockError(where, 'files kept vanishing while the block was read')
 
 
@@ -96,30 +105,38 @@ def _read_once(
   local: str | None,
   into: Into | None,
   on_verified: OnVerified | None,
+  staged: bytes | None = None,
 ) -> tuple[dict[str, Any], blocks.KVBlock]:
   """Reads and verifies a block once (arguments as `read_block`).
 
-  Checks, in order: the block holds exactly the expected files (regular
-  files, on `file`); manifest.json passes `store_manifest.parse_manifest`
+  Checks, in order: on `file`, that the block holds exactly the expected
+  files (regular files); manifest.json passes `store_manifest.parse_manifest`
   (`check_manifest`, describes `key`, and is exactly what its chunk digests
-  and the arrays' dtypes and shapes produce); each zarr.json describes the
+  and the arrays' dtypes and shapes produce); on an object store, for a
+  manifest of a format before 5 (payload beside it), that the listing holds
+  exactly its files (writers' prefixes aside); each zarr.json describes the
   layout the manifest implies; and each chunk has the expected size and its
   recorded digest (hashed once, as read); then that its positions are what its
   metadata says (`blocks.check_positions`).
   """
+  manifest_data = staged
   try:
-    # On an object store every small file is asked for with the listing, in one round trip:
-    # the listing still decides what the block holds; a file read ahead is used only if listed.
-    listed = ahead = None
     if local is None:
-      listed = kv.list()
-      ahead = {name: kv.read(name) for name in _READ_AHEAD}
-    files = _listing(kv, where, local, listed)
-    if store_manifest.MANIFEST not in files:
-      raise store_errors.CorruptBlockError(where, f'missing file {store_manifest.MANIFEST}')
-    manifest, meta = store_manifest.parse_manifest(
-      _small_file(kv, local, store_manifest.MANIFEST, ahead), where, key
-    )
+      if manifest_data is None:
+        found = store_kvstore.result(kv.read(store_manifest.MANIFEST))
+        if found.state != 'value':
+          store_kvstore.result(kv.list())  # a missing bucket answers a GET as a missing key
+          raise store_errors.MissingBlockError(where, 'no such block')
+        manifest_data = found.value
+      files = None
+    else:
+      files = _listing(kv, where, local)
+      if store_manifest.MANIFEST not in files:
+        raise store_errors.CorruptBlockError(where, f'missing file {store_manifest.MANIFEST}')
+      manifest_data = _small_file(local, store_manifest.MANIFEST)
+    manifest, meta = store_manifest.parse_manifest(manifest_data, where, key)
+    prefix = store_manifest.data_prefix(manifest)
+    payload_kv = kv / prefix if prefix else kv
     entries = manifest['arrays']
     store_format = manifest['format']
     separator = store_manifest.chunk_separator(store_format)
@@ -128,36 +145,52 @@ def _read_once(
       for name, entry in entries.items()
     }
     names = [name for name in store_manifest.PAGE_ARRAY_NAMES if name in entries]
-    expected_files = {store_manifest.MANIFEST}
-    for name in names:
-      expected_files.add(f'{name}/zarr.json')
-      expected_files.update(chunk.path for chunk in chunks[name])
-    missing = sorted(expected_files - files)
-    if missing:
-      raise store_errors.CorruptBlockError(where, f'missing file {", ".join(missing)}')
-    unexpected = sorted(files - expected_files)
-    if unexpected:
-      raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
-    for name in names:
-      _check_zarr_metadata(
-        _small_file(kv, local, f'{name}/zarr.json', ahead), where, name, entries[name], separator
-      )
+    zarr_names = [f'{name}/zarr.json' for name in names]
+    payload_files = [*zarr_names, *(chunk.path for name in names for chunk in chunks[name])]
+    expected_files = {store_manifest.MANIFEST, *(prefix + path for path in payload_files)}
     layout = store_pages.layout_of(manifest)
     arrays = _destinations(meta, entries, layout, into, where)
     zeros, reads = _jobs(chunks, entries, names, layout, arrays, store_format)
+    if local is None:
+      # Every small file and, where the manifest names the payload's prefix, every chunk at
+      # once: one round trip after the manifest's. Before format 5 the listing of the block
+      # (its payload beside the manifest) says first that it holds exactly its files.
+      small = {name: payload_kv.read(name) for name in zarr_names}
+      if prefix:
+        pending = [payload_kv.read(chunk.path) for chunk, _, _ in reads]
+      else:
+        files = _listing(kv, where, None)
+        pending = None
+    if files is not None:
+      missing = sorted(expected_files - files)
+      if missing:
+        raise store_errors.CorruptBlockError(where, f'missing file {", ".join(missing)}')
+      unexpected = sorted(files - expected_files)
+      if unexpected:
+        raise store_errors.CorruptBlockError(where, f'unexpected file {", ".join(unexpected)}')
+    for name in names:
+      data = (
+        store_kvstore.value(small[f'{name}/zarr.json'], f'{prefix}{name}/zarr.json')
+        if local is None
+        else _small_file(local, f'{prefix}{name}/zarr.json')
+      )
+      _check_zarr_metadata(data, where, name, entries[name], separator)
     if local is None:  # every read in flight at once; tensorstore overlaps them
-      pending = [kv.read(chunk.path) for chunk, _, _ in reads]
+      if pending is None:
+        pending = [payload_kv.read(chunk.path) for chunk, _, _ in reads]
       jobs = [
-        lambda r=r, p=p: _take_value(where, *r, p, store_format) for r, p in zip(reads, pending)
+        lambda r=r, p=p: _take_value(where, *r, p, store_format, prefix)
+        for r, p in zip(reads, pending)
       ]
     else:  # on `file`, straight from each file into its place: one copy
-      jobs = [lambda r=r: _read_file(where, local, *r, store_format) for r in reads]
+      payload_dir = os.path.join(local, prefix)  # a format-5 block copied from an object store
+      jobs = [lambda r=r: _read_file(where, payload_dir, *r, store_format) for r in reads]
     jobs = [lambda z=z: z.fill(0) for z in zeros] + jobs  # a page's zeros before its arrays
     after = {} if on_verified is None else _reports(reads, len(zeros), layout, on_verified)
     threads = -(-sum(out.size for _, _, out in reads) // BYTES_PER_THREAD)
     store_chunks.map_threads(lambda job: job(), jobs, after=after, threads=threads)
   except FileNotFoundError as e:
-    raise _Vanished() from e
+    raise _Vanished(manifest_data, str(e.filename)) from e
   except OSError as e:
     error = store_errors.AccessDeniedError if getattr(e, 'denied', False) else None
     raise (error or store_errors.StoreIOError)(
@@ -190,20 +223,15 @@ def _reports(
   return {i: functools.partial(on_verified, name, None) for name, i in last.items()}
 
 
-def _listing(kv: ts.KvStore, where: str, local: str | None, listed: Any = None) -> set[str]:
-  """The block's files, '/'-separated and relative; MissingBlockError if none. `listed`:
-  a `kv.list()` already issued, or None."""
+def _listing(kv: ts.KvStore, where: str, local: str | None) -> set[str]:
+  """The block's files, '/'-separated and relative; MissingBlockError if none. On an object
+  store, the files of writers' own prefixes (`<data>/...`: deposits in progress, lost or
+  abandoned, and format 5's payloads) are left out."""
   if local is None:
-    listed = kv.list() if listed is None else listed
-    files = {name.decode('utf-8', 'replace') for name in store_kvstore.result(listed)}
-    if not files:
-      raise store_errors.MissingBlockError(where, 'no such block')
-    if store_manifest.MANIFEST not in files:  # the commit point: a deposit not (yet) made
-      raise store_errors.MissingBlockError(
-        where,
-        f'no such block (a payload without {store_manifest.MANIFEST}: a deposit that'
-        ' did not finish, or a deletion that did not)',
-      )
+    names = (name.decode('utf-8', 'replace') for name in store_kvstore.result(kv.list()))
+    files = {name for name in names if not store_manifest.DATA_ID.fullmatch(name.split('/')[0])}
+    if store_manifest.MANIFEST not in files:
+      raise store_errors.MissingBlockError(where, 'no such block (deleted while being read)')
     return files
   try:
     mode = os.lstat(local).st_mode
@@ -216,15 +244,9 @@ def _listing(kv: ts.KvStore, where: str, local: str | None, listed: Any = None) 
   return store_files.regular_files(local)
 
 
-def _small_file(
-  kv: ts.KvStore, local: str | None, name: str, ahead: dict[str, Any] | None = None
-) -> bytes:
-  """The bytes of file `name` of the block: straight from `local` on `file` (a kvstore
-  read of a small file costs several times more), else from `kv`: the read `ahead` holds
-  for it if any, else a new one."""
-  if local is None:
-    read = (ahead or {}).pop(name, None)
-    return store_kvstore.read_value(kv, name) if read is None else store_kvstore.value(read, name)
+def _small_file(local: str, name: str) -> bytes:
+  """The bytes of file `name` of a block on `file`, straight from its directory `local` (a
+  kvstore read of a small file costs several times more)."""
   fd = os.open(os.path.join(local, name), os.O_RDONLY | os.O_NOFOLLOW)
   with open(fd, 'rb', buffering=0) as f:
     return f.readall()
@@ -339,13 +361,14 @@ def _take_value(
   out: np.ndarray,
   read: Any,
   store_format: str,
+  prefix: str = '',
 ) -> str:
   """Copies a kvstore value just read into `out` ([size] uint8), hashing each piece as copied.
 
   Returns:
     The chunk's digest hex (the hash of `store_format`), which is `expected`.
   """
-  data = np.frombuffer(store_kvstore.value(read, chunk.path), np.uint8)
+  data = np.frombuffer(store_kvstore.value(read, f'{prefix}{chunk.path}'), np.uint8)
   if data.size != out.size:
     raise _wrong_size(where, chunk, data.size, out.size, expected)
   digest = store_manifest.new_hash(store_format)

@@ -12,10 +12,15 @@ names `FORMAT` and is format 4 otherwise.
 
 `put` is collective: every process of a `jax.distributed` job calls it with the
 same block (a global jax.Array). Each process writes the chunks of the shards it
-holds (replica 0 only), the processes exchange the chunks' digests, and process
-0 publishes the block: on a local root it renames the staged folder into place,
-on other kvstores it writes the manifest last. A process that dies before that
-leaves no block: nothing is listed or readable, whatever files it wrote.
+holds (replica 0 only) and reads them back, the processes exchange the chunks'
+digests, and process 0 publishes the block: on a local root it renames the
+staged folder into place; on other kvstores every chunk lies under the
+deposit's own prefix `<key>/<data>/` and process 0 writes the manifest (format
+5, naming that prefix) only if none is there, as `BlockStore.put` does
+(docs/store_format.md). A process that dies before that leaves no block: nothing
+is listed or readable, whatever files it wrote. A deposit that finds the key
+taken compares payloads: the same, it returns the key; another, every process
+raises ConflictingBlockError naming both payloads' digests.
 
 `read` and `restore` read, on each process, only the chunks overlapping the
 heads its devices hold, each checked against its digest; `reads` counts them.
@@ -51,13 +56,19 @@ from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
+from graftjax.store import encode as store_encode
 from graftjax.store import errors as store_errors
 from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
 from graftjax.store import pages as store_pages
+from graftjax.store import values as store_values
 
-# Format 4 with k and v chunked along kv heads as well as layers.
+# Format 4 with k and v chunked along kv heads as well as layers; format 5 of it (its payload
+# under its writer's prefix, which the manifest names), as a deposit on an object store writes.
 FORMAT = 'graftjax.blockstore/4-kv-heads'
-FORMATS = (store_lib.FORMAT, FORMAT)
+PREFIXED_FORMAT = 'graftjax.blockstore/5-kv-heads'
+FORMATS = (store_lib.FORMAT, FORMAT, store_lib.PREFIXED_FORMAT, PREFIXED_FORMAT)
+_PREFIXED = (store_lib.PREFIXED_FORMAT, PREFIXED_FORMAT)
 _KV = ('k', 'v')
 _DIGEST = 'chunk_blake3'
 _ARRAY_DIGEST = 'blake3'
@@ -149,18 +160,10 @@ class ShardedStore:
   """KV blocks under `root` (a local directory or a tensorstore kvstore spec / URL)."""
 
   def __init__(self, root: Any, *, read_only: bool = False):
+    """Opens the store as `BlockStore` does (`store_kvstore.open_kvstore`): a local path
+    normalised, one with a backslash or inside a block folder refused."""
     self.read_only = read_only
-    if isinstance(root, (str, os.PathLike)) and '://' not in os.fspath(root):
-      self._local = os.path.abspath(os.fspath(root))
-      spec: Any = {'driver': 'file', 'path': self._local + '/'}
-    else:
-      self._local, spec = None, root
-    try:
-      self._kv = root if isinstance(root, ts.KvStore) else ts.KvStore.open(spec).result()
-    except (ValueError, TypeError) as e:
-      raise store_lib.StoreIOError(str(root), f'cannot open the kvstore: {e}') from e
-    if self._kv.path and not self._kv.path.endswith('/'):
-      self._kv.path += '/'
+    self._kv, self._local = store_kvstore.open_kvstore(root, read_only)
     self.root = self._local or store_kvstore.location(self._kv)
     self.reads = Reads()
 
@@ -195,17 +198,21 @@ class ShardedStore:
 
     k and v may be global jax.Arrays split over kv heads (a block captured from
     a sharded cache) or whole arrays; each process writes only the chunks of
-    the shards it holds. A key already published is left as it is (its
-    metadata must be the block's). With `page_layout` (one `(first_row,
-    stop_row)` per layer, as `BlockStore.put` takes it) only those rows are
-    stored, as a page under its own key.
+    the shards it holds, and reads them back. A key already published is left
+    as it is if its payload is the block's (compared by digests, or by bytes
+    when it was chunked under another split). With `page_layout` (one
+    `(first_row, stop_row)` per layer, as `BlockStore.put` takes it) only those
+    rows are stored, as a page under its own key.
 
     Raises:
       InvalidBlockError: if the block cannot be stored exactly (empty, dtype,
-        shapes, positions other than its metadata says); raised by every
-        process before anything is written.
-      ConflictingBlockError: if the key is published with other metadata.
-      ReadOnlyStoreError, StoreIOError: if the storage refuses the deposit.
+        shapes, positions other than its metadata says, a NaN or infinity in
+        the k or v rows it would store); raised by every process before
+        anything is written.
+      ConflictingBlockError: if the key is published with another payload,
+        also by a deposit that committed first (naming both payloads' digests).
+      ReadOnlyStoreError, StoreIOError: if the storage refuses the deposit, or
+        a value written does not read back (nothing is published then).
     """
     if self.read_only:
       raise store_lib.ReadOnlyStoreError(self.root, 'the store was opened read-only')
@@ -218,87 +225,96 @@ class ShardedStore:
       raise store_lib.InvalidBlockError(self.root, f'cannot store the page: {e}') from e
     key = store_lib.key_for(meta, rows)
     where = self._where(key)
-    if self._stored_meta(key) is not None:
-      self._check_same_meta(key, meta)
-      _barrier(f'sharded put {key} stored')
-      return key
     sharding, per_chunk = _block_spec(block.k)
     parts = _parts(rows, layers, n)
     layouts = {
       name: _Layout(len(part.layers), n - part.first, heads, head_dim, per_chunk, meta.dtype)
       for name, part in parts.items()
     }
-    token = _agreed_token()
-    prefix = f'.tmp/{key}.{token}.sharded/' if self._local else f'{key}/'
+    shards = {source: _own_shards(getattr(block, source), sharding) for source in _KV}
+    _agree(_nonfinite(shards, parts), store_lib.InvalidBlockError, self.root)
+    groups = heads // per_chunk
+    digests = {
+      name: np.zeros((len(part.layers), groups, 32), np.uint8) for name, part in parts.items()
+    }
+    own = []  # (path in the block, bytes, BLAKE3 hex) of each chunk this process writes
+    for source, held in shards.items():
+      for lo, data in held:
+        for name, part in parts.items():
+          if part.source != source:
+            continue
+          for layer, group, chunk in _part_chunks(data, lo, part, per_chunk):
+            digest = blake3.blake3(chunk).digest()
+            digests[name][layer, group] = np.frombuffer(digest, np.uint8)
+            own.append((layouts[name].path(name, layer, group), chunk, digest.hex()))
+    digests = _combine(digests, where)
+    files, manifest = _block_files(key, meta, layouts, positions, digests, rows)
+    if self._manifest_bytes(key) is not None:
+      self._check_same(key, manifest, block, rows, sharding)
+      _barrier(f'sharded put {key} stored')
+      return key
+    if self._local is None:  # format 5: every value under this deposit's own prefix
+      data = _agreed_data_id()
+      prefix = f'{key}/{data}/'
+      manifest['format'] = PREFIXED_FORMAT if groups > 1 else store_lib.PREFIXED_FORMAT
+      manifest['data'] = data
+    else:
+      prefix = f'.tmp/{key}.{_agreed_token()}.sharded/'
     with self._io(where, 'cannot deposit the block'), self._shared_lock():
-      groups = heads // per_chunk
-      digests = {
-        name: np.zeros((len(part.layers), groups, 32), np.uint8) for name, part in parts.items()
-      }
-      for source in _KV:
-        for lo, data in _own_shards(getattr(block, source), sharding):
-          for name, part in parts.items():
-            if part.source != source:
-              continue
-            for layer, group, chunk in _part_chunks(data, lo, part, per_chunk):
-              write_chunk(self._kv, prefix + layouts[name].path(name, layer, group), chunk)
-              digests[name][layer, group] = np.frombuffer(blake3.blake3(chunk).digest(), np.uint8)
-      digests = _combine(digests, where)
-      if jax.process_index() == 0:
-        self._publish(key, prefix, meta, layouts, positions, digests, rows)
+      for path, chunk, _ in own:
+        write_chunk(self._kv, prefix + path, chunk)
+      problem = self._read_back(prefix, [(path, digest) for path, _, digest in own])
+      try:
+        # Every process's chunks in place and read back before process 0 publishes.
+        _agree(problem, store_lib.StoreIOError, where)
+        if jax.process_index() == 0:
+          problem = self._publish(key, prefix, files, manifest)
+        _agree(problem, store_lib.StoreIOError, where)
+      except store_lib.StoreIOError:
+        if jax.process_index() == 0:
+          self._discard(prefix)
+        raise
     _barrier(f'sharded put {key} published')
-    if self._stored_meta(key) is None:
+    if self._manifest_bytes(key) is None:
       raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')
+    self._check_same(key, manifest, block, rows, sharding)
     return key
 
-  def _publish(self, key, prefix, meta, layouts, positions, digests, rows) -> None:
-    """Writes positions, zarr.json files and the manifest; makes the block visible."""
-    n = len(positions)
-    files = {'positions/c.0': positions.tobytes()}
-    arrays = {}
-    for name, layout in layouts.items():
-      chunk_shape = [1, layout.rows, layout.per_chunk, layout.head_dim]
-      chunk_digests = [bytes(d).hex() for d in digests[name]]
-      arrays[name] = {
-        'dtype': layout.dtype,
-        'shape': list(layout.shape),
-        'chunk_shape': chunk_shape,
-        _DIGEST: chunk_digests,
-        _ARRAY_DIGEST: store_lib.array_digest(layout.dtype, layout.shape, chunk_digests),
-      }
-      files[f'{name}/zarr.json'] = _zarr_json(layout.dtype, layout.shape, chunk_shape)
-    groups = layouts['k'].groups
-    positions_digest = _blake3(files['positions/c.0'])
-    arrays['positions'] = {
-      'dtype': 'int32',
-      'shape': [n],
-      'chunk_shape': [n],
-      _DIGEST: [positions_digest],
-      _ARRAY_DIGEST: store_lib.array_digest('int32', [n], [positions_digest]),
-    }
-    files['positions/zarr.json'] = _zarr_json('int32', [n], [n])
-    manifest = {
-      'format': store_lib.FORMAT if groups == 1 else FORMAT,
-      'key': key,
-      'layout_version': meta.layout_version,
-      'meta': meta.to_json(),
-      'arrays': arrays,
-    }
-    if rows is not None:
-      manifest['page_layout'] = {'rows': [list(pair) for pair in rows]}
-    text = json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=True) + '\n'
+  def _read_back(self, prefix: str, written: list[tuple[str, str]]) -> str | None:
+    """What is wrong with values written under `prefix` ((path, BLAKE3 hex) each), read back
+    all at once, or None: a server may acknowledge a write it did not keep."""
+    reads = [(path, digest, self._kv.read(prefix + path)) for path, digest in written]
+    for path, digest, read in reads:
+      found = _result(read)
+      if found.state != 'value':
+        return f'{path}: the server acknowledged its write but does not hold it; not published'
+      if _blake3(bytes(found.value)) != digest:
+        return f'{path}: reads back other bytes than were written (BLAKE3 != {digest[:16]}…)'
+    return None
+
+  def _publish(self, key, prefix, files, manifest) -> str | None:
+    """Writes positions and the zarr.json files, reads them back, then makes the block
+    visible; what went wrong, or None. A deposit that finds the key taken meanwhile
+    removes what it wrote (the caller then compares payloads)."""
     for name, data in files.items():
       write_chunk(self._kv, prefix + name, data)
+    problem = self._read_back(prefix, [(name, _blake3(data)) for name, data in files.items()])
+    if problem is not None:
+      return problem
+    text = store_encode.manifest_bytes(manifest)
     if self._local is None:  # the manifest last, only if none is there yet
       absent = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+      stamp = None
       if absent.state == 'missing':
-        _result(
-          self._kv.write(
-            f'{key}/{store_lib.MANIFEST}', text.encode(), if_equal=absent.stamp.generation
-          )
+        stamp = _result(
+          self._kv.write(f'{key}/{store_lib.MANIFEST}', text, if_equal=absent.stamp.generation)
         )
-      return
-    write_chunk(self._kv, prefix + store_lib.MANIFEST, text.encode('ascii'))
+      if stamp is None or not stamp.generation:  # another's manifest, or a retry found ours
+        stored = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+        if not (stored.state == 'value' and stored.value == text):
+          self._discard(prefix)
+      return None
+    write_chunk(self._kv, prefix + store_lib.MANIFEST, text)
     staged = os.path.join(self._local, prefix.rstrip('/'))
     _fsync_tree(staged)
     try:
@@ -306,6 +322,65 @@ class ShardedStore:
     except OSError:  # taken by another deposit of the same key
       shutil.rmtree(staged, ignore_errors=True)
     _fsync_dir(self._local)
+    return None
+
+  def _discard(self, prefix: str) -> None:
+    """Removes what a deposit wrote under `prefix`, which no manifest names; what a
+    failure leaves, `BlockStore.gc` removes."""
+    if self._local is not None:
+      shutil.rmtree(os.path.join(self._local, prefix.rstrip('/')), ignore_errors=True)
+      return
+    try:
+      _result(self._kv.delete_range(ts.KvStore.KeyRange(prefix, prefix[:-1] + '0')))
+    except OSError:
+      pass
+
+  def _check_same(self, key, manifest, block, rows, sharding) -> None:
+    """Raises ConflictingBlockError unless the block published under `key` holds the
+    payload `manifest` describes (`block`'s): by array digests where both are chunked
+    alike, else by reading the stored block's bytes (collective)."""
+    stored, stored_meta, _, _ = self._manifest(key)
+    where = self._where(key)
+    if stored_meta != block.meta:
+      raise store_lib.ConflictingBlockError(
+        where, f"stored metadata {stored_meta} != the block's {block.meta}"
+      )
+    ours, theirs = manifest['arrays'], stored['arrays']
+    if all(ours[name]['chunk_shape'] == theirs[name]['chunk_shape'] for name in ours):
+      same = all(ours[name][_ARRAY_DIGEST] == theirs[name][_ARRAY_DIGEST] for name in ours)
+      how = ''
+    else:
+      same = self._same_bytes(key, block, rows, sharding)
+      how = ' (chunked under another kv-head split; the bytes compared)'
+    if not same:
+      raise store_lib.ConflictingBlockError(
+        where,
+        f'the block is already stored with another payload (stored {_payload_digest(theirs)}'
+        f' != new {_payload_digest(ours)}){how}. To recover: quarantine the stored block'
+        ' (`BlockStore.quarantine`), then put the right one',
+      )
+
+  def _same_bytes(self, key, block, rows, sharding) -> bool:
+    """Whether the stored block's kept rows are `block`'s, each process comparing the
+    shards it holds (the verdict agreed by all)."""
+    read_in = sharding or NamedSharding(
+      jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('one',)), P()
+    )
+    stored, _ = self.read_page(key, read_in)
+    layers, n = block.k.shape[:2]
+    differs = None
+    for source in _KV:
+      theirs = dict(_own_shards(getattr(stored, source), sharding))
+      for lo, data in _own_shards(getattr(block, source), sharding):
+        for part in _parts(rows, layers, n).values():
+          kept = np.s_[list(part.layers), part.first :]
+          if part.source == source and data[kept].tobytes() != theirs[lo][kept].tobytes():
+            differs = f'{source}: kv heads from {lo} differ'
+    try:
+      _agree(differs, ValueError, self._where(key))
+    except ValueError:
+      return False
+    return True
 
   # ---- reading -------------------------------------------------------------
 
@@ -431,9 +506,13 @@ class ShardedStore:
 
   def _chunk(self, key: str, manifest, name: str, index: int, path: str) -> bytes:
     where = f'{self._where(key)}/{path}'
+    prefix = store_manifest.data_prefix(manifest)
     with self._io(where, 'cannot read the chunk'):
-      found = _result(self._kv.read(f'{key}/{path}'))
+      found = _result(self._kv.read(f'{key}/{prefix}{path}'))
     if found.state != 'value':
+      now = self._manifest_bytes(key)
+      if now is None or json.loads(now).get('data') != manifest.get('data'):
+        raise store_lib.MissingBlockError(self._where(key), 'no such block (deleted while read)')
       raise store_lib.CorruptBlockError(where, 'chunk file missing from a published block')
     data = bytes(found.value)
     expected = manifest['arrays'][name][_DIGEST][index]
@@ -457,6 +536,10 @@ class ShardedStore:
         raise store_lib.UnsupportedFormatError(where, f'format {fmt!r}; this code reads {FORMATS}')
       if manifest['key'] != key:
         raise ValueError(f'manifest key {manifest["key"]} != its folder {key}')
+      if (fmt in _PREFIXED) != ('data' in manifest) or not store_manifest.DATA_ID.fullmatch(
+        manifest.get('data', '0000000000-' + '0' * 32)
+      ):
+        raise ValueError(f'format {fmt} with data {manifest.get("data")!r}')
       meta = blocks.BlockMeta.from_json(manifest['meta'])
       layouts, rows = _checked_layouts(manifest, meta)
       if store_lib.key_for(meta, rows) != key:
@@ -471,18 +554,6 @@ class ShardedStore:
     with self._io(self._where(key), 'cannot read the manifest'):
       found = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
     return bytes(found.value) if found.state == 'value' else None
-
-  def _stored_meta(self, key: str) -> blocks.BlockMeta | None:
-    if self._manifest_bytes(key) is None:
-      return None
-    return self._manifest(key)[1]
-
-  def _check_same_meta(self, key: str, meta: blocks.BlockMeta) -> None:
-    stored = self._stored_meta(key)
-    if stored != meta:
-      raise store_lib.ConflictingBlockError(
-        self._where(key), f"stored metadata {stored} != the block's {meta}"
-      )
 
   # ---- plumbing -------------------------------------------------------------
 
@@ -514,6 +585,82 @@ class ShardedStore:
       yield
     finally:
       os.close(fd)
+
+
+def _block_files(key, meta, layouts, positions, digests, rows) -> tuple[dict[str, bytes], dict]:
+  """positions' chunk and the zarr.json files (path -> bytes), and the block's manifest (in
+  format 4, or its kv-heads form when the heads are split)."""
+  n = len(positions)
+  files = {'positions/c.0': positions.tobytes()}
+  arrays = {}
+  for name, layout in layouts.items():
+    chunk_shape = [1, layout.rows, layout.per_chunk, layout.head_dim]
+    chunk_digests = [bytes(d).hex() for d in digests[name]]
+    arrays[name] = {
+      'dtype': layout.dtype,
+      'shape': list(layout.shape),
+      'chunk_shape': chunk_shape,
+      _DIGEST: chunk_digests,
+      _ARRAY_DIGEST: store_lib.array_digest(layout.dtype, layout.shape, chunk_digests),
+    }
+    files[f'{name}/zarr.json'] = _zarr_json(layout.dtype, layout.shape, chunk_shape)
+  positions_digest = _blake3(files['positions/c.0'])
+  arrays['positions'] = {
+    'dtype': 'int32',
+    'shape': [n],
+    'chunk_shape': [n],
+    _DIGEST: [positions_digest],
+    _ARRAY_DIGEST: store_lib.array_digest('int32', [n], [positions_digest]),
+  }
+  files['positions/zarr.json'] = _zarr_json('int32', [n], [n])
+  manifest = {
+    'format': store_lib.FORMAT if layouts['k'].groups == 1 else FORMAT,
+    'key': key,
+    'layout_version': meta.layout_version,
+    'meta': meta.to_json(),
+    'arrays': arrays,
+  }
+  if rows is not None:
+    manifest['page_layout'] = {'rows': [list(pair) for pair in rows]}
+  return files, manifest
+
+
+def _payload_digest(arrays: dict[str, Any]) -> str:
+  """`store_manifest.payload_digest` of a manifest's `arrays` (BLAKE3 in every format here)."""
+  return store_manifest.payload_digest({'format': store_lib.FORMAT, 'arrays': arrays})
+
+
+def _nonfinite(shards: dict[str, list], parts: dict[str, _Part]) -> str | None:
+  """'name[...] is value (kv heads from lo)' for a NaN or infinity in the rows of this
+  process's shards that the block stores, or None."""
+  for source, held in shards.items():
+    for lo, data in held:
+      for name, part in parts.items():
+        if part.source == source:
+          found = store_values.first_nonfinite({name: data[list(part.layers), part.first :]})
+          if found is not None:
+            return (
+              f'{found} (kv heads from {lo}): a block holds finite keys and values only (a NaN'
+              ' or infinity in any row turns every logit that attends to the block NaN)'
+            )
+  return None
+
+
+def _agree(problem: str | None, error: type, where: str) -> None:
+  """Raises `error(where, ...)` on every process if any process found a `problem`."""
+  flags = np.array([problem is not None], np.int32)
+  if jax.process_count() > 1:
+    flags = np.asarray(multihost_utils.process_allgather(flags)).reshape(-1)
+  if flags.any():
+    raise error(where, problem or f'process {int(np.argmax(flags))} found a problem (its error)')
+
+
+def _agreed_data_id() -> str:
+  """A fresh `store_manifest.DATA_ID`, the same on every process (process 0's)."""
+  data = np.frombuffer(store_manifest.new_data_id().encode('ascii'), np.uint8)
+  if jax.process_count() > 1:
+    data = multihost_utils.broadcast_one_to_all(data)
+  return bytes(np.asarray(data, np.uint8)).decode('ascii')
 
 
 def _is_key(name: Any) -> bool:
@@ -663,7 +810,9 @@ def _checked_layouts(
     if store_lib.array_digest(meta.dtype, entry['shape'], digests) != entry[_ARRAY_DIGEST]:
       raise ValueError(f'arrays.{name}.blake3 does not match its chunk digests')
     layouts[name] = layout
-  if manifest['format'] == store_lib.FORMAT and layouts['k'].groups != 1:
+  if manifest['format'] in (store_lib.FORMAT, store_lib.PREFIXED_FORMAT) and (
+    layouts['k'].groups != 1
+  ):
     raise ValueError(f'format {store_lib.FORMAT} keeps every kv head in a chunk: {chunk_shape}')
   positions = entries['positions']
   if positions['shape'] != [n] or positions['dtype'] != 'int32' or len(positions[_DIGEST]) != 1:

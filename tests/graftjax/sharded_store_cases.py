@@ -1,6 +1,7 @@
 """ShardedStore with a cache split over kv heads, on 8 forced host devices; run by
 test_sharded_store.py in a process of its own (the flag must be set before jax starts)."""
 
+import dataclasses
 import json
 
 import jax
@@ -150,3 +151,22 @@ def test_a_page_is_written_and_read_in_kv_head_chunks(base, ways, tmp_path):
   got = store.read(key, sharding.shard_model(base, sharding.make_mesh(1, 1)).layout(1).block)
   assert np.asarray(got.k).tobytes() == np.asarray(want.k).tobytes()
   assert np.asarray(got.v).tobytes() == np.asarray(want.v).tobytes()
+
+
+def test_a_block_stored_under_another_split_is_compared_by_its_bytes(base, tmp_path):
+  """Stored from 4 devices (chunks of 2 kv heads), put again from 2 (chunks of 4): the chunk
+  digests differ, so the stored bytes are read and compared; the same bytes return the key,
+  other bytes under the key are ConflictingBlockError."""
+  _, block, _ = _run(sharding.shard_model(base, sharding.make_mesh(1, 4)))
+  store = sharded_store.ShardedStore(tmp_path)
+  key = store.put(block)
+  two = sharding.shard_model(base, sharding.make_mesh(1, 2)).layout(1).block
+  again = jax.device_put(jax.device_get(block.k), two)
+  assert store.put(dataclasses.replace(block, k=again, v=jax.device_put(block.v, two))) == key
+  v = np.asarray(block.v).copy()
+  v[0, 0, HEADS - 1, 0] += 1
+  rival = dataclasses.replace(block, k=again, v=jax.device_put(v, two))
+  with pytest.raises(store_lib.ConflictingBlockError, match='another kv-head split'):
+    store.put(rival)
+  manifest = json.loads((tmp_path / key / 'manifest.json').read_text())
+  assert manifest['arrays']['k']['chunk_shape'][2] == HEADS // 4  # the stored one, untouched

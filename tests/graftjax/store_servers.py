@@ -9,17 +9,23 @@ come from the environment, as on a real deployment (docs/store_format.md).
 """
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
 import pytest
+
+from graftjax import store as store_lib
 
 HOST = '127.0.0.1'
 BUCKET = 'graftjax-test'
@@ -166,7 +172,11 @@ def unique_path() -> str:
 
 
 class Faults:
-  """What `FaultyProxy` does to the requests it passes on (changed by the tests)."""
+  """What `FaultyProxy` does to the requests it passes on (changed by the tests).
+
+  `hold` and `drop` take (method, object name): the name decoded from an S3 or GCS request
+  ('' for a listing or a bucket).
+  """
 
   def __init__(self):
     self.status = None  # answer this HTTP status instead of passing on ...
@@ -174,21 +184,50 @@ class Faults:
     self.delay = 0.0  # seconds to wait before answering
     self.body = None  # body -> body, applied to what a GET of an object returns
     self.requests = 0
+    self.hold = None  # (method, name) -> bool: keep such a request until `release` is set
+    self.holding = threading.Event()  # set once a request is held
+    self.held = 0  # requests held so far
+    self.release = threading.Event()
+    self.drop = None  # (method, name) -> bool: answer such a write as stored, store nothing
+    self.dropped = []  # the names of the writes dropped
+    self.lose_answer = None  # (method, name) -> bool: pass such a request on, answer 503
+
+
+# The GCS emulator ignores a request's generation precondition (`ifGenerationMatch`), which
+# GCS honours; a proxy made with `gcs_preconditions` checks it, every such check and the
+# request it guards one at a time across all proxies (as the server would, atomically).
+_PRECONDITIONS = threading.Lock()
+
+
+def object_name(method: str, path: str) -> str:
+  """The object an S3 (path style) or GCS JSON-API request names, '' for none (a listing)."""
+  url = urllib.parse.urlsplit(path)
+  query = urllib.parse.parse_qs(url.query)
+  if url.path.startswith('/upload/storage/v1/b/'):
+    return query.get('name', [''])[0]
+  if url.path.startswith('/storage/v1/b/'):
+    parts = url.path.split('/o/', 1)
+    return urllib.parse.unquote(parts[1]) if len(parts) == 2 else ''
+  parts = url.path.lstrip('/').split('/', 1)
+  return urllib.parse.unquote(parts[1]) if len(parts) == 2 else ''
 
 
 class FaultyProxy:
   """An HTTP proxy on loopback in front of `upstream`, answering as `faults` says.
 
   It forwards each request (method, path, headers, body) and the answer; with a status
-  set it answers that status (an S3-style XML error) without forwarding. It records
+  set it answers that status (an S3-style XML error) without forwarding; it holds the
+  requests `faults.hold` picks until `faults.release` is set, and answers the writes
+  `faults.drop` picks as stored without forwarding them; with `gcs_preconditions` it
+  answers 412 to a GCS request whose `ifGenerationMatch` is not the object's generation
+  (what GCS does and the emulator does not). It records
   (method, path, start, end) of each request in `events`, and in `most` the most requests
   it held at once.
   """
 
-  def __init__(self, upstream: str, *, delay: float = 0.0):
+  def __init__(self, upstream: str, *, delay: float = 0.0, gcs_preconditions: bool = False):
     import http.client
     import http.server
-    import threading
 
     faults = self.faults = Faults()
     faults.delay = delay
@@ -220,23 +259,76 @@ class FaultyProxy:
         faults.requests += 1
         length = int(self.headers.get('Content-Length') or 0)
         body = self.rfile.read(length) if length else b''
+        name = object_name(self.command, self.path)
+        if faults.hold is not None and faults.hold(self.command, name):
+          with lock:
+            faults.held += 1
+          faults.holding.set()
+          faults.release.wait(timeout=120)
         if faults.delay:
           time.sleep(faults.delay)
         if faults.status is not None and faults.status_count > 0:
           faults.status_count -= 1
           error = b'<?xml version="1.0"?><Error><Code>ServiceUnavailable</Code></Error>'
-          self.send_response(faults.status)
-          self.send_header('Content-Type', 'application/xml')
-          self.send_header('Content-Length', str(len(error)))
-          self.end_headers()
-          self.wfile.write(error)
-          return
+          return self._send(faults.status, error, [('Content-Type', 'application/xml')])
+        if self.command in ('PUT', 'POST') and faults.drop and faults.drop(self.command, name):
+          faults.dropped.append(name)
+          return self._stored_nothing(name, body)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        if gcs_preconditions and 'ifGenerationMatch' in query:
+          with _PRECONDITIONS:
+            if self._generation(name) != query['ifGenerationMatch'][0]:
+              return self._send(412, b'{"error": {"code": 412, "message": "Precondition"}}', [])
+            return self._pass_on_unless_lost(body, name)
+        return self._pass_on_unless_lost(body, name)
+
+      def _pass_on_unless_lost(self, body: bytes, name: str):
+        """Passes the request on; answers 503 instead of the server if `lose_answer` says."""
+        if faults.lose_answer is None or not faults.lose_answer(self.command, name):
+          return self._pass_on(body)
+        self._pass_on(body, reply=False)
+        error = b'<?xml version="1.0"?><Error><Code>ServiceUnavailable</Code></Error>'
+        return self._send(503, error, [('Content-Type', 'application/xml')])
+
+      def _generation(self, name: str) -> str:
+        """The object's generation upstream, '0' if there is none."""
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        bucket = urllib.parse.urlsplit(self.path).path.split('/b/')[1].split('/')[0]
+        quoted = urllib.parse.quote(name, safe='')
+        connection.request('GET', f'/storage/v1/b/{bucket}/o/{quoted}')
+        answer = connection.getresponse()
+        data = answer.read()
+        connection.close()
+        return json.loads(data)['generation'] if answer.status == 200 else '0'
+
+      def _stored_nothing(self, name: str, body: bytes):
+        """The answer of a write that stored `body` under `name` (an S3 ETag, a GCS object)."""
+        if self.path.startswith('/upload/'):
+          generation = str(time.time_ns() // 1000)
+          resource = {'name': name, 'bucket': BUCKET, 'generation': generation}
+          resource.update({'metageneration': '1', 'size': str(len(body))})
+          data = json.dumps(resource).encode()
+          return self._send(200, data, [('Content-Type', 'application/json')])
+        return self._send(200, b'', [('ETag', f'"{hashlib.md5(body).hexdigest()}"')])
+
+      def _send(self, status: int, data: bytes, headers: list):
+        self.send_response(status)
+        for header, value in headers:
+          self.send_header(header, value)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        if self.command != 'HEAD':
+          self.wfile.write(data)
+
+      def _pass_on(self, body: bytes, reply: bool = True):
         connection = http.client.HTTPConnection(host, int(port), timeout=30)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in hop}
         connection.request(self.command, self.path, body=body or None, headers=headers)
         answer = connection.getresponse()
         data = answer.read()
         connection.close()
+        if not reply:
+          return
         if faults.body is not None and self.command == 'GET' and answer.status == 200:
           data = faults.body(self.path, data)
         self.send_response(answer.status)
@@ -250,12 +342,49 @@ class FaultyProxy:
 
       do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-    self._server = http.server.ThreadingHTTPServer((HOST, 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+      request_queue_size = 128  # the listen backlog: tensorstore opens many connections at once
+
+    self._server = Server((HOST, 0), Handler)
     self._server.daemon_threads = True
     self.url = f'http://{HOST}:{self._server.server_address[1]}'
     self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
     self._thread.start()
 
   def close(self) -> None:
+    self.faults.release.set()
     self._server.shutdown()
     self._server.server_close()
+
+
+@dataclasses.dataclass
+class Bucket:
+  """A server of one kind (`s3` or `gcs`), and stores on it reached through proxies."""
+
+  kind: str
+  url: str
+  proxies: list
+
+  def proxy(self) -> FaultyProxy:
+    proxy = FaultyProxy(self.url, gcs_preconditions=self.kind == 'gcs')
+    self.proxies.append(proxy)
+    return proxy
+
+  def store(self, path: str, proxy: FaultyProxy | None = None) -> store_lib.BlockStore:
+    """A store at `path`, through `proxy` (a new one if None: on GCS every request goes
+    through one, which checks the preconditions the emulator ignores)."""
+    url = (proxy or self.proxy()).url
+    if self.kind == 's3':
+      return store_lib.BlockStore(s3_spec(url, path))
+    with environment({'TENSORSTORE_GCS_HTTP_URL': url}):  # read when the store is opened
+      return store_lib.BlockStore(gcs_spec(path))
+
+
+@pytest.fixture(name='bucket', params=['s3', 'gcs'])
+def bucket_fixture(request):
+  """A `Bucket` on each server, S3 and GCS."""
+  server = request.getfixturevalue(f'{request.param}_server')
+  bucket = Bucket(request.param, server.url, [])
+  yield bucket
+  for proxy in bucket.proxies:
+    proxy.close()

@@ -23,6 +23,7 @@ from graftjax.store import chunks as store_chunks
 from graftjax.store import encode as store_encode
 from graftjax.store import files as store_files
 from graftjax.store import kvstore as store_kvstore
+from graftjax.store import manifest as store_manifest
 from graftjax.store import read as store_read
 
 FINGERPRINT = hashlib.sha256(b'tiny test model').hexdigest()
@@ -647,10 +648,15 @@ def test_put_of_another_payload_under_a_stored_key_names_the_difference(store):
   old_k = store_lib.array_digest('float32', _SHAPE, old)
   new_k = store_lib.array_digest('float32', _SHAPE, new)
 
+  stored = json.loads((pathlib.Path(store.root) / key / store_lib.MANIFEST).read_text())
+  _, manifest = store_encode.block_files(other, store.root)
+  digests = [store_manifest.payload_digest(m) for m in (stored, manifest)]
+
   with pytest.raises(store_lib.ConflictingBlockError) as error:
     store.put(other)
   assert str(error.value) == (
-    f'{store.root}/{key}: the block is already stored with another payload (stored != new):'
+    f'{store.root}/{key}: the block is already stored with another payload (stored'
+    f' {digests[0]} != new {digests[1]}):'
     f" arrays.k.blake3: '{old_k}' != '{new_k}';"
     f" arrays.k.chunk_blake3.1: '{old[1]}' != '{new[1]}'. To recover: `verify(key)` the"
     ' stored block, `quarantine(key)` it if it is the wrong one (it is moved aside, not'
@@ -729,6 +735,35 @@ def test_delete(store):
     store.delete(key)
   assert not os.listdir(os.path.join(store.root, '.tmp'))
   assert store.put(make_block(0)) == key
+  store.verify(key)
+
+
+def test_a_deletion_held_after_its_rename_never_removes_a_later_put(store, monkeypatch):
+  """On `file` a deletion renames the block into `.tmp/` (gone from view at once) and then
+  removes it there: a put of the key meanwhile lands in place, and stays."""
+  key = store.put(make_block(0))
+  renamed, release = threading.Event(), threading.Event()
+  rmtree = shutil.rmtree
+
+  def held(path, *args, **kwargs):
+    if str(path).endswith('.del'):  # the deletion's trash
+      renamed.set()
+      release.wait(timeout=60)
+    rmtree(path, *args, **kwargs)
+
+  monkeypatch.setattr(shutil, 'rmtree', held)
+  deleter = threading.Thread(target=store.delete, args=(key,))
+  deleter.start()
+  assert renamed.wait(timeout=60)
+  assert key not in store
+
+  again = dataclasses.replace(make_block(1), meta=make_block(0).meta)
+  assert store.put(again) == key
+  release.set()
+  deleter.join(timeout=60)
+
+  assert store.list() == [key]
+  _assert_same_block(store.get(key), again)
   store.verify(key)
 
 

@@ -5,6 +5,7 @@ payloads, damage, quarantine, pages and restore.
 """
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from test_store import _assert_same_block, _layer_digests, make_block
 from graftjax import blocks
 from graftjax import restore as restore_lib
 from graftjax import store as store_lib
+from graftjax.store import encode as store_encode
 
 BACKENDS = ['file', 's3', 'gcs']
 _CHUNK = 'k/c.0.0.0.0'
@@ -37,6 +39,13 @@ class Backend:
 
   def store(self, path=None, **kwargs):
     return store_lib.BlockStore(self.spec(path or unique_path()), **kwargs)
+
+  @staticmethod
+  def payload(raw, key):
+    """Where the payload of the block under `key` lies in `raw` (`raw(store)`): `<key>/`, or
+    the writer's prefix its manifest names (format 5, on object stores)."""
+    data = json.loads(raw[f'{key}/manifest.json']).get('data')
+    return f'{key}/{data}/' if data else f'{key}/'
 
   def raw(self, store):
     if store._local is not None:
@@ -123,7 +132,7 @@ def test_delete_then_put_again(store):
 def test_gc_keeps_every_complete_block(backend, store):
   keys = sorted(store.put(make_block(seed)) for seed in range(3))
 
-  assert store.gc() == 0  # nothing crashed here; on object stores nothing is ever staged
+  assert store.gc() == 0  # nothing crashed here
 
   assert store.list() == keys
   for key in keys:
@@ -147,6 +156,55 @@ def test_payload_without_manifest_neither_lists_nor_reads(remote):
   _assert_same_block(store.get(key), block)
 
 
+def test_a_block_copied_from_an_object_store_to_a_directory_reads_there(remote, tmp_path):
+  """Its objects copied as they are (`<key>/manifest.json`, `<key>/<data>/...`, as a sync
+  tool copies a bucket) make a block the `file` store reads and verifies, and deduplicates
+  a put of the same block against."""
+  block = make_block(0)
+  store = remote.store()
+  key = store.put(block)
+  raw = remote.raw(store)
+  for name in raw.list().result():
+    path = tmp_path / 'copy' / name.decode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw[name.decode()])
+  local = store_lib.BlockStore(str(tmp_path / 'copy'))
+
+  assert local.list() == [key]
+  local.verify(key)
+  _assert_same_block(local.get(key), block)
+  assert local.put(block) == key
+  with pytest.raises(store_lib.ConflictingBlockError):
+    local.put(dataclasses.replace(make_block(1), meta=block.meta))
+
+
+def test_a_block_of_format_4_on_an_object_store_keeps_reading(remote):
+  """A block as code before format 5 wrote it on an object store (the payload beside its
+  manifest, under `<key>/`) reads, verifies and deduplicates as before, with a writer's
+  prefix beside it (a deposit that lost); a deletion removes its payload and not the prefix,
+  which gc then collects."""
+  store = remote.store()
+  block = make_block(0)
+  files, manifest = store_encode.block_files(block, store.root)
+  key = manifest['key']
+  raw = remote.raw(store)
+  for name, data in files.items():
+    raw[f'{key}/{name}'] = bytes(data)
+  stray = f'{key}/1000000000-{"a" * 32}/k/c.0.0.0.0'
+  raw[stray] = b'a lost deposit'
+
+  assert manifest['format'] == store_lib.FORMAT and store.list() == [key]
+  store.verify(key)
+  _assert_same_block(store.get(key), block)
+  assert store.put(block) == key
+  assert json.loads(raw[f'{key}/manifest.json'])['format'] == store_lib.FORMAT  # left as it is
+  with pytest.raises(store_lib.ConflictingBlockError):
+    store.put(dataclasses.replace(make_block(1), meta=block.meta))
+  store.delete(key)
+  assert [n.decode() for n in raw.list().result()] == [stray]
+  assert store.gc() == 1 and raw.list().result() == []
+
+
 def test_conflicting_payload_names_the_difference_and_keeps_the_stored_block(store):
   block = make_block(0)
   key = store.put(block)
@@ -166,9 +224,9 @@ def test_flipped_byte_is_named_with_both_digests(backend, store):
   block = make_block(0, 'bfloat16')
   key = store.put(block)
   raw = backend.raw(store)
-  data = bytearray(raw[f'{key}/{_CHUNK}'])
+  data = bytearray(raw[backend.payload(raw, key) + _CHUNK])
   data[5] ^= 1
-  raw[f'{key}/{_CHUNK}'] = bytes(data)
+  raw[backend.payload(raw, key) + _CHUNK] = bytes(data)
   expected = _layer_digests(block.k)[0]
 
   for read in (store.verify, store.get):
@@ -179,7 +237,7 @@ def test_flipped_byte_is_named_with_both_digests(backend, store):
 def test_truncated_chunk_is_named_with_sizes(backend, store):
   key = store.put(make_block(0))
   raw = backend.raw(store)
-  raw[f'{key}/{_CHUNK}'] = raw[f'{key}/{_CHUNK}'][:-4]
+  raw[backend.payload(raw, key) + _CHUNK] = raw[backend.payload(raw, key) + _CHUNK][:-4]
 
   with pytest.raises(store_lib.CorruptBlockError, match='holds 44 bytes, expected 48'):
     store.get(key)
@@ -189,7 +247,9 @@ def test_quarantine_sets_the_block_aside_and_frees_the_key(backend, store):
   block = make_block(0)
   key = store.put(block)
   raw = backend.raw(store)
-  raw[f'{key}/{_CHUNK}'] = bytes(len(raw[f'{key}/{_CHUNK}']))  # damaged: zeros
+  raw[backend.payload(raw, key) + _CHUNK] = bytes(
+    len(raw[backend.payload(raw, key) + _CHUNK])
+  )  # damaged: zeros
 
   with pytest.raises(store_lib.CorruptBlockError):
     store.put(block)

@@ -2,6 +2,8 @@
 fetched by another store object (another machine's view), it is the committed block byte for
 byte, and grafted it gives the logit bytes recorded for this CPU kind (test_portability.py)."""
 
+import json
+
 import pytest
 import tensorstore as ts
 from store_servers import s3_server, s3_spec, unique_path  # noqa: F401
@@ -35,9 +37,20 @@ def test_a_block_fetched_from_s3_is_the_committed_block_byte_for_byte(request, t
   assert fetched.list() == [key]
   fetched.verify(key)
   committed = FIXTURES / 'portable_store' / key
-  remote = fetched._kv / f'{key}/'
+  manifest = json.loads(fetched._kv.read(f'{key}/{store_lib.MANIFEST}').result().value)
+  # On an object store the payload lies under its writer's prefix, which the manifest names
+  # (format 5); the manifest is the committed one but for that.
+  assert manifest.pop('format') == store_lib.PREFIXED_FORMAT
+  remote = fetched._kv / f'{key}/{manifest.pop("data")}/'
+  committed_manifest = json.loads((committed / store_lib.MANIFEST).read_text())
+  assert committed_manifest.pop('format') == store_lib.FORMAT
+  assert manifest == committed_manifest
   names = sorted(n.decode() for n in remote.list().result())
-  assert names == sorted(str(p.relative_to(committed)) for p in committed.rglob('*') if p.is_file())
+  assert names == sorted(
+    str(p.relative_to(committed))
+    for p in committed.rglob('*')
+    if p.is_file() and p.name != store_lib.MANIFEST
+  )
   for name in names:
     assert remote.read(name).result().value == (committed / name).read_bytes(), name
   local = store_lib.BlockStore(tmp_path / 'store')
@@ -48,8 +61,9 @@ def test_a_block_fetched_from_s3_is_the_committed_block_byte_for_byte(request, t
 @pytest.mark.subprocess  # the S3 server
 def test_an_altered_object_in_s3_is_not_fetched(request):
   fetched = _through_s3(request.getfixturevalue('s3_server'))
-  chunk = f'{RECORD["key"]}/k/c.0.0.0.0'
   raw = ts.KvStore.open(fetched._kv.spec().to_json()).result()
+  data = json.loads(raw.read(f'{RECORD["key"]}/{store_lib.MANIFEST}').result().value)['data']
+  chunk = f'{RECORD["key"]}/{data}/k/c.0.0.0.0'
   data = bytearray(raw.read(chunk).result().value)
   data[0] ^= 1
   raw.write(chunk, bytes(data)).result()
