@@ -10,7 +10,9 @@
 #   bash experiments/device/gemma4_31b_gate.sh graft    first token after a graft vs recompute,
 #                                                       restore vs its pinned floor, ring layout,
 #                                                       at PREFIXES tokens (default 1024,4096)
-# SAMPLES=20 OTHER_PROCESS=false fit a shorter gate in one call. A 32,768-token block of this
+# On an H100 a sample with a 128-token rollout takes 10.7 s (50 did not fit one 10-minute call);
+# with 64 (ROLLOUT, the default here) 6.5 s: OTHER_PROCESS=false runs the 50 in 7 minutes, and
+# the other process needs a call of its own (SAMPLES=20 fits). A 32,768-token block of this
 # model is 29.5 GB packed (every layer's rows, the sliding layers' older ones zero) and is
 # installed on the device beside the weights: PREFIXES=32768 needs more than one H100 holds.
 # Writes under experiments/results/scale/.
@@ -21,7 +23,8 @@ NAME=gemma4-31b
 case "${1:-}" in
   gate)
     python experiments/exactness.py --model="$MODEL" --samples="${SAMPLES:-50}" --dtype=bfloat16 \
-        --other_process="${OTHER_PROCESS:-true}" --out="$OUT/exactness_${NAME}_${GPU}.json"
+        --rollout_tokens="${ROLLOUT:-64}" --other_process="${OTHER_PROCESS:-true}" \
+        --out="$OUT/exactness_${NAME}_${GPU}.json"
     ;;
   kernels)
     python experiments/invariance.py --model="$MODEL" --impl=pallas --dtype=bfloat16 \
