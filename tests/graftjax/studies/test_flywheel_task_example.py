@@ -35,19 +35,27 @@ def test_the_walk_through_fits_in_40_lines():
 
 
 @pytest.mark.slow
-def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypatch):
+def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypatch, tqdm_bars):
   unrelated = [f'The mascot of {team} is' for team in ('Ajax', 'Boca', 'Celtic', 'Dynamo')]
   task = dataclasses.replace(_task(monkeypatch), unrelated=lambda: unrelated)
-  out = flywheel.run(
-    text_model,
-    task,
-    library=_library(tmp_path),
-    budget=BUDGET,
-    routers=[
-      route_lib.BM25Router(threshold=0.0),
-      route_lib.EmbeddingRouter(text_model, chunk_size=16, batch_size=2, encode=_bytes),  # fitted
-    ],
-  )
+  with flywheel.progress_bars() as progress:
+    out = flywheel.run(
+      text_model,
+      task,
+      library=_library(tmp_path),
+      budget=BUDGET,
+      routers=[
+        route_lib.BM25Router(threshold=0.0),
+        route_lib.EmbeddingRouter(text_model, chunk_size=16, batch_size=2, encode=_bytes),
+      ],  # the embedding router's threshold fitted in the run
+      progress=progress,
+    )
+    assert all(bar.disable for bar in tqdm_bars)  # each closed when its phase ended
+  bars = {bar.desc: bar for bar in tqdm_bars}
+  grafted = out['grafted_vs_prompted']['summary']['items']
+  assert bars['recurrence: prompted'].n == bars['recurrence: prompted'].total == grafted
+  assert bars['transfer: router calibration'].n == 1  # the embedding router
+  assert list(bars)[:3] == ['base attempts', 'deposits', 'recurrence']
   phases = [a['phase'] for a in out['attempts']]
   assert phases.count('base') == phases.count('transfer_flywheel') == 3
   assert out['verifier'] == {'name': 'first_word', 'version': 1}
