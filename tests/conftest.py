@@ -36,6 +36,23 @@ def text_model():
   return gemma_model.tiny()
 
 
+@pytest.fixture
+def tqdm_bars(monkeypatch):
+  """Every `tqdm.tqdm` bar opened in the test, in order, each writing to a string."""
+  import io  # pylint: disable=g-import-not-at-top
+  import tqdm  # pylint: disable=g-import-not-at-top
+
+  opened = []
+
+  class Recorded(tqdm.tqdm):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **{**kwargs, 'file': io.StringIO()})
+      opened.append(self)
+
+  monkeypatch.setattr(tqdm, 'tqdm', Recorded)
+  return opened
+
+
 @pytest.fixture(scope='session')
 def run_together():
   """A function that runs each command (an argv list) in a process of its own, all at once,

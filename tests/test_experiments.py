@@ -172,6 +172,43 @@ def test_verbosity_flag_still_shows_library_info(tmp_path):
   assert any('checkpoint' in line for line in info), info
 
 
+_BM25_MAIN = textwrap.dedent(
+  """
+  from graftjax.flywheel import route
+  from graftjax.studies import cli
+
+  def main(argv):
+    router = route.BM25Router(threshold=0.0)
+    router.add_many([('a', 'the capital of Zorbia'), ('b', 'the language of Quantar')])
+    print(router.route('the capital of Zorbia')[0].key, router.route('the of')) # 'the of': empty
+
+  cli.run(main)
+  """
+)
+
+
+def test_bm25_logs_nothing_at_default_verbosity(tmp_path):
+  """bm25s sets its own logger to DEBUG ('Building index from IDs', 'The query is empty')."""
+  script = tmp_path / 'bm25_main.py'
+  script.write_text(_BM25_MAIN)
+
+  def stderr(*flags):
+    proc = subprocess.run(
+      [sys.executable, str(script), *flags],
+      capture_output=True,
+      text=True,
+      env=dict(os.environ, JAX_PLATFORMS='cpu'),
+      cwd=REPO,
+      timeout=300,
+      check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith('a []'), proc.stderr[-3000:]
+    return proc.stderr
+
+  assert 'Building index' not in stderr() and 'query is empty' not in stderr()
+  assert 'Building index' in stderr('--verbosity=1')  # asked for: shown
+
+
 def test_a_script_rejects_stray_arguments():
   proc = subprocess.run(
     [sys.executable, str(REPO / 'experiments' / 'position_findings.py'), 'stray'],

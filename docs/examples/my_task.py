@@ -6,9 +6,11 @@
 """
 
 from graftjax import flywheel
+from graftjax.flywheel import library
 from graftjax.flywheel import verifiers
 
 COUNTRIES = [('Zorbia', 'Zed', 'Zorbish'), ('Quantar', 'Quill', 'Quan'), ('Morvel', 'Mor', 'Vel')]
+SHOT = library.ANSWER_TEMPLATE.format(question='The capital of France is', answer='Paris')
 
 
 def first_word(text, gold):
@@ -31,7 +33,8 @@ TASK = flywheel.Task(
   load=lambda: [
     item('dep', i, f'The capital of {c} is', a) for i, (c, a, _) in enumerate(COUNTRIES)
   ],
-  prompt=flywheel.Prompt('The capital of France is Paris\n\n', '{question}', answer_only=True),
+  # few-shot examples in the library's form, its recall query; held out: the block, then these
+  prompt=flywheel.Prompt(SHOT, library.RECALL_QUERY, answer_only=True, keep_prefix=True),
   held_out=lambda: [
     item('new', i, f'The language of {c} is', a) for i, (c, _, a) in enumerate(COUNTRIES)
   ],

@@ -54,7 +54,7 @@ from graftjax.store import kvstore as store_kvstore
 TEMPLATE = 'Question: {question}\nFinal answer: {answer}\nSolution: {solution}\n\n'
 # A short answer (QA) has no solution to show: its block is the answer alone.
 ANSWER_TEMPLATE = 'Question: {question}\nFinal answer: {answer}\n\n'
-FORMS = ('solution', 'answer')
+FORMS = ('solution', 'answer', 'code')
 RECALL_QUERY = 'Question: {question}\nFinal answer:'
 SOLVE_QUERY = 'Question: {question}\nSolution:'
 # Code (an answer of several lines) is held once, in a fence whose close ends a recalled answer.
@@ -477,9 +477,10 @@ class Library:
         to the same record.
       form: 'solution' (TEMPLATE: the worked solution under the verifier's
         canonical answer; CODE_TEMPLATE with the extracted answer alone where
-        that spans lines, as code does, so the solution is held once) or
+        that spans lines, as code does, so the solution is held once),
         'answer' (ANSWER_TEMPLATE: the solution's first line, a short answer
-        such as 'Spain', which must verify on its own).
+        such as 'Spain', which must verify on its own) or 'code'
+        (CODE_TEMPLATE with the extracted code, one line or several).
     Returns:
       The catalog entry (the existing one if the item was deposited before).
     Raises:
@@ -508,7 +509,7 @@ class Library:
       text = ANSWER_TEMPLATE.format(
         question=item.question, answer=_answer_line(item, verifier, solution)
       )
-    elif '\n' in str(verdict.extracted):  # the answer is the solution (code): held once
+    elif form == 'code' or '\n' in str(verdict.extracted):  # the answer is the code: held once
       text = CODE_TEMPLATE.format(question=item.question, answer=str(verdict.extracted).rstrip())
     else:
       body = _ANSWER_LINE.split(solution.strip(), maxsplit=1)[0].strip()

@@ -39,6 +39,7 @@ from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import solve
 from graftjax.flywheel import summary as summary_lib
 from graftjax.flywheel import tasks
+from graftjax.flywheel import verifiers
 from graftjax.models.gemma import sampler
 from graftjax.studies import energy
 from graftjax.studies import journal as journal_lib
@@ -77,12 +78,16 @@ def base_attempts(
   budget: Budget,
   phase: str,
   progress: Callable[[int], None] | None = None,
+  journal: journal_lib.Journal | None = None,
 ) -> list[dict[str, Any]]:
   """The base model's attempts (few-shot prefix, then the question), verified.
 
   In the chat form (`Prompt.chat`) the prefix and the query are one user turn of the model's
-  chat template, the answer its turn (`answer.chat_frame`).
+  chat template, the answer its turn (`answer.chat_frame`). With a `journal`, each sample's
+  batched outputs are a step (`{phase}/generated/{sample}`) before any is verified, so a
+  verifier that raises loses no model work: the rerun verifies the journaled outputs.
   """
+  journal = journal or journal_lib.Journal(None, config={})
   head, tail, add_bos = '', '', True
   if prompt.chat:
     head, tail, _ = answer_lib.chat_frame(model)
@@ -94,7 +99,8 @@ def base_attempts(
   ]
   stops = answer_lib.stop_ids(model, prompt.base_mode, chat=prompt.chat)
   records = []
-  for sample in range(budget.samples):
+
+  def generate(sample):
     sampling = sampler.SamplingConfig(temperature=budget.temperature if sample else 0.0)
     start = time.perf_counter()
     outputs = solve.generate(
@@ -109,7 +115,16 @@ def base_attempts(
       progress=progress,
     )
     seconds = (time.perf_counter() - start) / max(len(items), 1)
-    for item, ids in zip(items, outputs):
+    return {'token_ids': [[int(t) for t in ids] for ids in outputs], 'seconds': seconds}
+
+  for sample in range(budget.samples):
+    done = journal.step(
+      f'{phase}/generated/{sample}',
+      lambda sample=sample: generate(sample),
+      check=_generated_check(len(items)),
+    )
+    seconds = done['seconds']
+    for item, ids in zip(items, done['token_ids']):
       text = model.tokenizer.decode(ids, skip_special=True)
       records.append(_record(phase, item, sample, ids, text, verify(text, item.gold), seconds))
   return records
@@ -179,9 +194,10 @@ def run(
         budget=budget,
         phase='base',
         progress=bar('base attempts', len(items) * budget.samples),
+        journal=journal,
       ),
     )
-  form = 'answer' if prompt.answer_only else 'solution'
+  form = 'code' if prompt.code else 'answer' if prompt.answer_only else 'solution'
   deposits = deposit_verified(
     model, library, items, verify, base, form=form, progress=bar('deposits', len(items))
   )
@@ -196,7 +212,7 @@ def run(
     transfer = _transfer(ask, held_out, routers, prompt, budget, task, conservative)
   elif task.reworded or task.unrelated:
     transfer['routing'] = _fitted_routing(
-      routers, library.entries(), task, budget.seed, conservative
+      routers, library.entries(), task, budget.seed, bar, conservative
     )
   return {
     'task': task.name,
@@ -223,10 +239,16 @@ ZERO_SHOT = Prompt(prefix='', query=answer_lib.MODES['solve'])
 MAX_FALSE_HIT = 0.05  # the bound on false hits of every threshold fitted in a run
 
 
-def _checked(
-  task: tasks.Task, routers, conservative: bool = False
-) -> tuple[list[Any], list[Any], Prompt, Any]:
-  """(items, held_out, prompt, verifier) of `task`, or why it cannot run."""
+def check_task(task: tasks.Task) -> tuple[list[Any], list[Any], Prompt, Any]:
+  """(items, held_out, prompt, verifier) of `task`, or why it cannot run, before any model work.
+
+  The verifier is run once, on the first item's reference (its solution, else its answer),
+  so one that raises is refused here, not after the base phase.
+
+  Raises:
+    tasks.TaskError: the task cannot be run as given, naming the cause.
+    verifiers.VerifierError: its verifier is not registered.
+  """
   verify = task.checker
   if not isinstance(getattr(verify, 'name', None), str) or not isinstance(
     getattr(verify, 'version', None), int
@@ -247,6 +269,31 @@ def _checked(
       raise tasks.TaskError(
         f'task {task.name!r}: targets {wrong[:5]} pair no held-out item with a deposited one'
       )
+  prompt = task.prompt or ZERO_SHOT
+  if '{question}' not in prompt.query:
+    raise tasks.TaskError(f'the prompt query {prompt.query!r} has no {{question}} field')
+  if prompt.keep_prefix and prompt.query != answer_lib.MODES[prompt.transfer_mode]:
+    raise tasks.TaskError(
+      f'keep_prefix needs the {prompt.transfer_mode} query'
+      f' {answer_lib.MODES[prompt.transfer_mode]!r} as the prompt, got {prompt.query!r}'
+    )
+  if empty := [it.id for it in [*items, *held_out] if not it.question.strip()]:
+    raise tasks.TaskError(f'task {task.name!r}: items with an empty question: {empty[:5]}')
+  sample = items[0]
+  with verifiers.plugin_failures(
+    f'task {task.name!r}: its verifier {verify.name} v{verify.version} fails on item'
+    f' {sample.id} (its reference answer)',
+    tasks.TaskError,
+  ):
+    verify(sample.solution if sample.solution is not None else sample.answer, sample.gold)
+  return items, held_out, prompt, verify
+
+
+def _checked(
+  task: tasks.Task, routers, conservative: bool = False
+) -> tuple[list[Any], list[Any], Prompt, Any]:
+  """`check_task`, and a router for held-out items that can be fitted if it must."""
+  items, held_out, prompt, verify = check_task(task)
   if held_out and not routers:
     raise tasks.TaskError(f'task {task.name!r} has held-out items: transfer needs a router')
   unfitted = [type(r).__name__ for r in routers if r.threshold is None]
@@ -268,16 +315,6 @@ def _checked(
         f'task {task.name!r}: the answering {type(routers[0]).__name__}: {e}; give it a'
         ' threshold, more unrelated questions, or fit the point estimate'
       ) from e
-  prompt = task.prompt or ZERO_SHOT
-  if '{question}' not in prompt.query:
-    raise tasks.TaskError(f'the prompt query {prompt.query!r} has no {{question}} field')
-  if prompt.keep_prefix and prompt.query != answer_lib.MODES[prompt.transfer_mode]:
-    raise tasks.TaskError(
-      f'keep_prefix needs the {prompt.transfer_mode} query'
-      f' {answer_lib.MODES[prompt.transfer_mode]!r} as the prompt, got {prompt.query!r}'
-    )
-  if empty := [it.id for it in [*items, *held_out] if not it.question.strip()]:
-    raise tasks.TaskError(f'task {task.name!r}: items with an empty question: {empty[:5]}')
   return items, held_out, prompt, verify
 
 
@@ -322,7 +359,7 @@ def deposit_verified(
     verify: `verify(text, gold) -> verifiers.Verdict`.
     base: the model's attempts (`base_attempts` records), or none: every deposit is the
       reference (the item's solution, else its answer; `source: reference`).
-    form: `library.FORMS`: 'solution' or 'answer'.
+    form: `library.FORMS`: 'solution', 'answer' or 'code'.
     progress: called with 1 after each item.
   Returns:
     Per item: `item_id`, `key`, `source` and `block_tokens`, or `key: None` and why it was
@@ -419,15 +456,19 @@ def _recurrence(ask: _Ask, unsolved, exact, budget, mode) -> dict[str, Any]:
       'seconds': out.seconds,
     }
 
+  tick = ask.bar('recurrence: prompted', len(grafted))
+  others = []
   with ask.measured('recurrence_prompted', len(grafted)):
-    others = [
-      ask.journal.step(
-        f'recurrence_prompted/{item.id}',
-        lambda item=item, a=a: prompted(item, entries[a['block_key']]),
-        check=_prompted_check,
+    for item, a in grafted:
+      others.append(
+        ask.journal.step(
+          f'recurrence_prompted/{item.id}',
+          lambda item=item, a=a: prompted(item, entries[a['block_key']]),
+          check=_prompted_check,
+        )
       )
-      for item, a in grafted
-    ]
+      if tick:
+        tick(1)
   equal = [
     {
       'item_id': item.id,
@@ -459,6 +500,8 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task, conservative=F
   for router in routers:
     router.add_many((e.key, e.question) for e in entries.values())
   calibrations, refused = {}, {}
+  unfitted = sum(r.threshold is None for r in routers)
+  tick = ask.bar('transfer: router calibration', unfitted) if unfitted else None
   for router in routers:
     if router.threshold is None:
       queries = route_lib.Queries(
@@ -474,6 +517,8 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task, conservative=F
         if router is routers[0]:
           raise
         refused[type(router).__name__] = str(e)
+      if tick:
+        tick(1)
   with ask.measured('transfer_base', len(held_out)):
     attempts = ask.journal.step(
       'transfer_base',
@@ -486,6 +531,7 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task, conservative=F
         budget=dataclasses.replace(budget, samples=1),
         phase='transfer_base',
         progress=ask.bar('transfer: base', len(held_out)),
+        journal=ask.journal,
       ),
     )
   preamble = prompt.prefix if prompt.keep_prefix else ''
@@ -522,7 +568,7 @@ def _transfer(ask: _Ask, held_out, routers, prompt, budget, task, conservative=F
   return {'attempts': attempts, 'routing': routing, 'refused': refused}
 
 
-def _fitted_routing(routers, entries, task, seed, conservative=False) -> dict[str, Any]:
+def _fitted_routing(routers, entries, task, seed, bar, conservative=False) -> dict[str, Any]:
   """Without held-out items: each router without a threshold fitted on half of the task's
   deposited questions (to their blocks), reworded questions and unrelated ones, and reported on
   the other half (`route.calibrate`); a router no threshold fits records why."""
@@ -534,6 +580,8 @@ def _fitted_routing(routers, entries, task, seed, conservative=False) -> dict[st
     unrelated=list(task.unrelated()) if task.unrelated else [],
   )
   out = {}
+  unfitted = sum(r.threshold is None for r in routers)
+  tick = bar('router calibration', unfitted) if unfitted else None
   for router in routers:
     if router.threshold is not None:
       continue
@@ -546,16 +594,20 @@ def _fitted_routing(routers, entries, task, seed, conservative=False) -> dict[st
       out[name] = {'calibration': fit.to_json()}
     except ValueError as e:
       out[name] = {'calibration': None, 'refused': str(e)}
+    if tick:
+      tick(1)
   return out
 
 
 def _labelled(held_out, entries, targets) -> list[tuple[str, str | None]]:
-  """Each held-out question with the key of the deposited item it was paired with."""
+  """Each held-out question with the key of the deposited item it was paired with; None
+  (abstain) for one `targets` leaves out, or without `targets` one whose template is not
+  deposited."""
   by_item = {}
   for e in entries.values():
     by_item.setdefault(e.item_id, e.key)
   return [
-    (it.question, by_item.get(targets[it.id] if targets is not None else it.template))
+    (it.question, by_item.get(targets.get(it.id) if targets is not None else it.template))
     for it in held_out
   ]
 
@@ -657,6 +709,22 @@ def _attempts_check(ids: set[str]) -> Callable[[Any], str | None]:
 
 def _prompted_check(value: Any) -> str | None:
   return _wrong_field(value, _PROMPTED)
+
+
+def _generated_check(count: int) -> Callable[[Any], str | None]:
+  """A journaled sample of `base_attempts`: `count` lists of token ids and the seconds."""
+
+  def check(value):
+    if cause := _wrong_field(value, {'token_ids': list, 'seconds': (int, float)}):
+      return cause
+    rows = value['token_ids']
+    if len(rows) != count:
+      return f'holds {len(rows)} outputs for {count} items'
+    if not all(isinstance(r, list) and all(type(t) is int for t in r) for r in rows):
+      return 'holds an output that is not a list of token ids'
+    return None
+
+  return check
 
 
 def _answer_check(ask: _Ask, item, entries) -> Callable[[Any], str | None]:
@@ -948,14 +1016,28 @@ def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any
 
 @contextlib.contextmanager
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-  """A `progress(phase, total)` for `run`: one tqdm bar a phase, every bar closed on exit."""
+  """A `progress(phase, total)` for `run`: one tqdm bar a phase.
+
+  A bar closes when its phase ends, so its time is the phase's: when it reaches its total,
+  or when the next phase opens its bar (phases run one after another; a resumed phase
+  never ticks); every bar is closed on exit.
+  """
   import tqdm  # pylint: disable=g-import-not-at-top
 
   bars = []
 
   def progress(phase: str, total: int) -> Callable[[int], None]:
-    bars.append(tqdm.tqdm(total=total, desc=phase, unit='item'))
-    return bars[-1].update
+    for earlier in bars:
+      earlier.close()
+    bar = tqdm.tqdm(total=total, desc=phase, unit='item')
+    bars.append(bar)
+
+    def tick(count: int) -> None:
+      bar.update(count)
+      if bar.n >= bar.total:
+        bar.close()
+
+    return tick
 
   try:
     yield progress
@@ -1047,7 +1129,7 @@ def experiment(
     task = dataclasses.replace(
       task, prompt=dataclasses.replace(task.prompt or ZERO_SHOT, chat=True)
     )
-  items, held_out = list(task.items()), task.held_out_items()
+  items, held_out, _, _ = check_task(task)  # before the model loads
   model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
   journal = journal_lib.Journal(
     journal_path,

@@ -313,13 +313,12 @@ def test_a_task_loads_from_any_importable_module(tmp_path, monkeypatch):
     flywheel.load_task('broken_tasks:QA')
 
 
-def test_progress_bars_are_closed_even_when_the_run_fails():
+def test_progress_bars_are_closed_even_when_the_run_fails(tqdm_bars):
   with pytest.raises(RuntimeError, match='stopped'):
     with flywheel.progress_bars() as progress:
-      tick = progress('deposits', 3)
-      tick(2)
-      bar = tick.__self__
+      progress('deposits', 3)(2)
       raise RuntimeError('stopped')
+  (bar,) = tqdm_bars
   assert bar.n == 2 and bar.disable  # tqdm disables a bar when it is closed
 
 
@@ -347,6 +346,157 @@ def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
   asked = {i.question for i in [*items, *held_out]}
   assert not asked & set(unrelated) and task.record['templates'] == [0, 1]
   assert flywheel.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated
+
+
+# A newcomer's task: leaving items out of targets, code answers, errors before work ---------
+
+
+@pytest.mark.slow
+def test_a_held_out_item_that_targets_leave_out_should_abstain(text_model, tmp_path):
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
+  targets = {h.id: d.id for d, h in zip(FACTS[:2], HELD_FACTS[:2])}  # f5 should abstain
+  task = dataclasses.replace(QA_TASK, targets=targets)
+  out = flywheel.run(
+    text_model, task, library=library, budget=QA_BUDGET, routers=[route_lib.ExactRouter()]
+  )
+  exact = out['routing']['ExactRouter']  # the held-out texts are not deposited: it abstains
+  assert exact['accuracy']['trials'] == 2  # the two held-out items targets pair
+  assert exact['false_hit_abstain']['trials'] == 1  # f5: a hit on it would be false
+  assert exact['abstain']['successes'] == exact['abstain']['trials'] == 3
+  assert [a['answered_by'] for a in out['attempts'] if a['phase'] == 'transfer_flywheel'] == [
+    'base (routed to nothing)'
+  ] * 3
+
+
+def _first_line(text, gold):
+  lines = [line.strip() for line in text.splitlines() if line.strip()]
+  return verifiers.Check(bool(lines) and lines[0] in gold, lines[0] if lines else None)
+
+
+first_line = verifiers.Registered('first_line', 1, _first_line)
+
+
+@pytest.mark.slow
+def test_a_one_line_code_answer_is_deposited_in_the_code_template(text_model, tmp_path):
+  items = [
+    tasks.Item('toy_code', f'c{i}', f'def {name}(a, b):', f'return a {op} b', 'test', 'test')
+    for i, (name, op) in enumerate([('add', '+'), ('sub', '-')])
+  ]
+  task = tasks.Task(
+    'toy_code',
+    first_line,
+    lambda: items,
+    prompt=flywheel.Prompt('', library_lib.CODE_QUERY, code=True),
+  )
+  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
+  out = flywheel.run(text_model, task, library=library, budget=QA_BUDGET)
+  assert 'reference' in {d['source'] for d in out['deposits']}
+  for item in items:
+    entry = library.find('toy_code', item.id)
+    if entry.source == 'reference':
+      assert entry.text == library_lib.CODE_TEMPLATE.format(
+        question=item.question, answer=item.answer
+      )
+
+
+class _Flaky:
+  """The alias verifier, raising on any answer that is not gold while `broken`."""
+
+  name, version, broken = 'flaky', 1, True
+
+  def __call__(self, text, gold):
+    if self.broken and text.strip() not in gold:
+      raise RuntimeError('the verifier broke')
+    return ALIAS(text, gold)
+
+
+@pytest.mark.slow
+def test_a_verifier_that_raises_in_the_base_phase_loses_no_model_work(
+  text_model, tmp_path, monkeypatch
+):
+  from graftjax.flywheel import solve  # pylint: disable=g-import-not-at-top
+
+  calls = []
+  generate = solve.generate
+
+  def counted(model, prompts, **kwargs):
+    calls.append(len(prompts))
+    return generate(model, prompts, **kwargs)
+
+  monkeypatch.setattr(solve, 'generate', counted)
+  flaky = _Flaky()
+  task = dataclasses.replace(QA_TASK, verifier=flaky)
+  path = tmp_path / 'journal.jsonl'
+  shape = library_lib.Shape(capacity=256, chunk_size=16)
+
+  def run():
+    return flywheel.run(
+      text_model,
+      task,
+      library=library_lib.Library(tmp_path / 'lib', shape=shape),
+      budget=QA_BUDGET,
+      routers=[route_lib.ExactRouter()],
+      journal=journal_lib.Journal(path, config={'run': 'flaky'}),
+    )
+
+  with pytest.raises(RuntimeError, match='the verifier broke'):
+    run()
+  assert calls == [len(FACTS)]  # the base attempts were made, then the verifier raised
+  flaky.broken = False
+  out = run()
+  assert calls == [len(FACTS), len(HELD_FACTS)]  # the rerun only asked the held-out items
+  journaled = journal_lib.Journal(path, config={'run': 'flaky'}).done['base/generated/0']
+  base = [a for a in out['attempts'] if a['phase'] == 'base']
+  assert [a['token_ids'] for a in base] == journaled['token_ids']
+  assert rescore.check(out).problems == []
+
+
+def test_task_errors_come_before_the_model_loads(monkeypatch):
+  from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
+
+  def never(*args, **kwargs):
+    raise AssertionError('the model was loaded')
+
+  monkeypatch.setattr(gemma_model, 'load_named', never)
+
+  def refused(error, match, **changes):
+    with pytest.raises(error, match=match):
+      flywheel.experiment(
+        model_name='tiny',
+        dtype='float32',
+        impl='xla',
+        budget=QA_BUDGET,
+        capacity=256,
+        library_dir=None,
+        bm25_threshold=None,
+        measure_energy=False,
+        task=dataclasses.replace(QA_TASK, **changes),
+      )
+
+  refused(tasks.TaskError, 'has no items', load=list)
+  refused(verifiers.VerifierError, "unknown verifier 'nope'", verifier='nope')
+  refused(
+    tasks.TaskError,
+    'no {question} field',
+    prompt=dataclasses.replace(QA_PROMPT, query='Q:', keep_prefix=False),
+  )
+  refused(
+    tasks.TaskError,
+    r'verifier flaky v1 fails on item f0 \(its reference answer\): RuntimeError: the verifier',
+    load=lambda: [dataclasses.replace(FACTS[0], solution='Zed, I think'), *FACTS[1:]],
+    verifier=_Flaky(),
+  )
+
+
+def test_each_bar_closes_when_its_phase_ends(tqdm_bars):
+  with flywheel.progress_bars() as progress:
+    progress('deposits', 2)(2)
+    assert tqdm_bars[0].disable  # its total reached: closed
+    progress('recurrence', 3)(1)
+    assert not tqdm_bars[1].disable
+    progress('transfer', 1)  # the next phase: the one before has ended
+    assert tqdm_bars[1].disable and tqdm_bars[1].n == 1 and not tqdm_bars[2].disable
+  assert tqdm_bars[2].disable
 
 
 def test_the_router_named_answers_and_every_router_is_made(tiny_model):

@@ -30,24 +30,32 @@ def _library(path):
   return library_lib.Library(path, shape=library_lib.Shape(capacity=256, chunk_size=16))
 
 
-def test_the_walk_through_fits_in_40_lines():
-  assert len((EXAMPLES / 'my_task.py').read_text().splitlines()) <= 40
+def test_the_walk_through_fits_in_42_lines():
+  assert len((EXAMPLES / 'my_task.py').read_text().splitlines()) <= 42
 
 
 @pytest.mark.slow
-def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypatch):
+def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypatch, tqdm_bars):
   unrelated = [f'The mascot of {team} is' for team in ('Ajax', 'Boca', 'Celtic', 'Dynamo')]
   task = dataclasses.replace(_task(monkeypatch), unrelated=lambda: unrelated)
-  out = flywheel.run(
-    text_model,
-    task,
-    library=_library(tmp_path),
-    budget=BUDGET,
-    routers=[
-      route_lib.BM25Router(threshold=0.0),
-      route_lib.EmbeddingRouter(text_model, chunk_size=16, batch_size=2, encode=_bytes),  # fitted
-    ],
-  )
+  with flywheel.progress_bars() as progress:
+    out = flywheel.run(
+      text_model,
+      task,
+      library=_library(tmp_path),
+      budget=BUDGET,
+      routers=[
+        route_lib.BM25Router(threshold=0.0),
+        route_lib.EmbeddingRouter(text_model, chunk_size=16, batch_size=2, encode=_bytes),
+      ],  # the embedding router's threshold fitted in the run
+      progress=progress,
+    )
+    assert all(bar.disable for bar in tqdm_bars)  # each closed when its phase ended
+  bars = {bar.desc: bar for bar in tqdm_bars}
+  grafted = out['grafted_vs_prompted']['summary']['items']
+  assert bars['recurrence: prompted'].n == bars['recurrence: prompted'].total == grafted
+  assert bars['transfer: router calibration'].n == 1  # the embedding router
+  assert list(bars)[:3] == ['base attempts', 'deposits', 'recurrence']
   phases = [a['phase'] for a in out['attempts']]
   assert phases.count('base') == phases.count('transfer_flywheel') == 3
   assert out['verifier'] == {'name': 'first_word', 'version': 1}
@@ -83,3 +91,10 @@ def test_a_task_without_held_out_items_runs_recurrence_only(text_model, tmp_path
   found = rescore.check(out)
   assert not found.problems, found.problems
   assert any('recurrence only' in n for n in found.notes)
+
+
+def test_the_guide_quotes_the_example_as_it_is():
+  guide = (EXAMPLES.parent / 'flywheel.md').read_text().split('### Add a task')[1]
+  quoted = guide.split('```python\n')[1].split('```')[0].splitlines()
+  lines = (EXAMPLES / 'my_task.py').read_text().splitlines()
+  assert len(quoted) > 20 and [q for q in quoted if '[...]' not in q and q not in lines] == []
