@@ -23,7 +23,9 @@ the questions, reported on the other half. With `--router_model` (gemma3-270m
 by default; '' for none), the hybrid arms too: BM25 units mixed with the
 model's own embedding (the weight of `--weights` fitted on the calibration
 half), and that mix with its top `--rerank` pages reranked by the model (the
-query's log-likelihood gain after each page's best unit). The real model runs
+query's log-likelihood gain after each page's best unit). And the first stage's
+recall: how often the fact's page is among `UnitRouter`'s top c pages, for each c of
+`--recall_at` (what a rerank of c candidates can reach at most). The real model runs
 on CPU here: about half an hour on two shared cores, most of it the rerank.
 """
 
@@ -51,6 +53,9 @@ _WEIGHTS = flags.DEFINE_list(
   'weights', ['1.0', '0.95', '0.9', '0.8', '0.5'], 'BM25 weights of the mix to fit.'
 )
 _RERANK = flags.DEFINE_integer('rerank', 4, 'Pages reranked by the model.')
+_RECALL_AT = flags.DEFINE_list(
+  'recall_at', ['1', '4', '16', '64'], "Candidate counts of the first stage's recall."
+)
 _SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_recall.json', 'Result JSON.')
 
@@ -80,6 +85,7 @@ def main(argv):
     router_model=_ROUTER_MODEL.value or None,
     weights=[float(x) for x in _WEIGHTS.value],
     rerank=_RERANK.value,
+    recall_at=[int(x) for x in _RECALL_AT.value],
   )
   print(bench_paging_recall.format_rows(result))
   results.write(_OUT.value, result)

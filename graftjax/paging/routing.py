@@ -3,7 +3,7 @@ the same units fused with the model's own embedding, the top pages reranked by t
 
     router = UnitRouter(threshold=0.0, unit_words=64)
     catalog = Catalog(path, router=router, store=store)   # routes pages of any mix of sizes
-    router = HybridRouter(model, threshold=0.0, weight=1.0, rerank=4)   # reworded questions
+    router = HybridRouter(model, threshold=0.0, weight=1.0, rerank=16)  # reworded questions
 
 Details and why: docs/paging.md, section `graftjax/paging/routing.py`.
 """
@@ -197,9 +197,13 @@ class HybridRouter(route_lib.Router):
   `weight * bm25 + (1 - weight) * cosine`: bm25 the `UnitRouter` score (the fraction of the
   query's IDF the unit holds), cosine that of the `EmbeddingRouter`'s mean-pooled hidden
   states (not computed at `weight` 1). A page takes its best unit. With `rerank` > 0, the
-  `rerank` best pages are reordered by `query_gain` of the query after each page's best unit,
-  their score becomes that gain (nats per query token), and no more than `rerank` pages are
-  returned. `entries` lists the units, keyed by their page.
+  `rerank` best pages (the candidates) are reordered by `query_gain` of the query after each
+  page's best unit, their score becomes that gain (nats per query token), and no more than
+  `rerank` pages are returned. The rerank only reorders its candidates: a page outside them
+  stays unreachable, so `rerank` is set by the first stage's recall at that many pages, not
+  by the k asked for (a store with many short pages that repeat the question's words pushes
+  the right page below the top 4; docs/paging.md). `entries` lists the units, keyed by their
+  page.
   """
 
   kind: ClassVar[str] = 'hybrid-units'

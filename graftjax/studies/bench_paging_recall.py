@@ -15,7 +15,9 @@ The library of experiments/bench_paging_recall.py. Two measurements:
   fitted on a calibration split, reported on a disjoint one (`calibrated`).
   With a real model (`model_routers`), the hybrid arms too: BM25 units mixed
   with the model's embedding (the weight fitted on the calibration split),
-  and that mix with its top 4 pages reranked by the model (`query_gain`).
+  and that mix with its top `rerank` pages reranked by the model (`query_gain`).
+- `candidate_recall`: how often the page holding a question's fact is among the first
+  stage's (`UnitRouter`'s) top c pages, per c: the most a rerank of c candidates can reach.
 """
 
 from __future__ import annotations
@@ -217,6 +219,30 @@ def routing_rows(
   return out
 
 
+def candidate_recall(
+  entries: Sequence[tuple[str, str]],
+  questions: Sequence[Question],
+  *,
+  router: route_lib.Router,
+  sizes: Sequence[int],
+) -> dict[str, Any]:
+  """Per wording and candidate count c of `sizes`: the stored questions whose page is among
+  `router`'s top c (Wilson 95%), the recall a rerank of c candidates is bounded by."""
+  if not sizes or min(sizes) < 1:
+    raise ValueError(f'candidate counts must be integers >= 1, got {list(sizes)}')
+  router.add_many(entries)
+  stored = [q for q in questions if q.key is not None]
+  out: dict[str, Any] = {}
+  for wording in WORDINGS:
+    hits = router.route_many([getattr(q, wording) for q in stored], max(sizes), threshold=-np.inf)
+    keys = [[h.key for h in found] for found in hits]
+    out[wording] = {
+      str(c): stats.rate(sum(q.key in k[:c] for q, k in zip(stored, keys)), len(stored)).to_json()
+      for c in sizes
+    }
+  return out
+
+
 def model_routers(
   entries: Sequence[tuple[str, str]],
   questions: Sequence[Question],
@@ -248,7 +274,10 @@ def model_routers(
   )
   out = {'hybrid_mix': {**rows(), 'weight': router.weight, 'weight_fit': fits}}
   router.rerank = rerank
+  t0 = time.perf_counter()
   out['hybrid_rerank'] = {**rows(), 'weight': router.weight, 'rerank': rerank}
+  routed = len({q for w in WORDINGS for q in (getattr(x, w) for x in questions)})
+  out['hybrid_rerank']['rerank_seconds_per_query'] = (time.perf_counter() - t0) / routed
   return out
 
 
@@ -374,10 +403,12 @@ def experiment(
   router_model: str | None = None,
   weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5),
   rerank: int = 4,
+  recall_at: Sequence[int] = (1, 4, 16, 64),
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
-  the hybrid arms (`model_routers`) run with that model."""
+  the hybrid arms (`model_routers`) run with that model; `recall_at` the candidate counts of
+  `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage)."""
   model = paging_scale.load_model(model_name)
   entries, questions = mixed_store(
     filler, facts=facts, absent=absent, short_pages=short_pages, seed=seed
@@ -386,6 +417,9 @@ def experiment(
     name: routing_rows(entries, questions, router=make(), thresholds=thresholds, seed=seed)
     for name, make in ROUTERS.items()
   }
+  recall = candidate_recall(
+    entries, questions, router=ROUTERS['bm25_units'](), sizes=sorted(set(recall_at))
+  )
   inputs = {'model_fingerprint': model.fingerprint}
   if router_model is not None:
     ranker = paging_scale.load_model(router_model)
@@ -428,6 +462,7 @@ def experiment(
       'absent_questions': absent,
       'templates': [dataclasses.asdict(t) for t in TEMPLATES],
       'routers': routed,
+      'candidate_recall': {'router': 'bm25_units', **recall},
     },
   }
 
@@ -465,6 +500,12 @@ def format_rows(result: dict[str, Any]) -> str:
     f' access {r["access_median_s"] * 1e3:.1f} ms'
     for r in result['overlap']
   ]
+  recall = result['routing'].get('candidate_recall')  # absent from results before it
+  for wording in WORDINGS if recall else ():
+    lines.append(
+      f'{"candidates":>13} {wording:>8}: '
+      + ', '.join(f'page in top-{c} {pct(r)}' for c, r in recall[wording].items())
+    )
   for name, by_wording in result['routing']['routers'].items():
     for wording in WORDINGS:
       r = by_wording[wording]

@@ -207,3 +207,46 @@ def test_a_unit_router_file_with_a_setting_out_of_range_is_refused(tmp_path, fie
   _rewritten(path, b'', **fields)
   with pytest.raises(route_lib.RouterFileError, match=f'units.json: {match}'):
     routing.UnitRouter.load(path)
+
+
+# A mixed-size store: one long page holds the fact among filler words; short notes repeat the
+# reworded question's words and the last name (every other one the first name too), so BM25
+# ranks them first.
+FACT = 'The locker of Bartholomew Quarshie has number 4821.'
+FILLER = ' '.join(f'word{i}' for i in range(40))
+MIXED = [
+  ('long/fact', f'{FILLER} {FACT} {FILLER}'),
+  ('long/other', f'{FILLER} The access code of Amelia Abernathy is 1234. {FILLER}'),
+  *[
+    (
+      f'short/{j}',
+      'Which locker belongs to Quarshie? See the locker list.' + ' Bartholomew.' * (j % 2),
+    )
+    for j in range(12)
+  ],
+]
+
+
+def _knows_the_fact(model, query, contexts, **kwargs):
+  """A reranker that reads the fact: gain 1 for a context holding its number, else 0."""
+  del model, query, kwargs
+  return np.asarray([float('4821' in c) for c in contexts])
+
+
+@pytest.mark.parametrize('rerank, found', [(4, False), (16, True)])
+def test_a_wider_rerank_recovers_a_page_outside_the_lexical_top_4(
+  tiny_model, monkeypatch, rerank, found
+):
+  """The rerank reorders its candidates only: the fact's page, ranked below 4 short notes by
+  BM25, is reached when it is among the `rerank` pages reranked and never otherwise."""
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical.add_many(MIXED)
+  ranked = [h.key for h in lexical.route(QUERY, 16)]
+  assert 'long/fact' in ranked and ranked.index('long/fact') >= 4  # outside the top 4
+  monkeypatch.setattr(routing, 'query_gain', _knows_the_fact)
+  router = routing.HybridRouter(tiny_model, threshold=-np.inf, rerank=rerank, **TINY)
+  router.add_many(MIXED)
+  hits = router.route(QUERY, k=4)
+  assert len(hits) == 4
+  assert (hits[0].key == 'long/fact') is found
+  assert ('long/fact' in [h.key for h in hits]) is found

@@ -42,8 +42,31 @@ def test_experiment_measures_overlap_and_routing():
   routers = result['routing']['routers']
   assert set(routers) == set(bench_paging_recall.ROUTERS)
   assert routers['bm25_units']['direct']['questions'] == 8
-  assert bench_paging_recall.format_rows(result).count('\n') == 1 + 3 * len(routers)
+  recall = result['routing']['candidate_recall']
+  assert recall['router'] == 'bm25_units' and list(recall['direct']) == ['1', '4', '16', '64']
+  assert recall['direct']['4'] == routers['bm25_units']['direct']['top4']  # the same first stage
+  lines = 1 + 3 * len(routers) + len(bench_paging_recall.WORDINGS)
+  assert bench_paging_recall.format_rows(result).count('\n') == lines
   json.dumps(result)
+
+
+def test_candidate_recall_grows_with_the_candidates_and_reaches_every_page():
+  entries, questions = bench_paging_recall.mixed_store(
+    _filler(12), facts=12, absent=2, short_pages=200, seed=0
+  )
+  recall = bench_paging_recall.candidate_recall(
+    entries, questions, router=routing.UnitRouter(threshold=0.0), sizes=[1, 4, 256]
+  )
+  for wording in bench_paging_recall.WORDINGS:
+    found = [recall[wording][c]['successes'] for c in ('1', '4', '256')]
+    assert found == sorted(found) and recall[wording]['1']['trials'] == 12
+  # every question names its person, whose page holds both names: the whole store finds it
+  assert recall['direct']['256']['successes'] == 12
+  for sizes in ([], [0, 4]):
+    with pytest.raises(ValueError, match='candidate counts must be integers >= 1'):
+      bench_paging_recall.candidate_recall(
+        entries, questions, router=routing.UnitRouter(threshold=0.0), sizes=sizes
+      )
 
 
 def test_routing_rows_fit_a_threshold_on_half_and_report_on_the_other():
