@@ -25,7 +25,12 @@ model's own embedding (the weight of `--weights` fitted on the calibration
 half), and that mix with its top `--rerank` pages reranked by the model (the
 query's log-likelihood gain after each page's best unit). And the first stage's
 recall: how often the fact's page is among `UnitRouter`'s top c pages, for each c of
-`--recall_at` (what a rerank of c candidates can reach at most). The real model runs
+`--recall_at` (what a rerank of c candidates can reach at most). `--needle_set=unseen`
+routes a second set of templates and notes, written apart from the routers' development:
+
+    python experiments/bench_paging_recall.py --needle_set=unseen --facts=80 \
+        --short_pages=1517 --router_model= --overlaps=0,64 --boundary_facts=12 \
+        --out=experiments/results/paging/paging_recall_unseen_cpu.json The real model runs
 on CPU here: about half an hour on two shared cores, most of it the rerank.
 """
 
@@ -55,6 +60,12 @@ _WEIGHTS = flags.DEFINE_list(
 _RERANK = flags.DEFINE_integer('rerank', 4, 'Pages reranked by the model.')
 _RECALL_AT = flags.DEFINE_list(
   'recall_at', ['1', '4', '16', '64'], "Candidate counts of the first stage's recall."
+)
+_NEEDLE_SET = flags.DEFINE_enum(
+  'needle_set',
+  'four',
+  list(bench_paging_recall.NEEDLE_SETS),
+  "The routing store's templates and short notes.",
 )
 _SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_recall.json', 'Result JSON.')
@@ -86,6 +97,7 @@ def main(argv):
     weights=[float(x) for x in _WEIGHTS.value],
     rerank=_RERANK.value,
     recall_at=[int(x) for x in _RECALL_AT.value],
+    needle_set=_NEEDLE_SET.value,
   )
   print(bench_paging_recall.format_rows(result))
   results.write(_OUT.value, result)

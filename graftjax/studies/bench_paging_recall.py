@@ -86,6 +86,42 @@ SHORT_NOTES = (
   'What is the code? The code is the access code of the door.',
 )
 
+# A second needle set, written apart from the routers' development: its reworded questions
+# share only the name with their fact, and its notes repeat the reworded questions' words.
+UNSEEN_TEMPLATES = (
+  Template(
+    'The parking space of {name} is number {number}.',
+    'What is the number of the parking space of {name}?',
+    'Where does {name} leave the car at work?',
+  ),
+  Template(
+    '{name} lives at house number {number}.',
+    'At which house number does {name} live?',
+    'What is the address of {name}?',
+  ),
+  Template(
+    'The phone extension of {name} is {number}.',
+    'What is the phone extension of {name}?',
+    'How do I ring {name} at the office?',
+  ),
+  Template(
+    '{name} scored {number} points in the final.',
+    'How many points did {name} score in the final?',
+    'How well did {name} do in the last game?',
+  ),
+)
+UNSEEN_NOTES = (
+  'Where to leave the car at work: the car park behind the office.',
+  'What is the address of the office? The address is on the letter.',
+  'How do I ring the office? Ring the desk at the office and wait.',
+  'How well did the team do in the last game? The last game was close.',
+  'Leave the car at the gate at work; do not leave it at the office.',
+)
+NEEDLE_SETS = {  # name: (templates, short notes) of `mixed_store`
+  'four': (TEMPLATES, SHORT_NOTES),
+  'unseen': (UNSEEN_TEMPLATES, UNSEEN_NOTES),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Question:
@@ -97,21 +133,31 @@ class Question:
 
 
 def mixed_store(
-  filler: Sequence[str], *, facts: int, absent: int, short_pages: int, seed: int
+  filler: Sequence[str],
+  *,
+  facts: int,
+  absent: int,
+  short_pages: int,
+  seed: int,
+  needle_set: str = 'four',
 ) -> tuple[list[tuple[str, str]], list[Question]]:
   """(key, text) of `facts` long pages and `short_pages` short ones; the questions.
 
-  Long page i is `filler[i]` with the fact line of template i mod 4 inserted at a
-  random line; short pages are `SHORT_NOTES`, half of them followed by a first name
-  of the facts' names. `absent` more questions ask of names that are not stored.
+  Long page i is `filler[i]` with the fact line of template i mod 4 of `needle_set` (one of
+  `NEEDLE_SETS`) inserted at a random line; short pages are its notes, half of them
+  followed by a first name of the facts' names. `absent` more questions ask of names that
+  are not stored.
   """
+  if needle_set not in NEEDLE_SETS:
+    raise ValueError(f'needle_set must be one of {sorted(NEEDLE_SETS)}, got {needle_set!r}')
+  templates, notes = NEEDLE_SETS[needle_set]
   if len(filler) < facts:
     raise ValueError(f'{len(filler)} filler texts for {facts} long pages')
   rng = random.Random(seed)
   named = needle.make_needles(facts + absent, seed)
   entries, questions = [], []
   for i, (name, number) in enumerate(named):
-    template = TEMPLATES[i % len(TEMPLATES)]
+    template = templates[i % len(templates)]
     key = None
     if i < facts:
       key = f'long/{i}'
@@ -123,7 +169,7 @@ def mixed_store(
     )
   first_names = sorted({name.split()[0] for name, _ in named[:facts]})
   for j in range(short_pages):
-    note = rng.choice(SHORT_NOTES)
+    note = rng.choice(notes)
     entries.append((f'short/{j}', f'{note} {rng.choice(first_names)}.' if j % 2 else note))
   return entries, questions
 
@@ -404,14 +450,21 @@ def experiment(
   weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5),
   rerank: int = 4,
   recall_at: Sequence[int] = (1, 4, 16, 64),
+  needle_set: str = 'four',
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
   the hybrid arms (`model_routers`) run with that model; `recall_at` the candidate counts of
-  `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage)."""
+  `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage); `needle_set` the
+  routing store's templates and notes (`NEEDLE_SETS`)."""
   model = paging_scale.load_model(model_name)
   entries, questions = mixed_store(
-    filler, facts=facts, absent=absent, short_pages=short_pages, seed=seed
+    filler,
+    facts=facts,
+    absent=absent,
+    short_pages=short_pages,
+    seed=seed,
+    needle_set=needle_set,
   )
   routed = {
     name: routing_rows(entries, questions, router=make(), thresholds=thresholds, seed=seed)
@@ -460,7 +513,9 @@ def experiment(
       'long_pages': facts,
       'short_pages': short_pages,
       'absent_questions': absent,
-      'templates': [dataclasses.asdict(t) for t in TEMPLATES],
+      'needle_set': needle_set,
+      'templates': [dataclasses.asdict(t) for t in NEEDLE_SETS[needle_set][0]],
+      'short_notes': list(NEEDLE_SETS[needle_set][1]),
       'routers': routed,
       'candidate_recall': {'router': 'bm25_units', **recall},
     },

@@ -7,6 +7,7 @@ import pytest
 
 from graftjax.paging import routing
 from graftjax.studies import bench_paging_recall
+from graftjax.studies import needle
 
 
 def _filler(count: int, words_per_line: int = 10) -> list[str]:
@@ -80,6 +81,22 @@ def test_routing_rows_fit_a_threshold_on_half_and_report_on_the_other():
   assert fit['sizes']['calibration'] == {'deposited': 4, 'reworded': 4, 'unrelated': 4}
   assert fit['sizes']['report'] == fit['sizes']['calibration']
   assert fit['report']['false_hit']['trials'] == 4 and fit['report']['reworded']['trials'] == 4
+
+
+def test_mixed_store_takes_a_needle_set():
+  entries, questions = bench_paging_recall.mixed_store(
+    _filler(4), facts=4, absent=1, short_pages=6, seed=0, needle_set='unseen'
+  )
+  templates, notes = bench_paging_recall.NEEDLE_SETS['unseen']
+  names = [name for name, _ in needle.make_needles(5, 0)]
+  for i, (q, name) in enumerate(zip(questions, names)):
+    assert q.reworded == templates[i % 4].reworded.format(name=name)
+    assert q.key == (f'long/{i}' if i < 4 else None)
+  assert all(text.startswith(notes) for key, text in entries if key.startswith('short/'))
+  with pytest.raises(ValueError, match="needle_set must be one of .*got 'five'"):
+    bench_paging_recall.mixed_store(
+      _filler(4), facts=4, absent=1, short_pages=6, seed=0, needle_set='five'
+    )
 
 
 @pytest.mark.slow  # ~20-60 s on two shared cores: the tiny model's rerank forwards
