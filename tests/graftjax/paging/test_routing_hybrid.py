@@ -250,3 +250,67 @@ def test_a_wider_rerank_recovers_a_page_outside_the_lexical_top_4(
   assert len(hits) == 4
   assert (hits[0].key == 'long/fact') is found
   assert ('long/fact' in [h.key for h in hits]) is found
+
+
+# A question sharing only the name with its fact, whose other words 24 notes repeat (twice),
+# among names shared with other people: BM25 ranks the fact's page below every note, out of a
+# rerank of 16 by the query; the names are the query's rare words, and only the fact holds both.
+GAME = 'How well did Bartholomew Quarshie do in the last game?'
+CROWDED = [
+  ('long/fact', f'{FILLER} Bartholomew Quarshie scored 4821 points in the final. {FILLER}'),
+  *[
+    (f'long/q{i}', f'{first} Quarshie scored {1000 + i} points.')
+    for i, first in enumerate(['Amelia', 'Dorian', 'Jasper', 'Xavier'])
+  ],
+  *[
+    (f'long/b{i}', f'Bartholomew {last} scored {2000 + i} points.')
+    for i, last in enumerate(['Abernathy', 'Vasquez', 'Yamamoto', 'Zielinski'])
+  ],
+  *[
+    (f'note/{j:02}', 'How well did the team do in the last game? The last game was close.')
+    for j in range(24)
+  ],
+  *[(f'pad/{i:03}', f'pad{i} text{i % 7} more{i % 11}') for i in range(200)],
+]
+
+
+def test_rare_words_are_the_query_words_of_high_idf():
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  assert lexical.rare_words(GAME) == []  # nothing stored
+  lexical.add_many(CROWDED)
+  assert lexical.rare_words(GAME) == ['bartholomew', 'quarshie']  # not 'game', 'last', 'well'
+  assert lexical.rare_words('zzz qqq') == []
+
+
+@pytest.mark.parametrize('rerank, rerank_rare, found', [(16, 0, False), (4, 2, True), (0, 1, True)])
+def test_candidates_by_the_rare_words_recover_a_page_no_query_rerank_reaches(
+  tiny_model, monkeypatch, rerank, rerank_rare, found
+):
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical.add_many(CROWDED)
+  assert [h.key for h in lexical.route(GAME, 64)].index('long/fact') >= 16
+  monkeypatch.setattr(routing, 'query_gain', _knows_the_fact)
+  router = routing.HybridRouter(
+    tiny_model, threshold=-np.inf, rerank=rerank, rerank_rare=rerank_rare, **TINY
+  )
+  router.add_many(CROWDED)
+  hits = router.route(GAME, k=32)
+  assert len(hits) <= rerank + rerank_rare
+  assert (hits[0].key == 'long/fact') is found
+
+
+def test_rerank_rare_is_saved_checked_and_absent_from_older_files(tiny_model, tmp_path):
+  path = tmp_path / 'hybrid.json'
+  _router(tiny_model, rerank=2, rerank_rare=3).save(path)
+  assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 3
+  empty = np.zeros((0, tiny_model.config.embed_dim), np.float32)  # no embeddings at weight 1
+  empty = route_lib._matrix_bytes(empty)  # pylint: disable=protected-access
+  _rewritten(path, empty, rerank_rare=-1)
+  with pytest.raises(route_lib.RouterFileError, match='rerank_rare must be an integer >= 0'):
+    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  body = json.loads(path.read_text())
+  del body['rerank_rare'], body['sha256']
+  route_lib._write_json(path, body, empty)  # pylint: disable=protected-access
+  assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
+  with pytest.raises(ValueError, match='rerank_rare must be an integer >= 0, got True'):
+    routing.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)
