@@ -269,21 +269,33 @@ def candidate_recall(
   entries: Sequence[tuple[str, str]],
   questions: Sequence[Question],
   *,
-  router: route_lib.Router,
+  router: routing.UnitRouter,
   sizes: Sequence[int],
+  rare: int = 4,
 ) -> dict[str, Any]:
   """Per wording and candidate count c of `sizes`: the stored questions whose page is among
-  `router`'s top c (Wilson 95%), the recall a rerank of c candidates is bounded by."""
+  `router`'s top c (Wilson 95%), the recall a rerank of c candidates is bounded by; under
+  `<wording>_plus_rare`, among those and the top `rare` pages by the question's rare words
+  (`UnitRouter.rare_words`: `HybridRouter(rerank=c, rerank_rare=rare)`'s candidates)."""
   if not sizes or min(sizes) < 1:
     raise ValueError(f'candidate counts must be integers >= 1, got {list(sizes)}')
   router.add_many(entries)
   stored = [q for q in questions if q.key is not None]
-  out: dict[str, Any] = {}
+  top = lambda texts, k: [
+    [h.key for h in found] for found in router.route_many(texts, k, threshold=-np.inf)
+  ]
+  rate = lambda found: stats.rate(sum(found), len(stored)).to_json()
+  out: dict[str, Any] = {'rare': rare}
   for wording in WORDINGS:
-    hits = router.route_many([getattr(q, wording) for q in stored], max(sizes), threshold=-np.inf)
-    keys = [[h.key for h in found] for found in hits]
-    out[wording] = {
-      str(c): stats.rate(sum(q.key in k[:c] for q, k in zip(stored, keys)), len(stored)).to_json()
+    texts = [getattr(q, wording) for q in stored]
+    keys = top(texts, max(sizes))
+    names = [' '.join(router.rare_words(t)) for t in texts]
+    by_rare = (
+      [k if n else [] for k, n in zip(top(names, rare), names)] if rare else [[]] * len(names)
+    )
+    out[wording] = {str(c): rate(q.key in k[:c] for q, k in zip(stored, keys)) for c in sizes}
+    out[f'{wording}_plus_rare'] = {
+      str(c): rate(q.key in k[:c] or q.key in r for q, k, r in zip(stored, keys, by_rare))
       for c in sizes
     }
   return out
@@ -561,6 +573,13 @@ def format_rows(result: dict[str, Any]) -> str:
       f'{"candidates":>13} {wording:>8}: '
       + ', '.join(f'page in top-{c} {pct(r)}' for c, r in recall[wording].items())
     )
+    if f'{wording}_plus_rare' in recall:
+      lines.append(
+        f'{"+ rare words":>13} {wording:>8}: '
+        + ', '.join(
+          f'top-{c} + {recall["rare"]} {pct(r)}' for c, r in recall[f'{wording}_plus_rare'].items()
+        )
+      )
   for name, by_wording in result['routing']['routers'].items():
     for wording in WORDINGS:
       r = by_wording[wording]

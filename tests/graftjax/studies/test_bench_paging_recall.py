@@ -46,7 +46,7 @@ def test_experiment_measures_overlap_and_routing():
   recall = result['routing']['candidate_recall']
   assert recall['router'] == 'bm25_units' and list(recall['direct']) == ['1', '4', '16', '64']
   assert recall['direct']['4'] == routers['bm25_units']['direct']['top4']  # the same first stage
-  lines = 1 + 3 * len(routers) + len(bench_paging_recall.WORDINGS)
+  lines = 1 + 3 * len(routers) + 2 * len(bench_paging_recall.WORDINGS)
   assert bench_paging_recall.format_rows(result).count('\n') == lines
   json.dumps(result)
 
@@ -61,8 +61,14 @@ def test_candidate_recall_grows_with_the_candidates_and_reaches_every_page():
   for wording in bench_paging_recall.WORDINGS:
     found = [recall[wording][c]['successes'] for c in ('1', '4', '256')]
     assert found == sorted(found) and recall[wording]['1']['trials'] == 12
+    plus = [recall[f'{wording}_plus_rare'][c]['successes'] for c in ('1', '4', '256')]
+    assert all(p >= f for p, f in zip(plus, found))  # a union holds what its part does
   # every question names its person, whose page holds both names: the whole store finds it
   assert recall['direct']['256']['successes'] == 12
+  alone = bench_paging_recall.candidate_recall(
+    entries, questions, router=routing.UnitRouter(threshold=0.0), sizes=[4], rare=0
+  )
+  assert alone['reworded_plus_rare'] == alone['reworded']  # no rare-word candidates
   for sizes in ([], [0, 4]):
     with pytest.raises(ValueError, match='candidate counts must be integers >= 1'):
       bench_paging_recall.candidate_recall(
