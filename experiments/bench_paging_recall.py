@@ -58,6 +58,12 @@ _WEIGHTS = flags.DEFINE_list(
   'weights', ['1.0', '0.95', '0.9', '0.8', '0.5'], 'BM25 weights of the mix to fit.'
 )
 _RERANK = flags.DEFINE_integer('rerank', 4, 'Pages reranked by the model.')
+_RERANK_RARE = flags.DEFINE_integer(
+  'rerank_rare', 0, "More pages reranked, by the question's rare words (its names)."
+)
+_RERANK_WORDINGS = flags.DEFINE_list(
+  'rerank_wordings', ['direct', 'reworded'], 'Questions the rerank arm routes (both: calibrated).'
+)
 _RECALL_AT = flags.DEFINE_list(
   'recall_at', ['1', '4', '16', '64'], "Candidate counts of the first stage's recall."
 )
@@ -96,6 +102,8 @@ def main(argv):
     router_model=_ROUTER_MODEL.value or None,
     weights=[float(x) for x in _WEIGHTS.value],
     rerank=_RERANK.value,
+    rerank_rare=_RERANK_RARE.value,
+    rerank_wordings=_RERANK_WORDINGS.value,
     recall_at=[int(x) for x in _RECALL_AT.value],
     needle_set=_NEEDLE_SET.value,
   )

@@ -222,18 +222,21 @@ def routing_rows(
   max_false_hit: float = 0.05,
   seed: int = 0,
   added: bool = False,
+  wordings: Sequence[str] = WORDINGS,
 ) -> dict[str, Any]:
-  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording;
-  `calibrated`: the threshold fitted on half the questions (`route_lib.calibrate`: false hits
-  among absent ones <= `max_false_hit`), reported on the other half. `added`: the router
-  holds `entries` already."""
+  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording of
+  `wordings`; with both wordings, `calibrated`: the threshold fitted on half the questions
+  (`route_lib.calibrate`: false hits among absent ones <= `max_false_hit`), reported on the
+  other half. `added`: the router holds `entries` already."""
+  if not wordings or not set(wordings) <= set(WORDINGS):
+    raise ValueError(f'wordings must be some of {WORDINGS}, got {list(wordings)}')
   if not added:
     router.add_many(entries)
   router = _Routed(router)
   stored = [q for q in questions if q.key is not None]
   missing = [q for q in questions if q.key is None]
   out: dict[str, Any] = {}
-  for wording in WORDINGS:
+  for wording in wordings:
     hits = router.route_many([getattr(q, wording) for q in stored], 4, threshold=-np.inf)
     top1 = sum(bool(h) and h[0].key == q.key for q, h in zip(stored, hits))
     top4 = sum(q.key in [x.key for x in h] for q, h in zip(stored, hits))
@@ -259,9 +262,10 @@ def routing_rows(
         for t in thresholds
       ],
     }
-  out['calibrated'] = route_lib.calibrate(
-    router, _queries(questions), seed=seed, max_false_hit=max_false_hit
-  ).to_json()
+  if set(wordings) == set(WORDINGS):
+    out['calibrated'] = route_lib.calibrate(
+      router, _queries(questions), seed=seed, max_false_hit=max_false_hit
+    ).to_json()
   return out
 
 
@@ -311,10 +315,13 @@ def model_routers(
   thresholds: Sequence[float],
   seed: int,
   encode: route_lib.Encode | None = None,
+  rerank_rare: int = 0,
+  rerank_wordings: Sequence[str] = WORDINGS,
 ) -> dict[str, Any]:
   """The hybrid arms: `routing_rows` of `HybridRouter` at the weight of `weights` with the most
   top-1 hits (direct and reworded) on the calibration half of the stored questions (ties to
-  the larger weight), without and with a rerank of the top `rerank` pages."""
+  the larger weight), without and with a rerank of the top `rerank` pages and `rerank_rare`
+  more by the question's rare words, the rerank over the questions of `rerank_wordings`."""
   calibration, _, _ = route_lib.split(_queries(questions), seed=seed)
   fit_on = [*calibration.deposited, *calibration.reworded]
   router = routing.HybridRouter(model, threshold=None, encode=encode)
@@ -331,10 +338,23 @@ def model_routers(
     entries, questions, router=router, thresholds=thresholds, seed=seed, added=True
   )
   out = {'hybrid_mix': {**rows(), 'weight': router.weight, 'weight_fit': fits}}
-  router.rerank = rerank
+  router.rerank, router.rerank_rare = rerank, rerank_rare
   t0 = time.perf_counter()
-  out['hybrid_rerank'] = {**rows(), 'weight': router.weight, 'rerank': rerank}
-  routed = len({q for w in WORDINGS for q in (getattr(x, w) for x in questions)})
+  out['hybrid_rerank'] = {
+    **routing_rows(
+      entries,
+      questions,
+      router=router,
+      thresholds=thresholds,
+      seed=seed,
+      added=True,
+      wordings=rerank_wordings,
+    ),
+    'weight': router.weight,
+    'rerank': rerank,
+    'rerank_rare': rerank_rare,
+  }
+  routed = len({getattr(q, w) for w in rerank_wordings for q in questions})
   out['hybrid_rerank']['rerank_seconds_per_query'] = (time.perf_counter() - t0) / routed
   return out
 
@@ -461,12 +481,15 @@ def experiment(
   router_model: str | None = None,
   weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5),
   rerank: int = 4,
+  rerank_rare: int = 0,
+  rerank_wordings: Sequence[str] = WORDINGS,
   recall_at: Sequence[int] = (1, 4, 16, 64),
   needle_set: str = 'four',
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
-  the hybrid arms (`model_routers`) run with that model; `recall_at` the candidate counts of
+  the hybrid arms (`model_routers`, `rerank`, `rerank_rare`, `rerank_wordings`) run with that
+  model; `recall_at` the candidate counts of
   `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage); `needle_set` the
   routing store's templates and notes (`NEEDLE_SETS`)."""
   model = paging_scale.load_model(model_name)
@@ -483,7 +506,11 @@ def experiment(
     for name, make in ROUTERS.items()
   }
   recall = candidate_recall(
-    entries, questions, router=ROUTERS['bm25_units'](), sizes=sorted(set(recall_at))
+    entries,
+    questions,
+    router=ROUTERS['bm25_units'](),
+    sizes=sorted(set(recall_at)),
+    rare=rerank_rare or 4,
   )
   inputs = {'model_fingerprint': model.fingerprint}
   if router_model is not None:
@@ -498,6 +525,8 @@ def experiment(
         rerank=rerank,
         thresholds=thresholds,
         seed=seed,
+        rerank_rare=rerank_rare,
+        rerank_wordings=rerank_wordings,
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
@@ -544,11 +573,13 @@ def _summary(overlap: list[dict[str, Any]], routed: dict[str, Any]) -> dict[str,
       'access_median_s': r['access_median_s'],
     }
   for name, r in routed.items():
-    for wording in WORDINGS:
+    for wording in (w for w in WORDINGS if w in r):
       out[f'{name}_{wording}'] = {
         'top1': r[wording]['top1']['rate'],
         'top4': r[wording]['top4']['rate'],
       }
+    if 'calibrated' not in r:
+      continue
     report = r['calibrated']['report']
     out[f'{name}_calibrated'] = {
       'threshold': r['calibrated']['threshold'],
@@ -581,12 +612,14 @@ def format_rows(result: dict[str, Any]) -> str:
         )
       )
   for name, by_wording in result['routing']['routers'].items():
-    for wording in WORDINGS:
+    for wording in (w for w in WORDINGS if w in by_wording):
       r = by_wording[wording]
       lines.append(
         f'{name:>13} {wording:>8}: top-1 {pct(r["top1"])}, top-4 {pct(r["top4"])},'
         f' short page first {r["top1_short_page"]}/{r["questions"]}'
       )
+    if 'calibrated' not in by_wording:
+      continue
     fit = by_wording['calibrated']
     lines.append(
       f'{name:>13} threshold {float(fit["threshold"]):.3g} fitted on half, on the other: direct top-1'

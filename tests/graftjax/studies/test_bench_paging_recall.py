@@ -127,3 +127,51 @@ def test_hybrid_arms_fit_the_weight_and_rerank(tiny_model):
   for wording in ('direct', 'reworded'):
     assert reranked[wording]['questions'] == 4
     assert reranked[wording]['top4']['successes'] <= mix[wording]['top4']['successes']  # 2 kept
+
+
+def test_routing_rows_route_the_wordings_asked_and_calibrate_only_with_both():
+  entries, questions = bench_paging_recall.mixed_store(
+    _filler(8), facts=8, absent=4, short_pages=10, seed=0
+  )
+  rows = bench_paging_recall.routing_rows(
+    entries,
+    questions,
+    router=routing.UnitRouter(threshold=0.0),
+    thresholds=[0.0],
+    wordings=['reworded'],
+  )
+  assert set(rows) == {'reworded'} and rows['reworded']['questions'] == 8
+  both = bench_paging_recall.routing_rows(
+    entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0]
+  )
+  assert rows['reworded'] == both['reworded'] and 'calibrated' in both
+  for wordings in ([], ['paraphrased']):
+    with pytest.raises(ValueError, match='wordings must be some of'):
+      bench_paging_recall.routing_rows(
+        entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0],
+        wordings=wordings,
+      )  # fmt: skip
+
+
+@pytest.mark.slow  # ~20-60 s on two shared cores: the tiny model's rerank forwards
+def test_the_rerank_arm_takes_rare_word_candidates_and_one_wording(tiny_model):
+  entries, questions = bench_paging_recall.mixed_store(
+    _filler(4, words_per_line=1), facts=4, absent=2, short_pages=6, seed=0, needle_set='unseen'
+  )
+  arms = bench_paging_recall.model_routers(
+    entries,
+    questions,
+    model=tiny_model,
+    weights=[1.0],
+    rerank=1,
+    rerank_rare=1,
+    rerank_wordings=['reworded'],
+    thresholds=[0.0],
+    seed=0,
+    encode=lambda text: [3 + b % 253 for b in text.encode()],
+  )
+  reranked = arms['hybrid_rerank']
+  assert (reranked['rerank'], reranked['rerank_rare']) == (1, 1)
+  assert 'direct' not in reranked and 'calibrated' not in reranked
+  assert reranked['reworded']['questions'] == 4 and reranked['rerank_seconds_per_query'] > 0
+  assert 'hybrid_rerank_reworded' in bench_paging_recall._summary([], arms)  # pylint: disable=protected-access
