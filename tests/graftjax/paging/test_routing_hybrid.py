@@ -314,3 +314,24 @@ def test_rerank_rare_is_saved_checked_and_absent_from_older_files(tiny_model, tm
   assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
   with pytest.raises(ValueError, match='rerank_rare must be an integer >= 0, got True'):
     routing.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)
+
+
+def test_the_candidates_and_their_order_do_not_depend_on_the_order_pages_were_added(
+  tiny_model, monkeypatch
+):
+  """A catalog adds its pages in key order when reopened: the same candidates, in the same
+  order (ties of the rerank's gains fall to it), whatever the order they were added in."""
+  seen = []
+
+  def record(model, query, contexts, **kwargs):
+    seen.append(list(contexts))
+    return _knows_the_fact(model, query, contexts, **kwargs)
+
+  monkeypatch.setattr(routing, 'query_gain', record)
+  routed = []
+  for entries in (CROWDED, sorted(CROWDED), CROWDED[::-1]):
+    router = routing.HybridRouter(tiny_model, threshold=-np.inf, rerank=4, rerank_rare=4, **TINY)
+    router.add_many(entries)
+    routed.append(router.route(GAME, k=8))
+  assert routed[0] == routed[1] == routed[2] and routed[0][0].key == 'long/fact'
+  assert seen[0] == seen[1] == seen[2] and len(seen[0]) == 8
