@@ -22,16 +22,20 @@ stored, the false-hit rate by score threshold and at a threshold fitted on half
 the questions, reported on the other half. With `--router_model` (gemma3-270m
 by default; '' for none), the hybrid arms too: BM25 units mixed with the
 model's own embedding (the weight of `--weights` fitted on the calibration
-half), and that mix with its top `--rerank` pages reranked by the model (the
-query's log-likelihood gain after each page's best unit). And the first stage's
-recall: how often the fact's page is among `UnitRouter`'s top c pages, for each c of
-`--recall_at` (what a rerank of c candidates can reach at most). `--needle_set=unseen`
-routes a second set of templates and notes, written apart from the routers' development:
+half), and that mix with its top `--rerank` pages, and `--rerank_rare` more by
+the question's rare words, reranked by the model (the query's log-likelihood gain
+after each page's best unit), over the questions of `--rerank_wordings`. The real
+model runs on CPU here: about half an hour on two shared cores, most of it the
+rerank. And the first stage's recall: how often the fact's page is among
+`UnitRouter`'s top c pages, for each c of `--recall_at` (what a rerank of c
+candidates can reach at most), alone and with 4 candidates by the rare words.
+`--needle_set=unseen` routes a second set of templates and notes, written apart from
+the routers' development:
 
     python experiments/bench_paging_recall.py --needle_set=unseen --facts=80 \
         --short_pages=1517 --router_model= --overlaps=0,64 --boundary_facts=12 \
-        --out=experiments/results/paging/paging_recall_unseen_cpu.json The real model runs
-on CPU here: about half an hour on two shared cores, most of it the rerank.
+        --out=experiments/results/paging/paging_recall_unseen_cpu.json
+"""
 """
 
 from absl import app
