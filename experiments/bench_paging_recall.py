@@ -36,7 +36,6 @@ the routers' development:
         --short_pages=1517 --router_model= --overlaps=0,64 --boundary_facts=12 \
         --out=experiments/results/paging/paging_recall_unseen_cpu.json
 """
-"""
 
 from absl import app
 from absl import flags
