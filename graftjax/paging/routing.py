@@ -3,7 +3,7 @@ the same units fused with the model's own embedding, the top pages reranked by t
 
     router = UnitRouter(threshold=0.0, unit_words=64)
     catalog = Catalog(path, router=router, store=store)   # routes pages of any mix of sizes
-    router = HybridRouter(model, threshold=0.0, weight=1.0, rerank=4, rerank_rare=4)  # reworded
+    router = HybridRouter(model, threshold=0.0, rerank=4, rerank_rare=4)   # + 4 by rare words
 
 Details and why: docs/paging.md, section `graftjax/paging/routing.py`.
 """
