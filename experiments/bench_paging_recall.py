@@ -22,9 +22,19 @@ stored, the false-hit rate by score threshold and at a threshold fitted on half
 the questions, reported on the other half. With `--router_model` (gemma3-270m
 by default; '' for none), the hybrid arms too: BM25 units mixed with the
 model's own embedding (the weight of `--weights` fitted on the calibration
-half), and that mix with its top `--rerank` pages reranked by the model (the
-query's log-likelihood gain after each page's best unit). The real model runs
-on CPU here: about half an hour on two shared cores, most of it the rerank.
+half), and that mix with its top `--rerank` pages, and `--rerank_rare` more by
+the question's rare words, reranked by the model (the query's log-likelihood gain
+after each page's best unit), over the questions of `--rerank_wordings`. The real
+model runs on CPU here: about half an hour on two shared cores, most of it the
+rerank. And the first stage's recall: how often the fact's page is among
+`UnitRouter`'s top c pages, for each c of `--recall_at` (what a rerank of c
+candidates can reach at most), alone and with 4 candidates by the rare words.
+`--needle_set=unseen` routes a second set of templates and notes, written apart from
+the routers' development:
+
+    python experiments/bench_paging_recall.py --needle_set=unseen --facts=80 \
+        --short_pages=1517 --router_model= --overlaps=0,64 --boundary_facts=12 \
+        --out=experiments/results/paging/paging_recall_unseen_cpu.json
 """
 
 from absl import app
@@ -51,6 +61,21 @@ _WEIGHTS = flags.DEFINE_list(
   'weights', ['1.0', '0.95', '0.9', '0.8', '0.5'], 'BM25 weights of the mix to fit.'
 )
 _RERANK = flags.DEFINE_integer('rerank', 4, 'Pages reranked by the model.')
+_RERANK_RARE = flags.DEFINE_integer(
+  'rerank_rare', 0, "More pages reranked, by the question's rare words (its names)."
+)
+_RERANK_WORDINGS = flags.DEFINE_list(
+  'rerank_wordings', ['direct', 'reworded'], 'Questions the rerank arm routes (both: calibrated).'
+)
+_RECALL_AT = flags.DEFINE_list(
+  'recall_at', ['1', '4', '16', '64'], "Candidate counts of the first stage's recall."
+)
+_NEEDLE_SET = flags.DEFINE_enum(
+  'needle_set',
+  'four',
+  list(bench_paging_recall.NEEDLE_SETS),
+  "The routing store's templates and short notes.",
+)
 _SEED = flags.DEFINE_integer('seed', 0, 'Names, numbers and places.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/paging/paging_recall.json', 'Result JSON.')
 
@@ -80,6 +105,10 @@ def main(argv):
     router_model=_ROUTER_MODEL.value or None,
     weights=[float(x) for x in _WEIGHTS.value],
     rerank=_RERANK.value,
+    rerank_rare=_RERANK_RARE.value,
+    rerank_wordings=_RERANK_WORDINGS.value,
+    recall_at=[int(x) for x in _RECALL_AT.value],
+    needle_set=_NEEDLE_SET.value,
   )
   print(bench_paging_recall.format_rows(result))
   results.write(_OUT.value, result)

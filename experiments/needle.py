@@ -32,7 +32,9 @@ arms by facts at a boundary, and counts answers that give another fact's number.
 `--top_k=4` adds a third arm: each question after its 4 best routed pages composed side by
 side (`PagedContext`, each page in its own attention segment, the best next to the question).
 It needs `--position_scheme=rope_relative` and split-invariant attention: `--impl=pallas`, or on
-CPU `--impl=xla_split` (XLA, attention summed by absolute splits; docs/composition.md):
+CPU `--impl=xla_split` (XLA, attention summed by absolute splits; docs/composition.md).
+`--topk_threshold` composes only the pages scoring at least it (the best page always); the
+result counts answers that give the number of a fact composed beside the right one:
 
     python experiments/needle.py --model=gemma3-270m --needles=24 --page_tokens=512 \
         --pages_per_window=4 --impl=xla_split --position_scheme=rope_relative --top_k=4 \
@@ -59,6 +61,9 @@ _SCHEME = flags.DEFINE_enum(
   'position_scheme', 'rope', ['rope', 'rope_relative'], 'Position scheme (top-k: rope_relative).'
 )
 _TOP_K = flags.DEFINE_integer('top_k', 0, 'Also answer from the top-k pages composed (0: not).')
+_TOPK_THRESHOLD = flags.DEFINE_float(
+  'topk_threshold', None, 'Compose only top-k pages scoring at least this (the best always).'
+)
 _STORE = flags.DEFINE_string(
   'store', None, 'A store grown by paging_scale.py to route over (default: the needle pages only).'
 )
@@ -106,6 +111,7 @@ def main(argv):
     margin=_MARGIN.value,
     router=_ROUTER.value,
     top_k=_TOP_K.value,
+    topk_threshold=_TOPK_THRESHOLD.value,
     position_scheme=_SCHEME.value,
   )
   print(needle.format_summary(result))

@@ -3,7 +3,7 @@ the same units fused with the model's own embedding, the top pages reranked by t
 
     router = UnitRouter(threshold=0.0, unit_words=64)
     catalog = Catalog(path, router=router, store=store)   # routes pages of any mix of sizes
-    router = HybridRouter(model, threshold=0.0, weight=1.0, rerank=4)   # reworded questions
+    router = HybridRouter(model, threshold=0.0, rerank=4, rerank_rare=4)   # + 4 by rare words
 
 Details and why: docs/paging.md, section `graftjax/paging/routing.py`.
 """
@@ -11,6 +11,7 @@ Details and why: docs/paging.md, section `graftjax/paging/routing.py`.
 from __future__ import annotations
 
 import functools
+import numbers
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
@@ -107,6 +108,22 @@ class UnitRouter(route_lib.BM25Router):
     order = order[raw[order] > 0]
     return ((int(i), float(raw[i] / ideal)) for i in order)
 
+  def rare_words(self, query: str) -> list[str]:
+    """The query's terms the units hold whose IDF is at least the mean over those terms (a
+    name rather than the words a template repeats), in sorted order; [] if none is held."""
+    if not self._entries:
+      return []
+    index = self._build()
+    (terms,) = self._tokens([query])
+    held = sorted({t for t in terms if t in index.vocab_dict})
+    idf = np.asarray([self._idf[index.vocab_dict[t]] for t in held])
+    return [t for t, w in zip(held, idf) if w >= idf.mean()]
+
+  def _rare_ranked(self, query: str) -> Iterator[tuple[int, float]]:
+    """(unit index, score) by BM25 over the query's `rare_words` alone, in tie order."""
+    rare = self.rare_words(query)
+    return self._ordered(query, self._ranked(self._build(), rare)) if rare else iter(())
+
   def _state(self) -> dict:
     return {**super()._state(), 'unit_words': self.unit_words, 'stride_words': self.stride_words}
 
@@ -197,9 +214,15 @@ class HybridRouter(route_lib.Router):
   `weight * bm25 + (1 - weight) * cosine`: bm25 the `UnitRouter` score (the fraction of the
   query's IDF the unit holds), cosine that of the `EmbeddingRouter`'s mean-pooled hidden
   states (not computed at `weight` 1). A page takes its best unit. With `rerank` > 0, the
-  `rerank` best pages are reordered by `query_gain` of the query after each page's best unit,
-  their score becomes that gain (nats per query token), and no more than `rerank` pages are
-  returned. `entries` lists the units, keyed by their page.
+  `rerank` best pages (the candidates) are reordered by `query_gain` of the query after each
+  page's best unit, their score becomes that gain (nats per query token), and no more than
+  `rerank` pages are returned. The rerank only reorders its candidates: a page outside them
+  stays unreachable, so `rerank` is set by the first stage's recall at that many pages, not
+  by the k asked for (a store with many short pages that repeat the question's words pushes
+  the right page below the top 4; docs/paging.md). `rerank_rare` > 0 adds up to that many
+  candidates ranked by BM25 over the query's `UnitRouter.rare_words` alone (its names, not
+  the words short notes repeat), so at most `rerank + rerank_rare` pages are returned.
+  `entries` lists the units, keyed by their page.
   """
 
   kind: ClassVar[str] = 'hybrid-units'
@@ -222,6 +245,7 @@ class HybridRouter(route_lib.Router):
     threshold: float | None,
     weight: float = 1.0,
     rerank: int = 0,
+    rerank_rare: int = 0,
     unit_words: int = 64,
     stride_words: int | None = None,
     k1: float = 1.5,
@@ -231,7 +255,9 @@ class HybridRouter(route_lib.Router):
   ):
     super().__init__(threshold=threshold)
     route_lib.check_settings(weight=weight, rerank=rerank)
+    _check_rerank_rare(rerank_rare)
     self.model, self.weight, self.rerank, self.encode = model, weight, rerank, encode
+    self.rerank_rare = rerank_rare
     self.lexical = UnitRouter(
       threshold=-np.inf, unit_words=unit_words, stride_words=stride_words, k1=k1
     )
@@ -259,7 +285,7 @@ class HybridRouter(route_lib.Router):
       cosines = route_lib.similarities(self.dense.embed(queries), self.dense.matrix)
       scores += (1.0 - self.weight) * cosines
     ranked = [_by_score(row) for row in scores]
-    if not self.rerank:
+    if not self.rerank and not self.rerank_rare:
       return ranked
     return [
       self._reranked(query, self._ordered(query, order)) for query, order in zip(queries, ranked)
@@ -268,12 +294,20 @@ class HybridRouter(route_lib.Router):
   def _reranked(
     self, query: str, ranked: Iterator[tuple[int, float]]
   ) -> Iterator[tuple[int, float]]:
-    """The `rerank` best pages (each by its best unit) by `query_gain`, best first."""
+    """The `rerank` best pages (each by its best unit) and up to `rerank_rare` more by the
+    query's rare words, by `query_gain`, best first."""
     best: dict[str, int] = {}
     for index, _ in ranked:
-      best.setdefault(self._entries[index][0], index)
       if len(best) == self.rerank:
         break
+      best.setdefault(self._entries[index][0], index)
+    added = 0
+    for index, _ in self.lexical._rare_ranked(query) if self.rerank_rare else ():  # pylint: disable=protected-access
+      if added == self.rerank_rare:
+        break
+      if self._entries[index][0] not in best:
+        best[self._entries[index][0]] = index
+        added += 1
     units_ = list(best.values())
     if not units_:
       return iter(())
@@ -294,6 +328,7 @@ class HybridRouter(route_lib.Router):
       'k1': self.lexical.k1,
       'weight': self.weight,
       'rerank': self.rerank,
+      **({'rerank_rare': self.rerank_rare} if self.rerank_rare else {}),
       'chunk_size': self.dense.chunk_size,
       'batch_size': self.dense.batch_size,
       'fingerprint': self.model.fingerprint,
@@ -334,6 +369,7 @@ class HybridRouter(route_lib.Router):
       threshold=body['threshold'],
       weight=body['weight'],
       rerank=body['rerank'],
+      rerank_rare=_loaded_rerank_rare(path, body),
       unit_words=body['unit_words'],
       stride_words=body['stride_words'],
       k1=body['k1'],
@@ -350,6 +386,21 @@ class HybridRouter(route_lib.Router):
     if len(matrix) and body['fingerprint'] == model.fingerprint:
       router.dense._matrix = matrix  # pylint: disable=protected-access
     return router
+
+
+def _check_rerank_rare(value) -> None:
+  if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0):
+    raise ValueError(f'rerank_rare must be an integer >= 0, got {value!r}')
+
+
+def _loaded_rerank_rare(path, body: dict) -> int:
+  """A file's `rerank_rare` (0 where a file from before it records none)."""
+  value = body.get('rerank_rare', 0)
+  try:
+    _check_rerank_rare(value)
+  except ValueError as e:
+    raise route_lib.RouterFileError(f'{path}: {e}') from e
+  return value
 
 
 def _by_score(row: np.ndarray) -> Iterator[tuple[int, float]]:

@@ -15,7 +15,9 @@ The library of experiments/bench_paging_recall.py. Two measurements:
   fitted on a calibration split, reported on a disjoint one (`calibrated`).
   With a real model (`model_routers`), the hybrid arms too: BM25 units mixed
   with the model's embedding (the weight fitted on the calibration split),
-  and that mix with its top 4 pages reranked by the model (`query_gain`).
+  and that mix with its top `rerank` pages reranked by the model (`query_gain`).
+- `candidate_recall`: how often the page holding a question's fact is among the first
+  stage's (`UnitRouter`'s) top c pages, per c: the most a rerank of c candidates can reach.
 """
 
 from __future__ import annotations
@@ -84,6 +86,42 @@ SHORT_NOTES = (
   'What is the code? The code is the access code of the door.',
 )
 
+# A second needle set, written apart from the routers' development: its reworded questions
+# share only the name with their fact, and its notes repeat the reworded questions' words.
+UNSEEN_TEMPLATES = (
+  Template(
+    'The parking space of {name} is number {number}.',
+    'What is the number of the parking space of {name}?',
+    'Where does {name} leave the car at work?',
+  ),
+  Template(
+    '{name} lives at house number {number}.',
+    'At which house number does {name} live?',
+    'What is the address of {name}?',
+  ),
+  Template(
+    'The phone extension of {name} is {number}.',
+    'What is the phone extension of {name}?',
+    'How do I ring {name} at the office?',
+  ),
+  Template(
+    '{name} scored {number} points in the final.',
+    'How many points did {name} score in the final?',
+    'How well did {name} do in the last game?',
+  ),
+)
+UNSEEN_NOTES = (
+  'Where to leave the car at work: the car park behind the office.',
+  'What is the address of the office? The address is on the letter.',
+  'How do I ring the office? Ring the desk at the office and wait.',
+  'How well did the team do in the last game? The last game was close.',
+  'Leave the car at the gate at work; do not leave it at the office.',
+)
+NEEDLE_SETS = {  # name: (templates, short notes) of `mixed_store`
+  'four': (TEMPLATES, SHORT_NOTES),
+  'unseen': (UNSEEN_TEMPLATES, UNSEEN_NOTES),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Question:
@@ -95,21 +133,31 @@ class Question:
 
 
 def mixed_store(
-  filler: Sequence[str], *, facts: int, absent: int, short_pages: int, seed: int
+  filler: Sequence[str],
+  *,
+  facts: int,
+  absent: int,
+  short_pages: int,
+  seed: int,
+  needle_set: str = 'four',
 ) -> tuple[list[tuple[str, str]], list[Question]]:
   """(key, text) of `facts` long pages and `short_pages` short ones; the questions.
 
-  Long page i is `filler[i]` with the fact line of template i mod 4 inserted at a
-  random line; short pages are `SHORT_NOTES`, half of them followed by a first name
-  of the facts' names. `absent` more questions ask of names that are not stored.
+  Long page i is `filler[i]` with the fact line of template i mod 4 of `needle_set` (one of
+  `NEEDLE_SETS`) inserted at a random line; short pages are its notes, half of them
+  followed by a first name of the facts' names. `absent` more questions ask of names that
+  are not stored.
   """
+  if needle_set not in NEEDLE_SETS:
+    raise ValueError(f'needle_set must be one of {sorted(NEEDLE_SETS)}, got {needle_set!r}')
+  templates, notes = NEEDLE_SETS[needle_set]
   if len(filler) < facts:
     raise ValueError(f'{len(filler)} filler texts for {facts} long pages')
   rng = random.Random(seed)
   named = needle.make_needles(facts + absent, seed)
   entries, questions = [], []
   for i, (name, number) in enumerate(named):
-    template = TEMPLATES[i % len(TEMPLATES)]
+    template = templates[i % len(templates)]
     key = None
     if i < facts:
       key = f'long/{i}'
@@ -121,7 +169,7 @@ def mixed_store(
     )
   first_names = sorted({name.split()[0] for name, _ in named[:facts]})
   for j in range(short_pages):
-    note = rng.choice(SHORT_NOTES)
+    note = rng.choice(notes)
     entries.append((f'short/{j}', f'{note} {rng.choice(first_names)}.' if j % 2 else note))
   return entries, questions
 
@@ -174,18 +222,21 @@ def routing_rows(
   max_false_hit: float = 0.05,
   seed: int = 0,
   added: bool = False,
+  wordings: Sequence[str] = WORDINGS,
 ) -> dict[str, Any]:
-  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording;
-  `calibrated`: the threshold fitted on half the questions (`route_lib.calibrate`: false hits
-  among absent ones <= `max_false_hit`), reported on the other half. `added`: the router
-  holds `entries` already."""
+  """Top-1 / top-4 over the stored questions and false hits over the absent, per wording of
+  `wordings`; with both wordings, `calibrated`: the threshold fitted on half the questions
+  (`route_lib.calibrate`: false hits among absent ones <= `max_false_hit`), reported on the
+  other half. `added`: the router holds `entries` already."""
+  if not wordings or not set(wordings) <= set(WORDINGS):
+    raise ValueError(f'wordings must be some of {WORDINGS}, got {list(wordings)}')
   if not added:
     router.add_many(entries)
   router = _Routed(router)
   stored = [q for q in questions if q.key is not None]
   missing = [q for q in questions if q.key is None]
   out: dict[str, Any] = {}
-  for wording in WORDINGS:
+  for wording in wordings:
     hits = router.route_many([getattr(q, wording) for q in stored], 4, threshold=-np.inf)
     top1 = sum(bool(h) and h[0].key == q.key for q, h in zip(stored, hits))
     top4 = sum(q.key in [x.key for x in h] for q, h in zip(stored, hits))
@@ -211,9 +262,46 @@ def routing_rows(
         for t in thresholds
       ],
     }
-  out['calibrated'] = route_lib.calibrate(
-    router, _queries(questions), seed=seed, max_false_hit=max_false_hit
-  ).to_json()
+  if set(wordings) == set(WORDINGS):
+    out['calibrated'] = route_lib.calibrate(
+      router, _queries(questions), seed=seed, max_false_hit=max_false_hit
+    ).to_json()
+  return out
+
+
+def candidate_recall(
+  entries: Sequence[tuple[str, str]],
+  questions: Sequence[Question],
+  *,
+  router: routing.UnitRouter,
+  sizes: Sequence[int],
+  rare: int = 4,
+) -> dict[str, Any]:
+  """Per wording and candidate count c of `sizes`: the stored questions whose page is among
+  `router`'s top c (Wilson 95%), the recall a rerank of c candidates is bounded by; under
+  `<wording>_plus_rare`, among those and the top `rare` pages by the question's rare words
+  (`UnitRouter.rare_words`: `HybridRouter(rerank=c, rerank_rare=rare)`'s candidates)."""
+  if not sizes or min(sizes) < 1:
+    raise ValueError(f'candidate counts must be integers >= 1, got {list(sizes)}')
+  router.add_many(entries)
+  stored = [q for q in questions if q.key is not None]
+  top = lambda texts, k: [
+    [h.key for h in found] for found in router.route_many(texts, k, threshold=-np.inf)
+  ]
+  rate = lambda found: stats.rate(sum(found), len(stored)).to_json()
+  out: dict[str, Any] = {'rare': rare}
+  for wording in WORDINGS:
+    texts = [getattr(q, wording) for q in stored]
+    keys = top(texts, max(sizes))
+    names = [' '.join(router.rare_words(t)) for t in texts]
+    by_rare = (
+      [k if n else [] for k, n in zip(top(names, rare), names)] if rare else [[]] * len(names)
+    )
+    out[wording] = {str(c): rate(q.key in k[:c] for q, k in zip(stored, keys)) for c in sizes}
+    out[f'{wording}_plus_rare'] = {
+      str(c): rate(q.key in k[:c] or q.key in r for q, k, r in zip(stored, keys, by_rare))
+      for c in sizes
+    }
   return out
 
 
@@ -227,10 +315,13 @@ def model_routers(
   thresholds: Sequence[float],
   seed: int,
   encode: route_lib.Encode | None = None,
+  rerank_rare: int = 0,
+  rerank_wordings: Sequence[str] = WORDINGS,
 ) -> dict[str, Any]:
   """The hybrid arms: `routing_rows` of `HybridRouter` at the weight of `weights` with the most
   top-1 hits (direct and reworded) on the calibration half of the stored questions (ties to
-  the larger weight), without and with a rerank of the top `rerank` pages."""
+  the larger weight), without and with a rerank of the top `rerank` pages and `rerank_rare`
+  more by the question's rare words, the rerank over the questions of `rerank_wordings`."""
   calibration, _, _ = route_lib.split(_queries(questions), seed=seed)
   fit_on = [*calibration.deposited, *calibration.reworded]
   router = routing.HybridRouter(model, threshold=None, encode=encode)
@@ -247,8 +338,24 @@ def model_routers(
     entries, questions, router=router, thresholds=thresholds, seed=seed, added=True
   )
   out = {'hybrid_mix': {**rows(), 'weight': router.weight, 'weight_fit': fits}}
-  router.rerank = rerank
-  out['hybrid_rerank'] = {**rows(), 'weight': router.weight, 'rerank': rerank}
+  router.rerank, router.rerank_rare = rerank, rerank_rare
+  t0 = time.perf_counter()
+  out['hybrid_rerank'] = {
+    **routing_rows(
+      entries,
+      questions,
+      router=router,
+      thresholds=thresholds,
+      seed=seed,
+      added=True,
+      wordings=rerank_wordings,
+    ),
+    'weight': router.weight,
+    'rerank': rerank,
+    'rerank_rare': rerank_rare,
+  }
+  routed = len({getattr(q, w) for w in rerank_wordings for q in questions})
+  out['hybrid_rerank']['rerank_seconds_per_query'] = (time.perf_counter() - t0) / routed
   return out
 
 
@@ -381,18 +488,37 @@ def experiment(
   router_model: str | None = None,
   weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5),
   rerank: int = 4,
+  rerank_rare: int = 0,
+  rerank_wordings: Sequence[str] = WORDINGS,
+  recall_at: Sequence[int] = (1, 4, 16, 64),
+  needle_set: str = 'four',
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
-  the hybrid arms (`model_routers`) run with that model."""
+  the hybrid arms (`model_routers`, `rerank`, `rerank_rare`, `rerank_wordings`) run with that
+  model; `recall_at` the candidate counts of
+  `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage); `needle_set` the
+  routing store's templates and notes (`NEEDLE_SETS`)."""
   model = paging_scale.load_model(model_name)
   entries, questions = mixed_store(
-    filler, facts=facts, absent=absent, short_pages=short_pages, seed=seed
+    filler,
+    facts=facts,
+    absent=absent,
+    short_pages=short_pages,
+    seed=seed,
+    needle_set=needle_set,
   )
   routed = {
     name: routing_rows(entries, questions, router=make(), thresholds=thresholds, seed=seed)
     for name, make in ROUTERS.items()
   }
+  recall = candidate_recall(
+    entries,
+    questions,
+    router=ROUTERS['bm25_units'](),
+    sizes=sorted(set(recall_at)),
+    rare=rerank_rare or 4,
+  )
   inputs = {'model_fingerprint': model.fingerprint}
   if router_model is not None:
     ranker = paging_scale.load_model(router_model)
@@ -406,6 +532,8 @@ def experiment(
         rerank=rerank,
         thresholds=thresholds,
         seed=seed,
+        rerank_rare=rerank_rare,
+        rerank_wordings=rerank_wordings,
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
@@ -433,8 +561,11 @@ def experiment(
       'long_pages': facts,
       'short_pages': short_pages,
       'absent_questions': absent,
-      'templates': [dataclasses.asdict(t) for t in TEMPLATES],
+      'needle_set': needle_set,
+      'templates': [dataclasses.asdict(t) for t in NEEDLE_SETS[needle_set][0]],
+      'short_notes': list(NEEDLE_SETS[needle_set][1]),
       'routers': routed,
+      'candidate_recall': {'router': 'bm25_units', **recall},
     },
   }
 
@@ -449,11 +580,13 @@ def _summary(overlap: list[dict[str, Any]], routed: dict[str, Any]) -> dict[str,
       'access_median_s': r['access_median_s'],
     }
   for name, r in routed.items():
-    for wording in WORDINGS:
+    for wording in (w for w in WORDINGS if w in r):
       out[f'{name}_{wording}'] = {
         'top1': r[wording]['top1']['rate'],
         'top4': r[wording]['top4']['rate'],
       }
+    if 'calibrated' not in r:
+      continue
     report = r['calibrated']['report']
     out[f'{name}_calibrated'] = {
       'threshold': r['calibrated']['threshold'],
@@ -472,13 +605,28 @@ def format_rows(result: dict[str, Any]) -> str:
     f' access {r["access_median_s"] * 1e3:.1f} ms'
     for r in result['overlap']
   ]
+  recall = result['routing'].get('candidate_recall')  # absent from results before it
+  for wording in WORDINGS if recall else ():
+    lines.append(
+      f'{"candidates":>13} {wording:>8}: '
+      + ', '.join(f'page in top-{c} {pct(r)}' for c, r in recall[wording].items())
+    )
+    if f'{wording}_plus_rare' in recall:
+      lines.append(
+        f'{"+ rare words":>13} {wording:>8}: '
+        + ', '.join(
+          f'top-{c} + {recall["rare"]} {pct(r)}' for c, r in recall[f'{wording}_plus_rare'].items()
+        )
+      )
   for name, by_wording in result['routing']['routers'].items():
-    for wording in WORDINGS:
+    for wording in (w for w in WORDINGS if w in by_wording):
       r = by_wording[wording]
       lines.append(
         f'{name:>13} {wording:>8}: top-1 {pct(r["top1"])}, top-4 {pct(r["top4"])},'
         f' short page first {r["top1_short_page"]}/{r["questions"]}'
       )
+    if 'calibrated' not in by_wording:
+      continue
     fit = by_wording['calibrated']
     lines.append(
       f'{name:>13} threshold {float(fit["threshold"]):.3g} fitted on half, on the other: direct top-1'

@@ -332,6 +332,7 @@ def experiment(
   haystack=None,
   router: str = 'bm25',
   top_k: int = 0,
+  topk_threshold: float | None = None,
   position_scheme: str = 'rope',
   progress: bool = True,
   command: str | None = None,
@@ -347,6 +348,8 @@ def experiment(
   top-k routed pages composed side by side (`PagedContext`: each page in its own segment, the
   best next to the question), which needs `position_scheme` 'rope_relative' and split-invariant
   attention ('pallas' or 'xla_split'); every page is then computed at the context's capacity.
+  `topk_threshold`: compose only the top-k pages scoring at least it (the best page always);
+  None composes all k.
   """
   if router not in ROUTERS:
     raise NeedleError(f'router must be one of {sorted(ROUTERS)}, got {router!r}')
@@ -473,7 +476,7 @@ def experiment(
       _top_k_arm(
         model, context, planted, prompts, rows, spans, page_of, number_of, k=top_k,
         answer_tokens=answer_tokens, chunk_size=chunk_size, question_chunk=question_chunk,
-        tokenizer=tokenizer, progress=progress,
+        tokenizer=tokenizer, progress=progress, threshold=topk_threshold,
       )  # fmt: skip
 
   base_s = []
@@ -533,6 +536,7 @@ def experiment(
     'router': router,
     'position_scheme': model.position_scheme,
     'top_k': top_k,
+    'topk_threshold': topk_threshold,
     'templates': [dataclasses.asdict(t) for t in kinds],
     'corpus': 'standard-library sources of this interpreter, in sorted order'
     if haystack is None
@@ -614,14 +618,21 @@ def _top_k_arm(
   question_chunk: int,
   tokenizer,
   progress: bool,
+  threshold: float | None = None,
 ) -> None:
-  """Each question after its top-k routed pages side by side (best last, next to it); the
-  first needle's context is checked against a fresh block-attention prefill of its pages."""
+  """Each question after its top-k routed pages side by side (best last, next to it), those
+  scoring below `threshold` left out (the best page kept; the router's own threshold applies
+  first); the first needle's context is
+  checked against a fresh block-attention prefill of its pages. Each row records the other
+  planted facts of its template held whole by the pages composed (`topk_same_template_composed`)
+  and whether a wrong answer is the number of one of them (`topk_confused_with_composed`)."""
   for i, (needle, prompt, row) in enumerate(
     tqdm.tqdm(list(zip(planted, prompts, rows)), desc=f'top-{k}', disable=not progress)
   ):
     t0 = time.perf_counter()
     routed = context.catalog.route(needle.question, k)
+    if threshold is not None:
+      routed = routed[:1] + [(entry, score) for entry, score in routed[1:] if score >= threshold]
     route_s = time.perf_counter() - t0
     keys = [entry.key for entry, _ in routed][::-1]  # best last: next to the question
     opened = context.assemble(keys, scores=[score for _, score in routed][::-1], route_s=route_s)
@@ -647,13 +658,19 @@ def _top_k_arm(
       for rank, (entry, _) in enumerate(routed)
       if page_of[entry.key] is not None and _holds(spans[page_of[entry.key]], needle)
     ]
+    composed = [spans[page_of[e.key]] for e, _ in routed if page_of[e.key] is not None]
+    beside = [m for m in planted if m is not needle and any(_holds(sp, m) for sp in composed)]
+    confused = _confused(first_number(text), needle, number_of)
     row.update(
       topk_routed_pages=[entry.source for entry, _ in routed],
+      topk_composed=len(routed),
+      topk_same_template_composed=sum(m.template == needle.template for m in beside),
+      topk_confused_with_composed=confused is not None and confused in {m.name for m in beside},
       topk_routed_rank=ranks[0] if ranks else None,
       topk_routed_right=bool(ranks),
       topk_answer=text,
       topk_right=first_number(text) == needle.number,
-      topk_confused_with=_confused(first_number(text), needle, number_of),
+      topk_confused_with=confused,
       topk_access_s=t1 - t0,
       topk_answer_s=t2 - t1,
     )
@@ -686,6 +703,15 @@ def _top_k_summary(rows, k: int) -> dict[str, Any]:
     'topk_answer_median_s': float(np.median([r['topk_answer_s'] for r in rows])),
     'topk_first_logits_equal_fresh_prefill': rows[0]['topk_first_logits_equal_fresh_prefill'],
     'topk_distractor_confusions': sum(r['topk_confused_with'] is not None for r in rows),
+    'topk_pages_composed_mean': float(np.mean([r['topk_composed'] for r in rows])),
+    # interference: the composed analogue of the base arm's same-template neighbour
+    'topk_accuracy_same_template_composed': _accuracy(
+      rows, 'topk', lambda r: r['topk_same_template_composed'] > 0
+    ),
+    'topk_accuracy_no_same_template_composed': _accuracy(
+      rows, 'topk', lambda r: r['topk_same_template_composed'] == 0
+    ),
+    'topk_confusions_with_composed': sum(r['topk_confused_with_composed'] for r in rows),
   }
 
 
@@ -737,6 +763,13 @@ def format_summary(result: dict[str, Any]) -> str:
     f' routing top-{s["topk_k"]} {pct(s["routing_topk"])}; access'
     f' {s["topk_access_median_s"] * 1e3:.1f} ms (median); first logits equal a fresh prefill:'
     f' {s["topk_first_logits_equal_fresh_prefill"]}'
+    + (
+      f'\ncomposed beside a same-template fact {part("topk_accuracy_same_template_composed")},'
+      f' without {part("topk_accuracy_no_same_template_composed")}; answers naming a fact'
+      f' composed beside: {s["topk_confusions_with_composed"]}'
+      if 'topk_confusions_with_composed' in s  # absent from results before it
+      else ''
+    )
     if 'topk_k' in s
     else ''
   )

@@ -205,7 +205,9 @@ def _wilson(x: dict[str, Any] | None) -> str:
 
 def _paging_recall(r: page.Result) -> list[str]:
   """Per router: top-1 / top-4 by wording, and the threshold fitted on half the questions with
-  its rates on the other half; older files (no `calibrated`) show the first four columns."""
+  its rates on the other half; older files (no `calibrated`) show the first four columns, and
+  a router run on one wording 'n/a' for the other. Then, where the file has it, the first
+  stage's recall by candidate count (`candidate_recall`)."""
   routing = r.data['routing']
   rows = []
   for name, x in routing['routers'].items():
@@ -214,7 +216,7 @@ def _paging_recall(r: page.Result) -> list[str]:
     rows.append(
       [
         name,
-        *(_wilson(x[w][k]) for w in ('direct', 'reworded') for k in ('top1', 'top4')),
+        *(_wilson(x.get(w, {}).get(k)) for w in ('direct', 'reworded') for k in ('top1', 'top4')),
         page.num(float(fit['threshold'])) if fit else 'n/a',
         *(_wilson(report.get(k)) for k in ('deposited', 'reworded', 'false_hit')),
       ]
@@ -238,7 +240,26 @@ def _paging_recall(r: page.Result) -> list[str]:
     'reworded top-1 at it',
     'false hits at it',
   )
-  return out + page.table(header, rows)
+  return out + page.table(header, rows) + _candidate_recall(routing.get('candidate_recall'))
+
+
+def _candidate_recall(recall: dict[str, Any] | None) -> list[str]:
+  """The questions whose page is among the first stage's top c, by wording and c, alone and
+  with the top pages by the question's rare words; nothing for files from before it."""
+  if recall is None:
+    return []
+  sizes = sorted(recall['direct'], key=int)  # JSON keys, sorted as text when written
+  rows = [
+    [f'{w}{extra}', *(_wilson(recall[f'{w}{key}'][c]) for c in sizes)]
+    for w in ('direct', 'reworded')
+    for key, extra in (('', ''), ('_plus_rare', f' + top {recall["rare"]} by rare words'))
+  ]
+  return [
+    '',
+    f"The page among `{recall['router']}`'s top c (the candidates a rerank of c can reach):",
+    '',
+    *page.table(('questions', *(f'top {c}' for c in sizes)), rows),
+  ]
 
 
 def _paging_needle_top_k(r: page.Result) -> list[str]:

@@ -207,3 +207,131 @@ def test_a_unit_router_file_with_a_setting_out_of_range_is_refused(tmp_path, fie
   _rewritten(path, b'', **fields)
   with pytest.raises(route_lib.RouterFileError, match=f'units.json: {match}'):
     routing.UnitRouter.load(path)
+
+
+# A mixed-size store: one long page holds the fact among filler words; short notes repeat the
+# reworded question's words and the last name (every other one the first name too), so BM25
+# ranks them first.
+FACT = 'The locker of Bartholomew Quarshie has number 4821.'
+FILLER = ' '.join(f'word{i}' for i in range(40))
+MIXED = [
+  ('long/fact', f'{FILLER} {FACT} {FILLER}'),
+  ('long/other', f'{FILLER} The access code of Amelia Abernathy is 1234. {FILLER}'),
+  *[
+    (
+      f'short/{j}',
+      'Which locker belongs to Quarshie? See the locker list.' + ' Bartholomew.' * (j % 2),
+    )
+    for j in range(12)
+  ],
+]
+
+
+def _knows_the_fact(model, query, contexts, **kwargs):
+  """A reranker that reads the fact: gain 1 for a context holding its number, else 0."""
+  del model, query, kwargs
+  return np.asarray([float('4821' in c) for c in contexts])
+
+
+@pytest.mark.parametrize('rerank, found', [(4, False), (16, True)])
+def test_a_wider_rerank_recovers_a_page_outside_the_lexical_top_4(
+  tiny_model, monkeypatch, rerank, found
+):
+  """The rerank reorders its candidates only: the fact's page, ranked below 4 short notes by
+  BM25, is reached when it is among the `rerank` pages reranked and never otherwise."""
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical.add_many(MIXED)
+  ranked = [h.key for h in lexical.route(QUERY, 16)]
+  assert 'long/fact' in ranked and ranked.index('long/fact') >= 4  # outside the top 4
+  monkeypatch.setattr(routing, 'query_gain', _knows_the_fact)
+  router = routing.HybridRouter(tiny_model, threshold=-np.inf, rerank=rerank, **TINY)
+  router.add_many(MIXED)
+  hits = router.route(QUERY, k=4)
+  assert len(hits) == 4
+  assert (hits[0].key == 'long/fact') is found
+  assert ('long/fact' in [h.key for h in hits]) is found
+
+
+# A question sharing only the name with its fact, whose other words 24 notes repeat (twice),
+# among names shared with other people: BM25 ranks the fact's page below every note, out of a
+# rerank of 16 by the query; the names are the query's rare words, and only the fact holds both.
+GAME = 'How well did Bartholomew Quarshie do in the last game?'
+CROWDED = [
+  ('long/fact', f'{FILLER} Bartholomew Quarshie scored 4821 points in the final. {FILLER}'),
+  *[
+    (f'long/q{i}', f'{first} Quarshie scored {1000 + i} points.')
+    for i, first in enumerate(['Amelia', 'Dorian', 'Jasper', 'Xavier'])
+  ],
+  *[
+    (f'long/b{i}', f'Bartholomew {last} scored {2000 + i} points.')
+    for i, last in enumerate(['Abernathy', 'Vasquez', 'Yamamoto', 'Zielinski'])
+  ],
+  *[
+    (f'note/{j:02}', 'How well did the team do in the last game? The last game was close.')
+    for j in range(24)
+  ],
+  *[(f'pad/{i:03}', f'pad{i} text{i % 7} more{i % 11}') for i in range(200)],
+]
+
+
+def test_rare_words_are_the_query_words_of_high_idf():
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  assert lexical.rare_words(GAME) == []  # nothing stored
+  lexical.add_many(CROWDED)
+  assert lexical.rare_words(GAME) == ['bartholomew', 'quarshie']  # not 'game', 'last', 'well'
+  assert lexical.rare_words('zzz qqq') == []
+
+
+@pytest.mark.parametrize('rerank, rerank_rare, found', [(16, 0, False), (4, 2, True), (0, 1, True)])
+def test_candidates_by_the_rare_words_recover_a_page_no_query_rerank_reaches(
+  tiny_model, monkeypatch, rerank, rerank_rare, found
+):
+  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical.add_many(CROWDED)
+  assert [h.key for h in lexical.route(GAME, 64)].index('long/fact') >= 16
+  monkeypatch.setattr(routing, 'query_gain', _knows_the_fact)
+  router = routing.HybridRouter(
+    tiny_model, threshold=-np.inf, rerank=rerank, rerank_rare=rerank_rare, **TINY
+  )
+  router.add_many(CROWDED)
+  hits = router.route(GAME, k=32)
+  assert len(hits) <= rerank + rerank_rare
+  assert (hits[0].key == 'long/fact') is found
+
+
+def test_rerank_rare_is_saved_checked_and_absent_from_older_files(tiny_model, tmp_path):
+  path = tmp_path / 'hybrid.json'
+  _router(tiny_model, rerank=2, rerank_rare=3).save(path)
+  assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 3
+  empty = np.zeros((0, tiny_model.config.embed_dim), np.float32)  # no embeddings at weight 1
+  empty = route_lib._matrix_bytes(empty)  # pylint: disable=protected-access
+  _rewritten(path, empty, rerank_rare=-1)
+  with pytest.raises(route_lib.RouterFileError, match='rerank_rare must be an integer >= 0'):
+    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  body = json.loads(path.read_text())
+  del body['rerank_rare'], body['sha256']
+  route_lib._write_json(path, body, empty)  # pylint: disable=protected-access
+  assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
+  with pytest.raises(ValueError, match='rerank_rare must be an integer >= 0, got True'):
+    routing.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)
+
+
+def test_the_candidates_and_their_order_do_not_depend_on_the_order_pages_were_added(
+  tiny_model, monkeypatch
+):
+  """A catalog adds its pages in key order when reopened: the same candidates, in the same
+  order (ties of the rerank's gains fall to it), whatever the order they were added in."""
+  seen = []
+
+  def record(model, query, contexts, **kwargs):
+    seen.append(list(contexts))
+    return _knows_the_fact(model, query, contexts, **kwargs)
+
+  monkeypatch.setattr(routing, 'query_gain', record)
+  routed = []
+  for entries in (CROWDED, sorted(CROWDED), CROWDED[::-1]):
+    router = routing.HybridRouter(tiny_model, threshold=-np.inf, rerank=4, rerank_rare=4, **TINY)
+    router.add_many(entries)
+    routed.append(router.route(GAME, k=8))
+  assert routed[0] == routed[1] == routed[2] and routed[0][0].key == 'long/fact'
+  assert seen[0] == seen[1] == seen[2] and len(seen[0]) == 8

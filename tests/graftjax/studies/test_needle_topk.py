@@ -43,3 +43,40 @@ def test_the_top_k_arm_refuses_a_model_that_cannot_compose():
     needle.experiment(**_ARMS, impl='xla', position_scheme='rope_relative', top_k=2)
   with pytest.raises(needle.NeedleError, match="needs 'rope_relative'"):
     needle.experiment(**_ARMS, impl='xla_split', top_k=2)
+
+
+def _pages_of(rows):
+  """{needle page source: planted name} of the rows."""
+  return {f'{needle.NEEDLE_SOURCE} {r["page"]}': r['name'] for r in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('threshold', [None, float('inf')])
+def test_the_top_k_arm_composes_only_pages_above_its_threshold_and_counts_interference(
+  threshold,
+):
+  result = needle.experiment(
+    **_ARMS,
+    impl='xla_split',
+    position_scheme='rope_relative',
+    top_k=2,
+    topk_threshold=threshold,
+  )
+  rows, s = result['rows'], result['summary']
+  assert result['topk_threshold'] == threshold
+  composed = 1 if threshold else 2  # above an infinite threshold: the best page alone
+  assert all(r['topk_composed'] == len(r['topk_routed_pages']) == composed for r in rows)
+  assert s['topk_pages_composed_mean'] == composed
+  holder = _pages_of(rows)
+  for r in rows:  # one template: every other needle composed beside is a same-template fact
+    beside = {holder.get(p) for p in r['topk_routed_pages']} - {None, r['name']}
+    assert r['topk_same_template_composed'] == len(beside)
+    assert r['topk_confused_with_composed'] == (r['topk_confused_with'] in beside)
+  with_, without = (
+    s['topk_accuracy_same_template_composed'],
+    s['topk_accuracy_no_same_template_composed'],
+  )
+  assert sum(x['n'] for x in (with_, without) if x) == len(rows)
+  assert (with_ is None) == (threshold is not None)  # a single page holds one fact
+  assert s['topk_confusions_with_composed'] == sum(r['topk_confused_with_composed'] for r in rows)
+  assert 'composed beside a same-template fact' in needle.format_summary(result)
