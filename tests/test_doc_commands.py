@@ -89,6 +89,7 @@ COVERED = {
   'PREFIXES=1024,4096 bash experiments/device/scale.sh graft': ('check', GPU),
   'PREFIXES=32768 bash experiments/device/scale.sh graft': ('check', GPU),
   'SAMPLES=4 bash experiments/device/scale.sh kernels': ('check', GPU),
+  'bash experiments/device/gemma4_31b_gate.sh gate': ('check', GPU),
   'MODEL=gemma3-27b:random PREFIXES=1024,4096 bash experiments/device/scale.sh graft': (
     'check',
     GPU,

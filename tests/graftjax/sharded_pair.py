@@ -63,6 +63,7 @@ def _random_block(model, token_ids):
     dtype='float32',
     position_scheme=model.position_scheme,
     capacity=CAPACITY,
+    chunk_size=CHUNK,  # as `capture` records it: the key of the whole deposit
   )
   return blocks.KVBlock(k=placed, v=placed, positions=np.arange(len(token_ids)), meta=meta)
 

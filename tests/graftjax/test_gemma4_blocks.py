@@ -77,12 +77,19 @@ def test_graft_and_restore_then_continue_are_byte_equal_to_fresh(name, layout, t
   fresh = _continued(m, _prefilled(m))
   block = _captured(m)
   assert block.k.shape == (1, PREFIX.size) + m.init_cache(capacity=CAPACITY).row_shape()[1:]
-  grafted = blocks.graft(m.init_cache(capacity=CAPACITY), block, target=m.graft_target)
+  grafted = blocks.graft(
+    m.init_cache(capacity=CAPACITY), block, target=m.graft_target, chunk_size=4
+  )
   assert _continued(m, grafted).tobytes() == fresh.tobytes()
   store = store_lib.BlockStore(tmp_path / 'store')
   key = store.put(block)
   restored = restore_lib.restore(
-    store, key, m.init_cache(capacity=CAPACITY), target=m.graft_target, token_ids=PREFIX
+    store,
+    key,
+    m.init_cache(capacity=CAPACITY),
+    target=m.graft_target,
+    token_ids=PREFIX,
+    chunk_size=4,
   )
   assert _continued(m, restored).tobytes() == fresh.tobytes()
 
@@ -94,7 +101,9 @@ def test_a_graft_is_not_byte_equal_when_the_block_is_damaged():
   block = _captured(m)
   k = np.asarray(block.k).copy()
   k[0, 3, 0, 5 * 2 * 16] += 1.0  # slot 3's first key value of layer 5 (global), packed last
-  grafted = blocks.graft(m.init_cache(capacity=CAPACITY), block.replace(k=k), target=m.graft_target)
+  grafted = blocks.graft(
+    m.init_cache(capacity=CAPACITY), block.replace(k=k), target=m.graft_target, chunk_size=4
+  )
   assert _continued(m, grafted).tobytes() != fresh.tobytes()
 
 
