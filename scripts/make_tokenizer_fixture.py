@@ -13,7 +13,7 @@ strings depend on the files of the machine that runs this; the fixture stores
 them, so the test does not.
 
 Run with the reference environment, from the repository root:
-  /work/refenv/bin/python scripts/make_tokenizer_fixture.py [--gguf PATH]
+  REFENV/bin/python scripts/make_tokenizer_fixture.py [--gguf PATH]
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from graftjax import ledger
+from graftjax.studies import results as results_lib
 from graftjax.studies import results_page
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'results'
@@ -464,3 +465,18 @@ def test_a_relative_cost_keeps_its_sign():
   assert results_page.more_time(0.07) == '+7%'
   assert results_page.more_time(-0.05) == '-5%'
   assert results_page.more_time(3.4) == '4.4x'
+
+
+def test_commands_show_the_committed_path_not_the_machines():
+  """A result's --out names the committed file; other absolute paths show their last part."""
+  shown = results_lib.shown_command(
+    'python experiments/relocation.py --model=/root/ckpt/small --samples=3 --out=/root/out/r.json',
+    'experiments/results/relocation/r.json',
+  )
+  assert shown == (
+    'python experiments/relocation.py --model=<path>/small --samples=3'
+    ' --out=experiments/results/relocation/r.json'
+  )
+  page = (RESULTS / results_page.PAGE_NAME).read_text()
+  findings = (RESULTS / 'relocation' / 'position_findings.md').read_text()
+  assert '/root/' not in page and '/root/' not in findings

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 
 from graftjax import ledger
+from graftjax.studies import results as results_lib
 
 
 _ARMS = (
@@ -52,7 +53,7 @@ def relocation_section(path: str, result: dict) -> list[str]:
     f'{len(result["samples"])} samples of {result["block_tokens"]} block +'
     f' {result["continuation_tokens"]} continuation tokens; capacity'
     f' {result["layout"]["capacity"]}, chunk {result["layout"]["chunk_size"]}.',
-    f'Command: `{result["command"]}`',
+    f'Command: `{results_lib.shown_command(result["command"], path)}`',
     '',
   ]
   for arm, title in _ARMS:

@@ -29,6 +29,26 @@ def command_line(argv: Iterable[str] | None = None) -> str:
   return shlex.join(['python', *(sys.argv if argv is None else argv)])
 
 
+def shown_command(command: str, committed: str) -> str:
+  """`command` as a page shows it: `--out` names the committed file `committed`, and any other
+  absolute path (of the machine that ran it) is shown as `<path>/` and its last part."""
+  try:
+    words = shlex.split(command)
+  except ValueError:
+    return command
+  shown = []
+  for word in words:
+    flag, eq, value = word.partition('=')
+    if eq and flag == '--out':
+      word = f'--out={committed}'
+    elif eq and value.startswith('/'):
+      word = f'{flag}=<path>/{pathlib.PurePosixPath(value).name}'
+    elif word.startswith('/'):
+      word = f'<path>/{pathlib.PurePosixPath(word).name}'
+    shown.append(word)
+  return ' '.join(shown)
+
+
 def model_inputs(model, model_name: str) -> dict[str, Any]:
   """What a result records of its model: the fingerprint, the weights' digest (of a
   checkpoint, the float32 tensors it holds), the tokenizer's digest (of a checkpoint's

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from graftjax import ledger
+from graftjax.studies import results as results_lib
 
 COMMAND = 'python experiments/results_page.py'
 PAGE_NAME = 'README.md'
@@ -155,7 +156,11 @@ def summaries(results: Sequence[Result]) -> list[str]:
 
 
 def _sources(results: Sequence[Result]) -> list[str]:
-  return [f'- `{r.name}` `{r.digest}`; {r.device}; `{r.data.get("command", "?")}`' for r in results]
+  return [
+    f'- `{r.name}` `{r.digest}`; {r.device};'
+    f' `{results_lib.shown_command(r.data.get("command", "?"), f"experiments/results/{r.name}")}`'
+    for r in results
+  ]
 
 
 # ---------------------------------------------------------------------------- studies

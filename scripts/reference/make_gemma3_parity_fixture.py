@@ -13,7 +13,7 @@ argmax, beside the config and seed that regenerate the weights.
 Two steps, from the repository root:
 
     .venv/bin/python scripts/reference/make_gemma3_parity_fixture.py export /tmp/gemma3_parity
-    /work/wt/refvenv/bin/python scripts/reference/make_gemma3_parity_fixture.py reference \\
+    REFENV/bin/python scripts/reference/make_gemma3_parity_fixture.py reference \\
         /tmp/gemma3_parity
 
 The reference environment needs torch (CPU) and transformers only:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -183,6 +184,9 @@ def _paging_needle(r: page.Result) -> list[str]:
     return f'{x["successes"]}/{x["trials"]} [{page.pct(x["low"])}, {page.pct(x["high"])}]'
 
   where = r.data.get('routed_over', 'the needle pages only')
+  head, at, store = where.rpartition(' at /')
+  if at:  # the machine's folder: its last part only
+    where = f'{head} at <path>/{pathlib.PurePosixPath(store).name}'
   exact = s.get('paged_first_logits_equal_fresh_prefill')
   return [
     f'**Needles**, {page.cite(r)}: {s["needles"]} facts planted in real text, each question'
