@@ -18,6 +18,7 @@ store, result header); `format_table` prints its summary.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import subprocess
@@ -225,11 +226,10 @@ def compare_arms(fresh_out: ArmOutput, other: ArmOutput) -> dict[str, Any]:
   return out
 
 
-def _other_process(model, model_name, samples, keys, schedule, store_root, workdir):
-  """Runs `graftjax.studies.replay` in a child process; returns its comparisons."""
-
+def _replay_request(model, model_name, samples, keys, schedule, store_root, workdir):
+  """What the child process (`graftjax.studies.replay`) is asked to graft and compare."""
   workdir = pathlib.Path(workdir)
-  request = {
+  return {
     'model': model_name,
     'dtype': jnp.dtype(model.dtype).name,
     'position_scheme': model.position_scheme,
@@ -248,6 +248,11 @@ def _other_process(model, model_name, samples, keys, schedule, store_root, workd
       for i, (s, key) in enumerate(zip(samples, keys))
     ],
   }
+
+
+def _replay(request, workdir):
+  """Runs `graftjax.studies.replay` on `request` in a child process; returns its report."""
+  workdir = pathlib.Path(workdir)
   (workdir / 'replay_request.json').write_text(json.dumps(request))
   proc = subprocess.run(
     [sys.executable, '-m', 'graftjax.studies.replay', str(workdir / 'replay_request.json')],
@@ -269,6 +274,7 @@ def run_gate(
   store,
   workdir,
   other_process: bool = True,
+  release=None,
   progress=None,
 ) -> dict[str, Any]:
   """The experiment: per sample, fresh vs grafted, fresh vs fresh, other process.
@@ -281,6 +287,8 @@ def run_gate(
     store: a BlockStore the blocks are deposited in.
     workdir: scratch folder for the other process's inputs.
     other_process: also run the grafted arm in a child process.
+    release: optional callable run once the in-process arms are done, before the child
+      starts (e.g. to free the device memory the child's own copy of the weights needs).
     progress: optional callable wrapping an iterable (e.g. tqdm).
   Returns:
     JSON-ready dict: per-sample records and a summary per comparison.
@@ -319,7 +327,10 @@ def run_gate(
     'samples': len(rollouts),
   }
   if other_process:
-    report = _other_process(model, model_name, samples, keys, schedule, store.root, workdir)
+    request = _replay_request(model, model_name, samples, keys, schedule, store.root, workdir)
+    if release is not None:
+      release()
+    report = _replay(request, workdir)
     comparisons = report['comparisons']
     for record, comparison in zip(records, comparisons):
       record['fresh_vs_grafted_other_process'] = comparison
@@ -333,6 +344,12 @@ def run_gate(
     }
     summary['other_process_determinism'] = report['determinism']
   return {'samples': records, 'summary': summary}
+
+
+def free_weights(model) -> None:
+  """Frees `model`'s weights where they live (the model cannot compute afterwards)."""
+  for leaf in jax.tree.leaves(model.params):
+    leaf.delete()
 
 
 def experiment(
@@ -361,6 +378,8 @@ def experiment(
     rollout_tokens=rollout_tokens,
     capacity=-(-need // chunk_size) * chunk_size,
   )
+  inputs = results.model_inputs(model, model_name)
+  position_scheme = model.position_scheme
   with tempfile.TemporaryDirectory() as scratch:
     store = store_lib.BlockStore(store_dir or pathlib.Path(scratch) / 'store')
     result = run_gate(
@@ -371,13 +390,15 @@ def experiment(
       store=store,
       workdir=scratch,
       other_process=other_process,
+      # The child loads its own copy: a 31B model fits one GPU once, not twice.
+      release=functools.partial(free_weights, model),
       progress=lambda it: tqdm.tqdm(it, desc='samples', unit='sample'),
     )
   return {
-    **results.header('exactness', inputs=results.model_inputs(model, model_name), command=command),
+    **results.header('exactness', inputs=inputs, command=command),
     'model': model_name,
     'dtype': dtype,
-    'position_scheme': model.position_scheme,
+    'position_scheme': position_scheme,
     'schedule': {
       'chunk_size': chunk_size,
       'rollout_tokens': rollout_tokens,

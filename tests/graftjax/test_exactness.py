@@ -1,5 +1,9 @@
 """The gate itself, and the whole fresh/grafted/other-process flow on the tiny model."""
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -69,14 +73,25 @@ def test_gate_on_tiny_model(tiny_model, tmp_path):
   ]
   schedule = graft_gate.Schedule(chunk_size=4, rollout_tokens=3, capacity=24)
   store = store_lib.BlockStore(tmp_path / 'store')
+  # The parent frees its own weights before the child loads its copy (a 31B fits a GPU once).
+  own = dataclasses.replace(tiny_model, params=jax.tree.map(jnp.array, tiny_model.params))
+  released = []
+
+  def release():
+    released.append(len(store.list()))
+    graft_gate.free_weights(own)
+
   result = graft_gate.run_gate(
-    model=tiny_model,
+    model=own,
     model_name='tiny',
     samples=samples,
     schedule=schedule,
     store=store,
     workdir=tmp_path,
+    release=release,
   )
+  assert released == [2]  # once, after both deposits
+  assert all(leaf.is_deleted() for leaf in jax.tree.leaves(own.params))
   summary = result['summary']
   for arm in ('fresh_vs_grafted', 'fresh_vs_fresh', 'fresh_vs_grafted_other_process'):
     assert summary[arm]['byte_equal'] == 2, arm
