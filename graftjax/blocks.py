@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from graftjax.errors import GraftjaxError
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
 
@@ -49,11 +50,11 @@ INSTALL_BUCKET = 64
 _OTHER_SHAPE_DELTA = '7.8e-5'
 
 
-class GraftError(ValueError):
+class GraftError(GraftjaxError, ValueError):
   """A block cannot be captured or grafted as asked; nothing was changed."""
 
 
-class BlockMetaError(ValueError):
+class BlockMetaError(GraftjaxError, ValueError):
   """Block metadata is malformed. `field` names the offending field."""
 
   def __init__(self, field: str, message: str):

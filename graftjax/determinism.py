@@ -22,12 +22,14 @@ import platform
 import sys
 from typing import Any
 
+from graftjax.errors import GraftjaxError
+
 COMMON_XLA_FLAGS = ('--xla_allow_excess_precision=false',)
 GPU_XLA_FLAGS = ('--xla_gpu_deterministic_ops=true',)
 MATMUL_PRECISION = 'highest'
 
 
-class DeterminismError(RuntimeError):
+class DeterminismError(GraftjaxError, RuntimeError):
   """The configuration could not be pinned as asked."""
 
 

@@ -23,18 +23,19 @@ from typing import Any
 
 from graftjax import blocks
 from graftjax import store as store_lib
+from graftjax.errors import GraftjaxError
 
 
-class BindingError(ValueError):
+class BindingError(GraftjaxError, ValueError):
   """An index row does not match the block it names (or its own digest)."""
 
 
-class RemovalRefusedError(ValueError):
+class RemovalRefusedError(GraftjaxError, ValueError):
   """A sync or rebuild would remove rows without evidence that their blocks are gone (the
   store lists none of them: unmounted, unreachable, or another store); nothing was changed."""
 
 
-class CatalogFileError(Exception):
+class CatalogFileError(GraftjaxError):
   """A catalog's sqlite file cannot be used; `cause` says why (locked, corrupt, full disk...)."""
 
   def __init__(self, path: str, cause: str):

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from graftjax.errors import GraftjaxError
+
 
 def sha256_bytes(data: bytes) -> str:
   return hashlib.sha256(data).hexdigest()
@@ -55,7 +57,7 @@ _KINDS = (
 )
 
 
-class ResultError(ValueError):
+class ResultError(GraftjaxError, ValueError):
   """A result file cannot be read as a result, or no longer matches its own digest."""
 
 

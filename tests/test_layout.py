@@ -1,6 +1,7 @@
 """The import graph: layers point one way and no module imports itself back.
 
-kernels <- models <- method (graftjax.*) <- studies. Lazy imports inside
+kernels <- models <- method (graftjax.*) <- studies, with the error root
+(`graftjax.errors`, which imports nothing) below them all. Lazy imports inside
 functions count too. A package's `__init__` is a node of the package's name
 (`graftjax.store` re-exports its modules); `from P import m` of a module `m`
 is an edge to `P.m` alone, not to `P`.
@@ -15,7 +16,12 @@ PACKAGES = {
   'graftjax.models': ROOT / 'models',
   'graftjax.kernels': ROOT / 'kernels',
 }
-LAYERS = (('graftjax.kernels.', 0), ('graftjax.models.', 1), ('graftjax.studies.', 3))
+LAYERS = (
+  ('graftjax.errors', 0),
+  ('graftjax.kernels.', 0),
+  ('graftjax.models.', 1),
+  ('graftjax.studies.', 3),
+)
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -87,6 +93,11 @@ def test_the_checks_see_what_they_look_for():
   bad = {'graftjax.models.a': {'graftjax.studies.b'}, 'graftjax.studies.b': {'graftjax.models.a'}}
   assert _upward(bad) == [('graftjax.models.a', 'graftjax.studies.b')]
   assert _cycles(bad) == [['graftjax.models.a', 'graftjax.studies.b', 'graftjax.models.a']]
+
+
+def test_the_error_root_imports_nothing():
+  assert _graph()['graftjax.errors'] == set()
+  assert 'graftjax.errors' in _graph()['graftjax.models.gemma.schemes']
 
 
 def test_test_modules_have_unique_names():

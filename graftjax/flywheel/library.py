@@ -45,6 +45,7 @@ import tensorstore as ts
 from graftjax import blocks
 from graftjax import indexes
 from graftjax import store as store_lib
+from graftjax.errors import GraftjaxError
 from graftjax.models import cache as cache_lib
 from graftjax.store import kvstore as store_kvstore
 
@@ -89,15 +90,15 @@ CatalogFileError = indexes.CatalogFileError
 RemovalRefusedError = indexes.RemovalRefusedError
 
 
-class DepositError(ValueError):
+class DepositError(GraftjaxError, ValueError):
   """A solution cannot be deposited: it does not re-verify, or the item is inconsistent."""
 
 
-class SharedLibraryError(ValueError):
+class SharedLibraryError(GraftjaxError, ValueError):
   """A library on an object store was opened without a local catalog path (`index`)."""
 
 
-class DamagedLibraryError(ValueError):
+class DamagedLibraryError(GraftjaxError, ValueError):
   """The catalog is missing or empty beside a non-empty store, of another schema, or a row or
   record does not match its own digest: rebuild it (`Library.rebuild`)."""
 

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from graftjax import ledger
+from graftjax.errors import GraftjaxError
 from graftjax.flywheel import stats
 from graftjax.flywheel import summary as summary_lib
 from graftjax.flywheel import verifiers
@@ -108,7 +109,7 @@ def _json_kind(value: Any) -> str:
   return 'null' if value is None else kinds.get(type(value), 'number')
 
 
-class RescoreError(Exception):
+class RescoreError(GraftjaxError):
   """A verifier module that cannot be loaded."""
 
 

@@ -23,6 +23,7 @@ import bm25s
 import bm25s.stopwords
 import numpy as np
 
+from graftjax.errors import GraftjaxError
 from graftjax.flywheel import stats
 from graftjax.models.gemma import ops
 
@@ -86,7 +87,7 @@ def tie_order(query: str, key: str, text: str) -> tuple[int, int, str, str]:
   return -after, -before, key, text
 
 
-class RouterFileError(ValueError):
+class RouterFileError(GraftjaxError, ValueError):
   """A saved router file cannot be read: missing, malformed, of another kind, or altered."""
 
 
@@ -624,7 +625,7 @@ def _matrix_bytes(matrix: np.ndarray) -> bytes:
   return head + np.ascontiguousarray(matrix).tobytes()
 
 
-class FitError(ValueError):
+class FitError(GraftjaxError, ValueError):
   """No threshold keeps the false-hit rate within the bound on the queries given."""
 
 

@@ -29,6 +29,8 @@ import tempfile
 import time
 from collections.abc import Mapping
 
+from graftjax.errors import GraftjaxError
+
 # Inside the sandbox, as its init (pid 1, which nothing inside can signal): fork the program,
 # which drops to the sandbox user when started as root, sets its limits and runs main.py; reap
 # every process until the program ends, then exit with its status, 128 + N for signal N. A
@@ -70,7 +72,7 @@ _PROCESS_REFUSED = (
 _UIDS = (1 << 20, 1 << 30)
 
 
-class SandboxError(RuntimeError):
+class SandboxError(GraftjaxError, RuntimeError):
   """The sandbox itself could not run (bubblewrap missing or refusing); says which and why."""
 
 

@@ -15,10 +15,11 @@ import importlib
 import inspect
 from typing import Any
 
+from graftjax.errors import GraftjaxError
 from graftjax.flywheel import verifiers
 
 
-class TaskError(ValueError):
+class TaskError(GraftjaxError, ValueError):
   """A task whose items, held-out items or verifier cannot be run."""
 
 

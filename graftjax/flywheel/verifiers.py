@@ -18,6 +18,8 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+from graftjax.errors import GraftjaxError
+
 _DIGITS = r'(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+'
 _NUMBER = re.compile(
   r'(?<![\w.])(?P<neg>-)?(?:\$\s?)?'
@@ -31,7 +33,7 @@ _ANSWER_IS = re.compile(r'\banswer is\s*[:*]*\s*', re.IGNORECASE)
 _ARTICLES = re.compile(r'\b(?:a|an|the)\b')
 
 
-class VerifierError(ValueError):
+class VerifierError(GraftjaxError, ValueError):
   """A verifier that is unknown, registered twice, or broke its contract."""
 
 

@@ -34,6 +34,7 @@ from typing import Self
 from graftjax import blocks
 from graftjax import indexes
 from graftjax import store as store_lib
+from graftjax.errors import GraftjaxError
 from graftjax.flywheel import route as route_lib
 
 FILENAME = 'catalog.sqlite'
@@ -95,7 +96,7 @@ class Synced:
   kept: tuple[str, ...] = ()
 
 
-class CatalogError(ValueError):
+class CatalogError(GraftjaxError, ValueError):
   """A catalog entry conflicts with the one stored, or a key is not catalogued."""
 
 

@@ -36,11 +36,11 @@ def block_files(
   try:
     meta = block.meta
     if not isinstance(meta, blocks.BlockMeta):
-      raise store_errors.Malformed(f'meta is a {type(meta).__name__}, not a BlockMeta')
+      raise store_errors.MalformedError(f'meta is a {type(meta).__name__}, not a BlockMeta')
     meta_json = store_manifest.meta_json(meta)
     store_manifest.check_meta(meta_json)  # before key_for, which would narrow what it hashes
     if not meta.token_ids:
-      raise store_errors.Malformed('cannot store an empty block')
+      raise store_errors.MalformedError('cannot store an empty block')
     arrays = {
       'k': _little_endian(block.k, 'k'),
       'v': _little_endian(block.v, 'v'),
@@ -54,7 +54,7 @@ def block_files(
       arrays = store_pages.page_arrays(arrays, layout)
     nonfinite = store_values.first_nonfinite(arrays)
     if nonfinite is not None:
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'{nonfinite}: a block holds finite keys and values only (a NaN or infinity in any'
         ' row turns every logit that attends to the block NaN)'
       )
@@ -71,7 +71,7 @@ def block_files(
     )
     manifest = _manifest(key, meta_json, arrays, chunks, payload, layout, store_format, data)
     store_manifest.check_manifest(manifest)
-  except (store_errors.Malformed, blocks.GraftError) as e:
+  except (store_errors.MalformedError, blocks.GraftError) as e:
     raise store_errors.InvalidBlockError(root, f'cannot store the block: {e}') from e
   files = {c.path: b for c, b in zip((c for n in names for c in chunks[n]), payload)}
   for name, array in arrays.items():
@@ -130,22 +130,22 @@ def _by_array(
 
 
 def _check_rows(arrays: dict[str, np.ndarray], meta: blocks.BlockMeta) -> None:
-  """Raises Malformed unless k, v hold [L, n, K, H], one row per token id of `meta`."""
+  """Raises MalformedError unless k, v hold [L, n, K, H], one row per token id of `meta`."""
   n = len(meta.token_ids)
   for name in ('k', 'v'):
     shape = arrays[name].shape
     if len(shape) != 4 or shape[1] != n:
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'{name} is {list(shape)}: expected [L, {n}, K, H], one row per token id of its metadata'
       )
   if arrays['k'].shape != arrays['v'].shape:
-    raise store_errors.Malformed(f'k {list(arrays["k"].shape)} != v {list(arrays["v"].shape)}')
+    raise store_errors.MalformedError(f'k {list(arrays["k"].shape)} != v {list(arrays["v"].shape)}')
 
 
 def _little_endian(array: Any, name: str) -> np.ndarray:
   array = np.asarray(array)
   if array.dtype.name not in store_manifest.KV_DTYPES:
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'cannot store array {name!r} of dtype {array.dtype.name!r}; only {store_manifest.KV_DTYPES}'
     )
   return np.ascontiguousarray(array, array.dtype.newbyteorder('<'))
@@ -156,7 +156,7 @@ def _int32_positions(positions: Any) -> np.ndarray:
   positions = np.asarray(positions)
   kind = positions.dtype.kind
   if kind not in 'iuf' or positions.ndim != 1:
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'positions must be a 1-D integer array, got {positions.dtype}{positions.shape}'
     )
   if positions.size:
@@ -164,11 +164,11 @@ def _int32_positions(positions: Any) -> np.ndarray:
       exact = np.isfinite(positions) & (positions == np.round(positions))
       if not exact.all():
         bad = int(np.argmin(exact))
-        raise store_errors.Malformed(f'position {bad} is {positions[bad]!r}, not an integer')
+        raise store_errors.MalformedError(f'position {bad} is {positions[bad]!r}, not an integer')
     low, high = positions.min(), positions.max()
     if low < store_chunks.INT32[0] or high > store_chunks.INT32[1]:
       bad = int(
         np.argmax((positions < store_chunks.INT32[0]) | (positions > store_chunks.INT32[1]))
       )
-      raise store_errors.Malformed(f'position {bad} is {positions[bad]!r}, outside int32')
+      raise store_errors.MalformedError(f'position {bad} is {positions[bad]!r}, outside int32')
   return np.ascontiguousarray(positions, np.dtype('<i4'))

@@ -7,8 +7,10 @@ import errno
 from collections.abc import Iterator
 from typing import Any
 
+from graftjax.errors import GraftjaxError
 
-class StoreError(Exception):
+
+class StoreError(GraftjaxError):
   """A block cannot be stored or read back as asked.
 
   Attributes:
@@ -74,7 +76,7 @@ class UnknownDriverError(StoreError):
   """The store names a tensorstore kvstore driver that does not exist here."""
 
 
-class Malformed(ValueError):
+class MalformedError(GraftjaxError, ValueError):
   """A manifest (or a block's metadata) is not what the format allows.
 
   Internal: callers turn it into InvalidBlockError or CorruptBlockError.

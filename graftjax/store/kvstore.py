@@ -9,6 +9,7 @@ from typing import Any
 
 import tensorstore as ts
 
+from graftjax.errors import GraftjaxError
 from graftjax.store import errors as store_errors
 from graftjax.store import manifest as store_manifest
 
@@ -44,7 +45,7 @@ _RETRIED_DRIVERS = ('s3', 'gcs')
 CONCURRENCY = 32
 
 
-class DeniedError(PermissionError):
+class DeniedError(GraftjaxError, PermissionError):
   """The server refused the credentials (or their rights) for a request."""
 
   denied = True  # `store_errors.io_errors` raises AccessDeniedError for it

@@ -25,6 +25,7 @@ import blake3
 import numpy as np
 
 from graftjax import blocks
+from graftjax.errors import GraftjaxError
 from graftjax.store import chunks as store_chunks
 from graftjax.store import errors as store_errors
 from graftjax.store import pages as store_pages
@@ -64,7 +65,7 @@ _MANIFEST_FIELDS = {'format', 'key', 'layout_version', 'meta', 'arrays'}
 _UNSUPPORTED_LAYOUT = getattr(blocks, 'UnsupportedLayoutError', ())
 
 
-class OtherFormat(Exception):
+class OtherFormatError(GraftjaxError):
   """A manifest names another format (or its metadata another layout)."""
 
 
@@ -223,8 +224,8 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   chunk against its digest.
 
   Raises:
-    OtherFormat: if `format` is not one of DIGEST_OF_FORMAT.
-    Malformed: naming the first field that is missing, extra, of the wrong
+    OtherFormatError: if `format` is not one of DIGEST_OF_FORMAT.
+    MalformedError: naming the first field that is missing, extra, of the wrong
       type or out of range.
   """
   paged = type(manifest) is dict and 'page_layout' in manifest
@@ -232,24 +233,24 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   fields = _MANIFEST_FIELDS | ({'page_layout'} if paged else set())
   _check_object(manifest, fields | ({'data'} if prefixed else set()), 'manifest')
   if type(manifest['format']) is not str or manifest['format'] not in DIGEST_OF_FORMAT:
-    raise OtherFormat(manifest['format'])
+    raise OtherFormatError(manifest['format'])
   if prefixed and not (type(manifest['data']) is str and DATA_ID.fullmatch(manifest['data'])):
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'data is {store_errors.short(manifest["data"])}: expected a writer prefix'
       ' (10 digits, "-", 32 lowercase hex digits)'
     )
   chunk_field, array_field = digest_fields(manifest['format'])
   if not (type(manifest['key']) is str and HEX64.fullmatch(manifest['key'])):
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'key is {store_errors.short(manifest["key"])}: expected 64 lowercase hex digits'
     )
   meta = check_meta(manifest['meta'])
   if meta.dtype not in KV_DTYPES:
-    raise store_errors.Malformed(f'cannot store k/v of dtype {meta.dtype!r}; only {KV_DTYPES}')
+    raise store_errors.MalformedError(f'cannot store k/v of dtype {meta.dtype!r}; only {KV_DTYPES}')
   if type(manifest['layout_version']) is not int or (
     manifest['layout_version'] != meta.layout_version
   ):
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'layout_version {manifest["layout_version"]!r} != meta.layout_version'
       f' {meta.layout_version!r}'
     )
@@ -260,7 +261,7 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
     _check_object(manifest['page_layout'], {'rows'}, 'page_layout')
     rows = manifest['page_layout']['rows']
     if type(rows) is not list or not all(type(pair) is list for pair in rows):
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'page_layout.rows is {store_errors.short(rows)}: expected a list of [first, stop]'
       )
     num_layers = len(rows)
@@ -280,7 +281,9 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
     )
     dtype = 'int32' if name == 'positions' else meta.dtype
     if entry['dtype'] != dtype:
-      raise store_errors.Malformed(f'arrays.{name}.dtype is {entry["dtype"]!r}, expected {dtype!r}')
+      raise store_errors.MalformedError(
+        f'arrays.{name}.dtype is {entry["dtype"]!r}, expected {dtype!r}'
+      )
     shape = entry['shape']
     for field in ('shape', 'chunk_shape'):
       dims = entry[field]
@@ -289,34 +292,34 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
         and dims
         and all(type(d) is int and 0 < d <= store_chunks.INT32[1] for d in dims)
       ):
-        raise store_errors.Malformed(
+        raise store_errors.MalformedError(
           f'arrays.{name}.{field} is {dims!r}: expected positive int32 sizes'
         )
     if name == 'positions' and shape != [n]:
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'arrays.positions.shape is {shape}, expected [{n}] for {n} token ids'
       )
     if name in store_chunks.LAYERED and not paged and (len(shape) != 4 or shape[1] != n):
-      raise store_errors.Malformed(f'arrays.{name}.shape is {shape}, expected [L, {n}, K, H]')
+      raise store_errors.MalformedError(f'arrays.{name}.shape is {shape}, expected [L, {n}, K, H]')
     if (
       name in store_chunks.LAYERED
       and paged
       and (len(shape) != 4 or tuple(shape[:2]) != expected_rows[name])
     ):
       layers, rows_kept = expected_rows[name]
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'arrays.{name}.shape is {shape}, expected [{layers}, {rows_kept}, K, H] by page_layout'
       )
     if name == 'v' and shape != entries['k']['shape']:
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'arrays.v.shape {shape} != arrays.k.shape {entries["k"]["shape"]}'
       )
     if name == 'v_tail' and shape != entries['k_tail']['shape']:
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'arrays.v_tail.shape {shape} != arrays.k_tail.shape {entries["k_tail"]["shape"]}'
       )
     if name == 'k_tail' and shape[2:] != entries['k']['shape'][2:]:
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'arrays.k_tail.shape {shape} and arrays.k.shape differ in [K, H]'
       )
     digests = entry[chunk_field]
@@ -326,12 +329,12 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
       and len(digests) == count
       and all(type(d) is str and HEX64.fullmatch(d) for d in digests)
     ):
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'array {name!r} of shape {shape} needs {count} chunk digests (64 lowercase hex'
         f' digits each), got {store_errors.short(digests)}'
       )
     if not (type(entry[array_field]) is str and HEX64.fullmatch(entry[array_field])):
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'arrays.{name}.{array_field} is {store_errors.short(entry[array_field])}:'
         ' expected 64 hex digits'
       )
@@ -347,24 +350,24 @@ def check_meta(data: Any) -> blocks.BlockMeta:
   """
   hints = _meta_hints()
   if type(data) is not dict:
-    raise store_errors.Malformed(f'meta is {store_errors.short(data)}: expected a JSON object')
+    raise store_errors.MalformedError(f'meta is {store_errors.short(data)}: expected a JSON object')
   try:
     meta = blocks.BlockMeta.from_json(data)
   except _UNSUPPORTED_LAYOUT as e:
-    raise OtherFormat(
+    raise OtherFormatError(
       f'meta.layout_version {store_errors.short(data.get("layout_version"))}'
     ) from e
   except (ValueError, TypeError, KeyError, OverflowError) as e:  # blocks.BlockMetaError
-    raise store_errors.Malformed(str(e)) from e
+    raise store_errors.MalformedError(str(e)) from e
   # Token ids are exact ints in [0, 2^31), checked once by BlockMeta itself, and read back
   # as written (a tuple of the same ints): at 32k tokens each pass over them costs ~1 ms.
   for name, value in data.items():  # whatever from_json lets through
     if name != 'token_ids':
       _check_type(value, hints.get(name), f'meta.{name}')
   if data['start'] < 0:
-    raise store_errors.Malformed(f'meta.start is {data["start"]}: a slot cannot be negative')
+    raise store_errors.MalformedError(f'meta.start is {data["start"]}: a slot cannot be negative')
   if {**_fields(meta), 'token_ids': data['token_ids']} != data:
-    raise store_errors.Malformed('meta does not read back as written')
+    raise store_errors.MalformedError('meta does not read back as written')
   return meta
 
 
@@ -375,7 +378,7 @@ def _meta_hints() -> dict[str, Any]:
 
 
 def _check_type(value: Any, hint: Any, where: str) -> None:
-  """Raises Malformed unless `value` (JSON or Python) is a `hint`.
+  """Raises MalformedError unless `value` (JSON or Python) is a `hint`.
 
   Knows str, int (int32, not bool), bool, float, tuple[X, ...], unions and
   enums; a type it does not know is left to `BlockMeta.from_json`.
@@ -386,9 +389,9 @@ def _check_type(value: Any, hint: Any, where: str) -> None:
     for arm in typing.get_args(hint):
       try:
         return _check_type(value, arm, where)
-      except store_errors.Malformed as e:
+      except store_errors.MalformedError as e:
         errors.append(str(e))
-    raise store_errors.Malformed('; '.join(errors))
+    raise store_errors.MalformedError('; '.join(errors))
   if hint is type(None):
     ok = value is None
   elif hint is int:
@@ -399,7 +402,7 @@ def _check_type(value: Any, hint: Any, where: str) -> None:
     ok = type(value) in (int, float) and math.isfinite(value)
   elif origin is tuple:
     if type(value) not in (list, tuple):
-      raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected a list')
+      raise store_errors.MalformedError(f'{where} is {store_errors.short(value)}: expected a list')
     item = typing.get_args(hint)[0]
     low, high = store_chunks.INT32
     if item is int and set(map(type, value)) <= {int} and low <= min(value, default=0):
@@ -415,31 +418,39 @@ def _check_type(value: Any, hint: Any, where: str) -> None:
   if not ok:
     name = getattr(hint, '__name__', str(hint))
     bound = ' in int32' if hint is int else ''
-    raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected {name}{bound}')
+    raise store_errors.MalformedError(
+      f'{where} is {store_errors.short(value)}: expected {name}{bound}'
+    )
 
 
 def _check_object(value: Any, names: set[str], where: str) -> None:
   if type(value) is not dict:
-    raise store_errors.Malformed(f'{where} is {store_errors.short(value)}: expected a JSON object')
+    raise store_errors.MalformedError(
+      f'{where} is {store_errors.short(value)}: expected a JSON object'
+    )
   if value.keys() != names:
-    raise store_errors.Malformed(f'{where} has fields {sorted(value)}, expected {sorted(names)}')
+    raise store_errors.MalformedError(
+      f'{where} has fields {sorted(value)}, expected {sorted(names)}'
+    )
 
 
 def load_json(data: bytes) -> Any:
-  """JSON from ASCII bytes, refusing duplicate keys; raises Malformed."""
+  """JSON from ASCII bytes, refusing duplicate keys; raises MalformedError."""
 
   def no_duplicates(pairs):
     names = [name for name, _ in pairs]
     if len(set(names)) != len(names):
-      raise store_errors.Malformed(f'duplicate key {min(n for n in names if names.count(n) > 1)!r}')
+      raise store_errors.MalformedError(
+        f'duplicate key {min(n for n in names if names.count(n) > 1)!r}'
+      )
     return dict(pairs)
 
   try:
     return json.loads(data.decode('ascii'), object_pairs_hook=no_duplicates)
   except RecursionError:
-    raise store_errors.Malformed('JSON nested too deeply') from None
+    raise store_errors.MalformedError('JSON nested too deeply') from None
   except (ValueError, OverflowError) as e:  # UnicodeDecodeError, JSONDecodeError, digit limit
-    raise store_errors.Malformed(str(e)) from e
+    raise store_errors.MalformedError(str(e)) from e
 
 
 def parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], blocks.BlockMeta]:
@@ -502,7 +513,7 @@ def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], b
   try:
     manifest = load_json(data)
     meta = check_manifest(manifest)
-  except OtherFormat as e:
+  except OtherFormatError as e:
     found = e.args[0]
     if isinstance(found, str) and found.startswith('meta.layout_version'):
       cause = f'{MANIFEST} has {found}; this code reads only {blocks.LAYOUT_VERSION}'
@@ -512,7 +523,7 @@ def _parse_manifest(data: bytes, path: str, key: str) -> tuple[dict[str, Any], b
         f' {", ".join(map(repr, DIGEST_OF_FORMAT))}'
       )
     raise store_errors.UnsupportedFormatError(path, cause) from None
-  except store_errors.Malformed as e:
+  except store_errors.MalformedError as e:
     raise store_errors.CorruptBlockError(path, f'malformed {MANIFEST}: {e}') from e
   layout = store_pages.layout_of(manifest)
   described = key_for(meta, layout)

@@ -17,31 +17,33 @@ Layout = tuple[tuple[int, int], ...]
 
 
 def checked_layout(layout: Any, num_layers: int, n: int) -> Layout:
-  """A page layout as a tuple of (first_row, stop_row) per layer; raises Malformed.
+  """A page layout as a tuple of (first_row, stop_row) per layer; raises MalformedError.
 
   Each layer keeps all n rows (0, n) or the last r rows (n - r, n), one r
   for every trimmed layer, 0 <= r < n; at least one layer of each kind.
   """
   if not isinstance(layout, (list, tuple)) or len(layout) != num_layers:
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'page_layout is {store_errors.short(layout)}: expected one [first, stop] per layer'
     )
   rows = []
   for i, pair in enumerate(layout):
     if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(_is_int32(x) for x in pair)):
-      raise store_errors.Malformed(
+      raise store_errors.MalformedError(
         f'page_layout.{i} is {store_errors.short(pair)}: expected [first_row, stop_row]'
       )
     rows.append((int(pair[0]), int(pair[1])))
   trimmed = {first for first, stop in rows if (first, stop) != (0, n)}
   if any(stop != n for _, stop in rows) or len(trimmed) != 1 or not 0 < min(trimmed) <= n:
-    raise store_errors.Malformed(
+    raise store_errors.MalformedError(
       f'page_layout {store_errors.short(rows)}: each layer keeps rows [0, {n}]'
       f' or the same last r rows [{n} - r, {n}], 0 <= r < {n},'
       ' with at least one layer of each kind'
     )
   if all(first for first, _ in rows):
-    raise store_errors.Malformed(f'page_layout {store_errors.short(rows)} keeps no layer whole')
+    raise store_errors.MalformedError(
+      f'page_layout {store_errors.short(rows)} keeps no layer whole'
+    )
   return tuple(rows)
 
 

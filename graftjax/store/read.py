@@ -413,8 +413,8 @@ def _zarr_problem(
   try:
     found = store_manifest.load_json(data)
     if not isinstance(found, dict):
-      raise store_errors.Malformed(f'not a JSON object: {store_errors.short(found)}')
-  except store_errors.Malformed as e:
+      raise store_errors.MalformedError(f'not a JSON object: {store_errors.short(found)}')
+  except store_errors.MalformedError as e:
     return f'malformed {relative_path}: {e}'
   # What decides where tensorstore finds the bytes and how it decodes them;
   # other fields (attributes, dimension_names) are free.

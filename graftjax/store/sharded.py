@@ -221,7 +221,7 @@ class ShardedStore:
     layers, n, heads, head_dim = block.k.shape
     try:
       rows = None if page_layout is None else store_pages.checked_layout(page_layout, layers, n)
-    except store_errors.Malformed as e:
+    except store_errors.MalformedError as e:
       raise store_lib.InvalidBlockError(self.root, f'cannot store the page: {e}') from e
     key = store_lib.key_for(meta, rows)
     where = self._where(key)

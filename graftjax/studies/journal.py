@@ -35,12 +35,14 @@ import os
 import pathlib
 from typing import Any
 
+from graftjax.errors import GraftjaxError
+
 FORMAT = 2  # the header's 'journal' field: lines carry their digest and chain
 _HEADER = {'journal', 'config_sha256', 'sha256'}
 _STEP = {'step', 'value', 'prev', 'sha256'}
 
 
-class JournalError(ValueError):
+class JournalError(GraftjaxError, ValueError):
   """A journal cannot be resumed: another config, a damaged line, or a step that no longer holds."""
 
 

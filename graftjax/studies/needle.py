@@ -24,6 +24,7 @@ import tqdm
 
 from graftjax import ledger
 from graftjax import store as store_lib
+from graftjax.errors import GraftjaxError
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import stats
 from graftjax.flywheel import compose
@@ -50,7 +51,7 @@ LAST_NAMES = (
 )  # fmt: skip
 
 
-class NeedleError(ValueError):
+class NeedleError(GraftjaxError, ValueError):
   """A needle study cannot run as asked: a template, haystack or placement is unusable."""
 
 

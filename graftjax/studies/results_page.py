@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from graftjax import ledger
+from graftjax.errors import GraftjaxError
 from graftjax.studies import results as results_lib
 
 COMMAND = 'python experiments/results_page.py'
@@ -36,7 +37,7 @@ _KEYS = {'title': str, 'order': int, 'section': str, 'commands': list}
 MAX_ORDER = 10_000  # a section's `order`: 0 to this
 
 
-class StudyError(ValueError):
+class StudyError(GraftjaxError, ValueError):
   """A results folder that does not declare its study, or declares it wrongly."""
 
 

@@ -25,12 +25,14 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from graftjax.errors import GraftjaxError
+
 CHAT_TEMPLATE_FILE = 'chat_template.jinja'
 TOKENIZER_CONFIG = 'tokenizer_config.json'
 _CONTENT_MARK = '\ue000graftjax-content\ue000'  # a private-use sentinel no template writes
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(GraftjaxError, ValueError):
   """A template that does not parse, raises while rendering, or cannot wrap one message."""
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from graftjax.errors import GraftjaxError
+
 GGUF_MAGIC = b'GGUF'
 _DEFAULT_ALIGNMENT = 32
 
@@ -55,7 +57,7 @@ _NUMPY_DTYPES = {
 _STRING, _ARRAY = 8, 9
 
 
-class GGUFError(ValueError):
+class GGUFError(GraftjaxError, ValueError):
   """The file is not a GGUF this reader understands."""
 
 

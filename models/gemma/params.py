@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from graftjax.errors import GraftjaxError
 from graftjax.models.gemma import config as config_lib
 
 # Places one tensor: (name, value in the target dtype: numpy from a checkpoint,
@@ -38,7 +39,7 @@ GEMMA4_SCALES = (
 )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(GraftjaxError, ValueError):
   """A checkpoint that does not hold the model asked for (names the tensor or field)."""
 
 

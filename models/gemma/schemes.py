@@ -27,14 +27,16 @@ import enum
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax.errors import GraftjaxError
+
 Bias = Callable[[np.ndarray, int], np.ndarray]  # (distance [D], N) -> [N, D] float32
 
 
-class UnknownSchemeError(ValueError):
+class UnknownSchemeError(GraftjaxError, ValueError):
   """A position scheme name that is not registered."""
 
 
-class SchemeDeclarationError(ValueError):
+class SchemeDeclarationError(GraftjaxError, ValueError):
   """A scheme whose declaration contradicts itself or a registered one."""
 
 

@@ -38,6 +38,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from graftjax.errors import GraftjaxError
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as model_lib
@@ -59,7 +60,7 @@ _MODEL_AXIS = {
 }
 
 
-class MeshError(ValueError):
+class MeshError(GraftjaxError, ValueError):
   """A mesh or a placement that this module cannot use; names the cause."""
 
 
