@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 import os
 import pathlib
+import re
 import shlex
 import sys
 from typing import Any
@@ -29,9 +30,21 @@ def command_line(argv: Iterable[str] | None = None) -> str:
   return shlex.join(['python', *(sys.argv if argv is None else argv)])
 
 
+# An absolute path (`/root/out`), a home one (`~/x`) or one under a variable (`$OUT/x`), not part
+# of a longer path, a URL, a fraction (`1/57`) or a placeholder (`<path>/x`).
+_MACHINE_PATH = re.compile(
+  r'(?<![\w.<>:/~$}])(?:/|~/|\$\{?[A-Za-z_]\w*\}?/)[\w.~-][^\s`\'")\]|,;]*'
+)
+
+
+def _machine(value: str) -> bool:
+  return bool(_MACHINE_PATH.fullmatch(value))
+
+
 def shown_command(command: str, committed: str) -> str:
   """`command` as a page shows it: `--out` names the committed file `committed`, and any other
-  absolute path (of the machine that ran it) is shown as `<path>/` and its last part."""
+  path of the machine that ran it (absolute, `~/` or `$VAR/`) is shown as `<path>/` and its
+  last part."""
   try:
     words = shlex.split(command)
   except ValueError:
@@ -39,14 +52,22 @@ def shown_command(command: str, committed: str) -> str:
   shown = []
   for word in words:
     flag, eq, value = word.partition('=')
-    if eq and flag == '--out':
+    if eq and flag == '--out' and committed:
       word = f'--out={committed}'
-    elif eq and value.startswith('/'):
+    elif eq and flag.startswith('-') and _machine(value):
       word = f'{flag}=<path>/{pathlib.PurePosixPath(value).name}'
-    elif word.startswith('/'):
+    elif _machine(word):
       word = f'<path>/{pathlib.PurePosixPath(word).name}'
+    else:
+      word = shlex.quote(word)
     shown.append(word)
   return ' '.join(shown)
+
+
+def machine_paths(text: str) -> list[str]:
+  """The paths of a machine in `text` (absolute, `~/...`, `$VAR/...`), in order of appearance;
+  a page shows committed paths (relative to the repository) and `<path>/name` instead."""
+  return _MACHINE_PATH.findall(text)
 
 
 def model_inputs(model, model_name: str) -> dict[str, Any]:
