@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -562,6 +563,38 @@ def test_commands_show_the_committed_path_not_the_machines():
     ' <path>/extra'
   )
   assert not results_lib.machine_paths(shown)
+
+
+def test_a_path_naming_a_committed_file_shows_where_it_is_committed():
+  files = {
+    'a.json': 'experiments/results/s/runs/a.json',
+    'b.json': 'experiments/results/s/runs/b.json',
+  }
+  shown = results_lib.shown_command(
+    'python x.py --merge=/root/out/a.json,experiments/results/runs/b.json,/root/out/c.json'
+    ' --model=a.json --out=/root/out/r.json',
+    'experiments/results/s/r.json',
+    files,
+  )
+  assert shown == (
+    'python x.py --merge=experiments/results/s/runs/a.json,experiments/results/s/runs/b.json,'
+    '<path>/c.json --model=a.json --out=experiments/results/s/r.json'
+  )
+
+
+def _missing_results_paths(text):
+  """The paths under experiments/results that `text` names and the repository lacks."""
+  named = re.findall(r'experiments/results/[^\s`,;)\]|]*', text)
+  return sorted({p for p in named if not (RESULTS.parents[1] / p).exists()})
+
+
+def test_every_results_path_a_page_names_is_committed():
+  pages = results_page.pages(RESULTS)
+  assert sum(text.count('experiments/results/') for text in pages.values()) > 100
+  assert not {n: m for n, text in pages.items() if (m := _missing_results_paths(text))}
+  assert _missing_results_paths('--merge=experiments/results/runs/x.json,') == [
+    'experiments/results/runs/x.json'
+  ]
 
 
 def test_a_declared_command_shows_committed_paths(tmp_path):

@@ -41,27 +41,37 @@ def _machine(value: str) -> bool:
   return bool(_MACHINE_PATH.fullmatch(value))
 
 
-def shown_command(command: str, committed: str) -> str:
-  """`command` as a page shows it: `--out` names the committed file `committed`, and any other
-  path of the machine that ran it (absolute, `~/` or `$VAR/`) is shown as `<path>/` and its
-  last part."""
+def shown_command(command: str, committed: str, files: Mapping[str, str] | None = None) -> str:
+  """`command` as a page shows it, with committed paths, never the paths of the machine that ran.
+
+  `--out` names the committed file `committed`; any other path (a word, a flag's value or one of
+  its comma-separated parts) whose last part is a name in `files` ({file name: committed path})
+  is shown as that committed path; any other machine path (absolute, `~/` or `$VAR/`) as
+  `<path>/` and its last part.
+  """
   try:
     words = shlex.split(command)
   except ValueError:
     return command
-  shown = []
+  files = files or {}
+
+  def shown(path: str) -> str:
+    name = pathlib.PurePosixPath(path).name
+    if '/' in path and name in files:
+      return files[name]
+    return f'<path>/{name}' if _machine(path) else path
+
+  out = []
   for word in words:
     flag, eq, value = word.partition('=')
     if eq and flag == '--out' and committed:
       word = f'--out={committed}'
-    elif eq and flag.startswith('-') and _machine(value):
-      word = f'{flag}=<path>/{pathlib.PurePosixPath(value).name}'
-    elif _machine(word):
-      word = f'<path>/{pathlib.PurePosixPath(word).name}'
+    elif eq and flag.startswith('-'):
+      word = f'{flag}={",".join(shown(v) for v in value.split(","))}'
     else:
-      word = shlex.quote(word)
-    shown.append(word)
-  return ' '.join(shown)
+      word = ','.join(shown(v) for v in word.split(','))
+    out.append(word if '<path>/' in word else shlex.quote(word))
+  return ' '.join(out)
 
 
 def machine_paths(text: str) -> list[str]:

@@ -164,11 +164,18 @@ def _here(name: str) -> str:
   return name.split('/', 1)[1]
 
 
-def _sources(results: Sequence[Result]) -> list[str]:
+def _committed(study: Study) -> dict[str, str]:
+  """{file name: its path from the repository's root} of every file of `study`."""
+  names = [r.name for r in study.results + study.runs] + list(study.files)
+  return {pathlib.PurePosixPath(n).name: f'{RESULTS_PATH}/{n}' for n in names}
+
+
+def _sources(study: Study, results: Sequence[Result]) -> list[str]:
+  shown = lambda r: results_lib.shown_command(
+    r.data.get('command', '?'), f'{RESULTS_PATH}/{r.name}', _committed(study)
+  )
   return [
-    f'- [`{r.name}`]({_here(r.name)}) `{r.digest}`; {r.device};'
-    f' `{results_lib.shown_command(r.data.get("command", "?"), f"{RESULTS_PATH}/{r.name}")}`'
-    for r in results
+    f'- [`{r.name}`]({_here(r.name)}) `{r.digest}`; {r.device}; `{shown(r)}`' for r in results
   ]
 
 
@@ -304,17 +311,22 @@ def _shown(study: Study, command: str) -> str:
   """A declared command as its page shows it: its `--out` in the study's committed folder."""
   out = [w.partition('=')[2] for w in command.split() if w.startswith('--out=')]
   committed = f'{RESULTS_PATH}/{study.folder}/{pathlib.PurePosixPath(out[0]).name}' if out else ''
-  return results_lib.shown_command(command, committed)
+  return results_lib.shown_command(command, committed, _committed(study))
 
 
 def render_study(study: Study) -> list[str]:
   """The body of a study's page: its section, then its files, logs and commands."""
   out = _section(study)
   if study.results:
-    out += ['', 'Files (`result_sha256` prefix; device; command):', '', *_sources(study.results)]
+    out += [
+      '',
+      'Files (`result_sha256` prefix; device; command):',
+      '',
+      *_sources(study, study.results),
+    ]
   if study.runs:
     out += ['', 'Shards and single runs (merged above by their `result_sha256`):', '']
-    out += _sources(study.runs)
+    out += _sources(study, study.runs)
   if study.files:
     out += ['', 'Logs, figures and notes:', '']
     out += [f'- [`{f}`]({_here(f)})' for f in study.files]
