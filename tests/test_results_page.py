@@ -553,12 +553,12 @@ def test_a_relative_cost_keeps_its_sign():
 def test_commands_show_the_committed_path_not_the_machines():
   """A result's --out names the committed file; other machine paths show their last part."""
   shown = results_lib.shown_command(
-    'python experiments/relocation.py --model=/root/ckpt/small --samples=3 --out=/root/out/r.json'
-    ' --store=$OUT/store --cache=~/cache /tmp/extra',
+    'CKPT=/root/ckpt python experiments/relocation.py --model=/root/ckpt/small --samples=3'
+    ' --out=/root/out/r.json --store=$OUT/store --cache=~/cache /tmp/extra',
     'experiments/results/relocation/r.json',
   )
   assert shown == (
-    'python experiments/relocation.py --model=<path>/small --samples=3'
+    'CKPT=<path>/ckpt python experiments/relocation.py --model=<path>/small --samples=3'
     ' --out=experiments/results/relocation/r.json --store=<path>/store --cache=<path>/cache'
     ' <path>/extra'
   )

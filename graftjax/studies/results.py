@@ -66,7 +66,7 @@ def shown_command(command: str, committed: str, files: Mapping[str, str] | None 
     flag, eq, value = word.partition('=')
     if eq and flag == '--out' and committed:
       word = f'--out={committed}'
-    elif eq and flag.startswith('-'):
+    elif eq and (flag.startswith('-') or flag.isidentifier()):  # a flag or VAR=value
       word = f'{flag}={",".join(shown(v) for v in value.split(","))}'
     else:
       word = ','.join(shown(v) for v in word.split(','))

@@ -379,7 +379,8 @@ def index(found: Sequence[Study]) -> str:
     ' own `result_sha256` (shown by its first 12 hex digits). Each file also carries the command'
     ' that made it, the pinned configuration (device, jax version, XLA flags, matmul precision)'
     ' and the SHA-256 of its inputs and outputs; a page shows each command with the committed'
-    ' path of what it wrote. Bits are never compared across devices or jax versions.',
+    " path of what it wrote, and a study's `logs/README.md` says where its raw logs came from."
+    ' Bits are never compared across devices or jax versions.',
     '',
     'Re-check a file without running a model:'
     ' `python -c "from graftjax import ledger; ledger.verify_result(\'<file>\')"`;'
