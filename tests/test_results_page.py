@@ -150,6 +150,7 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
   ledger.write_result(first / 'runs' / 'novel_shard0.json', {'command': 'python x.py --shard=0'})
   (first / 'logs').mkdir()
   (first / 'logs' / 'run.json').write_text('{"not": "a result"}')  # logs are never read
+  (first / 'logs' / 'README.md').write_text('From a toy machine.\n')
   (first / 'plot.png').write_bytes(b'png')
   _study(tmp_path, 'earlier', order=1)
   index = results_page.pages(tmp_path)[results_page.PAGE_NAME]
@@ -163,6 +164,7 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
     '| `n` | 7 |',
     '[`novel/runs/novel_shard0.json`](runs/novel_shard0.json)',
     '[`novel/logs/run.json`](logs/run.json)',
+    '- [`novel/logs/README.md`](logs/README.md): where the logs came from',
     '[`novel/plot.png`](plot.png)',
     '- `python x.py --out=experiments/results/novel/y`',
   ):

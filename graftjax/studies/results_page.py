@@ -36,6 +36,7 @@ INDEX_LINK = f'../{PAGE_NAME}'  # the index, from a study's page
 RESULTS_PATH = 'experiments/results'  # the results folder, from the repository's root
 DECLARATION = 'study.toml'
 RUNS = 'runs'  # a study's shards and single runs, merged into its top-level files
+LOGS = 'logs'  # a study's raw logs, and a README.md saying where they came from
 _KEYS = {'title': str, 'order': int, 'section': str, 'commands': list}
 MAX_ORDER = 10_000  # a section's `order`: 0 to this
 
@@ -328,8 +329,11 @@ def render_study(study: Study) -> list[str]:
     out += ['', 'Shards and single runs (merged above by their `result_sha256`):', '']
     out += _sources(study, study.runs)
   if study.files:
+    readme = f'{study.folder}/{LOGS}/{PAGE_NAME}'
     out += ['', 'Logs, figures and notes:', '']
-    out += [f'- [`{f}`]({_here(f)})' for f in study.files]
+    if readme in study.files:
+      out.append(f'- [`{readme}`]({_here(readme)}): where the logs came from')
+    out += [f'- [`{f}`]({_here(f)})' for f in study.files if f != readme]
   if study.commands:
     out += ['', 'Re-run:', '', *(f'- `{_shown(study, c)}`' for c in study.commands)]
   return out
