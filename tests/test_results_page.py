@@ -665,3 +665,47 @@ def test_a_logs_folder_without_a_readme_is_found(tmp_path):
   (tmp_path / 'told' / 'logs' / 'README.md').write_text('From experiments/device/x.sh on a GPU.\n')
   (tmp_path / 'blank' / 'logs' / 'README.md').write_text('\n')
   assert _logs_without_a_readme(tmp_path) == ['blank/logs', 'untold/logs']
+
+
+def _slug(heading):
+  """GitHub's anchor for a markdown heading."""
+  return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+
+
+def _broken_results_links(doc, text):
+  """Links in `text` (of the file `doc`) into experiments/results whose file, or whose anchor
+  on a page, is not there."""
+  broken = []
+  for target in re.findall(r'\]\(([^)\s]*experiments/results/[^)\s]*)\)', text):
+    path, _, anchor = target.partition('#')
+    where = (doc.parent / path).resolve()
+    if not where.exists():
+      broken.append(target)
+    elif anchor:
+      headings = re.findall(r'^#+ (.*)$', where.read_text(), flags=re.M)
+      if anchor not in {_slug(h) for h in headings}:
+        broken.append(target)
+  return broken
+
+
+def test_every_link_into_the_results_pages_resolves():
+  root = RESULTS.parents[1]
+  docs = [root / 'README.md', *sorted((root / 'docs').glob('*.md'))]
+  docs += sorted((root / 'notebooks').glob('*.ipynb'))
+  linked = {d.name: re.findall(r'\]\([^)]*experiments/results/', d.read_text()) for d in docs}
+  assert sum(map(len, linked.values())) >= 5
+  assert not {d.name: b for d in docs if (b := _broken_results_links(d, d.read_text()))}
+
+
+def test_a_link_to_a_missing_page_or_section_is_found():
+  doc = RESULTS.parents[1] / 'docs' / 'x.md'
+  text = (
+    '[ok](../experiments/results/exactness/README.md),'
+    ' [gone](../experiments/results/README.md#is-own-position-graft-byte-exact-cpu-and-h200),'
+    ' [moved](../experiments/results/nowhere/README.md),'
+    ' [section](../experiments/results/exactness/README.md#is-own-position-graft-byte-exact-cpu-and-h200)'
+  )
+  assert _broken_results_links(doc, text) == [
+    '../experiments/results/README.md#is-own-position-graft-byte-exact-cpu-and-h200',
+    '../experiments/results/nowhere/README.md',
+  ]
