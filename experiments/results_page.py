@@ -1,10 +1,11 @@
-"""Writes the results page, experiments/results/README.md, study by study.
+"""Writes the results pages: the index, experiments/results/README.md, and one page per study,
+experiments/results/<study>/README.md.
 
-    python experiments/results_page.py             # rewrite the page
-    python experiments/results_page.py --check     # exit 1 if the committed page is stale
+    python experiments/results_page.py             # rewrite the pages
+    python experiments/results_page.py --check     # exit 1 if a committed page is stale
 
-Every figure on the page is read from a result file after `ledger.verify_result`. Each
-folder `experiments/results/<study>/` declares its section in `study.toml`
+Every figure on a page is read from a result file after `ledger.verify_result`. Each
+folder `experiments/results/<study>/` declares its page in `study.toml`
 (`graftjax.studies.results_page` says how); adding a study edits nothing here.
 """
 
@@ -20,7 +21,7 @@ from graftjax.studies import results_page
 RESULTS = pathlib.Path(__file__).resolve().parent / 'results'
 
 _RESULTS_DIR = flags.DEFINE_string('results_dir', str(RESULTS), 'Folder of study folders.')
-_CHECK = flags.DEFINE_bool('check', False, 'Only compare: exit 1 if the page on disk is stale.')
+_CHECK = flags.DEFINE_bool('check', False, 'Only compare: exit 1 if a page on disk is stale.')
 
 
 def main(argv):
@@ -28,12 +29,12 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   folder = pathlib.Path(_RESULTS_DIR.value)
   if _CHECK.value:
-    path = folder / results_page.PAGE_NAME
-    if not path.exists() or path.read_text() != results_page.page(folder):
-      sys.exit(f'{path} is stale: run `{results_page.COMMAND}`')
-    print(f'{path} is up to date')
+    if stale := results_page.stale(folder):
+      sys.exit(f'{", ".join(map(str, stale))} stale: run `{results_page.COMMAND}`')
+    print(f'the pages under {folder} are up to date')
     return
-  print(f'wrote {results_page.write(folder)}')
+  for path in results_page.write(folder):
+    print(f'wrote {path}')
 
 
 if __name__ == '__main__':

@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -26,27 +27,105 @@ def _study(root, folder, declaration=None, **fields):
   return where
 
 
-def test_committed_page_is_current():
-  committed = (RESULTS / results_page.PAGE_NAME).read_text()
-  assert committed == results_page.page(RESULTS), (
-    f'experiments/results/README.md is stale: regenerate it with `{results_page.COMMAND}`'
+def _page(root, folder):
+  """The generated page of the study in `root`/`folder`."""
+  return results_page.pages(root)[f'{folder}/{results_page.PAGE_NAME}']
+
+
+def test_committed_pages_are_current():
+  assert not results_page.stale(RESULTS), (
+    f'a page under experiments/results is stale: regenerate them with `{results_page.COMMAND}`'
   )
 
 
-def test_page_is_deterministic():
+def test_a_stale_or_missing_page_is_found(tmp_path):
+  _study(tmp_path, 'first')
+  _study(tmp_path, 'second')
+  written = results_page.write(tmp_path)
+  assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == [
+    'README.md',
+    'first/README.md',
+    'second/README.md',
+  ]
+  assert not results_page.stale(tmp_path)
+  (tmp_path / 'first' / 'README.md').write_text('edited\n')
+  (tmp_path / 'second' / 'README.md').unlink()
+  assert results_page.stale(tmp_path) == [
+    tmp_path / 'first/README.md',
+    tmp_path / 'second/README.md',
+  ]
+
+
+def test_pages_are_deterministic():
   found = results_page.studies(RESULTS)
   assert results_page.render(found) == results_page.render(list(reversed(found)))
 
 
-def test_every_committed_file_is_on_the_page():
-  page = results_page.page(RESULTS)
-  for path in RESULTS.rglob('*'):
-    name = path.relative_to(RESULTS).as_posix()
-    if path.is_dir() or name == results_page.PAGE_NAME or path.name == results_page.DECLARATION:
-      continue
-    assert f'`{name}`' in page, name
-    if path.suffix == '.json' and '/logs/' not in name:
-      assert ledger.verify_result(path)['result_sha256'][:12] in page, name
+def _off_their_page(root, pages):
+  """Committed files under `root` that their study's page in `pages` does not name (with the
+  digest prefix, for a result)."""
+  missing = []
+  for path in sorted(root.rglob('*')):
+    name = path.relative_to(root).as_posix()
+    if path.is_dir() or path.name in (results_page.PAGE_NAME, results_page.DECLARATION):
+      if not (path.name == results_page.PAGE_NAME and '/logs/' in name):
+        continue
+    page = pages[f'{name.split("/")[0]}/{results_page.PAGE_NAME}']
+    here = name.split('/', 1)[1]
+    if f'[`{name}`]({here})' not in page:
+      missing.append(name)
+    elif path.suffix == '.json' and '/logs/' not in name:
+      if ledger.verify_result(path)['result_sha256'][:12] not in page:
+        missing.append(name)
+  return missing
+
+
+def test_every_committed_file_is_on_its_study_page():
+  assert not _off_their_page(RESULTS, results_page.pages(RESULTS))
+
+
+def test_a_file_left_off_its_page_is_found(tmp_path):
+  where = _study(tmp_path, 'novel')
+  ledger.write_result(where / 'novel_gsm8k.json', {'command': 'python x.py', 'summary': {'n': 7}})
+  (where / 'plot.png').write_bytes(b'png')
+  pages = results_page.pages(tmp_path)
+  assert not _off_their_page(tmp_path, pages)
+  page = pages['novel/README.md']
+  dropped = {**pages, 'novel/README.md': page.replace('[`novel/plot.png`](plot.png)', '')}
+  assert _off_their_page(tmp_path, dropped) == ['novel/plot.png']
+  digest = ledger.verify_result(where / 'novel_gsm8k.json')['result_sha256'][:12]
+  undigested = {**pages, 'novel/README.md': page.replace(digest, '')}
+  assert _off_their_page(tmp_path, undigested) == ['novel/novel_gsm8k.json']
+
+
+def _fits_one_screen(index):
+  return len(index.splitlines()) <= 40
+
+
+def test_the_index_fits_one_screen_and_links_every_study():
+  index = results_page.pages(RESULTS)[results_page.PAGE_NAME]
+  assert _fits_one_screen(index)
+  for study in results_page.studies(RESULTS):
+    assert f'- [{study.title}]({study.folder}/README.md): ' in index, study.folder
+  assert (RESULTS / results_page.PAGE_NAME).read_text() == index
+
+
+def test_an_index_of_too_many_studies_does_not_fit(tmp_path):
+  for i in range(40):
+    _study(tmp_path, f'study{i:02d}', order=i)
+  assert not _fits_one_screen(results_page.pages(tmp_path)[results_page.PAGE_NAME])
+
+
+def test_the_index_counts_each_studys_files_and_devices(tmp_path):
+  where = _study(tmp_path, 'novel')
+  gpu = {'device_kind': 'Toy GPU', 'jax_version': '0.0.1'}
+  ledger.write_result(where / 'a.json', {'command': 'c', 'determinism': gpu})
+  ledger.write_result(where / 'b.json', {'command': 'c', 'determinism': CPU})
+  ledger.write_result(where / 'runs' / 'c.json', {'command': 'c', 'determinism': gpu})
+  _study(tmp_path, 'empty')
+  index = results_page.pages(tmp_path)[results_page.PAGE_NAME]
+  assert '- [The novel study](novel/README.md): 2 result files and 1 run on CPU, Toy GPU' in index
+  assert '- [The empty study](empty/README.md): no result files yet' in index
 
 
 def test_every_study_is_declared_with_a_section_and_a_command():
@@ -56,13 +135,13 @@ def test_every_study_is_declared_with_a_section_and_a_command():
 
 def test_a_figure_on_the_page_follows_its_file():
   found = results_page.studies(RESULTS)
-  page = results_page.render(found)
+  page = results_page.render(found)['cpu_speed/README.md']
   (cpu,) = [s for s in found if s.folder == 'cpu_speed']
   (result,) = [copy.deepcopy(r) for r in cpu.results if r.name.endswith('bench_model_cpu.json')]
   result.data['rows']['llamacpp']['prefill_tokens_per_s'] = 123456.0
   edited = [dataclasses.replace(s, results=(result,)) if s is cpu else s for s in found]
   assert '123,456.0' not in page
-  assert '123,456.0' in results_page.render(edited)
+  assert '123,456.0' in results_page.render(edited)['cpu_speed/README.md']
 
 
 def test_a_study_is_a_folder_and_its_declaration(tmp_path):
@@ -71,20 +150,26 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
   ledger.write_result(first / 'runs' / 'novel_shard0.json', {'command': 'python x.py --shard=0'})
   (first / 'logs').mkdir()
   (first / 'logs' / 'run.json').write_text('{"not": "a result"}')  # logs are never read
+  (first / 'logs' / 'README.md').write_text('From a toy machine.\n')
   (first / 'plot.png').write_bytes(b'png')
   _study(tmp_path, 'earlier', order=1)
-  page = results_page.page(tmp_path)
-  assert page.index('## The earlier study') < page.index('## The novel study')
+  index = results_page.pages(tmp_path)[results_page.PAGE_NAME]
+  assert index.index('[The earlier study](earlier/README.md)') < index.index('[The novel study]')
+  page = _page(tmp_path, 'novel')
+  assert page.startswith('# The novel study\n')
+  assert '[results](../README.md)' in page
   for named in (
-    '`novel/novel_gsm8k.json`',
+    '[`novel/novel_gsm8k.json`](novel_gsm8k.json)',
     '| summary field | value |',
     '| `n` | 7 |',
-    '`novel/runs/novel_shard0.json`',
-    '[`novel/logs/run.json`](novel/logs/run.json)',
-    '[`novel/plot.png`](novel/plot.png)',
-    '- `python x.py --out=y`',
+    '[`novel/runs/novel_shard0.json`](runs/novel_shard0.json)',
+    '[`novel/logs/run.json`](logs/run.json)',
+    '- [`novel/logs/README.md`](logs/README.md): where the logs came from',
+    '[`novel/plot.png`](plot.png)',
+    '- `python x.py --out=experiments/results/novel/y`',
   ):
     assert named in page, named
+  assert 'novel_gsm8k' not in _page(tmp_path, 'earlier')
 
 
 @pytest.mark.parametrize(
@@ -108,7 +193,7 @@ def test_a_folder_that_does_not_declare_its_study_is_refused(tmp_path, declarati
   if declaration is not None:
     (where / results_page.DECLARATION).write_text(declaration)
   with pytest.raises(results_page.StudyError, match=says.replace('[', r'\[').replace(']', r'\]')):
-    results_page.page(tmp_path)
+    results_page.pages(tmp_path)
 
 
 SECTIONS = {
@@ -147,13 +232,13 @@ def test_a_declaration_out_of_range_or_a_failing_section_is_a_study_error(
   where = _study(results, 'study', declaration=fields + '\n')
   ledger.write_result(where / 'x.json', {'command': 'c'})
   with pytest.raises(results_page.StudyError, match=says):
-    results_page.page(results)
+    results_page.pages(results)
 
 
 def test_a_file_outside_every_study_is_refused(tmp_path):
   ledger.write_result(tmp_path / 'exactness_cpu.json', {'command': 'c'})
   with pytest.raises(results_page.StudyError, match='exactness_cpu.json'):
-    results_page.page(tmp_path)
+    results_page.pages(tmp_path)
 
 
 def test_edited_result_file_is_refused(tmp_path):
@@ -163,7 +248,7 @@ def test_edited_result_file_is_refused(tmp_path):
   data['n'] = 2
   (where / 'x.json').write_text(json.dumps(data))
   with pytest.raises(ValueError, match='x.json'):
-    results_page.page(tmp_path)
+    results_page.pages(tmp_path)
 
 
 def test_a_recorded_output_path_resolves_in_its_study(tmp_path):
@@ -267,7 +352,7 @@ def test_flywheel_section_renders_a_minimal_file(tmp_path):
   where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
   ledger.write_result(where / 'flywheel_toy_h200.json', _flywheel(energy))
   ledger.write_result(where / 'flywheel_toy_cpu.json', _flywheel(None))
-  page = results_page.page(tmp_path)
+  page = _page(tmp_path, 'flywheel')
   assert 'Re-scored now' in page
   for figure in (
     '51/57 = 89.5% [79.0%, 95.0%]',  # recurrence accuracy, Wilson interval
@@ -286,7 +371,7 @@ def test_flywheel_section_renders_a_minimal_file(tmp_path):
     '4 x 256 / 16',
   ):
     assert figure in page, figure
-  assert page == results_page.page(tmp_path)
+  assert page == _page(tmp_path, 'flywheel')
 
 
 def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path):
@@ -295,7 +380,7 @@ def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path)
   data['summary']['transfer_flywheel'] = _phase(7, _rate(0, 7, 0.0, 0.3543), 77)
   where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
   ledger.write_result(where / 'flywheel_toy.json', data)
-  page = results_page.page(tmp_path)
+  page = _page(tmp_path, 'flywheel')
   assert '**base higher**' in page  # a negative result is kept
   assert 'No file here was measured' in page
 
@@ -314,7 +399,7 @@ def test_flywheel_page_shows_a_code_task_without_re_running_its_code(tmp_path):
   data['routing'] = {'BM25Router': {'calibration': {'threshold': 0.43, 'report': report}}}
   where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
   ledger.write_result(where / 'flywheel_code.json', data)
-  page = results_page.page(tmp_path)
+  page = _page(tmp_path, 'flywheel')
   assert 'not re-run as the page is made' in page
   assert '| 1 own + 3 canonical | 51/57 = 89.5% [79.0%, 95.0%] | 56/57 |' in page
   assert (
@@ -345,7 +430,7 @@ def test_compose_section_renders_a_minimal_file(tmp_path):
   }
   where = _study(tmp_path, 'compose', section='graftjax.studies.sections.flywheel_compose')
   ledger.write_result(where / 'flywheel_compose_toy.json', data)
-  page = results_page.page(tmp_path)
+  page = _page(tmp_path, 'compose')
   assert 'Re-scored now' not in page  # not given to rescore
   for figure in (
     '| k3/shifted | 4/5 | 5/5 | 0.25 |',
@@ -444,7 +529,7 @@ def test_paging_section_renders_minimal_files(tmp_path):
       'summary': {'paged': {'accuracy': 0.875}, 'questions': 64},
     },
   )
-  page = results_page.page(tmp_path)
+  page = _page(tmp_path, 'paging')
   for figure in (
     '| bm25 | 10,000 | 91 | 182 |',
     'bm25 1.30x',
@@ -468,15 +553,159 @@ def test_a_relative_cost_keeps_its_sign():
 
 
 def test_commands_show_the_committed_path_not_the_machines():
-  """A result's --out names the committed file; other absolute paths show their last part."""
+  """A result's --out names the committed file; other machine paths show their last part."""
   shown = results_lib.shown_command(
-    'python experiments/relocation.py --model=/root/ckpt/small --samples=3 --out=/root/out/r.json',
+    'CKPT=/root/ckpt python experiments/relocation.py --model=/root/ckpt/small --samples=3'
+    ' --out=/root/out/r.json --store=$OUT/store --cache=~/cache /tmp/extra',
     'experiments/results/relocation/r.json',
   )
   assert shown == (
-    'python experiments/relocation.py --model=<path>/small --samples=3'
-    ' --out=experiments/results/relocation/r.json'
+    'CKPT=<path>/ckpt python experiments/relocation.py --model=<path>/small --samples=3'
+    ' --out=experiments/results/relocation/r.json --store=<path>/store --cache=<path>/cache'
+    ' <path>/extra'
   )
-  page = (RESULTS / results_page.PAGE_NAME).read_text()
-  findings = (RESULTS / 'relocation' / 'position_findings.md').read_text()
-  assert '/root/' not in page and '/root/' not in findings
+  assert not results_lib.machine_paths(shown)
+
+
+def test_a_path_naming_a_committed_file_shows_where_it_is_committed():
+  files = {
+    'a.json': 'experiments/results/s/runs/a.json',
+    'b.json': 'experiments/results/s/runs/b.json',
+  }
+  shown = results_lib.shown_command(
+    'python x.py --merge=/root/out/a.json,experiments/results/runs/b.json,/root/out/c.json'
+    ' --model=a.json --out=/root/out/r.json',
+    'experiments/results/s/r.json',
+    files,
+  )
+  assert shown == (
+    'python x.py --merge=experiments/results/s/runs/a.json,experiments/results/s/runs/b.json,'
+    '<path>/c.json --model=a.json --out=experiments/results/s/r.json'
+  )
+
+
+def _missing_results_paths(text):
+  """The paths under experiments/results that `text` names and the repository lacks."""
+  named = re.findall(r'experiments/results/[^\s`,;)\]|]*', text)
+  return sorted({p for p in named if not (RESULTS.parents[1] / p).exists()})
+
+
+def test_every_results_path_a_page_names_is_committed():
+  pages = results_page.pages(RESULTS)
+  assert sum(text.count('experiments/results/') for text in pages.values()) > 100
+  assert not {n: m for n, text in pages.items() if (m := _missing_results_paths(text))}
+  assert _missing_results_paths('--merge=experiments/results/runs/x.json,') == [
+    'experiments/results/runs/x.json'
+  ]
+
+
+def test_a_declared_command_shows_committed_paths(tmp_path):
+  _study(tmp_path, 'novel', commands=['python x.py --store=/tmp/s --out=$OUT/r.json'])
+  assert '- `python x.py --store=<path>/s --out=experiments/results/novel/r.json`' in _page(
+    tmp_path, 'novel'
+  )
+
+
+def _committed_texts():
+  """Every page under experiments/results, and every other markdown note there."""
+  return {p.relative_to(RESULTS).as_posix(): p.read_text() for p in sorted(RESULTS.rglob('*.md'))}
+
+
+def test_no_page_or_note_shows_a_machine_path():
+  texts = {**_committed_texts(), **results_page.pages(RESULTS)}
+  assert {'README.md', 'scale/README.md', 'relocation/position_findings.md'} <= set(texts)
+  shown = {name: results_lib.machine_paths(text) for name, text in texts.items()}
+  assert not {name: paths for name, paths in shown.items() if paths}
+
+
+@pytest.mark.parametrize(
+  ('text', 'found'),
+  [
+    ('`python x.py --out=/root/out/r.json`', ['/root/out/r.json']),
+    ('wrote /tmp/gj_store/a.bin, then', ['/tmp/gj_store/a.bin']),
+    ('--out=$OUT/paging.json', ['$OUT/paging.json']),
+    ('--out=${OUT}/paging.json', ['${OUT}/paging.json']),
+    ('(~/cache/jax)', ['~/cache/jax']),
+    ('[page](../README.md), 50/50, https://example.com/a, <path>/r.json, logs/x.log', []),
+  ],
+)
+def test_machine_paths_are_found(text, found):
+  assert results_lib.machine_paths(text) == found
+
+
+def test_a_section_that_shows_a_machine_path_is_refused(tmp_path, monkeypatch):
+  (tmp_path / 'leaky_section.py').write_text(
+    'def render(results):\n  return ["wrote /root/out/x.json"]\n'
+  )
+  monkeypatch.syspath_prepend(str(tmp_path))
+  where = _study(tmp_path / 'results', 'leaky', section='leaky_section')
+  ledger.write_result(where / 'x.json', {'command': 'c'})
+  with pytest.raises(results_page.StudyError, match=r'leaky/README.md.*/root/out/x.json'):
+    results_page.pages(tmp_path / 'results')
+
+
+def _logs_without_a_readme(root):
+  """The `logs/` folders under `root` without a README.md that says where their logs came from."""
+  return [
+    logs.relative_to(root).as_posix()
+    for logs in sorted(root.glob('*/logs'))
+    if not (logs / 'README.md').is_file() or not (logs / 'README.md').read_text().strip()
+  ]
+
+
+def test_every_logs_folder_says_where_its_logs_came_from():
+  assert len(list(RESULTS.glob('*/logs'))) >= 5
+  assert not _logs_without_a_readme(RESULTS)
+
+
+def test_a_logs_folder_without_a_readme_is_found(tmp_path):
+  for study in ('told', 'untold', 'blank'):
+    (tmp_path / study / 'logs').mkdir(parents=True)
+    (tmp_path / study / 'logs' / 'run.log').write_text('raw')
+  (tmp_path / 'told' / 'logs' / 'README.md').write_text('From experiments/device/x.sh on a GPU.\n')
+  (tmp_path / 'blank' / 'logs' / 'README.md').write_text('\n')
+  assert _logs_without_a_readme(tmp_path) == ['blank/logs', 'untold/logs']
+
+
+def _slug(heading):
+  """GitHub's anchor for a markdown heading."""
+  return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+
+
+def _broken_results_links(doc, text):
+  """Links in `text` (of the file `doc`) into experiments/results whose file, or whose anchor
+  on a page, is not there."""
+  broken = []
+  for target in re.findall(r'\]\(([^)\s]*experiments/results/[^)\s]*)\)', text):
+    path, _, anchor = target.partition('#')
+    where = (doc.parent / path).resolve()
+    if not where.exists():
+      broken.append(target)
+    elif anchor:
+      headings = re.findall(r'^#+ (.*)$', where.read_text(), flags=re.M)
+      if anchor not in {_slug(h) for h in headings}:
+        broken.append(target)
+  return broken
+
+
+def test_every_link_into_the_results_pages_resolves():
+  root = RESULTS.parents[1]
+  docs = [root / 'README.md', *sorted((root / 'docs').glob('*.md'))]
+  docs += sorted((root / 'notebooks').glob('*.ipynb'))
+  linked = {d.name: re.findall(r'\]\([^)]*experiments/results/', d.read_text()) for d in docs}
+  assert sum(map(len, linked.values())) >= 5
+  assert not {d.name: b for d in docs if (b := _broken_results_links(d, d.read_text()))}
+
+
+def test_a_link_to_a_missing_page_or_section_is_found():
+  doc = RESULTS.parents[1] / 'docs' / 'x.md'
+  text = (
+    '[ok](../experiments/results/exactness/README.md),'
+    ' [gone](../experiments/results/README.md#is-own-position-graft-byte-exact-cpu-and-h200),'
+    ' [moved](../experiments/results/nowhere/README.md),'
+    ' [section](../experiments/results/exactness/README.md#is-own-position-graft-byte-exact-cpu-and-h200)'
+  )
+  assert _broken_results_links(doc, text) == [
+    '../experiments/results/README.md#is-own-position-graft-byte-exact-cpu-and-h200',
+    '../experiments/results/nowhere/README.md',
+  ]

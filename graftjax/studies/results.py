@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 import os
 import pathlib
+import re
 import shlex
 import sys
 from typing import Any
@@ -29,24 +30,54 @@ def command_line(argv: Iterable[str] | None = None) -> str:
   return shlex.join(['python', *(sys.argv if argv is None else argv)])
 
 
-def shown_command(command: str, committed: str) -> str:
-  """`command` as a page shows it: `--out` names the committed file `committed`, and any other
-  absolute path (of the machine that ran it) is shown as `<path>/` and its last part."""
+# An absolute path (`/root/out`), a home one (`~/x`) or one under a variable (`$OUT/x`), not part
+# of a longer path, a URL, a fraction (`1/57`) or a placeholder (`<path>/x`).
+_MACHINE_PATH = re.compile(
+  r'(?<![\w.<>:/~$}])(?:/|~/|\$\{?[A-Za-z_]\w*\}?/)[\w.~-][^\s`\'")\]|,;]*'
+)
+
+
+def _machine(value: str) -> bool:
+  return bool(_MACHINE_PATH.fullmatch(value))
+
+
+def shown_command(command: str, committed: str, files: Mapping[str, str] | None = None) -> str:
+  """`command` as a page shows it, with committed paths, never the paths of the machine that ran.
+
+  `--out` names the committed file `committed`; any other path (a word, a flag's value or one of
+  its comma-separated parts) whose last part is a name in `files` ({file name: committed path})
+  is shown as that committed path; any other machine path (absolute, `~/` or `$VAR/`) as
+  `<path>/` and its last part.
+  """
   try:
     words = shlex.split(command)
   except ValueError:
     return command
-  shown = []
+  files = files or {}
+
+  def shown(path: str) -> str:
+    name = pathlib.PurePosixPath(path).name
+    if '/' in path and name in files:
+      return files[name]
+    return f'<path>/{name}' if _machine(path) else path
+
+  out = []
   for word in words:
     flag, eq, value = word.partition('=')
-    if eq and flag == '--out':
+    if eq and flag == '--out' and committed:
       word = f'--out={committed}'
-    elif eq and value.startswith('/'):
-      word = f'{flag}=<path>/{pathlib.PurePosixPath(value).name}'
-    elif word.startswith('/'):
-      word = f'<path>/{pathlib.PurePosixPath(word).name}'
-    shown.append(word)
-  return ' '.join(shown)
+    elif eq and (flag.startswith('-') or flag.isidentifier()):  # a flag or VAR=value
+      word = f'{flag}={",".join(shown(v) for v in value.split(","))}'
+    else:
+      word = ','.join(shown(v) for v in word.split(','))
+    out.append(word if '<path>/' in word else shlex.quote(word))
+  return ' '.join(out)
+
+
+def machine_paths(text: str) -> list[str]:
+  """The paths of a machine in `text` (absolute, `~/...`, `$VAR/...`), in order of appearance;
+  a page shows committed paths (relative to the repository) and `<path>/name` instead."""
+  return _MACHINE_PATH.findall(text)
 
 
 def model_inputs(model, model_name: str) -> dict[str, Any]:

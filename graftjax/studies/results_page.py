@@ -1,18 +1,20 @@
-"""The results page, `experiments/results/README.md`, generated study by study.
+"""The results pages: an index, `experiments/results/README.md`, and one page per study.
 
 Each folder `experiments/results/<study>/` holds one study: its result JSON at the top level,
-the shards and single runs they merge in `runs/`, logs in `logs/`, figures beside the JSON.
-The folder declares itself in `study.toml`:
+the shards and single runs they merge in `runs/`, logs in `logs/` (with a README.md saying
+where they came from), figures beside the JSON, and its generated page, `README.md`. The
+folder declares itself in `study.toml`:
 
-    title = 'Is own-position graft byte-exact?'    # the section heading
-    order = 10                                     # where the section goes on the page
+    title = 'Is own-position graft byte-exact?'    # the page's heading and the index's link
+    order = 10                                     # where the study goes in the index
     section = 'graftjax.studies.sections.exactness'  # optional: `render(results) -> lines`
     commands = ['python experiments/exactness.py --out=...']  # optional: how to re-run it
 
-Every figure is read from a result file after `ledger.verify_result`; the page names the file
-(its path under the results folder) and the first 12 hex digits of its `result_sha256`. A
-study without a `section` lists every scalar of each file's summary. Adding a study is a new
-folder with its declaration; no list here names the studies. Same files, same bytes.
+Every figure is read from a result file after `ledger.verify_result`; a page names the file
+(its path under the results folder) and the first 12 hex digits of its `result_sha256`, and
+shows each command with the committed path of what it wrote, never a path of the machine that
+ran it. A study without a `section` lists every scalar of each file's summary. Adding a study
+is a new folder with its declaration; no list here names the studies. Same files, same bytes.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from graftjax.errors import GraftjaxError
 from graftjax.studies import results as results_lib
 
 COMMAND = 'python experiments/results_page.py'
-PAGE_NAME = 'README.md'
+PAGE_NAME = 'README.md'  # the index in the results folder, and each study's page in its folder
+INDEX_LINK = f'../{PAGE_NAME}'  # the index, from a study's page
+RESULTS_PATH = 'experiments/results'  # the results folder, from the repository's root
 DECLARATION = 'study.toml'
 RUNS = 'runs'  # a study's shards and single runs, merged into its top-level files
+LOGS = 'logs'  # a study's raw logs, and a README.md saying where they came from
 _KEYS = {'title': str, 'order': int, 'section': str, 'commands': list}
 MAX_ORDER = 10_000  # a section's `order`: 0 to this
 
@@ -156,11 +161,23 @@ def summaries(results: Sequence[Result]) -> list[str]:
   return out[:-1]
 
 
-def _sources(results: Sequence[Result]) -> list[str]:
+def _here(name: str) -> str:
+  """A file's link from its study's page: `name` (under the results folder) less the study."""
+  return name.split('/', 1)[1]
+
+
+def _committed(study: Study) -> dict[str, str]:
+  """{file name: its path from the repository's root} of every file of `study`."""
+  names = [r.name for r in study.results + study.runs] + list(study.files)
+  return {pathlib.PurePosixPath(n).name: f'{RESULTS_PATH}/{n}' for n in names}
+
+
+def _sources(study: Study, results: Sequence[Result]) -> list[str]:
+  shown = lambda r: results_lib.shown_command(
+    r.data.get('command', '?'), f'{RESULTS_PATH}/{r.name}', _committed(study)
+  )
   return [
-    f'- `{r.name}` `{r.digest}`; {r.device};'
-    f' `{results_lib.shown_command(r.data.get("command", "?"), f"experiments/results/{r.name}")}`'
-    for r in results
+    f'- [`{r.name}`]({_here(r.name)}) `{r.digest}`; {r.device}; `{shown(r)}`' for r in results
   ]
 
 
@@ -220,7 +237,7 @@ def load_study(root: str | os.PathLike[str], folder: str) -> Study:
   declared = _declaration(where)
   tops = sorted(where.glob('*.json'))
   runs = sorted((where / RUNS).glob('*.json'))
-  seen = {where / DECLARATION, *tops, *runs}
+  seen = {where / DECLARATION, where / PAGE_NAME, *tops, *runs}
   files = sorted(p.relative_to(root).as_posix() for p in where.rglob('*') if p.is_file())
   return Study(
     folder=folder,
@@ -235,11 +252,11 @@ def load_study(root: str | os.PathLike[str], folder: str) -> Study:
 
 
 def studies(results_dir: str | os.PathLike[str]) -> list[Study]:
-  """Every study under `results_dir`, in page order.
+  """Every study under `results_dir`, in index order.
 
   Raises:
     StudyError: a folder without a valid declaration, or a file outside every study folder
-      (other than the page).
+      (other than the index).
   """
   root = pathlib.Path(results_dir)
   strays = [p.name for p in root.iterdir() if p.is_file() and p.name != PAGE_NAME]
@@ -292,48 +309,136 @@ def _failure(e: BaseException) -> str:
   return f'{type(e).__name__}: {e}'
 
 
+def _shown(study: Study, command: str) -> str:
+  """A declared command as its page shows it: its `--out` in the study's committed folder."""
+  out = [w.partition('=')[2] for w in command.split() if w.startswith('--out=')]
+  committed = f'{RESULTS_PATH}/{study.folder}/{pathlib.PurePosixPath(out[0]).name}' if out else ''
+  return results_lib.shown_command(command, committed, _committed(study))
+
+
 def render_study(study: Study) -> list[str]:
-  out = ['', f'## {study.title}', '', *_section(study)]
+  """The body of a study's page: its section, then its files, logs and commands."""
+  out = _section(study)
   if study.results:
-    out += ['', 'Files (`result_sha256` prefix; device; command):', '', *_sources(study.results)]
+    out += [
+      '',
+      'Files (`result_sha256` prefix; device; command):',
+      '',
+      *_sources(study, study.results),
+    ]
   if study.runs:
     out += ['', 'Shards and single runs (merged above by their `result_sha256`):', '']
-    out += _sources(study.runs)
+    out += _sources(study, study.runs)
   if study.files:
-    out += ['', 'Logs, figures and notes:', '', *(f'- [`{f}`]({f})' for f in study.files)]
+    readme = f'{study.folder}/{LOGS}/{PAGE_NAME}'
+    out += ['', 'Logs, figures and notes:', '']
+    if readme in study.files:
+      out.append(f'- [`{readme}`]({_here(readme)}): where the logs came from')
+    out += [f'- [`{f}`]({_here(f)})' for f in study.files if f != readme]
   if study.commands:
-    out += ['', 'Re-run:', '', *(f'- `{c}`' for c in study.commands)]
+    out += ['', 'Re-run:', '', *(f'- `{_shown(study, c)}`' for c in study.commands)]
   return out
 
 
-def render(found: Sequence[Study]) -> str:
-  """The markdown page for `found` (the same studies give the same bytes, in any order)."""
+def study_page(study: Study) -> str:
+  """The markdown page of one study, `<study>/README.md`."""
+  out = [
+    f'# {study.title}',
+    '',
+    f'<!-- Generated by `{COMMAND}` from this folder and its {DECLARATION}. Do not edit. -->',
+    '',
+    f'Study `{study.folder}`, one of the [results]({INDEX_LINK}). Every figure below is read'
+    ' from the committed result file named beside it, after checking the file against its own'
+    ' `result_sha256` (shown by its first 12 hex digits). Bits are never compared across'
+    ' devices or jax versions.',
+  ]
+  body = render_study(study)
+  out += ['', *body[1:]] if body and not body[0] else ['', *body]
+  return _text(out)
+
+
+def devices(study: Study) -> list[str]:
+  """The device kinds the study's files ran on, sorted ('CPU' for any CPU)."""
+  kinds = {r.determinism.get('device_kind', '?') for r in study.results + study.runs}
+  return sorted('CPU' if k == 'cpu' else str(k) for k in kinds)
+
+
+def headline(study: Study) -> str:
+  """The index's line on a study: how many result files and runs, on which devices."""
+  if not study.results:
+    return 'no result files yet'
+  files = f'{len(study.results)} result file{"s" if len(study.results) > 1 else ""}'
+  runs = f' and {len(study.runs)} run{"s" if len(study.runs) > 1 else ""}' if study.runs else ''
+  return f'{files}{runs} on {", ".join(devices(study))}'
+
+
+def index(found: Sequence[Study]) -> str:
+  """The index page, `README.md`: one line per study, linked to its page."""
   out = [
     '# Results',
     '',
     f'<!-- Generated by `{COMMAND}` from the study folders here. Do not edit. -->',
     '',
-    'One section per study folder (`<study>/study.toml` declares it). Every figure below is'
-    ' read from the committed result file named beside it, after checking the file against'
-    ' its own `result_sha256` (shown by its first 12 hex digits). Each file also carries the'
-    ' command that made it, the pinned configuration (device, jax version, XLA flags, matmul'
-    ' precision) and the SHA-256 of its inputs and outputs; paths in those commands are where'
-    ' the run wrote, the committed copy is in the study folder under the same name. Bits are'
-    ' never compared across devices or jax versions. Re-check a file without running a model:'
+    'One page per study folder (`<study>/study.toml` declares it). Every figure on a page is'
+    ' read from a committed result file named beside it, after checking the file against its'
+    ' own `result_sha256` (shown by its first 12 hex digits). Each file also carries the command'
+    ' that made it, the pinned configuration (device, jax version, XLA flags, matmul precision)'
+    ' and the SHA-256 of its inputs and outputs; a page shows each command with the committed'
+    " path of what it wrote, and a study's `logs/README.md` says where its raw logs came from."
+    ' Bits are never compared across devices or jax versions.',
+    '',
+    'Re-check a file without running a model:'
     ' `python -c "from graftjax import ledger; ledger.verify_result(\'<file>\')"`;'
-    f' regenerate this page: `{COMMAND}`.',
+    f' regenerate these pages: `{COMMAND}` (`--check` only compares).',
+    '',
+    *(
+      f'- [{s.title}]({s.folder}/{PAGE_NAME}): {headline(s)}'
+      for s in sorted(found, key=lambda s: (s.order, s.folder))
+    ),
   ]
+  return _text(out)
+
+
+def _text(lines: Sequence[str]) -> str:
+  return '\n'.join(line.rstrip() for line in lines) + '\n'
+
+
+def render(found: Sequence[Study]) -> dict[str, str]:
+  """{page path under the results folder: markdown} for `found`: the index and each study's
+  page (the same studies give the same bytes, in any order).
+
+  Raises:
+    StudyError: a page would show a path of the machine that ran a command.
+  """
+  out = {PAGE_NAME: index(found)}
   for study in sorted(found, key=lambda s: (s.order, s.folder)):
-    out += render_study(study)
-  return '\n'.join(line.rstrip() for line in out) + '\n'
+    out[f'{study.folder}/{PAGE_NAME}'] = study_page(study)
+  for name, text in out.items():
+    if shown := results_lib.machine_paths(text):
+      raise StudyError(f'{name} would show machine paths {shown[:3]}; show committed paths')
+  return out
 
 
-def page(results_dir: str | os.PathLike[str]) -> str:
+def pages(results_dir: str | os.PathLike[str]) -> dict[str, str]:
+  """Every page of `results_dir`, by its path under it."""
   return render(studies(results_dir))
 
 
-def write(results_dir: str | os.PathLike[str]) -> pathlib.Path:
-  """Writes the page to `results_dir`/README.md; returns its path."""
-  path = pathlib.Path(results_dir) / PAGE_NAME
-  path.write_text(page(results_dir))
-  return path
+def stale(results_dir: str | os.PathLike[str]) -> list[pathlib.Path]:
+  """The pages on disk under `results_dir` that are missing or differ from what is generated."""
+  root = pathlib.Path(results_dir)
+  return [
+    root / name
+    for name, text in pages(root).items()
+    if not (root / name).is_file() or (root / name).read_text() != text
+  ]
+
+
+def write(results_dir: str | os.PathLike[str]) -> list[pathlib.Path]:
+  """Writes every page under `results_dir` (the index and each study's README.md)."""
+  root = pathlib.Path(results_dir)
+  written = []
+  for name, text in pages(root).items():
+    (root / name).write_text(text)
+    written.append(root / name)
+  return written

@@ -160,7 +160,7 @@ def test_the_flywheel_page_shows_the_bench_and_the_calibration(study, tmp_path):
   }
   ledger.write_result(study / 'bench_answer_cpu.json', bench)
   ledger.write_result(study / 'route_calibration_cpu.json', calibration)
-  page = results_page.page(tmp_path)
+  page = results_page.pages(tmp_path)['flywheel/README.md']
   for figure in (
     '| bucketed | 7.5 | 0.5 | 0.6 | 1.20x | 0.9 | 1.80x |',
     '| unbucketed | 7.5 | 0.5 | 0.6 | 13.25x | - | - |',
