@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from graftjax import ledger
-from graftjax.flywheel import stats
+from graftjax import stats
 from graftjax.flywheel import summary as summary_lib
 from graftjax.flywheel import verifiers
 

@@ -1,4 +1,4 @@
-"""A catalog of stored pages in sqlite, routed by the flywheel's routers.
+"""A catalog of stored pages in sqlite, routed by the routers of `graftjax.routing`.
 
     catalog = Catalog.beside(store)               # <root>/catalog.sqlite on a file store
     catalog.add(key, text, source='json/decoder.py', n_tokens=2048, page_layout=page.layout)
@@ -14,7 +14,7 @@ block's manifest; `PagedContext` checks every routed row against the block
 it reads before installing it; `rebuild` writes the catalog again from the
 store's manifests, and `sync` brings it up to date with a store that other
 machines deposit into (only the manifests of blocks it has not seen are
-read). The router (`graftjax.flywheel.route`: `ExactRouter`, `BM25Router`,
+read). The router (`graftjax.routing.route`: `ExactRouter`, `BM25Router`,
 `EmbeddingRouter`) is an in-memory index rebuilt from the catalog, kept in
 step with every `add` and `sync`.
 """
@@ -34,7 +34,7 @@ from typing import Self
 from graftjax import blocks
 from graftjax import indexes
 from graftjax import store as store_lib
-from graftjax.flywheel import route as route_lib
+from graftjax.routing import route as route_lib
 
 FILENAME = 'catalog.sqlite'
 SCHEMA_VERSION = 2
@@ -160,7 +160,7 @@ class Catalog:
 
   Args:
     path: the sqlite file (created if missing).
-    router: a `graftjax.flywheel.route.Router` (default `BM25Router(threshold=0.0)`);
+    router: a `graftjax.routing.route.Router` (default `BM25Router(threshold=0.0)`);
       the catalog's routable entries are added to it on open.
     store: the store the catalog indexes: every entry added is checked against its block's
       manifest (and takes its `tokens_sha256` from it), and a 0-byte catalog file beside an
