@@ -98,7 +98,7 @@ def _path_into(graph, source: str, target: str) -> list[str] | None:
 # Paging and the flywheel are siblings: both build on the shared routers and composition, and
 # neither (nor what they share) reaches the other.
 SIBLINGS = ('graftjax.flywheel', 'graftjax.paging')
-SHARED = ('graftjax.routing', 'graftjax.compose', 'graftjax.stats')
+SHARED = ('graftjax.routing', 'graftjax.compose', 'graftjax.stats', 'graftjax.sqlite_index')
 
 
 def test_paging_and_the_flywheel_are_siblings():
