@@ -716,7 +716,7 @@ def graft(
   old write index and the block stay empty (position -1, masked out). A ring
   cache leaves such a gap only before its first write (`cache.gap_error`),
   unless `allow_ring_gap`: the caller has checked that no later query sees a
-  row the gap drops (`flywheel.compose.check_ring_window`).
+  row the gap drops (`compose.check_ring_window`).
 
   Returns:
     A new cache whose `length` is the block's stop slot.

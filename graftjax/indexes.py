@@ -6,7 +6,8 @@ Before a routed block is installed, `check` compares the row's claims with
 the block's own metadata, read from its manifest by `block_meta` (no arrays
 are read), and a mismatch raises `BindingError` naming both sides. sqlite
 failures of a catalog file surface as `CatalogFileError` naming the cause
-(`sqlite_errors`, `transaction`).
+(`sqlite_errors`, `transaction`). The sqlite index that the library and the paging catalog
+both extend, built on these, is `graftjax.sqlite_index`.
 """
 
 from __future__ import annotations

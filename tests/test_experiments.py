@@ -174,7 +174,7 @@ def test_verbosity_flag_still_shows_library_info(tmp_path):
 
 _BM25_MAIN = textwrap.dedent(
   """
-  from graftjax.flywheel import route
+  from graftjax.routing import route
   from graftjax.studies import cli
 
   def main(argv):

@@ -77,6 +77,62 @@ def _cycles(graph) -> list[list[str]]:
   return cycles
 
 
+def _within(module: str, package: str) -> bool:
+  return module == package or module.startswith(package + '.')
+
+
+def _path_into(graph, source: str, target: str) -> list[str] | None:
+  """An import chain from a module of package `source` to one of package `target` (lazy
+  imports too, through any module between), or None if there is none."""
+  starts = sorted(m for m in graph if _within(m, source))
+  came_from = {m: None for m in starts}
+  queue = list(starts)
+  while queue:
+    node = queue.pop(0)
+    if _within(node, target):
+      chain = [node]
+      while came_from[chain[-1]] is not None:
+        chain.append(came_from[chain[-1]])
+      return chain[::-1]
+    for dep in sorted(graph.get(node, ())):
+      if dep not in came_from:
+        came_from[dep] = node
+        queue.append(dep)
+  return None
+
+
+# Paging and the flywheel are siblings: both build on the shared routers and composition, and
+# neither (nor what they share) reaches the other.
+SIBLINGS = ('graftjax.flywheel', 'graftjax.paging')
+SHARED = ('graftjax.routing', 'graftjax.compose', 'graftjax.stats', 'graftjax.sqlite_index')
+
+
+def test_paging_and_the_flywheel_are_siblings():
+  graph = _graph()
+  pairs = [(a, b) for a in SIBLINGS for b in SIBLINGS if a != b]
+  pairs += [(shared, sibling) for shared in SHARED for sibling in SIBLINGS]
+  chains = {pair: _path_into(graph, *pair) for pair in pairs}
+  assert {pair: chain for pair, chain in chains.items() if chain} == {}
+
+
+def test_the_sibling_check_sees_what_it_looks_for():
+  graph = _graph()
+  assert all(any(_within(m, shared) for m in graph) for shared in SHARED)
+  assert 'graftjax.routing.route' in graph['graftjax.paging.catalog']
+  assert 'graftjax.compose' in graph['graftjax.paging.context']
+  assert 'graftjax.routing.route' in graph['graftjax.routing.units']
+  bad = {
+    'graftjax.paging.a': {'graftjax.routing.b'},
+    'graftjax.routing.b': {'graftjax.x'},
+    'graftjax.x': {'graftjax.flywheel.c'},
+  }
+  chain = ['graftjax.paging.a', 'graftjax.routing.b', 'graftjax.x', 'graftjax.flywheel.c']
+  assert _path_into(bad, 'graftjax.paging', 'graftjax.flywheel') == chain
+  assert _path_into(bad, 'graftjax.routing', 'graftjax.flywheel') == chain[1:]
+  assert _path_into(bad, 'graftjax.flywheel', 'graftjax.paging') is None
+  assert _path_into(bad, 'graftjax.pag', 'graftjax.flywheel') is None  # whole names only
+
+
 def test_layers_point_one_way():
   assert not _upward(_graph())
 

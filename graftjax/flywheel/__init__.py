@@ -1,4 +1,5 @@
-"""The verified-knowledge flywheel: tasks, verifiers, solve, deposit, route.
+"""The verified-knowledge flywheel: tasks, verifiers, solve, deposit, answer (its routers are
+`graftjax.routing`'s, shared with paging).
 
 Submodules are imported on use (`from graftjax.flywheel import datasets`);
 this package imports nothing eagerly. `graftjax.flywheel.Task`, `Item` and

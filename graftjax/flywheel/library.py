@@ -34,8 +34,6 @@ import pathlib
 import re
 import sqlite3
 import tempfile
-import time
-import uuid
 from typing import Any
 
 import jax.numpy as jnp
@@ -44,6 +42,7 @@ import tensorstore as ts
 
 from graftjax import blocks
 from graftjax import indexes
+from graftjax import sqlite_index
 from graftjax import store as store_lib
 from graftjax.errors import GraftjaxError
 from graftjax.models import cache as cache_lib
@@ -178,6 +177,7 @@ class Synced:
     records_without_block: names of records whose block is not stored (read again next time).
     list_seconds: wall time of listing the blocks and the records.
     seconds: wall time of the whole sync.
+    kept: keys the listing lacks whose manifests did not read missing: their rows are kept.
   """
 
   listed: int
@@ -188,13 +188,14 @@ class Synced:
   records_without_block: tuple[str, ...]
   list_seconds: float
   seconds: float
+  kept: tuple[str, ...] = ()
 
 
 _FIELDS = [f.name for f in dataclasses.fields(Entry)]
 _CATALOG = 'catalog.db'
 
 
-class Library:
+class Library(sqlite_index.SqliteIndex):
   """Blocks in a `BlockStore` under `root`, their catalog in `root/catalog.db` (or `index`).
 
   Args:
@@ -212,6 +213,18 @@ class Library:
     CatalogFileError: sqlite cannot use the catalog (corrupt, locked, unreadable).
   """
 
+  schema = sqlite_index.Schema(
+    table='deposits',
+    create=_SCHEMA,
+    columns=(*_FIELDS, 'row_sha256'),
+    synced=_SYNCED,
+    version=SCHEMA_VERSION,
+    names="SELECT task || '/' || item_id, key FROM deposits",
+    noun='library catalog',
+    rebuild='Library.rebuild',
+    damaged=DamagedLibraryError,
+  )
+
   def __init__(
     self,
     root: Any,
@@ -221,44 +234,20 @@ class Library:
     index: str | os.PathLike[str] | None = None,
   ):
     self.shape = shape
-    self.root, self.store, self._records = _open(root)
+    self.root, store, self._records = _open(root)
     if index is None and not isinstance(self.root, pathlib.Path):
       raise SharedLibraryError(
-        f'{self.store.root}: a library on an object store needs a local catalog path (index=)'
+        f'{store.root}: a library on an object store needs a local catalog path (index=)'
       )
     path = pathlib.Path(index) if index is not None else self.root / _CATALOG
-    if index is None and (not path.exists() or indexes.is_empty_file(path)) and self.store.list():
+    if index is None and (not path.exists() or indexes.is_empty_file(path)) and store.list():
       state = 'is 0 bytes' if path.exists() else 'is missing'
       raise DamagedLibraryError(
-        f'{path} {state} beside {len(self.store.list())} stored blocks: rebuild it from the'
+        f'{path} {state} beside {len(store.list())} stored blocks: rebuild it from the'
         f' store and the deposit records (Library.rebuild({str(self.root)!r}))'
       )
-    self.path = str(path)
     self.rebuilt: dict[str, Any] | None = None  # what `rebuild` found, on a rebuilt library
-    self._db = indexes.connect(path, timeout=timeout)
-    try:
-      self._open()
-    except BaseException:
-      self._db.close()
-      raise
-
-  def _open(self) -> None:
-    with indexes.sqlite_errors(self.path, 'cannot open the library catalog'):
-      tables = {name for (name,) in self._db.execute('SELECT name FROM sqlite_master')}
-      if 'deposits' not in tables:
-        with indexes.transaction(self._db, self.path):
-          self._db.execute(_SCHEMA)
-          self._db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
-      version = self._db.execute('PRAGMA user_version').fetchone()[0]
-      columns = [row[1] for row in self._db.execute('PRAGMA table_info(deposits)')]
-    if version != SCHEMA_VERSION or columns != [*_FIELDS, 'row_sha256']:
-      raise DamagedLibraryError(
-        f'{self.path} is a library catalog of schema version {version}; this code reads'
-        f' version {SCHEMA_VERSION}: rebuild it (Library.rebuild)'
-      )
-    if 'synced' not in tables:
-      with indexes.transaction(self._db, self.path):
-        self._db.execute(_SYNCED)
+    super().__init__(path, store=store, timeout=timeout)
 
   @classmethod
   def rebuild(
@@ -295,7 +284,6 @@ class Library:
     if index is None and not isinstance(local, pathlib.Path):
       raise SharedLibraryError(f'{store.root}: rebuilding a shared library needs index=')
     path = pathlib.Path(index) if index is not None else local / _CATALOG
-    in_place = indexes.rows_in_place(path, 'SELECT task, item_id, key FROM deposits')
     stored = set(store.list())
     for entry in _earlier_rows(path, store, stored):
       records.write(entry)
@@ -307,31 +295,16 @@ class Library:
         continue
       check(entry, indexes.block_meta(store, entry.key))
       entries.append(entry)
-      names.append((name,))
-    indexes.check_complete(
+      names.append(name)
+    cls._replace(
+      path,
       store,
-      stored,
-      {f'{task}/{item_id}': str(key) for task, item_id, key in in_place or ()},
-      {f'{entry.task}/{entry.item_id}' for entry in entries},
-      index=str(path),
+      listed=stored,
+      rows=[entry.row() for entry in entries],
+      names={f'{entry.task}/{entry.item_id}' for entry in entries},
+      synced=names,
       allow_fewer_rows=allow_fewer_rows,
     )
-    partial = path.with_name(f'{path.name}.rebuild-{uuid.uuid4().hex[:8]}')
-    try:
-      db = indexes.connect(partial, timeout=5.0)
-      try:
-        with indexes.transaction(db, partial):
-          db.execute(_SCHEMA)
-          db.execute(_SYNCED)
-          db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
-          db.executemany(_INSERT, [entry.row() for entry in entries])
-          db.executemany('INSERT INTO synced VALUES (?)', names)
-      finally:
-        db.close()
-    except BaseException:
-      indexes.remove_database(partial)
-      raise
-    indexes.replace_database(partial, path)
     library = cls(root, shape=shape, index=index, **kwargs)
     library.rebuilt = {
       'rows': len(entries),
@@ -363,75 +336,68 @@ class Library:
         and the block the manifest describes). Nothing of the sync is kept then.
       CatalogFileError: the catalog cannot be written.
     """
-    start = time.perf_counter()
-    stored = set(self.store.list())
-    names = self._records.names()
-    list_seconds = time.perf_counter() - start
-    rows = self.entries()
-    gone, _ = indexes.unlisted(  # refused before anything is read if the store lists none
-      self.store,
-      stored,
-      {entry.key for entry in rows},
-      index=self.path,
-      allow_removing_all=allow_removing_all,
-    )
-    removed = [entry for entry in rows if entry.key in set(gone)]
-    with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
-      seen = {name for (name,) in self._db.execute('SELECT name FROM synced')}
-    new, orphans, read = [], [], 0
-    for name in names:
-      if name in seen:
-        continue
-      entry = self._records.read(name)
-      read += 1
-      if entry.key not in stored:
-        orphans.append(name)
-        continue
-      try:
-        meta, _ = self.store.read_meta(entry.key)
-      except store_lib.MissingBlockError:  # deleted since the listing
-        orphans.append(name)
-        continue
-      read += 1
-      check(entry, meta)
-      new.append((name, entry))
-    with indexes.transaction(self._db, self.path):
-      for entry in removed:
-        self._db.execute(  # the row as read: not one another sync wrote since
-          'DELETE FROM deposits WHERE task = ? AND item_id = ? AND key = ?',
-          (entry.task, entry.item_id, entry.key),
-        )
-        name = _record_name(entry.task, entry.item_id)
-        self._db.execute('DELETE FROM synced WHERE name = ?', (name,))
-      for name, entry in new:
+
+    def read_new(stored, seen, names):
+      new, orphans, read = [], [], 0
+      for name in names:
+        if name in seen:
+          continue
+        entry = self._records.read(name)
+        read += 1
+        if entry.key not in stored:
+          orphans.append(name)
+          continue
+        try:
+          meta, _ = self.store.read_meta(entry.key)
+        except store_lib.MissingBlockError:  # deleted since the listing
+          orphans.append(name)
+          continue
+        read += 1
+        check(entry, meta)
+        new.append((name, entry))
+      return new, orphans, read
+
+    removed = []
+
+    def apply(gone, found):
+      for key in gone:
+        for row in self._read('SELECT * FROM deposits WHERE key = ?', (key,)):
+          entry = _entry(row)
+          self._db.execute(  # the row as read: not one another sync wrote since
+            'DELETE FROM deposits WHERE task = ? AND item_id = ? AND key = ?',
+            (entry.task, entry.item_id, entry.key),
+          )
+          self._db.execute(
+            'DELETE FROM synced WHERE name = ?', (_record_name(entry.task, entry.item_id),)
+          )
+          removed.append(entry)
+      for name, entry in found[0]:
         self._db.execute(_UPSERT, entry.row())
         self._db.execute('INSERT OR IGNORE INTO synced VALUES (?)', (name,))
+
+    done = self._sync(
+      read_new, apply, allow_removing_all=allow_removing_all, list_more=self._records.names
+    )
+    new, orphans, read = done.new
     return Synced(
-      listed=len(stored),
-      records=len(names),
+      listed=len(done.listed),
+      records=len(done.listing),
       read=read,
       added=tuple(entry for _, entry in new),
-      removed=tuple(removed),
+      removed=tuple(sorted(removed, key=lambda e: (e.task, e.item_id))),
       records_without_block=tuple(orphans),
-      list_seconds=list_seconds,
-      seconds=time.perf_counter() - start,
+      list_seconds=done.list_seconds,
+      seconds=done.seconds,
+      kept=tuple(done.kept),
     )
-
-  def close(self) -> None:
-    self._db.close()
 
   def entries(self) -> list[Entry]:
     """Every row by task and item, each checked against its digest."""
-    with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
-      rows = self._db.execute('SELECT * FROM deposits ORDER BY task, item_id').fetchall()
-    return [_entry(row) for row in rows]
+    return [_entry(row) for row in self._read('SELECT * FROM deposits ORDER BY task, item_id')]
 
   def find(self, task: str, item_id: str) -> Entry | None:
-    with indexes.sqlite_errors(self.path, 'cannot read the library catalog'):
-      row = self._db.execute(
-        'SELECT * FROM deposits WHERE task = ? AND item_id = ?', (task, item_id)
-      ).fetchone()
-    return _entry(row) if row else None
+    rows = self._read('SELECT * FROM deposits WHERE task = ? AND item_id = ?', (task, item_id))
+    return _entry(rows[0]) if rows else None
 
   def check(self, entry: Entry, model=None) -> blocks.BlockMeta:
     """The block's metadata, once `entry` is checked against it (see the module `check`);
@@ -543,7 +509,7 @@ class Library:
     )
     self._records.write(entry)
     try:
-      with indexes.transaction(self._db, self.path):
+      with self._writing():
         self._db.execute(_INSERT, entry.row())
         name = _record_name(entry.task, entry.item_id)
         self._db.execute('INSERT OR IGNORE INTO synced VALUES (?)', (name,))

@@ -18,8 +18,8 @@ import sys
 from typing import Any
 
 from graftjax import ledger
+from graftjax import stats
 from graftjax.errors import GraftjaxError
-from graftjax.flywheel import stats
 from graftjax.flywheel import summary as summary_lib
 from graftjax.flywheel import verifiers
 

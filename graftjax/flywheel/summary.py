@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from graftjax.flywheel import stats
+from graftjax import stats
 
 PHASES = ('base', 'recurrence', 'transfer_base', 'transfer_flywheel')
 

@@ -1,4 +1,4 @@
-"""A catalog of stored pages in sqlite, routed by the flywheel's routers.
+"""A catalog of stored pages in sqlite, routed by the routers of `graftjax.routing`.
 
     catalog = Catalog.beside(store)               # <root>/catalog.sqlite on a file store
     catalog.add(key, text, source='json/decoder.py', n_tokens=2048, page_layout=page.layout)
@@ -14,7 +14,7 @@ block's manifest; `PagedContext` checks every routed row against the block
 it reads before installing it; `rebuild` writes the catalog again from the
 store's manifests, and `sync` brings it up to date with a store that other
 machines deposit into (only the manifests of blocks it has not seen are
-read). The router (`graftjax.flywheel.route`: `ExactRouter`, `BM25Router`,
+read). The router (`graftjax.routing.route`: `ExactRouter`, `BM25Router`,
 `EmbeddingRouter`) is an in-memory index rebuilt from the catalog, kept in
 step with every `add` and `sync`.
 """
@@ -26,16 +26,14 @@ import dataclasses
 import json
 import operator
 import os
-import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Self
 
 from graftjax import blocks
 from graftjax import indexes
+from graftjax import sqlite_index
 from graftjax import store as store_lib
 from graftjax.errors import GraftjaxError
-from graftjax.flywheel import route as route_lib
+from graftjax.routing import route as route_lib
 
 FILENAME = 'catalog.sqlite'
 SCHEMA_VERSION = 2
@@ -156,12 +154,12 @@ class Entry:
     return entry
 
 
-class Catalog:
+class Catalog(sqlite_index.SqliteIndex):
   """Entries in sqlite at `path` (':memory:' for tests), routed by `router`.
 
   Args:
     path: the sqlite file (created if missing).
-    router: a `graftjax.flywheel.route.Router` (default `BM25Router(threshold=0.0)`);
+    router: a `graftjax.routing.route.Router` (default `BM25Router(threshold=0.0)`);
       the catalog's routable entries are added to it on open.
     store: the store the catalog indexes: every entry added is checked against its block's
       manifest (and takes its `tokens_sha256` from it), and a 0-byte catalog file beside an
@@ -173,6 +171,18 @@ class Catalog:
     CatalogFileError: sqlite cannot use the file (corrupt, locked, unreadable).
   """
 
+  schema = sqlite_index.Schema(
+    table='pages',
+    create=_SCHEMA,
+    columns=_COLUMNS,
+    synced=_SYNCED,
+    version=SCHEMA_VERSION,
+    names='SELECT key, key FROM pages',
+    noun='catalog',
+    rebuild='Catalog.rebuild',
+    damaged=DamagedCatalogError,
+  )
+
   def __init__(
     self,
     path: str | os.PathLike[str],
@@ -181,47 +191,23 @@ class Catalog:
     store: store_lib.BlockStore | None = None,
     timeout: float = 5.0,
   ):
-    self.path = os.fspath(path)
-    self.store = store
-    if indexes.is_empty_file(self.path) and (store is None or store.list()):
+    path = os.fspath(path)
+    if indexes.is_empty_file(path) and (store is None or store.list()):
       raise DamagedCatalogError(
-        f'{self.path} is 0 bytes beside a store that is not known to be empty: rebuild it from'
+        f'{path} is 0 bytes beside a store that is not known to be empty: rebuild it from'
         ' the store (Catalog.rebuild), or delete it to start an empty catalog'
       )
-    self._db = indexes.connect(self.path, timeout=timeout)
-    try:
-      self._open()
-      self.router = router if router is not None else route_lib.BM25Router(threshold=0.0)
-      self.unroutable: list[str] = []  # keys whose text has nothing to route by
-      self._removed: set[str] = set()  # keys `sync` took out, still in the router
-      for entry in self.entries():
-        if route_lib.normalize(entry.text):
-          self.router.add(entry.key, entry.text)
-        else:
-          self.unroutable.append(entry.key)
-    except BaseException:
-      self._db.close()
-      raise
+    self.router = router if router is not None else route_lib.BM25Router(threshold=0.0)
+    self.unroutable: list[str] = []  # keys whose text has nothing to route by
+    self._removed: set[str] = set()  # keys `sync` took out, still in the router
+    super().__init__(path, store=store, timeout=timeout)
 
-  def _open(self) -> None:
-    with indexes.sqlite_errors(self.path, 'cannot open the catalog'):
-      if self.path != ':memory:':
-        self._db.execute('PRAGMA journal_mode=WAL')
-      tables = {name for (name,) in self._db.execute('SELECT name FROM sqlite_master')}
-      if 'pages' not in tables:
-        with indexes.transaction(self._db, self.path):
-          self._db.execute(_SCHEMA)
-          self._db.execute(f'PRAGMA user_version = {SCHEMA_VERSION}')
-      version = self._db.execute('PRAGMA user_version').fetchone()[0]
-      columns = tuple(row[1] for row in self._db.execute('PRAGMA table_info(pages)'))
-    if version != SCHEMA_VERSION or columns != _COLUMNS:
-      raise DamagedCatalogError(
-        f'{self.path} is a catalog of schema version {version} (columns {", ".join(columns)});'
-        f' this code reads version {SCHEMA_VERSION}: rebuild it from its store (Catalog.rebuild)'
-      )
-    if 'synced' not in tables:
-      with indexes.transaction(self._db, self.path):
-        self._db.execute(_SYNCED)
+  def _opened(self) -> None:
+    for entry in self.entries():
+      if route_lib.normalize(entry.text):
+        self.router.add(entry.key, entry.text)
+      else:
+        self.unroutable.append(entry.key)
 
   @classmethod
   def beside(cls, store: store_lib.BlockStore, **kwargs) -> Catalog:
@@ -259,36 +245,22 @@ class Catalog:
       CatalogError: `describe` gave a text with nothing to route by.
       CatalogFileError: the new file cannot be written.
     """
-    path = os.fspath(path)
-    in_place = indexes.rows_in_place(path, 'SELECT key FROM pages')
     entries, keys = [], store.list()
     for key in keys:
       block, layout = store.get_page(key)
       described = describe(key, block.meta)
       if described is not None:
         text, source = described
-        entries.append(_entry_of(key, block.meta, layout, text, source))
-    indexes.check_complete(
+        entries.append(_checked(_entry_of(key, block.meta, layout, text, source), block.meta))
+    cls._replace(
+      path,
       store,
-      keys,
-      {str(key): str(key) for (key,) in in_place or ()},
-      {entry.key for entry in entries},
-      index=path,
+      listed=keys,
+      rows=[entry.row() for entry in entries],
+      names={entry.key for entry in entries},
+      synced=keys,  # every block is seen: `sync` reads none
       allow_fewer_rows=allow_fewer_rows,
     )
-    partial = f'{path}.rebuild-{uuid.uuid4().hex[:8]}'
-    try:
-      with cls(partial, store=store) as fresh:
-        fresh.add_many(entries)
-        with indexes.transaction(fresh._db, partial):  # every block is seen: `sync` reads none
-          fresh._db.executemany('INSERT INTO synced VALUES (?)', [(key,) for key in keys])
-        with indexes.sqlite_errors(partial, 'cannot finish the rebuilt catalog'):
-          fresh._db.execute('PRAGMA wal_checkpoint(TRUNCATE)')
-          fresh._db.execute('PRAGMA journal_mode=DELETE')
-    except BaseException:
-      indexes.remove_database(partial)
-      raise
-    indexes.replace_database(partial, path)
     return cls(path, store=store, **kwargs)
 
   def sync(self, describe: Describe, *, allow_removing_all: bool = False) -> Synced:
@@ -320,64 +292,49 @@ class Catalog:
     """
     if self.store is None:
       raise CatalogError(f'{self.path}: a catalog opened without its store cannot sync')
-    start = time.perf_counter()
-    listed = set(self.store.list())
-    list_seconds = time.perf_counter() - start
-    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      rows = {key for (key,) in self._db.execute('SELECT key FROM pages')}
-      seen = rows | {key for (key,) in self._db.execute('SELECT key FROM synced')}
-    gone, kept = indexes.unlisted(
-      self.store, listed, rows, index=self.path, allow_removing_all=allow_removing_all
-    )
-    new, read = [], []
-    for key, (meta, layout) in _read_metas(self.store, sorted(listed - seen)):
-      read.append(key)
-      described = describe(key, meta)
-      if described is not None:
-        text, source = described
-        new.append(self._checked(_entry_of(key, meta, layout, text, source), meta))
-    unsynced = sorted(seen - rows - listed)  # seen, never catalogued: read again if listed
-    with indexes.transaction(self._db, self.path):
+
+    def read_new(listed, seen, _):
+      new, read = [], []
+      for key, (meta, layout) in _read_metas(self.store, sorted(listed - seen)):
+        read.append(key)
+        described = describe(key, meta)
+        if described is not None:
+          text, source = described
+          new.append(self._checked(_entry_of(key, meta, layout, text, source), meta))
+      rows = set(self.keys())
+      unsynced = sorted(seen - rows - listed)  # seen, never catalogued: read again if listed
+      return new, read, unsynced
+
+    def apply(gone, found):
+      new, read, unsynced = found
       for key in gone:
         self._db.execute('DELETE FROM pages WHERE key = ?', (key,))
       for key in [*gone, *unsynced]:
         self._db.execute('DELETE FROM synced WHERE key = ?', (key,))
       self._db.executemany('INSERT OR IGNORE INTO synced VALUES (?)', [(k,) for k in read])
       self._db.executemany(
-        f'INSERT OR IGNORE INTO pages VALUES ({",".join("?" * len(_COLUMNS))})',
-        [e.row() for e in new],
+        self.schema.insert.replace('INSERT', 'INSERT OR IGNORE', 1), [e.row() for e in new]
       )
+
+    done = self._sync(read_new, apply, allow_removing_all=allow_removing_all)
+    new, read, _ = done.new
     added = [self.get(e.key, missing_ok=True) for e in new]  # another sync's, if it was first
     added = [entry for entry in added if entry is not None]
-    self._removed.update(gone)
+    self._removed.update(done.gone)
     self._removed.difference_update(e.key for e in added)
     self.router.add_many((entry.key, entry.text) for entry in added)
     return Synced(
-      listed=len(listed),
+      listed=len(done.listed),
       read=len(read),
       added=tuple(added),
-      removed=tuple(gone),
-      list_seconds=list_seconds,
-      seconds=time.perf_counter() - start,
-      kept=tuple(kept),
+      removed=tuple(done.gone),
+      list_seconds=done.list_seconds,
+      seconds=done.seconds,
+      kept=tuple(done.kept),
     )
 
-  def close(self) -> None:
-    self._db.close()
-
-  def __enter__(self) -> Self:
-    return self
-
-  def __exit__(self, *exc) -> None:
-    self.close()
-
-  def __len__(self) -> int:
-    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      return self._db.execute('SELECT COUNT(*) FROM pages').fetchone()[0]
-
   def __contains__(self, key: str) -> bool:
-    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      return self._db.execute('SELECT 1 FROM pages WHERE key = ?', (key,)).fetchone() is not None
+    return bool(self._read('SELECT 1 FROM pages WHERE key = ?', (key,)))
 
   def add(
     self,
@@ -418,13 +375,11 @@ class Catalog:
     """
     entries = [self._checked(entry) for entry in entries]  # a refused entry leaves nothing
     new = []
-    with indexes.transaction(self._db, self.path):
+    with self._writing():
       for entry in entries:
         stored = self.get(entry.key, missing_ok=True)
         if stored is None:
-          self._db.execute(
-            f'INSERT INTO pages VALUES ({",".join("?" * len(_COLUMNS))})', entry.row()
-          )
+          self._db.execute(self.schema.insert, entry.row())
           new.append(entry)
         elif stored != entry:
           raise CatalogError(f'key {entry.key[:12]}… is catalogued with other values: {stored}')
@@ -434,35 +389,15 @@ class Catalog:
   def _checked(self, entry: Entry, meta: blocks.BlockMeta | None = None) -> Entry:
     """`entry` checked (and its token digest taken) against its block's metadata: `meta`,
     or read from the store."""
-    strings = ('key', 'text', 'source', 'model_fingerprint', 'dtype')
-    wrong = [name for name in strings if not isinstance(getattr(entry, name), str)]
-    if wrong or not isinstance(entry.n_tokens, int) or isinstance(entry.n_tokens, bool):
-      wrong = wrong or ['n_tokens']
-      raise CatalogError(
-        f'catalog entry {entry.key!r:.20}: {", ".join(wrong)} of the wrong type'
-        f' ({", ".join(type(getattr(entry, name)).__name__ for name in wrong)})'
-      )
-    if not route_lib.normalize(entry.text):
-      raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
-    if entry.n_tokens <= 0:
-      raise CatalogError(f'key {entry.key[:12]}…: n_tokens must be positive, got {entry.n_tokens}')
     if self.store is None and meta is None:
+      _check_fields(entry)
       if entry.tokens_sha256 is None:
         raise CatalogError(
           f'key {entry.key[:12]}…: no token ids to bind the row to its block (give token_ids,'
           ' or open the catalog with its store)'
         )
       return entry
-    meta = meta or indexes.block_meta(self.store, entry.key)
-    if entry.tokens_sha256 is None:
-      entry = dataclasses.replace(entry, tokens_sha256=tokens_sha256(meta.token_ids))
-    check_entry(entry, meta)
-    if store_lib.key_for(meta, entry.page_layout) != entry.key:
-      raise BindingError(
-        f'catalog row {entry.key[:12]}… ({entry.source}) claims page layout'
-        f' {entry.page_layout}; block {entry.key[:12]}… is stored with another'
-      )
-    return entry
+    return _checked(entry, meta or indexes.block_meta(self.store, entry.key))
 
   def get(self, key: str, *, missing_ok: bool = False) -> Entry | None:
     """The entry of `key`, its digest checked.
@@ -471,10 +406,8 @@ class Catalog:
       CatalogError: `key` is not catalogued (unless `missing_ok`), or (DamagedCatalogError)
         its row does not match its digest.
     """
-    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      row = self._db.execute(
-        f'SELECT {", ".join(_COLUMNS)} FROM pages WHERE key = ?', (key,)
-      ).fetchone()
+    rows = self._read(f'SELECT {", ".join(_COLUMNS)} FROM pages WHERE key = ?', (key,))
+    row = rows[0] if rows else None
     if row is None:
       if missing_ok:
         return None
@@ -483,13 +416,11 @@ class Catalog:
 
   def entries(self) -> list[Entry]:
     """Every entry by key, each row's digest checked."""
-    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      rows = self._db.execute(f'SELECT {", ".join(_COLUMNS)} FROM pages ORDER BY key').fetchall()
+    rows = self._read(f'SELECT {", ".join(_COLUMNS)} FROM pages ORDER BY key')
     return [Entry.from_row(row) for row in rows]
 
   def keys(self) -> list[str]:
-    with indexes.sqlite_errors(self.path, 'cannot read the catalog'):
-      return [key for (key,) in self._db.execute('SELECT key FROM pages ORDER BY key')]
+    return [key for (key,) in self._read('SELECT key FROM pages ORDER BY key')]
 
   def route(
     self, query: str, k: int = 1, *, threshold: float | None = None
@@ -515,6 +446,38 @@ def _read_metas(store: store_lib.BlockStore, keys: Sequence[str]):
 
   with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
     return [(key, found) for key, found in pool.map(read, keys) if found is not None]
+
+
+def _check_fields(entry: Entry) -> None:
+  """Raises `CatalogError` unless the entry's fields are of their types, its text has something
+  to route by and its token count is positive."""
+  strings = ('key', 'text', 'source', 'model_fingerprint', 'dtype')
+  wrong = [name for name in strings if not isinstance(getattr(entry, name), str)]
+  if wrong or not isinstance(entry.n_tokens, int) or isinstance(entry.n_tokens, bool):
+    wrong = wrong or ['n_tokens']
+    raise CatalogError(
+      f'catalog entry {entry.key!r:.20}: {", ".join(wrong)} of the wrong type'
+      f' ({", ".join(type(getattr(entry, name)).__name__ for name in wrong)})'
+    )
+  if not route_lib.normalize(entry.text):
+    raise CatalogError(f'key {entry.key[:12]}…: text {entry.text!r} has nothing to route by')
+  if entry.n_tokens <= 0:
+    raise CatalogError(f'key {entry.key[:12]}…: n_tokens must be positive, got {entry.n_tokens}')
+
+
+def _checked(entry: Entry, meta: blocks.BlockMeta) -> Entry:
+  """`entry` checked (`_check_fields`, `check_entry`, and its page layout against its key), its
+  token digest taken from `meta` where it has none."""
+  _check_fields(entry)
+  if entry.tokens_sha256 is None:
+    entry = dataclasses.replace(entry, tokens_sha256=tokens_sha256(meta.token_ids))
+  check_entry(entry, meta)
+  if store_lib.key_for(meta, entry.page_layout) != entry.key:
+    raise BindingError(
+      f'catalog row {entry.key[:12]}… ({entry.source}) claims page layout'
+      f' {entry.page_layout}; block {entry.key[:12]}… is stored with another'
+    )
+  return entry
 
 
 def check_entry(entry: Entry, meta: blocks.BlockMeta, *, tokens_only: bool = False) -> None:

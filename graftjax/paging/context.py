@@ -16,8 +16,8 @@ import jax
 import numpy as np
 
 from graftjax import blocks
+from graftjax import compose
 from graftjax import store as store_lib
-from graftjax.flywheel import compose
 from graftjax.models import cache as cache_lib
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages

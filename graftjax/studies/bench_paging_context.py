@@ -29,11 +29,11 @@ import tqdm
 from graftjax import blocks
 from graftjax import ledger
 from graftjax import store as store_lib
-from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import context as context_lib
 from graftjax.paging import pages as pages_lib
+from graftjax.routing import route as route_lib
 from graftjax.studies import corpus
 from graftjax.studies import results
 

@@ -35,13 +35,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax import stats
 from graftjax import store as store_lib
-from graftjax.flywheel import route as route_lib
-from graftjax.flywheel import stats
 from graftjax.models.gemma import config as config_lib
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages
-from graftjax.paging import routing
+from graftjax.routing import route as route_lib
+from graftjax.routing import units as units_lib
 from graftjax.studies import needle
 from graftjax.studies import paging_scale
 from graftjax.studies import results
@@ -178,7 +178,7 @@ WORDINGS = ('direct', 'reworded')
 ROUTERS: dict[str, Callable[[], route_lib.Router]] = {
   'bm25': lambda: route_lib.BM25Router(threshold=0.0),
   'bm25_b0': lambda: route_lib.BM25Router(threshold=0.0, b=0.0),
-  'bm25_units': lambda: routing.UnitRouter(threshold=0.0),
+  'bm25_units': lambda: units_lib.UnitRouter(threshold=0.0),
 }
 
 
@@ -273,7 +273,7 @@ def candidate_recall(
   entries: Sequence[tuple[str, str]],
   questions: Sequence[Question],
   *,
-  router: routing.UnitRouter,
+  router: units_lib.UnitRouter,
   sizes: Sequence[int],
   rare: int = 4,
 ) -> dict[str, Any]:
@@ -324,7 +324,7 @@ def model_routers(
   more by the question's rare words, the rerank over the questions of `rerank_wordings`."""
   calibration, _, _ = route_lib.split(_queries(questions), seed=seed)
   fit_on = [*calibration.deposited, *calibration.reworded]
-  router = routing.HybridRouter(model, threshold=None, encode=encode)
+  router = units_lib.HybridRouter(model, threshold=None, encode=encode)
   router.add_many(entries)
   fits = []
   for weight in sorted(weights, reverse=True):

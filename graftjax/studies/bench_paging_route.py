@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from graftjax.flywheel import route as route_lib
 from graftjax.paging import catalog as catalog_lib
+from graftjax.routing import route as route_lib
 from graftjax.studies import corpus
 from graftjax.studies import results
 

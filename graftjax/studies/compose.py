@@ -1,7 +1,7 @@
 """Composition measured: top-k routed library blocks side by side.
 
 Blocks of verified solutions (the model's own, else the dataset's reference solution when it
-verifies) are composed with `graftjax.flywheel.compose`; what is asked of them:
+verifies) are composed with `graftjax.compose`; what is asked of them:
 
   exactness  each deposited item's question after its own block and k - 1 BM25-routed
              distractors (best last, next to the query), packed from slot 0 and shifted by one
@@ -27,12 +27,12 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax import compose as compose_lib
 from graftjax import ledger
+from graftjax import stats
 from graftjax.flywheel import answer as answer_lib
-from graftjax.flywheel import compose as compose_lib
 from graftjax.flywheel import library as library_lib
-from graftjax.flywheel import route as route_lib
-from graftjax.flywheel import stats
+from graftjax.routing import route as route_lib
 
 LAYOUTS = ('packed', 'shifted')  # from slot 0; every block one page later
 

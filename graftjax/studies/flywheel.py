@@ -35,12 +35,12 @@ from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
-from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import solve
 from graftjax.flywheel import summary as summary_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 from graftjax.models.gemma import sampler
+from graftjax.routing import route as route_lib
 from graftjax.studies import energy
 from graftjax.studies import journal as journal_lib
 

@@ -22,16 +22,16 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
+from graftjax import compose
 from graftjax import ledger
+from graftjax import stats
 from graftjax import store as store_lib
 from graftjax.errors import GraftjaxError
-from graftjax.flywheel import route as route_lib
-from graftjax.flywheel import stats
-from graftjax.flywheel import compose
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import context as context_lib
 from graftjax.paging import pages
-from graftjax.paging import routing
+from graftjax.routing import route as route_lib
+from graftjax.routing import units as units_lib
 from graftjax.studies import corpus
 from graftjax.studies import paging_scale
 from graftjax.studies import results
@@ -104,9 +104,9 @@ TEMPLATE_SETS = {  # named sets `--templates` takes besides a JSON file
   ),
 }
 PLACEMENTS = ('inside', 'boundary', 'mixed')
-ROUTERS = {  # BM25 over whole pages, or over fixed-size routing units (`paging.routing`)
+ROUTERS = {  # BM25 over whole pages, or over fixed-size routing units (`routing.units`)
   'bm25': lambda: route_lib.BM25Router(threshold=0.0),
-  'units': lambda: routing.UnitRouter(threshold=0.0),
+  'units': lambda: units_lib.UnitRouter(threshold=0.0),
 }
 
 

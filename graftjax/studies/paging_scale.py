@@ -25,13 +25,13 @@ import tqdm
 from graftjax import blocks
 from graftjax import ledger
 from graftjax import store as store_lib
-from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
 from graftjax.models.gemma import tokenizer as tokenizer_lib
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages
+from graftjax.routing import route as route_lib
 from graftjax.studies import corpus
 from graftjax.studies import results
 

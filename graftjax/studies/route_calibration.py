@@ -21,8 +21,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
+from graftjax.routing import route as route_lib
 
 
 def queries(task: tasks.Task) -> route_lib.Queries:

@@ -26,12 +26,12 @@ from graftjax import ledger
 from graftjax import store as store_lib
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
-from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 from graftjax.models.gemma import model as gemma_model
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import pages as pages_lib
+from graftjax.routing import route as route_lib
 
 SHAPE = library_lib.Shape(capacity=256, chunk_size=16)
 ITEMS = {

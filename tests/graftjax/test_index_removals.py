@@ -236,43 +236,5 @@ def test_a_library_rebuild_drops_the_rows_of_blocks_that_are_gone(library):
   rebuilt.close()
 
 
-def test_a_library_sync_against_an_unmounted_store_removes_no_row(library, tmp_path):
-  index = tmp_path / 'index.db'
-  assert len(library_lib.Library(library, shape=SHAPE, index=index).sync().added) == 2
-  away = _unmount(library)
-  opened = library_lib.Library(library, shape=SHAPE, index=index)
-  with pytest.raises(indexes.RemovalRefusedError, match='unmounted'):
-    opened.sync()
-  assert len(opened.entries()) == 2
-  shutil.rmtree(library)
-  away.rename(library)
-
-
-def test_two_library_syncs_of_one_index_at_once_both_succeed(library, tmp_path, monkeypatch):
-  index = tmp_path / 'index.db'
-  libraries = [library_lib.Library(library, shape=SHAPE, index=index) for _ in range(2)]
-  barrier = threading.Barrier(2, timeout=30)
-  for opened in libraries:
-
-    def read_after_all(name, read=opened._records.read):
-      barrier.wait()  # each sync has read the index before either writes
-      return read(name)
-
-    monkeypatch.setattr(opened._records, 'read', read_after_all)
-  results, errors = [], []
-
-  def sync(opened):
-    try:
-      results.append(opened.sync())
-    except Exception as e:  # noqa: BLE001  (reported below)
-      errors.append(e)
-
-  threads = [threading.Thread(target=sync, args=(o,)) for o in libraries]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join(60)
-  assert errors == [] and [len(r.added) for r in results] == [2, 2]
-  for opened in libraries:
-    assert len(opened.entries()) == 2
-    opened.close()
+# A sync against an unmounted library and two library syncs at once: the contract tests of
+# tests/graftjax/test_sqlite_index.py, which run against the library and the catalog alike.

@@ -8,7 +8,7 @@ import pytest
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import code_verifier, datasets, humaneval, rescore, tasks
 from graftjax.flywheel import library as library_lib
-from graftjax.flywheel import route as route_lib
+from graftjax.routing import route as route_lib
 from graftjax.studies import flywheel
 
 needs_bwrap = pytest.mark.skipif(

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from graftjax import ledger
+from graftjax import stats
 from graftjax.flywheel import rescore
-from graftjax.flywheel import stats
 from graftjax.flywheel import summary as summary_lib
 from graftjax.flywheel import verifiers
 

@@ -9,8 +9,8 @@ import pytest
 
 from graftjax import blocks
 from graftjax import store as store_lib
-from graftjax.flywheel import route as route_lib
 from graftjax.paging import catalog as catalog_lib
+from graftjax.routing import route as route_lib
 
 FP = 'f' * 64
 TEXTS = {

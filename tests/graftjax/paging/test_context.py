@@ -15,8 +15,8 @@ import pytest
 from graftjax.models.gemma import model as gemma_model
 
 from graftjax import blocks
+from graftjax import compose
 from graftjax import store as store_lib
-from graftjax.flywheel import compose
 from graftjax.paging import catalog as catalog_lib
 from graftjax.paging import context as context_lib
 from graftjax.paging import pages

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from graftjax.flywheel import route as route_lib
 from graftjax.paging import pages
+from graftjax.routing import route as route_lib
 from graftjax.studies import corpus
 from graftjax.studies import paging_scale
 

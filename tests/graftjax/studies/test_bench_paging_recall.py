@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from graftjax.paging import routing
+from graftjax.routing import units as units_lib
 from graftjax.studies import bench_paging_recall
 from graftjax.studies import needle
 
@@ -56,7 +56,7 @@ def test_candidate_recall_grows_with_the_candidates_and_reaches_every_page():
     _filler(12), facts=12, absent=2, short_pages=200, seed=0
   )
   recall = bench_paging_recall.candidate_recall(
-    entries, questions, router=routing.UnitRouter(threshold=0.0), sizes=[1, 4, 256]
+    entries, questions, router=units_lib.UnitRouter(threshold=0.0), sizes=[1, 4, 256]
   )
   for wording in bench_paging_recall.WORDINGS:
     found = [recall[wording][c]['successes'] for c in ('1', '4', '256')]
@@ -66,13 +66,13 @@ def test_candidate_recall_grows_with_the_candidates_and_reaches_every_page():
   # every question names its person, whose page holds both names: the whole store finds it
   assert recall['direct']['256']['successes'] == 12
   alone = bench_paging_recall.candidate_recall(
-    entries, questions, router=routing.UnitRouter(threshold=0.0), sizes=[4], rare=0
+    entries, questions, router=units_lib.UnitRouter(threshold=0.0), sizes=[4], rare=0
   )
   assert alone['reworded_plus_rare'] == alone['reworded']  # no rare-word candidates
   for sizes in ([], [0, 4]):
     with pytest.raises(ValueError, match='candidate counts must be integers >= 1'):
       bench_paging_recall.candidate_recall(
-        entries, questions, router=routing.UnitRouter(threshold=0.0), sizes=sizes
+        entries, questions, router=units_lib.UnitRouter(threshold=0.0), sizes=sizes
       )
 
 
@@ -81,7 +81,7 @@ def test_routing_rows_fit_a_threshold_on_half_and_report_on_the_other():
     _filler(8), facts=8, absent=4, short_pages=10, seed=0
   )
   rows = bench_paging_recall.routing_rows(
-    entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0]
+    entries, questions, router=units_lib.UnitRouter(threshold=0.0), thresholds=[0.0]
   )
   fit = rows['calibrated']
   assert fit['sizes']['calibration'] == {'deposited': 4, 'reworded': 4, 'unrelated': 4}
@@ -136,19 +136,19 @@ def test_routing_rows_route_the_wordings_asked_and_calibrate_only_with_both():
   rows = bench_paging_recall.routing_rows(
     entries,
     questions,
-    router=routing.UnitRouter(threshold=0.0),
+    router=units_lib.UnitRouter(threshold=0.0),
     thresholds=[0.0],
     wordings=['reworded'],
   )
   assert set(rows) == {'reworded'} and rows['reworded']['questions'] == 8
   both = bench_paging_recall.routing_rows(
-    entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0]
+    entries, questions, router=units_lib.UnitRouter(threshold=0.0), thresholds=[0.0]
   )
   assert rows['reworded'] == both['reworded'] and 'calibrated' in both
   for wordings in ([], ['paraphrased']):
     with pytest.raises(ValueError, match='wordings must be some of'):
       bench_paging_recall.routing_rows(
-        entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0],
+        entries, questions, router=units_lib.UnitRouter(threshold=0.0), thresholds=[0.0],
         wordings=wordings,
       )  # fmt: skip
 

@@ -3,7 +3,7 @@ checked against a fresh block-attention prefill, every arm answered and summaris
 
 import pytest
 
-from graftjax.flywheel import compose as compose_lib
+from graftjax import compose as compose_lib
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers

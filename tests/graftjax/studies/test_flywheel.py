@@ -10,10 +10,10 @@ import pytest
 from graftjax.flywheel import datasets
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import rescore
-from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 from graftjax.models.gemma import gguf
+from graftjax.routing import route as route_lib
 from graftjax.studies import flywheel
 from graftjax.studies import journal as journal_lib
 

@@ -12,10 +12,10 @@ import pytest
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import rescore
-from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import safetensors_io
+from graftjax.routing import route as route_lib
 from graftjax.studies import flywheel
 from tests.models.gemma import test_chat_template
 from tests.models.gemma import tokenizer_files

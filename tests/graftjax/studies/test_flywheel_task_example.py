@@ -10,7 +10,7 @@ import pytest
 
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import rescore
-from graftjax.flywheel import route as route_lib
+from graftjax.routing import route as route_lib
 from graftjax.studies import flywheel
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples'

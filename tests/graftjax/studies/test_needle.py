@@ -233,7 +233,7 @@ def test_the_committed_overlap_run_routes_every_boundary_fact_to_a_page_holding_
   words, and went there by insertion order."""
   from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
   from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from graftjax.paging import routing  # pylint: disable=g-import-not-at-top
+  from graftjax.routing import units as units_lib  # pylint: disable=g-import-not-at-top
 
   tokenizer = tokenizer_lib.Tokenizer.from_gguf(gguf.open_gguf(gguf.locate_gguf()).metadata)
   page_ids, planted, _, spans = needle.plant(
@@ -247,7 +247,7 @@ def test_the_committed_overlap_run_routes_every_boundary_fact_to_a_page_holding_
     placement='mixed',
     overlap=64,
   )
-  router = routing.UnitRouter(threshold=0.0)
+  router = units_lib.UnitRouter(threshold=0.0)
   router.add_many(
     (f'needle page {p}', paging_scale.decode(tokenizer, row[1:])) for p, row in enumerate(page_ids)
   )

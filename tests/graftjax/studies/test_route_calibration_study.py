@@ -3,8 +3,8 @@
 import pytest
 
 from graftjax import ledger
-from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
+from graftjax.routing import route as route_lib
 from graftjax.studies import results_page
 from graftjax.studies import route_calibration
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from graftjax.flywheel import stats
+from graftjax import stats
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from graftjax.flywheel import route
-from graftjax.paging import routing
+from graftjax.routing import route
+from graftjax.routing import units as units_lib
 
 WORDS = 'apple train violin glacier bread chess lava ocean tulip rocket book runner'.split()
 
@@ -41,10 +41,10 @@ def _queries(n: int = 64) -> list[str]:
 def _routers(model):
   yield 'exact', route.ExactRouter()
   yield 'bm25', route.BM25Router(threshold=-math.inf)
-  yield 'units', routing.UnitRouter(threshold=-math.inf, unit_words=2, stride_words=1)
+  yield 'units', units_lib.UnitRouter(threshold=-math.inf, unit_words=2, stride_words=1)
   yield 'embedding', route.EmbeddingRouter(model, threshold=-math.inf, **EMBED)
-  yield 'hybrid', routing.HybridRouter(model, threshold=-math.inf, weight=0.5, **EMBED)
-  yield 'rerank', routing.HybridRouter(model, threshold=-math.inf, weight=1.0, rerank=3, **EMBED)
+  yield 'hybrid', units_lib.HybridRouter(model, threshold=-math.inf, weight=0.5, **EMBED)
+  yield 'rerank', units_lib.HybridRouter(model, threshold=-math.inf, weight=1.0, rerank=3, **EMBED)
 
 
 def _bits(hits_per_query):
@@ -119,7 +119,7 @@ def test_the_page_holding_the_whole_fact_wins_a_tie():
   """The page holding only the question's words tied exactly and won by insertion order."""
   pages = _overlapping_pages()
   for order in (pages, pages[::-1]):
-    router = routing.UnitRouter(threshold=-math.inf, unit_words=64)
+    router = units_lib.UnitRouter(threshold=-math.inf, unit_words=64)
     router.add_many(order)
     first, second = router.route(QUESTION, 2)
     assert first.score == second.score  # every question word in both (b=0)

@@ -8,7 +8,7 @@ carry no position): docs/composition.md.
 block i at the start of a free page in segment i + 1 (it sees only itself), its positions right
 after the previous block's, and grafts them; a query appended in segment 0 sees them all.
 `fresh_layout` is the reference: the same texts prefilled at the same slots, positions and
-segments. The two caches are byte-equal, and so are the query's logits (tests/graftjax/flywheel).
+segments. The two caches are byte-equal, and so are the query's logits (tests/graftjax/test_compose.py).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from graftjax.models.gemma import model as gemma_model
 
-from graftjax.flywheel import route as route_lib
 from graftjax.paging import catalog as catalog_lib
-from graftjax.paging import routing
+from graftjax.routing import route as route_lib
+from graftjax.routing import units as units_lib
 
 
 def _byte_ids(text: str) -> list[int]:
@@ -28,14 +28,14 @@ PAGES = [
 QUERY = 'Which locker belongs to Bartholomew Quarshie?'
 
 
-def _router(model, **kwargs) -> routing.HybridRouter:
-  router = routing.HybridRouter(model, **{'threshold': -np.inf, **TINY, **kwargs})
+def _router(model, **kwargs) -> units_lib.HybridRouter:
+  router = units_lib.HybridRouter(model, **{'threshold': -np.inf, **TINY, **kwargs})
   router.add_many(PAGES)
   return router
 
 
 def test_bm25_misses_a_reworded_query_that_the_embedding_mix_routes(tiny_model):
-  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical = units_lib.UnitRouter(threshold=-np.inf, unit_words=16)
   lexical.add_many(PAGES)
   assert [h.key for h in lexical.route(QUERY, 2)] == ['other', 'fact']
   assert _router(tiny_model, weight=1.0).route(QUERY) == lexical.route(QUERY)  # BM25 alone
@@ -48,7 +48,7 @@ def test_bm25_misses_a_reworded_query_that_the_embedding_mix_routes(tiny_model):
 
 def test_query_gain_is_the_log_likelihood_gain_of_the_query(tiny_model):
   context, query = 'Amelia has locker 17.', 'Which locker?'
-  (gain,) = routing.query_gain(tiny_model, query, [context], chunk_size=8, encode=_byte_ids)
+  (gain,) = units_lib.query_gain(tiny_model, query, [context], chunk_size=8, encode=_byte_ids)
 
   def log_likelihood(prefix: list[int]) -> float:
     ids = [tiny_model.config.bos_id, *prefix, *_byte_ids(query)]
@@ -71,7 +71,7 @@ def test_rerank_orders_the_best_pages_by_query_gain(tiny_model):
   router = _router(tiny_model, weight=1.0, rerank=2)
   hits = router.route(QUERY, k=3)
   assert len(hits) == 2 and {h.key for h in hits} == {'other', 'fact'}  # the rerank best two
-  gains = routing.query_gain(
+  gains = units_lib.query_gain(
     tiny_model, QUERY, [PAGES[0][1], PAGES[1][1]], chunk_size=8, encode=_byte_ids
   )
   by_key = {'fact': gains[0], 'other': gains[1]}
@@ -103,14 +103,14 @@ def test_saved_router_routes_the_same(tiny_model, tmp_path, weight, rows):
   path = tmp_path / 'hybrid.json'
   router.save(path)
   assert np.load(f'{path}.npy').shape == (rows, tiny_model.config.embed_dim)
-  loaded = routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  loaded = units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
   assert loaded.entries == router.entries and loaded.threshold == -0.5
   assert (loaded.weight, loaded.rerank, loaded.lexical.unit_words) == (weight, 2, 16)
   assert loaded.route(QUERY, 2) == router.route(QUERY, 2)
-  other = routing.HybridRouter.load(path, gemma_model.tiny(seed=1), encode=_byte_ids)
+  other = units_lib.HybridRouter.load(path, gemma_model.tiny(seed=1), encode=_byte_ids)
   assert other.entries == router.entries  # another model: its own embeddings, recomputed
   with pytest.raises(route_lib.RouterFileError, match="not 'bm25-units'"):
-    routing.UnitRouter.load(path)
+    units_lib.UnitRouter.load(path)
 
 
 def _edit(path, change):
@@ -134,7 +134,7 @@ def test_a_tampered_router_file_is_refused(tiny_model, tmp_path, change, match):
   _router(tiny_model, weight=0.3, rerank=2).save(path)
   _edit(path, change)
   with pytest.raises(route_lib.RouterFileError, match=match):
-    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+    units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
 
 
 def test_tampered_embeddings_are_refused(tiny_model, tmp_path):
@@ -143,17 +143,17 @@ def test_tampered_embeddings_are_refused(tiny_model, tmp_path):
   router.save(path)
   np.save(f'{path}.npy', router.dense.matrix[::-1])
   with pytest.raises(route_lib.RouterFileError, match='SHA-256'):
-    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+    units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
   (tmp_path / 'hybrid.json.npy').unlink()
   with pytest.raises(route_lib.RouterFileError, match='cannot read the embeddings'):
-    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+    units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
 
 
 def test_settings_are_checked(tiny_model):
   with pytest.raises(ValueError, match='weight'):
-    routing.HybridRouter(tiny_model, threshold=0.0, weight=1.5)
+    units_lib.HybridRouter(tiny_model, threshold=0.0, weight=1.5)
   with pytest.raises(ValueError, match='rerank'):
-    routing.HybridRouter(tiny_model, threshold=0.0, rerank=-1)
+    units_lib.HybridRouter(tiny_model, threshold=0.0, rerank=-1)
 
 
 def test_a_query_no_unit_matches_reranks_nothing(tiny_model):
@@ -188,7 +188,7 @@ def test_a_hybrid_file_with_a_setting_out_of_range_is_refused(tiny_model, tmp_pa
   router.save(path)
   _rewritten(path, route_lib._matrix_bytes(router.dense.matrix), **fields)  # pylint: disable=protected-access
   with pytest.raises(route_lib.RouterFileError, match=f'hybrid.json: {match}'):
-    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+    units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
 
 
 @pytest.mark.parametrize(
@@ -201,12 +201,12 @@ def test_a_hybrid_file_with_a_setting_out_of_range_is_refused(tiny_model, tmp_pa
 )
 def test_a_unit_router_file_with_a_setting_out_of_range_is_refused(tmp_path, fields, match):
   path = tmp_path / 'units.json'
-  router = routing.UnitRouter(threshold=0.0, unit_words=16)
+  router = units_lib.UnitRouter(threshold=0.0, unit_words=16)
   router.add_many(PAGES)
   router.save(path)
   _rewritten(path, b'', **fields)
   with pytest.raises(route_lib.RouterFileError, match=f'units.json: {match}'):
-    routing.UnitRouter.load(path)
+    units_lib.UnitRouter.load(path)
 
 
 # A mixed-size store: one long page holds the fact among filler words; short notes repeat the
@@ -239,12 +239,12 @@ def test_a_wider_rerank_recovers_a_page_outside_the_lexical_top_4(
 ):
   """The rerank reorders its candidates only: the fact's page, ranked below 4 short notes by
   BM25, is reached when it is among the `rerank` pages reranked and never otherwise."""
-  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical = units_lib.UnitRouter(threshold=-np.inf, unit_words=16)
   lexical.add_many(MIXED)
   ranked = [h.key for h in lexical.route(QUERY, 16)]
   assert 'long/fact' in ranked and ranked.index('long/fact') >= 4  # outside the top 4
-  monkeypatch.setattr(routing, 'query_gain', _knows_the_fact)
-  router = routing.HybridRouter(tiny_model, threshold=-np.inf, rerank=rerank, **TINY)
+  monkeypatch.setattr(units_lib, 'query_gain', _knows_the_fact)
+  router = units_lib.HybridRouter(tiny_model, threshold=-np.inf, rerank=rerank, **TINY)
   router.add_many(MIXED)
   hits = router.route(QUERY, k=4)
   assert len(hits) == 4
@@ -275,7 +275,7 @@ CROWDED = [
 
 
 def test_rare_words_are_the_query_words_of_high_idf():
-  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical = units_lib.UnitRouter(threshold=-np.inf, unit_words=16)
   assert lexical.rare_words(GAME) == []  # nothing stored
   lexical.add_many(CROWDED)
   assert lexical.rare_words(GAME) == ['bartholomew', 'quarshie']  # not 'game', 'last', 'well'
@@ -286,11 +286,11 @@ def test_rare_words_are_the_query_words_of_high_idf():
 def test_candidates_by_the_rare_words_recover_a_page_no_query_rerank_reaches(
   tiny_model, monkeypatch, rerank, rerank_rare, found
 ):
-  lexical = routing.UnitRouter(threshold=-np.inf, unit_words=16)
+  lexical = units_lib.UnitRouter(threshold=-np.inf, unit_words=16)
   lexical.add_many(CROWDED)
   assert [h.key for h in lexical.route(GAME, 64)].index('long/fact') >= 16
-  monkeypatch.setattr(routing, 'query_gain', _knows_the_fact)
-  router = routing.HybridRouter(
+  monkeypatch.setattr(units_lib, 'query_gain', _knows_the_fact)
+  router = units_lib.HybridRouter(
     tiny_model, threshold=-np.inf, rerank=rerank, rerank_rare=rerank_rare, **TINY
   )
   router.add_many(CROWDED)
@@ -302,18 +302,18 @@ def test_candidates_by_the_rare_words_recover_a_page_no_query_rerank_reaches(
 def test_rerank_rare_is_saved_checked_and_absent_from_older_files(tiny_model, tmp_path):
   path = tmp_path / 'hybrid.json'
   _router(tiny_model, rerank=2, rerank_rare=3).save(path)
-  assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 3
+  assert units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 3
   empty = np.zeros((0, tiny_model.config.embed_dim), np.float32)  # no embeddings at weight 1
   empty = route_lib._matrix_bytes(empty)  # pylint: disable=protected-access
   _rewritten(path, empty, rerank_rare=-1)
   with pytest.raises(route_lib.RouterFileError, match='rerank_rare must be an integer >= 0'):
-    routing.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+    units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
   body = json.loads(path.read_text())
   del body['rerank_rare'], body['sha256']
   route_lib._write_json(path, body, empty)  # pylint: disable=protected-access
-  assert routing.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
+  assert units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
   with pytest.raises(ValueError, match='rerank_rare must be an integer >= 0, got True'):
-    routing.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)
+    units_lib.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)
 
 
 def test_the_candidates_and_their_order_do_not_depend_on_the_order_pages_were_added(
@@ -327,10 +327,10 @@ def test_the_candidates_and_their_order_do_not_depend_on_the_order_pages_were_ad
     seen.append(list(contexts))
     return _knows_the_fact(model, query, contexts, **kwargs)
 
-  monkeypatch.setattr(routing, 'query_gain', record)
+  monkeypatch.setattr(units_lib, 'query_gain', record)
   routed = []
   for entries in (CROWDED, sorted(CROWDED), CROWDED[::-1]):
-    router = routing.HybridRouter(tiny_model, threshold=-np.inf, rerank=4, rerank_rare=4, **TINY)
+    router = units_lib.HybridRouter(tiny_model, threshold=-np.inf, rerank=4, rerank_rare=4, **TINY)
     router.add_many(entries)
     routed.append(router.route(GAME, k=8))
   assert routed[0] == routed[1] == routed[2] and routed[0][0].key == 'long/fact'

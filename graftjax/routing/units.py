@@ -5,7 +5,7 @@ the same units fused with the model's own embedding, the top pages reranked by t
     catalog = Catalog(path, router=router, store=store)   # routes pages of any mix of sizes
     router = HybridRouter(model, threshold=0.0, rerank=4, rerank_rare=4)   # + 4 by rare words
 
-Details and why: docs/paging.md, section `graftjax/paging/routing.py`.
+Details and why: docs/paging.md, section `graftjax/routing/units.py`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import ops
+from graftjax.routing import route as route_lib
 
 
 def units(text: str, unit_words: int, stride_words: int) -> list[str]:

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from graftjax.flywheel import route
-from graftjax.flywheel import stats
+from graftjax import stats
 from graftjax.models.gemma import model as gemma_model
+from graftjax.routing import route
 
 GSM = {
   'natalia': 'Natalia sold clips to 48 of her friends in April, and then she sold half as many'

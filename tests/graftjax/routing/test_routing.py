@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from graftjax.flywheel import route as route_lib
 from graftjax.paging import catalog as catalog_lib
-from graftjax.paging import routing
+from graftjax.routing import route as route_lib
+from graftjax.routing import units as units_lib
 from graftjax.studies import bench_paging_recall
 
 
@@ -17,17 +17,17 @@ def _filler(count: int, seed: int = 0) -> list[str]:
 
 def test_units_cover_every_word_and_every_short_run():
   text = ' '.join(f'x{i}' for i in range(50))
-  got = routing.units(text, 16, 8)
+  got = units_lib.units(text, 16, 8)
   assert got[0].split()[0] == 'x0' and got[-1].split()[-1] == 'x49'
   assert all(len(u.split()) == 16 for u in got)
   for a in range(50 - 8):
     run = ' '.join(f'x{i}' for i in range(a, a + 9))
     assert any(run in u for u in got), a
-  assert routing.units('a b c', 16, 8) == ['a b c']
+  assert units_lib.units('a b c', 16, 8) == ['a b c']
   with pytest.raises(ValueError, match='stride_words'):
-    routing.units(text, 8, 9)
+    units_lib.units(text, 8, 9)
   with pytest.raises(ValueError, match='stride_words'):
-    routing.UnitRouter(threshold=0.0, unit_words=8, stride_words=0)
+    units_lib.UnitRouter(threshold=0.0, unit_words=8, stride_words=0)
 
 
 def test_short_pages_fool_bm25_but_not_routing_units():
@@ -35,7 +35,7 @@ def test_short_pages_fool_bm25_but_not_routing_units():
     _filler(8), facts=8, absent=0, short_pages=40, seed=0
   )
   bm25 = route_lib.BM25Router(threshold=0.0)
-  units = routing.UnitRouter(threshold=0.0)
+  units = units_lib.UnitRouter(threshold=0.0)
   for router in (bm25, units):
     router.add_many(entries)
   asks = [q.direct for q in questions]
@@ -46,7 +46,7 @@ def test_short_pages_fool_bm25_but_not_routing_units():
 
 
 def test_a_question_about_what_is_not_stored_scores_low():
-  router = routing.UnitRouter(threshold=0.0)
+  router = units_lib.UnitRouter(threshold=0.0)
   router.add_many(
     [('a', 'The access code of Amelia Blackwood is 4821.'), ('b', 'Lorem ipsum dolor sit amet.')]
   )
@@ -63,10 +63,10 @@ def test_saved_router_routes_the_same(tmp_path):
   entries, questions = bench_paging_recall.mixed_store(
     _filler(4), facts=4, absent=0, short_pages=6, seed=1
   )
-  router = routing.UnitRouter(threshold=0.0, unit_words=32, stride_words=8)
+  router = units_lib.UnitRouter(threshold=0.0, unit_words=32, stride_words=8)
   router.add_many(entries)
   router.save(tmp_path / 'router.json')
-  loaded = routing.UnitRouter.load(tmp_path / 'router.json')
+  loaded = units_lib.UnitRouter.load(tmp_path / 'router.json')
   assert (loaded.unit_words, loaded.stride_words) == (32, 8)
   asks = [q.reworded for q in questions]
   assert loaded.route_many(asks, 2) == router.route_many(asks, 2)
@@ -78,7 +78,7 @@ def test_a_catalog_routes_its_pages_by_units():
   entries, questions = bench_paging_recall.mixed_store(
     _filler(8), facts=8, absent=0, short_pages=40, seed=0
   )
-  with catalog_lib.Catalog(':memory:', router=routing.UnitRouter(threshold=0.0)) as catalog:
+  with catalog_lib.Catalog(':memory:', router=units_lib.UnitRouter(threshold=0.0)) as catalog:
     for key, text in entries:
       catalog.add(
         key,
@@ -99,7 +99,7 @@ def test_routing_rows_report_top_k_and_false_hits():
     _filler(6), facts=6, absent=4, short_pages=10, seed=3
   )
   rows = bench_paging_recall.routing_rows(
-    entries, questions, router=routing.UnitRouter(threshold=0.0), thresholds=[0.0, 2.0]
+    entries, questions, router=units_lib.UnitRouter(threshold=0.0), thresholds=[0.0, 2.0]
   )
   for wording in ('direct', 'reworded'):
     r = rows[wording]
@@ -125,7 +125,7 @@ def _catalogue(catalog, entries):
   'router',
   [
     lambda: route_lib.BM25Router(threshold=0.0),
-    lambda: routing.UnitRouter(threshold=0.0, unit_words=16, stride_words=8),
+    lambda: units_lib.UnitRouter(threshold=0.0, unit_words=16, stride_words=8),
   ],
 )
 def test_a_reopened_catalog_ranks_its_pages_as_built(tmp_path, router):

@@ -1,6 +1,6 @@
 """Routing a query to stored blocks: exact recurrence, BM25, the model's own embedding.
 
-Details: docs/flywheel.md, section `graftjax/flywheel/route.py`.
+Details: docs/flywheel.md, section `graftjax/routing/route.py`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import bm25s
 import bm25s.stopwords
 import numpy as np
 
+from graftjax import stats
 from graftjax.errors import GraftjaxError
-from graftjax.flywheel import stats
 from graftjax.models.gemma import ops
 
 _STOPWORDS = frozenset(bm25s.stopwords.STOPWORDS_EN)  # what `BM25Router` leaves out

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from graftjax.flywheel import route
-from graftjax.flywheel import stats
+from graftjax import stats
+from graftjax.routing import route
 
 
 class _Table(route.Router):
