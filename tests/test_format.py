@@ -16,3 +16,18 @@ def test_tree_is_formatted():
     pytest.skip('ruff is not installed (it comes with the test extras: pip install -e .[test])')
   proc = subprocess.run([ruff, 'format', '--check', '.'], cwd=ROOT, capture_output=True, text=True)
   assert proc.returncode == 0, f'run `ruff format .`:\n{proc.stdout}{proc.stderr}'
+
+
+def test_a_misspelt_marker_is_an_error(tmp_path):
+  """--strict-markers (setup.cfg): `@pytest.mark.slwo` stops collection instead of running."""
+  test = tmp_path / 'test_marked.py'
+  test.write_text('import pytest\n\n\n@pytest.mark.slwo\ndef test_x():\n  pass\n')
+  config = ['-c', str(ROOT / 'setup.cfg'), '--rootdir', str(tmp_path), '-p', 'no:cacheprovider']
+  run = lambda *extra: subprocess.run(
+    [sys.executable, '-m', 'pytest', '-q', *config, *extra, str(test)],
+    capture_output=True,
+    text=True,
+  )
+  strict = run()
+  assert strict.returncode != 0 and "'slwo' not found in `markers`" in strict.stdout
+  assert run('-o', 'addopts=').returncode == 0  # without the option it would run
