@@ -12,6 +12,11 @@ pure-jnp `*_reference`:
   matmul      matmul(x, w, *, block_m, block_n, block_k, precision, ...)
   matmul_decode  matmul_decode(x, w, *, block_n, transposed, ...): 1-16
               rows with matmul's contraction (its reference is matmul's)
+  matmul_tiles   which matmul kernel and tiles a call takes (`dense`)
+
+`registry` maps each op's implementation names ('xla', 'pallas',
+attention's 'xla_split', and any registered) to callables of one signature:
+the model calls `registry.get(op, name).fn` (docs/kernels.md).
 
 Import the module you need (`from graftjax.kernels import attention`); this
 package imports nothing eagerly.

@@ -15,7 +15,7 @@ call. This kernel fixes the arithmetic instead:
   float32 inputs; bfloat16 inputs multiply exactly and add in float32).
 
 On the GPU the tiles were shown not to change the bits either (natively, at
-the model's shapes), so `models/gemma/ops.py` picks them per
+the model's shapes), so `matmul_tiles.py` picks them per
 call size there; in the interpreter `block_k` groups the sums and must stay
 fixed (docs/kernels.md, "Matmul tiles are free on the GPU").
 """

@@ -197,3 +197,12 @@ def apply_rotary_reference(
   if inv_freq is None:
     inv_freq = jnp.asarray(rotary_inv_freq(x.shape[-1], theta))
   return rotate_reference(x, *rotary_cos_sin(positions, inv_freq))
+
+
+def apply_rotary_float32_reference(
+  x: jax.Array, positions: jax.Array, *, theta: float, scale: float = 1.0, fraction: float = 1.0
+) -> jax.Array:
+  """x [..., N, H] rotated by positions [...] divided by `scale`, angles computed by XLA in
+  float32 as trained (`rotary_inv_freq_float32`), `fraction` of the pairs rotating."""
+  inv_freq = rotary_inv_freq_float32(x.shape[-1], theta, fraction) / jnp.float32(scale)
+  return apply_rotary_reference(x, positions, theta=theta, inv_freq=inv_freq)

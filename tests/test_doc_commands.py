@@ -119,6 +119,7 @@ COVERED = {
   ),
   # docs/examples/
   'python docs/examples/kerple_log.py': ('run', {}),
+  'python docs/examples/logged_attention.py': ('run', {}),
 }
 
 # Commands that must run in this order, each after the one before (the second reads the first's

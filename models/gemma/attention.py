@@ -6,10 +6,12 @@ attend over all S slots of the cache (or of a sliding-window layer's ring,
   a query at position p sees slot j iff positions[j] >= 0, positions[j] <= p,
   and, on a sliding-window layer, p - positions[j] < window.
 Scores and softmax are float32. A kv-shared layer (Gemma 4) computes no keys
-or values: it attends over the cache of its source layer (`config.kv_source`). The implementations live in
-`graftjax.kernels`: 'xla' is `attention_reference` (in the model's dtype),
+or values: it attends over the cache of its source layer (`config.kv_source`).
+The implementation is the one registered under `config.impl_of('attention')`
+in `kernels/registry.py`: 'xla' is `attention_reference` (in the model's dtype),
 'xla_split' `attention_xla_split` (the same in pure jnp, summed over slots by
-the Pallas kernel's splits), 'pallas' the chunk-invariant kernel.
+the Pallas kernel's splits), 'pallas' the chunk-invariant kernel
+(docs/kernels.md says how to add one).
 """
 
 from __future__ import annotations
@@ -17,9 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from graftjax.kernels import attention_reference
-from graftjax.kernels import attention_xla_split
-from graftjax.kernels import dots
+from graftjax.kernels import registry
 from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import ops
@@ -93,47 +93,19 @@ def attention_block(
   batch, length = x.shape[:2]
   w_out = params['o'].reshape(config.num_heads * config.head_dim_of(layer), -1)  # [N*H, D]
   tab = tables[key] if scheme.keys == schemes.Keys.RELATIVE else None
-  kwargs = dict(
+  out = registry.get('attention', config.impl_of('attention')).fn(
+    q,
+    keys,
+    values,
+    q_positions,
+    k_positions,
+    config.window(layer),
+    precision=precision,
     q_segments=q_segments,
     k_segments=k_segments,
     distance_bias=tables[positions_lib.BIAS] if scheme.bias is not None else None,
     relative_table=None if tab is None else (tab['cos'], tab['sin']),
   )
-  if config.impl_of('attention') == 'pallas':
-    out = ops.attention(
-      q,
-      keys,
-      values,
-      q_positions,
-      k_positions,
-      config.window(layer),
-      precision=precision,
-      **kwargs,
-    )
-  elif config.impl_of('attention') == 'xla_split':
-    out = attention_xla_split.attention_xla_split(
-      q,
-      keys,
-      values,
-      q_positions,
-      k_positions,
-      block_s=ops.split_slots(q.dtype, config.groups_of(layer)),
-      window=config.window(layer),
-      precision=dots.from_name(precision),
-      **kwargs,
-    )
-  else:
-    out = attention_reference.attention_reference(
-      q,
-      keys,
-      values,
-      q_positions,
-      k_positions,
-      window=config.window(layer),
-      precision=dots.from_name(precision),
-      compute_dtype=None,
-      **kwargs,
-    )
   return ops.dense(
     out.reshape(batch, length, -1), w_out, impl=matmul_impl, precision=precision
   ), cache

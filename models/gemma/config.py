@@ -26,6 +26,7 @@ import json
 from typing import Any
 
 from graftjax.kernels import dots
+from graftjax.kernels import registry
 from graftjax.models.gemma import schemes
 
 
@@ -36,11 +37,11 @@ class AttentionType(enum.Enum):
   LOCAL_SLIDING = 'local_sliding'
 
 
-# Implementations of the numerics-relevant ops (see ops.py), and those ops.
+# The numerics-relevant ops (see ops.py), and the implementations `impl` sets for all of them.
+# Each op also accepts every name registered for it (`kernels/registry.py`), such as
+# attention's 'xla_split'.
+OPS = registry.OPS
 IMPLS = ('xla', 'pallas')
-OPS = ('attention', 'matmul', 'norm', 'rotary')
-# Implementations of one op only: attention's 'xla_split' (kernels/attention_xla_split.py).
-OP_IMPLS = {'attention': ('xla_split',)}
 
 # 1e-6 as the GGUF stores it (float32), so a config read from the file is equal.
 _GGUF_EPS = 9.999999974752427e-07
@@ -185,7 +186,7 @@ class GemmaConfig:
       raise ValueError(f'impl must be one of {IMPLS}, got {self.impl!r}')
     for op in OPS:
       value = getattr(self, f'{op}_impl')
-      known = IMPLS + OP_IMPLS.get(op, ())
+      known = registry.names(op)
       if value is not None and value not in known:
         raise ValueError(f'{op}_impl must be one of {known}, or None for impl; got {value!r}')
     per_op = {op: self.impl_of(op) for op in OPS}
@@ -308,7 +309,7 @@ class GemmaConfig:
     ) == self.num_kv_heads
 
   def impl_of(self, op: str) -> str:
-    """'xla', 'pallas' (or one of `OP_IMPLS[op]`): the implementation that computes `op`."""
+    """The name of the implementation that computes `op` (`registry.get(op, name)`)."""
     if op not in OPS:
       raise ValueError(f'unknown op {op!r}; ops: {OPS}')
     return getattr(self, f'{op}_impl') or self.impl

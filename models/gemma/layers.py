@@ -1,23 +1,15 @@
-"""Elementwise and dense building blocks of the Gemma 3 decoder.
+"""Elementwise building blocks of the Gemma 3 decoder.
 
-Every matrix product states its precision (`GemmaConfig.dot_precision`):
-float32 products are IEEE float32 unless a bfloat16 split is asked for, so a
-GPU never silently falls back to TF32. The ops
-with a kernel (norm, rotary, attention) have their one pure-jnp reference in
-`graftjax.kernels`, reached through `ops.py`.
+The ops with a kernel (matmul, norm, rotary, attention) are reached through
+`ops.py`, which calls the implementation the config names
+(`kernels/registry.py`); every matrix product there states its precision
+(`GemmaConfig.dot_precision`), so a GPU never silently falls back to TF32.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
-from graftjax.kernels import dots
-
-
-def einsum(spec: str, x: jax.Array, w: jax.Array, precision: str) -> jax.Array:
-  """`jnp.einsum` of two operands at an explicit precision (a name in `dots.NAMES`)."""
-  return dots.einsum(spec, x, w, dots.from_name(precision))
 
 
 def embed(table: jax.Array, tokens: jax.Array, embed_dim: int) -> jax.Array:

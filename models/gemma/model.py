@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax.kernels import registry
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
 from graftjax.models.gemma import checkpoint
@@ -42,9 +43,6 @@ from graftjax.models.gemma import transformer
 DEFAULT_TABLE_SIZE = 40_960  # positions/distances covered by float64 tables
 # Largest chunk a ring cache takes by default: its ring is the window plus this.
 DEFAULT_RING_CHUNK = 256
-# Attention impls summing over slots in splits anchored at absolute slots
-# (`GraftTarget.split_invariant`).
-SPLIT_INVARIANT_ATTENTION = ('pallas', 'xla_split')
 
 
 def model_fingerprint(
@@ -119,8 +117,8 @@ class Gemma:
       position_scheme=self.position_scheme,
       dtype=jnp.dtype(self.dtype).name,
       kernels=kernels,
-      chunk_invariant=all(impl == 'pallas' for _, impl in kernels),
-      split_invariant=self.config.impl_of('attention') in SPLIT_INVARIANT_ATTENTION,
+      chunk_invariant=all(registry.get(op, impl).chunk_invariant for op, impl in kernels),
+      split_invariant=registry.get('attention', self.config.impl_of('attention')).split_invariant,
       first_values=self.first_values,
     )
 

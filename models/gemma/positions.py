@@ -158,8 +158,9 @@ def rotate_for_cache(
   """
   scheme = schemes.get(scheme)
   if scheme.angles == 'float32':
-    inv_freq = rotary.rotary_inv_freq_float32(x.shape[-1], theta, fraction) / jnp.float32(scale)
-    return rotary.apply_rotary_reference(x, positions, theta=theta, inv_freq=inv_freq)
+    return rotary.apply_rotary_float32_reference(
+      x, positions, theta=theta, scale=scale, fraction=fraction
+    )
   if scheme.angles == 'float64':
     return rotary.rotate_reference(x, *_lookup(tabs[key or theta_key(theta)], positions))
   return x

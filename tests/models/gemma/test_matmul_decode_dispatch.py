@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from graftjax.kernels import matmul_decode
+from graftjax.kernels import matmul_tiles
 from graftjax.models.gemma import ops
 
 INTERPRET = jax.default_backend() != 'gpu'
@@ -52,11 +53,11 @@ def test_few_rows_go_to_the_decode_kernel_with_the_same_bits(monkeypatch):
   rng = np.random.default_rng(0)
   w = jnp.asarray(rng.standard_normal((32, 4, 16)) / 6, jnp.float32)
   xs = [jnp.asarray(rng.standard_normal((1, t, 32)), jnp.float32) for t in (1, 5, 17)]
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
+  monkeypatch.setattr(matmul_tiles, '_MATMUL_DECODE_OVERRIDE', 'off')
   calls = _spy(monkeypatch)
   want = [ops.dense(x, w, impl='pallas', precision='highest') for x in xs]
   assert not calls
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'rows')
+  monkeypatch.setattr(matmul_tiles, '_MATMUL_DECODE_OVERRIDE', 'rows')
   got = [ops.dense(x, w, impl='pallas', precision='highest') for x in xs]
   assert calls == [((1, 32), 'kn'), ((5, 32), 'kn')]  # 17 rows stay on the prefill kernel
   for g, h in zip(got, want):
@@ -68,14 +69,14 @@ _OFF_LOGITS = []  # the prefill kernel's logits, computed once
 
 
 def _logits(model, monkeypatch, setting):
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', setting)
+  monkeypatch.setattr(matmul_tiles, '_MATMUL_DECODE_OVERRIDE', setting)
   jax.clear_caches()  # the setting is read at trace time
   out, _ = model.prefill(IDS, cache=model.init_cache(capacity=64), chunk_size=1, logits='all')
   return np.asarray(out)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('variant', ops.MATMUL_DECODE_VARIANTS)
+@pytest.mark.parametrize('variant', matmul_tiles.MATMUL_DECODE_VARIANTS)
 def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
   if INTERPRET and variant == 'transposed':
     pytest.skip('the transposed tile runs natively only (tests/kernels/test_matmul_decode.py)')
@@ -90,17 +91,20 @@ def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
 
 
 def test_variant_comes_from_the_shown_table_unless_overridden(monkeypatch):
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', None)
-  monkeypatch.setattr(ops, 'MATMUL_DECODE_SHOWN', {(jax.default_backend(), 'float32'): 'rows'})
-  assert ops.matmul_decode_variant(jnp.float32) == 'rows'
-  assert ops.matmul_decode_variant(jnp.bfloat16) is None
-  monkeypatch.setattr(ops, '_MATMUL_DECODE_OVERRIDE', 'off')
-  assert ops.matmul_decode_variant(jnp.float32) is None
+  monkeypatch.setattr(matmul_tiles, '_MATMUL_DECODE_OVERRIDE', None)
+  monkeypatch.setattr(
+    matmul_tiles, 'MATMUL_DECODE_SHOWN', {(jax.default_backend(), 'float32'): 'rows'}
+  )
+  assert matmul_tiles.matmul_decode_variant(jnp.float32) == 'rows'
+  assert matmul_tiles.matmul_decode_variant(jnp.bfloat16) is None
+  monkeypatch.setattr(matmul_tiles, '_MATMUL_DECODE_OVERRIDE', 'off')
+  assert matmul_tiles.matmul_decode_variant(jnp.float32) is None
+  assert ops.matmul_decode_variant is matmul_tiles.matmul_decode_variant  # what results record
 
 
 def test_bad_override_is_refused(monkeypatch):
-  monkeypatch.setenv(ops.MATMUL_DECODE_ENV, 'columns')
+  monkeypatch.setenv(matmul_tiles.MATMUL_DECODE_ENV, 'columns')
   with pytest.raises(ValueError, match='GRAFTJAX_MATMUL_DECODE'):
-    ops._decode_override()  # pylint: disable=protected-access
-  monkeypatch.setenv(ops.MATMUL_DECODE_ENV, 'transposed')
-  assert ops._decode_override() == 'transposed'  # pylint: disable=protected-access
+    matmul_tiles._decode_override()  # pylint: disable=protected-access
+  monkeypatch.setenv(matmul_tiles.MATMUL_DECODE_ENV, 'transposed')
+  assert matmul_tiles._decode_override() == 'transposed'  # pylint: disable=protected-access

@@ -3,7 +3,8 @@ bytes of the fixed tiles, for decode and prefill row counts, at gemma-3-270m's s
 long contraction of gemma3-12b.
 
 Natively only: in the interpreter (CPU) `block_k` changes the order of the float32 sums,
-so there `ops.matmul_tiles` keeps the fixed tiles (checked below on any machine).
+so there `matmul_tiles.matmul_tiles` (kernels/matmul_tiles.py) keeps the fixed tiles
+(checked below on any machine).
 """
 
 import dataclasses
@@ -15,6 +16,7 @@ import pytest
 
 from graftjax.kernels import dots
 from graftjax.kernels import matmul
+from graftjax.kernels import matmul_tiles
 from graftjax.models.gemma import ops
 
 GPU = jax.default_backend() == 'gpu'
@@ -40,7 +42,7 @@ def _operands(dtype, k, n):
 
 
 def _fixed(x, w, precision='highest'):
-  tiles = ops.MatmulTiles().fit(*w.shape)
+  tiles = matmul_tiles.MatmulTiles().fit(*w.shape)
   return np.asarray(
     matmul.matmul(
       x,
@@ -76,7 +78,7 @@ def test_gpu_tiles_keep_the_fixed_tiles_bits(dtype, precision, k, n):
   for rows in ROWS:
     got = ops.dense(x[:rows], w, impl='pallas', precision=precision)
     assert _bytes(got) == _bytes(want[:rows]), (
-      f'{rows} rows: {ops.matmul_tiles(dtype, rows, k, n, precision)}'
+      f'{rows} rows: {matmul_tiles.matmul_tiles(dtype, rows, k, n, precision)}'
     )
 
 
@@ -94,17 +96,17 @@ def test_comparison_catches_another_reduction_order():
 @pytest.mark.parametrize('rows', ROWS)
 @pytest.mark.parametrize(('k', 'n'), SHAPES, ids=[f'{k}x{n}' for k, n in SHAPES])
 def test_gpu_tiles_fit_the_kernel(dtype, precision, rows, k, n):
-  tiles = ops.gpu_matmul_tiles(dtype, rows, k, n, precision)
+  tiles = matmul_tiles.gpu_matmul_tiles(dtype, rows, k, n, precision)
   assert k % tiles.block_k == 0 and n % tiles.block_n == 0
   for size in (tiles.block_m, tiles.block_n, tiles.block_k):
     assert size >= 16 and size & (size - 1) == 0
-  assert (tiles.block_m == 16) == (rows <= ops.DECODE_ROWS)
+  assert (tiles.block_m == 16) == (rows <= matmul_tiles.DECODE_ROWS)
   if precision != 'highest':  # a split's block_k groups its sums (natively shown above)
-    assert tiles.block_k == ops.MatmulTiles().block_k
+    assert tiles.block_k == matmul_tiles.MatmulTiles().block_k
 
 
 @pytest.mark.skipif(GPU, reason='checks the interpreter path')
 def test_interpreter_keeps_the_fixed_tiles():
   for rows in ROWS:
-    assert ops.matmul_tiles(jnp.bfloat16, rows, 640, 2048) == ops.MatmulTiles()
-  assert ops.matmul_tiles(jnp.float32, 1, 640, 48) == ops.MatmulTiles(block_n=16)
+    assert matmul_tiles.matmul_tiles(jnp.bfloat16, rows, 640, 2048) == matmul_tiles.MatmulTiles()
+  assert matmul_tiles.matmul_tiles(jnp.float32, 1, 640, 48) == matmul_tiles.MatmulTiles(block_n=16)
