@@ -31,6 +31,7 @@ import dataclasses
 
 import jax
 
+from graftjax.errors import GraftjaxError
 from graftjax.kernels import _common
 from graftjax.kernels import attention
 from graftjax.kernels import attention_reference
@@ -43,11 +44,11 @@ from graftjax.kernels import rotary
 OPS = ('attention', 'matmul', 'norm', 'rotary')
 
 
-class UnknownImplementationError(ValueError):
+class UnknownImplementationError(GraftjaxError, ValueError):
   """An op, or an implementation name of an op, that is not registered."""
 
 
-class ImplementationDeclarationError(ValueError):
+class ImplementationDeclarationError(GraftjaxError, ValueError):
   """An implementation whose declaration contradicts itself or a registered one."""
 
 
