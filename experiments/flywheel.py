@@ -38,6 +38,7 @@ determinism.pin()  # before jax starts
 from absl import app
 from absl import flags
 
+from graftjax.flywheel import loop
 from graftjax.studies import cli
 from graftjax.studies import flywheel
 from graftjax.studies import results
@@ -94,7 +95,7 @@ def main(argv):
     pairs=_PAIRS.value,
     shots=_SHOTS.value,
     journal_path=_JOURNAL.value,
-    budget=flywheel.Budget(
+    budget=loop.Budget(
       samples=_SAMPLES.value,
       temperature=_TEMPERATURE.value,
       max_new_tokens=_MAX_NEW_TOKENS.value,

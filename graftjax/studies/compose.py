@@ -31,8 +31,11 @@ from graftjax import ledger
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import compose as compose_lib
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import loop
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import stats
+from graftjax.flywheel import tasks
+from graftjax.flywheel.tasks import gsm8k
 
 LAYOUTS = ('packed', 'shifted')  # from slot 0; every block one page later
 
@@ -403,16 +406,16 @@ def experiment(
     model_name, dtype=jnp.dtype(dtype), position_scheme=compose_lib.SCHEME, impl=impl
   )
   compose_lib.check_model(model)
-  items, held = flywheel.gsm8k_with_symbolic(templates, seed=seed, per_template=per_template)
+  items, held = gsm8k.with_symbolic(templates, seed=seed, per_template=per_template)
   verify = datasets.gsm8k_test().checker
   base = []
   if base_tokens > 0:
-    base = flywheel.base_attempts(
+    base = loop.base_attempts(
       model,
       items,
       verify,
-      prompt=flywheel.Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
-      budget=flywheel.Budget(samples=1, max_new_tokens=base_tokens, rows=rows, seed=seed),
+      prompt=tasks.Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
+      budget=loop.Budget(samples=1, max_new_tokens=base_tokens, rows=rows, seed=seed),
       phase='base',
     )
   with flywheel.progress_bars() as progress, tempfile.TemporaryDirectory() as scratch:
@@ -420,7 +423,7 @@ def experiment(
       library_dir or f'{scratch}/library',
       shape=library_lib.Shape(capacity=setup.capacity, chunk_size=setup.chunk_size),
     )
-    deposits = flywheel.deposit_verified(model, library, items, verify, base)
+    deposits = loop.deposit_verified(model, library, items, verify, base)
     out = run(
       model,
       library=library,

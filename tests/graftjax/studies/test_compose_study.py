@@ -5,10 +5,10 @@ import pytest
 
 from graftjax.flywheel import compose as compose_lib
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import loop
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 from graftjax.studies import compose
-from graftjax.studies import flywheel
 
 SETUP = compose.Setup(capacity=1024, chunk_size=16, recall_tokens=4, solve_tokens=6)
 
@@ -43,7 +43,7 @@ def test_the_study_checks_every_layout_and_answers_every_arm(model, tmp_path):
   items = [_item(i, i, 2) for i in range(3)] + [_item(3, 1, 1, solution='1 + 1 = 3')]
   held_out = [_item(i, i, 5, prefix='h', template=f'q{i}') for i in range(2)]
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=1024, chunk_size=16))
-  deposits = flywheel.deposit_verified(model, library, items, last_word)
+  deposits = loop.deposit_verified(model, library, items, last_word)
   assert [d['source'] for d in deposits] == ['reference'] * 4
   assert deposits[3]['key'] is None and 'does not verify' in deposits[3]['refused']
   out = compose.run(
@@ -119,7 +119,7 @@ def test_own_verified_attempts_are_deposited_and_a_passed_deadline_asks_nothing(
     },
     {'item_id': 'q1', 'text': 'no', 'decode_tokens': 2, 'verdict': {'verdict': False}},
   ]
-  deposits = flywheel.deposit_verified(model, library, items, last_word, base)
+  deposits = loop.deposit_verified(model, library, items, last_word, base)
   assert [d['source'] for d in deposits] == ['self', 'reference']
   assert library.find('toy', 'q0').tokens_spent == 9
   out = compose.run(

@@ -9,6 +9,8 @@ import pytest
 
 from graftjax.flywheel import datasets
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import loop
+from graftjax.flywheel.tasks import qa_wikidata
 from graftjax.flywheel import rescore
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
@@ -39,7 +41,7 @@ def _item(i, a, b, template=None, prefix='q'):
   )
 
 
-PROMPT = flywheel.Prompt(
+PROMPT = loop.Prompt(
   prefix='Question: What is 9 plus 9?\nSolution: 18\n\n', query='Question: {question}\nSolution:'
 )
 
@@ -49,12 +51,12 @@ def test_the_loop_runs_and_records_every_phase(text_model, tmp_path):
   items = [_item(i, i, 2) for i in range(3)]
   held_out = [_item(i, i, 3, template=f'q{i}', prefix='h') for i in range(2)]
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
-  budget = flywheel.Budget(samples=2, max_new_tokens=6, recall_tokens=4, rows=2)
+  budget = loop.Budget(samples=2, max_new_tokens=6, recall_tokens=4, rows=2)
 
   task = tasks.Task('toy', last_word, lambda: items, prompt=PROMPT, held_out=lambda: held_out)
 
   def run(routers):
-    return flywheel.run(
+    return loop.run(
       text_model,
       task,
       library=library,
@@ -104,13 +106,13 @@ HELD_FACTS = [
   _fact(4, 'currency', 'Quantar', 'quid'),
   _fact(5, 'religion', 'Morvel', 'Moxism'),
 ]
-QA_PROMPT = flywheel.Prompt(
+QA_PROMPT = loop.Prompt(
   prefix=library_lib.ANSWER_TEMPLATE.format(question='The capital of Ruritania is', answer='Strel'),
   query=library_lib.RECALL_QUERY,
   answer_only=True,
   keep_prefix=True,
 )
-QA_BUDGET = flywheel.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
+QA_BUDGET = loop.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
 
 
 QA_TASK = tasks.Task(
@@ -124,7 +126,7 @@ QA_TASK = tasks.Task(
 
 
 def _run_qa(model, library, **kwargs):
-  return flywheel.run(
+  return loop.run(
     model,
     QA_TASK,
     library=library,
@@ -199,9 +201,7 @@ def test_overlapping_held_out_items_and_a_kept_prefix_of_another_query_are_refus
 
   def refused(match, routers=kwargs['routers'], **changes):
     with pytest.raises(tasks.TaskError, match=match):
-      flywheel.run(
-        text_model, dataclasses.replace(QA_TASK, **changes), **kwargs | {'routers': routers}
-      )
+      loop.run(text_model, dataclasses.replace(QA_TASK, **changes), **kwargs | {'routers': routers})
 
   refused('held-out items are also deposited', held_out=lambda: FACTS[:1])
   refused(
@@ -218,7 +218,7 @@ def test_overlapping_held_out_items_and_a_kept_prefix_of_another_query_are_refus
   one = {'load': lambda: FACTS[:1], 'held_out': lambda: HELD_FACTS[:1], 'targets': None}
   refused('too few to fit one', routers=[route_lib.BM25Router()], **one)
   with pytest.raises(verifiers.VerifierError, match="unknown verifier 'nope'"):
-    flywheel.run(text_model, dataclasses.replace(QA_TASK, verifier='nope'), **kwargs)
+    loop.run(text_model, dataclasses.replace(QA_TASK, verifier='nope'), **kwargs)
   assert library.entries() == []
 
 
@@ -241,7 +241,7 @@ def _pairs_task():
 
 
 def test_qa_pairs_are_two_relations_of_one_subject_with_disjoint_texts():
-  pairs = flywheel.qa_wikidata_pairs(_pairs_task(), 2, seed=1, shots=3, min_relation_items=1)
+  pairs = qa_wikidata.pairs(_pairs_task(), 2, seed=1, shots=3, min_relation_items=1)
   subjects = {datasets.wikidata_relation(i.question)[1] for i in pairs.items}
   assert subjects == {'Aland', 'Borvia'}
   for d, h in zip(pairs.items, pairs.held_out):
@@ -253,9 +253,9 @@ def test_qa_pairs_are_two_relations_of_one_subject_with_disjoint_texts():
   assert len({r for r, _ in shots}) == 3 and not {s for _, s in shots} & subjects
   assert pairs.same_answer == 1  # Aland: country and original country are both Finland
   with pytest.raises(ValueError, match='2 subjects have two relations, 3 asked for'):
-    flywheel.qa_wikidata_pairs(_pairs_task(), 3, min_relation_items=1)
+    qa_wikidata.pairs(_pairs_task(), 3, min_relation_items=1)
   with pytest.raises(ValueError, match='few-shot'):
-    flywheel.qa_wikidata_pairs(_pairs_task(), 2, shots=5, min_relation_items=1)
+    qa_wikidata.pairs(_pairs_task(), 2, shots=5, min_relation_items=1)
 
 
 def test_the_committed_qa_wikidata_selection_is_disjoint():
@@ -267,7 +267,7 @@ def test_the_committed_qa_wikidata_selection_is_disjoint():
     task = datasets.bigbench_qa_wikidata(datasets.bigbench_sdist(download=False).parent)
   except datasets.DatasetError as e:
     pytest.skip(str(e))
-  pairs = flywheel.qa_wikidata_pairs(task, 140, seed=0, shots=5)
+  pairs = qa_wikidata.pairs(task, 140, seed=0, shots=5)
   deposited = {i.question for i in pairs.items}
   texts = [i.question for i in task.items()]
   assert len(pairs.held_out) == 140 and not deposited & {i.question for i in pairs.held_out}
@@ -356,7 +356,7 @@ def test_a_held_out_item_that_targets_leave_out_should_abstain(text_model, tmp_p
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
   targets = {h.id: d.id for d, h in zip(FACTS[:2], HELD_FACTS[:2])}  # f5 should abstain
   task = dataclasses.replace(QA_TASK, targets=targets)
-  out = flywheel.run(
+  out = loop.run(
     text_model, task, library=library, budget=QA_BUDGET, routers=[route_lib.ExactRouter()]
   )
   exact = out['routing']['ExactRouter']  # the held-out texts are not deposited: it abstains
@@ -386,10 +386,10 @@ def test_a_one_line_code_answer_is_deposited_in_the_code_template(text_model, tm
     'toy_code',
     first_line,
     lambda: items,
-    prompt=flywheel.Prompt('', library_lib.CODE_QUERY, code=True),
+    prompt=loop.Prompt('', library_lib.CODE_QUERY, code=True),
   )
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
-  out = flywheel.run(text_model, task, library=library, budget=QA_BUDGET)
+  out = loop.run(text_model, task, library=library, budget=QA_BUDGET)
   assert 'reference' in {d['source'] for d in out['deposits']}
   for item in items:
     entry = library.find('toy_code', item.id)
@@ -430,7 +430,7 @@ def test_a_verifier_that_raises_in_the_base_phase_loses_no_model_work(
   shape = library_lib.Shape(capacity=256, chunk_size=16)
 
   def run():
-    return flywheel.run(
+    return loop.run(
       text_model,
       task,
       library=library_lib.Library(tmp_path / 'lib', shape=shape),
@@ -542,7 +542,7 @@ def test_a_conservative_fit_of_the_answering_router_refuses_too_few_unrelated(te
     QA_TASK, unrelated=lambda: [f'Who painted picture {i}?' for i in range(9)]
   )
   with pytest.raises(tasks.TaskError, match=r'answering BM25Router: cannot bound .* at least 73'):
-    flywheel.run(
+    loop.run(
       text_model,
       task,
       library=library,

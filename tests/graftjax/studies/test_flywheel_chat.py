@@ -11,6 +11,7 @@ import pytest
 
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import loop
 from graftjax.flywheel import rescore
 from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import config as config_lib
@@ -59,9 +60,9 @@ def test_the_flywheel_asks_in_the_chat_form(chat_model, tmp_path, monkeypatch):
   task = flywheel.load_task('my_task:TASK')
   task = dataclasses.replace(task, prompt=dataclasses.replace(task.prompt, chat=True))
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
-  budget = flywheel.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
+  budget = loop.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
   routers = [route_lib.BM25Router(threshold=0.0)]
-  out = flywheel.run(chat_model, task, library=library, budget=budget, routers=routers)
+  out = loop.run(chat_model, task, library=library, budget=budget, routers=routers)
   assert out['prompt']['chat'] is True
   phases = [a['phase'] for a in out['attempts']]
   assert phases.count('base') == 3 and phases.count('transfer_flywheel') == 3

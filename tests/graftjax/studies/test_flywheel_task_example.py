@@ -9,12 +9,13 @@ import pathlib
 import pytest
 
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import loop
 from graftjax.flywheel import rescore
 from graftjax.flywheel import route as route_lib
 from graftjax.studies import flywheel
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples'
-BUDGET = flywheel.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
+BUDGET = loop.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
 
 
 def _task(monkeypatch):
@@ -39,7 +40,7 @@ def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypa
   unrelated = [f'The mascot of {team} is' for team in ('Ajax', 'Boca', 'Celtic', 'Dynamo')]
   task = dataclasses.replace(_task(monkeypatch), unrelated=lambda: unrelated)
   with flywheel.progress_bars() as progress:
-    out = flywheel.run(
+    out = loop.run(
       text_model,
       task,
       library=_library(tmp_path),
@@ -82,7 +83,7 @@ def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypa
 @pytest.mark.slow
 def test_a_task_without_held_out_items_runs_recurrence_only(text_model, tmp_path, monkeypatch):
   task = dataclasses.replace(_task(monkeypatch), held_out=None, targets=None)
-  out = flywheel.run(text_model, task, library=_library(tmp_path), budget=BUDGET)
+  out = loop.run(text_model, task, library=_library(tmp_path), budget=BUDGET)
   phases = {a['phase'] for a in out['attempts']}
   assert phases <= {'base', 'recurrence'} and 'base' in phases
   unsolved = out['summary']['recurrence_items']
