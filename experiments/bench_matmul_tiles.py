@@ -16,9 +16,9 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from graftjax.kernels import dots
-from graftjax.studies import bench_matmul_tiles
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.kernels import bench_matmul_tiles
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _DTYPES = flags.DEFINE_multi_enum(
   'dtype', ['bfloat16', 'float32'], ['float32', 'bfloat16'], 'Dtypes.'

@@ -33,9 +33,9 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags
 from graftjax.kernels import dots
 from graftjax.models.gemma import config as config_lib
-from graftjax.studies import bench_model
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.model import bench_model
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 512, 'Prefill length.')
 _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 32, 'Greedy decode steps.')

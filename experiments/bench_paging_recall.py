@@ -39,10 +39,10 @@ the routers' development:
 
 from absl import app
 from absl import flags
-from graftjax.studies import bench_paging_recall
-from graftjax.studies import bench_paging_route
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.paging import bench_paging_recall
+from graftjax.studies.paging import bench_paging_route
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 256, 'Tokens per page (BOS included).')
 _OVERLAPS = flags.DEFINE_list('overlaps', ['0', '32', '64', '128'], 'Overlaps in tokens.')

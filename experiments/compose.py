@@ -22,9 +22,9 @@ determinism.pin()  # before jax starts
 from absl import app
 from absl import flags
 
-from graftjax.studies import cli
-from graftjax.studies import compose
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.flywheel import compose
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')

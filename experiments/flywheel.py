@@ -39,16 +39,16 @@ from absl import app
 from absl import flags
 
 from graftjax.flywheel import loop
-from graftjax.studies import cli
-from graftjax.studies import flywheel
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.flywheel import harness
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')
 _TASK = flags.DEFINE_string(
-  'task', 'gsm8k', f'One of {", ".join(flywheel.TASKS)}, or package.module:Name of a Task.'
+  'task', 'gsm8k', f'One of {", ".join(harness.TASKS)}, or package.module:Name of a Task.'
 )
 _TEMPLATES = flags.DEFINE_list('templates', [], 'gsm8k: GSM-Symbolic template ids (0-99).')
 _PAIRS = flags.DEFINE_integer('pairs', 60, 'qa_wikidata: subjects (deposited + held-out pairs).')
@@ -67,7 +67,7 @@ _BM25_THRESHOLD = flags.DEFINE_float(
   'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
 )
 _ROUTER = flags.DEFINE_enum(
-  'router', 'bm25', list(flywheel.ROUTERS), 'Router that answers transfer (all are evaluated).'
+  'router', 'bm25', list(harness.ROUTERS), 'Router that answers transfer (all are evaluated).'
 )
 _CONSERVATIVE = flags.DEFINE_bool(
   'conservative',
@@ -85,7 +85,7 @@ _CHAT = flags.DEFINE_bool('chat', False, "Ask in the model's chat template (an -
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  result = flywheel.experiment(
+  result = harness.experiment(
     model_name=_MODEL.value,
     dtype=_DTYPE.value,
     impl=_IMPL.value,
@@ -112,8 +112,8 @@ def main(argv):
     conservative=_CONSERVATIVE.value,
     unrelated=_UNRELATED.value,
   )
-  print(flywheel.format_summary(result['summary']))
-  print(flywheel.format_routing(result))
+  print(harness.format_summary(result['summary']))
+  print(harness.format_routing(result))
   results.write(_OUT.value, result)
 
 

@@ -25,10 +25,10 @@ from absl import flags
 
 from graftjax import ledger
 from graftjax.kernels import dots
-from graftjax.studies import cli
-from graftjax.studies import impl_flags
-from graftjax.studies import invariance
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.common import impl_flags
+from graftjax.studies.kernels import invariance
+from graftjax.studies.common import results
 
 _MODEL = flags.DEFINE_string(
   'model',

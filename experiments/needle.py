@@ -47,10 +47,10 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import needle
-from graftjax.studies import paging_scale
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.paging import needle
+from graftjax.studies.paging import paging_scale
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')

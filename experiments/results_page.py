@@ -5,7 +5,7 @@
 
 Every figure on the page is read from a result file after `ledger.verify_result`. Each
 folder `experiments/results/<study>/` declares its section in `study.toml`
-(`graftjax.studies.results_page` says how); adding a study edits nothing here.
+(`graftjax.studies.common.results_page` says how); adding a study edits nothing here.
 """
 
 import pathlib
@@ -14,8 +14,8 @@ import sys
 from absl import app
 from absl import flags
 
-from graftjax.studies import cli
-from graftjax.studies import results_page
+from graftjax.studies.common import cli
+from graftjax.studies.common import results_page
 
 RESULTS = pathlib.Path(__file__).resolve().parent / 'results'
 

@@ -8,8 +8,8 @@ import pathlib
 import pytest
 
 from graftjax import ledger
-from graftjax.studies import results as results_lib
-from graftjax.studies import results_page
+from graftjax.studies.common import results as results_lib
+from graftjax.studies.common import results_page
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'results'
 
@@ -264,7 +264,7 @@ def test_flywheel_section_renders_a_minimal_file(tmp_path):
       'recurrence': {'joules_per_answer': 9.75},
     },
   }
-  where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
+  where = _study(tmp_path, 'flywheel', section='graftjax.studies.flywheel.section_flywheel')
   ledger.write_result(where / 'flywheel_toy_h200.json', _flywheel(energy))
   ledger.write_result(where / 'flywheel_toy_cpu.json', _flywheel(None))
   page = results_page.page(tmp_path)
@@ -293,7 +293,7 @@ def test_flywheel_page_follows_the_file_and_says_when_energy_is_absent(tmp_path)
   data = _flywheel(None)
   data['summary']['transfer_base'] = _phase(7, _rate(6, 7, 0.4869, 0.9743), 256)
   data['summary']['transfer_flywheel'] = _phase(7, _rate(0, 7, 0.0, 0.3543), 77)
-  where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
+  where = _study(tmp_path, 'flywheel', section='graftjax.studies.flywheel.section_flywheel')
   ledger.write_result(where / 'flywheel_toy.json', data)
   page = results_page.page(tmp_path)
   assert '**base higher**' in page  # a negative result is kept
@@ -312,7 +312,7 @@ def test_flywheel_page_shows_a_code_task_without_re_running_its_code(tmp_path):
     'false_hit': _rate(4, 100, 0.0157, 0.0984),
   }
   data['routing'] = {'BM25Router': {'calibration': {'threshold': 0.43, 'report': report}}}
-  where = _study(tmp_path, 'flywheel', section='graftjax.studies.sections.flywheel')
+  where = _study(tmp_path, 'flywheel', section='graftjax.studies.flywheel.section_flywheel')
   ledger.write_result(where / 'flywheel_code.json', data)
   page = results_page.page(tmp_path)
   assert 'not re-run as the page is made' in page
@@ -343,7 +343,7 @@ def test_compose_section_renders_a_minimal_file(tmp_path):
       'paired': {'k1 vs k3': {'items': 5, 'only_first': 2, 'only_second': 1}},
     },
   }
-  where = _study(tmp_path, 'compose', section='graftjax.studies.sections.flywheel_compose')
+  where = _study(tmp_path, 'compose', section='graftjax.studies.flywheel.section_flywheel_compose')
   ledger.write_result(where / 'flywheel_compose_toy.json', data)
   page = results_page.page(tmp_path)
   assert 'Re-scored now' not in page  # not given to rescore
@@ -362,7 +362,7 @@ def test_compose_section_renders_a_minimal_file(tmp_path):
 
 
 def test_paging_section_renders_minimal_files(tmp_path):
-  where = _study(tmp_path, 'paging', section='graftjax.studies.sections.paging')
+  where = _study(tmp_path, 'paging', section='graftjax.studies.paging.section_paging')
   route_row = lambda router, n, us: {
     'router': router,
     'entries': n,

@@ -6,8 +6,10 @@ import pytest
 from graftjax.models.gemma import config as config_lib
 
 from graftjax import ledger
-from graftjax.studies import bench_store_tier, local_s3, results_page
-from graftjax.studies.sections import store_tier as section
+from graftjax.studies.store import bench_store_tier
+from graftjax.studies.store import local_s3
+from graftjax.studies.common import results_page
+from graftjax.studies.store import section_store_tier as section
 
 RESULT = (
   pathlib.Path(__file__).parents[2]

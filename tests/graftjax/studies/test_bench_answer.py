@@ -2,7 +2,7 @@
 
 import pytest
 
-from graftjax.studies import bench_answer
+from graftjax.studies.flywheel import bench_answer
 
 # Byte tokens: 'Question: What is 11 plus 30?\nFinal answer:' is 43; each ' please' adds 7.
 KW = {'repeats': 1, 'capacity': 256, 'chunk_size': 64, 'max_new_tokens': 2}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from graftjax.studies import bench_cpu_paths
+from graftjax.studies.paging import bench_cpu_paths
 
 
 @pytest.mark.slow

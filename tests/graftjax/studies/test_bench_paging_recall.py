@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from graftjax.paging import routing
-from graftjax.studies import bench_paging_recall
-from graftjax.studies import needle
+from graftjax.studies.paging import bench_paging_recall
+from graftjax.studies.paging import needle
 
 
 def _filler(count: int, words_per_line: int = 10) -> list[str]:

@@ -1,8 +1,8 @@
 """bench_store_sync: the sync phases read what they should, and the section renders them."""
 
-from graftjax.studies import bench_store_sync
-from graftjax.studies import results_page
-from graftjax.studies.sections import store_sync
+from graftjax.studies.store import bench_store_sync
+from graftjax.studies.common import results_page
+from graftjax.studies.store import section_store_sync as store_sync
 
 
 def test_full_incremental_and_no_op_syncs_read_every_new_and_no_old_manifest(tmp_path):

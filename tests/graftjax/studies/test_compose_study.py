@@ -8,7 +8,7 @@ from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import loop
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
-from graftjax.studies import compose
+from graftjax.studies.flywheel import compose
 
 SETUP = compose.Setup(capacity=1024, chunk_size=16, recall_tokens=4, solve_tokens=6)
 

@@ -16,8 +16,8 @@ from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
 from graftjax.models.gemma import gguf
-from graftjax.studies import flywheel
-from graftjax.studies import journal as journal_lib
+from graftjax.studies.flywheel import harness
+from graftjax.studies.common import journal as journal_lib
 
 
 def _last_word(text, gold):
@@ -277,14 +277,14 @@ def test_the_committed_qa_wikidata_selection_is_disjoint():
 
 def test_the_built_in_tasks_and_their_refusals():
   with pytest.raises(tasks.TaskError, match='package.module:Name'):
-    flywheel.load_task('trivia')
+    harness.load_task('trivia')
   with pytest.raises(tasks.TaskError, match='needs GSM-Symbolic template ids'):
-    flywheel.load_task('gsm8k')
+    harness.load_task('gsm8k')
   try:
     datasets.bigbench_sdist(download=False)
   except datasets.DatasetError as e:
     pytest.skip(str(e))
-  task = flywheel.load_task('qa_wikidata', pairs=3, shots=2)
+  task = harness.load_task('qa_wikidata', pairs=3, shots=2)
   items, held_out, prompt = list(task.items()), task.held_out_items(), task.prompt
   assert len(items) == len(held_out) == len(task.targets) == 3 and task.checker.name == 'alias'
   assert prompt.answer_only and prompt.keep_prefix and prompt.query == library_lib.RECALL_QUERY
@@ -303,19 +303,19 @@ def test_a_task_loads_from_any_importable_module(tmp_path, monkeypatch):
   )
   (tmp_path / 'broken_tasks.py').write_text('raise ImportError("no dataset here")\n')
   monkeypatch.syspath_prepend(str(tmp_path))
-  task = flywheel.load_task('user_tasks:QA')
-  assert task.name == 'toy_qa' and flywheel.load_task('user_tasks:make') is task
+  task = harness.load_task('user_tasks:QA')
+  assert task.name == 'toy_qa' and harness.load_task('user_tasks:make') is task
   with pytest.raises(tasks.TaskError, match='is a int, not a graftjax.flywheel.Task'):
-    flywheel.load_task('user_tasks:NOT_A_TASK')
+    harness.load_task('user_tasks:NOT_A_TASK')
   with pytest.raises(tasks.TaskError, match='AttributeError'):
-    flywheel.load_task('user_tasks:Missing')
+    harness.load_task('user_tasks:Missing')
   with pytest.raises(tasks.TaskError, match='ImportError: no dataset here'):
-    flywheel.load_task('broken_tasks:QA')
+    harness.load_task('broken_tasks:QA')
 
 
 def test_progress_bars_are_closed_even_when_the_run_fails(tqdm_bars):
   with pytest.raises(RuntimeError, match='stopped'):
-    with flywheel.progress_bars() as progress:
+    with harness.progress_bars() as progress:
       progress('deposits', 3)(2)
       raise RuntimeError('stopped')
   (bar,) = tqdm_bars
@@ -324,20 +324,20 @@ def test_progress_bars_are_closed_even_when_the_run_fails(tqdm_bars):
 
 def test_result_inputs_name_each_source_once_and_no_gguf_for_the_tiny_model(text_model):
   items = [_item(0, 1, 2), _item(1, 2, 3), dataclasses.replace(_item(2, 3, 4), source='other')]
-  inputs = flywheel.result_inputs(text_model, 'tiny', items)
+  inputs = harness.result_inputs(text_model, 'tiny', items)
   assert inputs == {
     'model_fingerprint': text_model.fingerprint,
     'params_sha256': text_model.params_digest,
     'tokenizer_sha256': text_model.tokenizer.digest(),
     'items': ['other', 'test'],
   }
-  real = flywheel.result_inputs(text_model, 'gemma3-270m', items)
+  real = harness.result_inputs(text_model, 'gemma3-270m', items)
   assert real == {**inputs, 'gguf_sha256': gguf.expected_sha256()}
 
 
 def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
   try:
-    task = flywheel.load_task('gsm8k', templates=[0, 1], seed=3)
+    task = harness.load_task('gsm8k', templates=[0, 1], seed=3)
   except datasets.DatasetError as e:
     pytest.skip(str(e))
   items, held_out, unrelated = list(task.items()), task.held_out_items(), list(task.unrelated())
@@ -345,7 +345,7 @@ def test_the_gsm8k_task_has_held_out_instances_and_unrelated_questions():
   assert {h.template for h in held_out} == {i.id for i in items}
   asked = {i.question for i in [*items, *held_out]}
   assert not asked & set(unrelated) and task.record['templates'] == [0, 1]
-  assert flywheel.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated
+  assert harness.load_task('gsm8k', templates=[0, 1], seed=3).unrelated() == unrelated
 
 
 # A newcomer's task: leaving items out of targets, code answers, errors before work ---------
@@ -461,7 +461,7 @@ def test_task_errors_come_before_the_model_loads(monkeypatch):
 
   def refused(error, match, **changes):
     with pytest.raises(error, match=match):
-      flywheel.experiment(
+      harness.experiment(
         model_name='tiny',
         dtype='float32',
         impl='xla',
@@ -489,7 +489,7 @@ def test_task_errors_come_before_the_model_loads(monkeypatch):
 
 
 def test_each_bar_closes_when_its_phase_ends(tqdm_bars):
-  with flywheel.progress_bars() as progress:
+  with harness.progress_bars() as progress:
     progress('deposits', 2)(2)
     assert tqdm_bars[0].disable  # its total reached: closed
     progress('recurrence', 3)(1)
@@ -505,13 +505,13 @@ def test_the_router_named_answers_and_every_router_is_made(tiny_model):
     ('exact', route_lib.ExactRouter),
     ('embedding', route_lib.EmbeddingRouter),
   ):
-    routers = flywheel.routers_for(tiny_model, name, bm25_threshold=0.25)
-    assert type(routers[0]) is first and len(routers) == len(flywheel.ROUTERS) == 3
+    routers = harness.routers_for(tiny_model, name, bm25_threshold=0.25)
+    assert type(routers[0]) is first and len(routers) == len(harness.ROUTERS) == 3
   (bm25,) = [r for r in routers if isinstance(r, route_lib.BM25Router)]
   assert bm25.threshold == 0.25
-  assert flywheel.routers_for(tiny_model, 'bm25')[0].threshold is None  # fitted in the run
+  assert harness.routers_for(tiny_model, 'bm25')[0].threshold is None  # fitted in the run
   with pytest.raises(ValueError, match='router must be one of'):
-    flywheel.routers_for(tiny_model, 'hybrid')
+    harness.routers_for(tiny_model, 'hybrid')
 
 
 @pytest.mark.slow
@@ -567,7 +567,7 @@ def test_the_routing_lines_name_the_answering_router_and_the_held_out_bound():
     'routing': {'BM25Router': {'calibration': fit}, 'ExactRouter': {'threshold': 1.0}},
     'routing_refused': {'EmbeddingRouter': 'cannot bound false hits at 5.0%'},
   }
-  bm25, exact, embedding = flywheel.format_routing(result).splitlines()
+  bm25, exact, embedding = harness.format_routing(result).splitlines()
   high = fit['report']['false_hit']['high']
   assert bm25 == (
     f'      BM25Router answers  threshold {fit["threshold"]} fitted; held-out false hits 0/73'
@@ -577,7 +577,7 @@ def test_the_routing_lines_name_the_answering_router_and_the_held_out_bound():
   assert embedding == ' EmbeddingRouter not fitted: cannot bound false hits at 5.0%'
   fit['held_out'] = {**fit['held_out'], 'met': False, 'why': '0/3 held out: too few'}
   assert (
-    flywheel.format_routing(result)
+    harness.format_routing(result)
     .splitlines()[0]
     .endswith(f'[0.0%, {high:.1%}]: 0/3 held out: too few')
   )
@@ -585,11 +585,11 @@ def test_the_routing_lines_name_the_answering_router_and_the_held_out_bound():
 
 def test_the_gsm8k_task_takes_a_count_of_unrelated_questions():
   try:
-    task = flywheel.load_task('gsm8k', templates=[0, 1], seed=3, unrelated=5)
+    task = harness.load_task('gsm8k', templates=[0, 1], seed=3, unrelated=5)
   except datasets.DatasetError as e:
     pytest.skip(str(e))
   unrelated = list(task.unrelated())
   assert len(unrelated) == len(set(unrelated)) == 5
   assert not {i.question for i in task.items()} & set(unrelated)
   with pytest.raises(tasks.TaskError, match='unrelated must lie in'):
-    flywheel.load_task('gsm8k', templates=[0, 1], unrelated=-1)
+    harness.load_task('gsm8k', templates=[0, 1], unrelated=-1)

@@ -17,7 +17,7 @@ from graftjax.flywheel import route as route_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import safetensors_io
-from graftjax.studies import flywheel
+from graftjax.studies.flywheel import harness
 from tests.models.gemma import test_chat_template
 from tests.models.gemma import tokenizer_files
 
@@ -57,7 +57,7 @@ def test_a_model_without_a_template_refuses_the_chat_form(text_model):
 @pytest.mark.slow  # the flywheel on the tiny export
 def test_the_flywheel_asks_in_the_chat_form(chat_model, tmp_path, monkeypatch):
   monkeypatch.syspath_prepend(str(EXAMPLES))
-  task = flywheel.load_task('my_task:TASK')
+  task = harness.load_task('my_task:TASK')
   task = dataclasses.replace(task, prompt=dataclasses.replace(task.prompt, chat=True))
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
   budget = loop.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)

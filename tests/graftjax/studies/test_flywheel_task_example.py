@@ -12,7 +12,7 @@ from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import loop
 from graftjax.flywheel import rescore
 from graftjax.flywheel import route as route_lib
-from graftjax.studies import flywheel
+from graftjax.studies.flywheel import harness
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples'
 BUDGET = loop.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
@@ -20,7 +20,7 @@ BUDGET = loop.Budget(samples=1, max_new_tokens=4, recall_tokens=4, rows=2)
 
 def _task(monkeypatch):
   monkeypatch.syspath_prepend(str(EXAMPLES))
-  return flywheel.load_task('my_task:TASK')
+  return harness.load_task('my_task:TASK')
 
 
 def _bytes(text):
@@ -39,7 +39,7 @@ def test_the_walk_through_fits_in_42_lines():
 def test_the_example_task_runs_and_rescores_clean(text_model, tmp_path, monkeypatch, tqdm_bars):
   unrelated = [f'The mascot of {team} is' for team in ('Ajax', 'Boca', 'Celtic', 'Dynamo')]
   task = dataclasses.replace(_task(monkeypatch), unrelated=lambda: unrelated)
-  with flywheel.progress_bars() as progress:
+  with harness.progress_bars() as progress:
     out = loop.run(
       text_model,
       task,

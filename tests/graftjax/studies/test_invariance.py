@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from graftjax.studies import corpus
-from graftjax.studies import invariance
+from graftjax.studies.common import corpus
+from graftjax.studies.kernels import invariance
 from graftjax import ledger
 from graftjax.models.gemma import model as gemma_model
 

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from graftjax.studies import journal as journal_lib
+from graftjax.studies.common import journal as journal_lib
 
 
 def _counting():

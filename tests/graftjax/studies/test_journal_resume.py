@@ -10,7 +10,7 @@ import types
 import pytest
 
 from graftjax.flywheel import library as library_lib
-from graftjax.studies import journal as journal_lib
+from graftjax.studies.common import journal as journal_lib
 from tests.graftjax.studies import test_flywheel
 
 SHAPE = library_lib.Shape(capacity=256, chunk_size=16)

@@ -9,7 +9,7 @@ from graftjax import ledger
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import transformer
-from graftjax.studies import kv_bytes
+from graftjax.studies.model import kv_bytes
 
 
 def _nbytes(tree):
@@ -54,7 +54,7 @@ def test_fitting_slots_is_the_largest_capacity_that_fits():
 
 
 def test_experiment_writes_a_result_that_verifies(tmp_path):
-  from graftjax.studies import results
+  from graftjax.studies.common import results
 
   result = kv_bytes.experiment(['tiny'], capacities=(256,))
   assert result['inputs']['config_digests'] == {'tiny': config_lib.tiny().digest()}

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from graftjax.studies import corpus
-from graftjax.studies import needle
-from graftjax.studies import paging_scale
+from graftjax.studies.common import corpus
+from graftjax.studies.paging import needle
+from graftjax.studies.paging import paging_scale
 
 
 def test_facts_are_planted_whole_at_their_offsets():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from graftjax.studies import needle
+from graftjax.studies.paging import needle
 
 _ARMS = dict(
   model_name='tiny',

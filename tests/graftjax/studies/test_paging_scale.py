@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from graftjax.paging import catalog as catalog_lib
-from graftjax.studies import corpus
-from graftjax.studies import paging_scale
+from graftjax.studies.common import corpus
+from graftjax.studies.paging import paging_scale
 
 
 @pytest.mark.slow

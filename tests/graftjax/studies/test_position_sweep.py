@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from graftjax.studies import corpus
+from graftjax.studies.common import corpus
 from graftjax import exactness
 from graftjax import ledger
-from graftjax.studies import position_sweep
+from graftjax.studies.position import position_sweep
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import schemes
 

@@ -6,10 +6,10 @@ import pytest
 
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import params
-from graftjax.studies import bench_attention_tiles
-from graftjax.studies import bench_matmul_tiles
-from graftjax.studies import device_trace
-from graftjax.studies import profile_model
+from graftjax.studies.kernels import bench_attention_tiles
+from graftjax.studies.kernels import bench_matmul_tiles
+from graftjax.studies.common import device_trace
+from graftjax.studies.model import profile_model
 
 
 def test_busy_time_is_the_union_of_intervals():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from graftjax import blocks
-from graftjax.studies import relocation
+from graftjax.studies.position import relocation
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import schemes

@@ -5,8 +5,8 @@ import pytest
 from graftjax import ledger
 from graftjax.flywheel import route as route_lib
 from graftjax.flywheel import tasks
-from graftjax.studies import results_page
-from graftjax.studies import route_calibration
+from graftjax.studies.common import results_page
+from graftjax.studies.flywheel import route_calibration
 
 TOPICS = [
   'apples orchard harvest',
@@ -115,7 +115,7 @@ def study(tmp_path):
   where = tmp_path / 'flywheel'
   (where / 'runs').mkdir(parents=True)
   (where / results_page.DECLARATION).write_text(
-    'title = "Flywheel"\norder = 1\nsection = "graftjax.studies.sections.flywheel"\n'
+    'title = "Flywheel"\norder = 1\nsection = "graftjax.studies.flywheel.section_flywheel"\n'
   )
   return where
 

@@ -1,7 +1,7 @@
 """The paging section's routing table: a router run on one wording, the first stage's recall."""
 
-from graftjax.studies import results_page
-from graftjax.studies.sections import paging
+from graftjax.studies.common import results_page
+from graftjax.studies.paging import section_paging as paging
 
 
 def _rate(successes, trials=80):

@@ -1,7 +1,7 @@
 """The paging section shows a needle result's top-1 and top-k arms side by side."""
 
-from graftjax.studies import results_page
-from graftjax.studies.sections import paging
+from graftjax.studies.common import results_page
+from graftjax.studies.paging import section_paging as paging
 
 
 def _rate(successes, trials, low, high):

@@ -2,7 +2,7 @@
 
 import json
 
-from graftjax.studies import slot_moves
+from graftjax.studies.paging import slot_moves
 
 
 def test_whole_split_moves_are_byte_equal_on_xla_split():

@@ -1,4 +1,4 @@
-"""graftjax.studies.timing: both clocks return per-call seconds and the output."""
+"""graftjax.studies.common.timing: both clocks return per-call seconds and the output."""
 
 import types
 
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from graftjax.studies import timing
+from graftjax.studies.common import timing
 
 
 def test_time_calls_returns_times_and_the_output():

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from graftjax.studies import training
+from graftjax.studies.position import training
 from graftjax.models.gemma import checkpoint
 
 SETTINGS = training.Settings(
