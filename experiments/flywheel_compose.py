@@ -1,6 +1,6 @@
 r"""Composition of routed library blocks, measured: exactness and what it buys.
 
-    python experiments/compose.py --model=gemma3-270m --impl=pallas --templates=0,1,2 \
+    python experiments/flywheel_compose.py --model=gemma3-270m --impl=pallas --templates=0,1,2 \
         --queries=3 --held_out=0 --out=experiments/results/flywheel_compose/flywheel_compose_cpu.json
 
 The GSM8K items of the chosen GSM-Symbolic templates are deposited (the base
