@@ -5,6 +5,7 @@ Details and the exactness argument: docs/paging.md, section `graftjax/studies/pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import hashlib
@@ -312,33 +313,42 @@ def _sha(array) -> str:
   return hashlib.sha256(np.asarray(array).tobytes()).hexdigest()
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs: the model, the needles and their pages, the arms (experiments/needle.py
+  builds it from its flags; the fields are `experiment`'s arguments)."""
+
+  model_name: str
+  dtype: str
+  needles: int
+  page_tokens: int
+  pages_per_window: int
+  answer_tokens: int
+  chunk_size: int
+  question_chunk: int
+  impl: str = 'xla'
+  store_dir: str | os.PathLike | None = None
+  margin: int = 32
+  seed: int = 0
+  templates: Sequence[Template] = (ACCESS_CODE,)
+  placement: str = 'inside'
+  overlap: int = 0
+  haystack: Sequence[str] | None = None  # text files
+  router: str = 'bm25'
+  top_k: int = 0
+  topk_threshold: float | None = None
+  position_scheme: str = 'rope'
+
+
 def experiment(
+  settings: Settings,
   *,
-  model_name: str,
-  dtype: str,
-  impl: str = 'xla',
-  store_dir: str | os.PathLike | None = None,
-  needles: int,
-  page_tokens: int,
-  pages_per_window: int,
-  answer_tokens: int,
-  chunk_size: int,
-  question_chunk: int,
-  margin: int = 32,
-  seed: int = 0,
-  templates=(ACCESS_CODE,),
-  placement: str = 'inside',
-  overlap: int = 0,
-  haystack=None,
-  router: str = 'bm25',
-  top_k: int = 0,
-  topk_threshold: float | None = None,
-  position_scheme: str = 'rope',
   progress: bool = True,
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both arms on every needle (and with `top_k` > 0 the top-k arm); the result.
 
+  `store_dir`, `templates`, `top_k` and the other settings are fields of `settings`.
   With `store_dir` (a store grown by `paging_scale`, same model), the needle
   pages join that store and its catalog, and every question is routed over
   all of it; otherwise over the needle pages alone, in a temporary store.
@@ -351,36 +361,45 @@ def experiment(
   `topk_threshold`: compose only the top-k pages scoring at least it (the best page always);
   None composes all k.
   """
-  if router not in ROUTERS:
-    raise NeedleError(f'router must be one of {sorted(ROUTERS)}, got {router!r}')
-  model = _load(model_name, dtype=dtype, impl=impl, position_scheme=position_scheme)
-  if top_k:
+  if settings.router not in ROUTERS:
+    raise NeedleError(f'router must be one of {sorted(ROUTERS)}, got {settings.router!r}')
+  model = _load(
+    settings.model_name,
+    dtype=settings.dtype,
+    impl=settings.impl,
+    position_scheme=settings.position_scheme,
+  )
+  if settings.top_k:
     try:
       split = compose.check_model(model)
     except compose.ComposeError as e:
-      raise NeedleError(f'the top-{top_k} arm cannot compose pages on this model: {e}') from e
+      raise NeedleError(
+        f'the top-{settings.top_k} arm cannot compose pages on this model: {e}'
+      ) from e
   tokenizer = model.tokenizer
   page_ids, planted, docs, spans = plant(
     tokenizer,
-    needles=needles,
-    page_tokens=page_tokens,
-    pages_per_window=pages_per_window,
-    margin=margin,
-    seed=seed,
-    templates=templates,
-    placement=placement,
-    overlap=overlap,
-    haystack=haystack,
+    needles=settings.needles,
+    page_tokens=settings.page_tokens,
+    pages_per_window=settings.pages_per_window,
+    margin=settings.margin,
+    seed=settings.seed,
+    templates=settings.templates,
+    placement=settings.placement,
+    overlap=settings.overlap,
+    haystack=settings.haystack,
   )
-  window_tokens = 1 + pages_per_window * (page_tokens - 1)
+  window_tokens = 1 + settings.pages_per_window * (settings.page_tokens - 1)
   prompts = [tokenizer.encode(n.prompt, add_bos=False) for n in planted]
-  longest = max(len(p) for p in prompts) + answer_tokens
+  longest = max(len(p) for p in prompts) + settings.answer_tokens
   capacity = -(-(window_tokens + longest) // 64) * 64
-  if top_k:  # one capacity for every arm, whole pages of the context (pages are computed in it)
-    context_slots = top_k * -(-page_tokens // split) * split + longest
+  if (
+    settings.top_k
+  ):  # one capacity for every arm, whole pages of the context (pages are computed in it)
+    context_slots = settings.top_k * -(-settings.page_tokens // split) * split + longest
     capacity = -(-max(capacity, context_slots) // split) * split
   config, target = model.config, model.graft_target
-  kinds = list(dict.fromkeys(templates))
+  kinds = list(dict.fromkeys(settings.templates))
   rows = [
     {
       'name': n.name,
@@ -400,20 +419,24 @@ def experiment(
   t_start = time.perf_counter()
 
   with contextlib.ExitStack() as stack:
-    root = store_dir or stack.enter_context(tempfile.TemporaryDirectory())
-    store = store_lib.BlockStore(os.path.join(root, 'store') if store_dir is None else root)
-    catalog = stack.enter_context(catalog_lib.Catalog.beside(store, router=ROUTERS[router]()))
+    root = settings.store_dir or stack.enter_context(tempfile.TemporaryDirectory())
+    store = store_lib.BlockStore(
+      os.path.join(root, 'store') if settings.store_dir is None else root
+    )
+    catalog = stack.enter_context(
+      catalog_lib.Catalog.beside(store, router=ROUTERS[settings.router]())
+    )
     t0 = time.perf_counter()
     for p in tqdm.tqdm(range(len(page_ids)), desc='pages', disable=not progress):
       (page,) = paging_scale.make_pages(
-        model, page_ids[p][None], capacity=capacity, chunk_size=chunk_size, local_rows=None
+        model, page_ids[p][None], capacity=capacity, chunk_size=settings.chunk_size, local_rows=None
       )
       key = pages.put(store, page)
       catalog.add(
         key,
         paging_scale.decode(tokenizer, page_ids[p][1:]),
         source=f'{NEEDLE_SOURCE} {p}',
-        n_tokens=page_tokens,
+        n_tokens=settings.page_tokens,
         model_fingerprint=model.fingerprint,
         dtype=jnp.dtype(model.dtype).name,
         page_layout=page.layout,
@@ -434,16 +457,18 @@ def experiment(
       got = pages.get(store, hits[0][0].key)
       t2 = time.perf_counter()
       window = jax.block_until_ready(
-        pages.install(window, got, target=target, config=config, chunk_size=chunk_size, donate=True)
+        pages.install(
+          window, got, target=target, config=config, chunk_size=settings.chunk_size, donate=True
+        )
       )
       t3 = time.perf_counter()
       answer, first, window = greedy(
         model,
         window,
         prompt,
-        position=page_tokens,
-        answer_tokens=answer_tokens,
-        chunk=question_chunk,
+        position=settings.page_tokens,
+        answer_tokens=settings.answer_tokens,
+        chunk=settings.question_chunk,
       )
       t4 = time.perf_counter()
       text = paging_scale.decode(tokenizer, answer)
@@ -464,19 +489,25 @@ def experiment(
         _, fresh = model.prefill(
           page_ids[routed_page],
           cache=model.init_cache(capacity=capacity),
-          chunk_size=chunk_size,
+          chunk_size=settings.chunk_size,
           logits='none',
         )
         _, fresh_first, _ = greedy(
-          model, fresh, prompt, position=page_tokens, answer_tokens=1, chunk=question_chunk
+          model,
+          fresh,
+          prompt,
+          position=settings.page_tokens,
+          answer_tokens=1,
+          chunk=settings.question_chunk,
         )
         row['paged_first_logits_equal_fresh_prefill'] = _sha(first) == _sha(fresh_first)
-    if top_k:
+    if settings.top_k:
       context = context_lib.PagedContext(model, store, catalog, capacity=capacity)
       _top_k_arm(
-        model, context, planted, prompts, rows, spans, page_of, number_of, k=top_k,
-        answer_tokens=answer_tokens, chunk_size=chunk_size, question_chunk=question_chunk,
-        tokenizer=tokenizer, progress=progress, threshold=topk_threshold,
+        model, context, planted, prompts, rows, spans, page_of, number_of, k=settings.top_k,
+        answer_tokens=settings.answer_tokens, chunk_size=settings.chunk_size,
+        question_chunk=settings.question_chunk, tokenizer=tokenizer, progress=progress,
+        threshold=settings.topk_threshold,
       )  # fmt: skip
 
   base_s = []
@@ -485,7 +516,7 @@ def experiment(
     ids = [_bos(tokenizer), *(int(t) for t in docs[w])]
     t0 = time.perf_counter()
     _, context = model.prefill(
-      ids, cache=model.init_cache(capacity=capacity), chunk_size=chunk_size, logits='none'
+      ids, cache=model.init_cache(capacity=capacity), chunk_size=settings.chunk_size, logits='none'
     )
     context = jax.block_until_ready(context)
     prefill_s = time.perf_counter() - t0
@@ -496,8 +527,8 @@ def experiment(
         jax.tree.map(jnp.copy, context),
         prompts[i],
         position=len(ids),
-        answer_tokens=answer_tokens,
-        chunk=question_chunk,
+        answer_tokens=settings.answer_tokens,
+        chunk=settings.question_chunk,
       )
       text = paging_scale.decode(tokenizer, answer)
       rows[i].update(
@@ -517,30 +548,32 @@ def experiment(
     **results.header(
       'needle',
       inputs={
-        **results.model_inputs(model, model_name),
+        **results.model_inputs(model, settings.model_name),
         'sha256_page_ids': ledger.sha256_bytes(np.ascontiguousarray(page_ids).tobytes()),
       },
       command=command,
     ),
-    'model': model_name,
-    'dtype': dtype,
-    'impl': impl,
-    'routed_over': 'the needle pages only' if store_dir is None else f'the store at {store_dir}',
-    'page_tokens': page_tokens,
-    'pages_per_window': pages_per_window,
+    'model': settings.model_name,
+    'dtype': settings.dtype,
+    'impl': settings.impl,
+    'routed_over': 'the needle pages only'
+    if settings.store_dir is None
+    else f'the store at {settings.store_dir}',
+    'page_tokens': settings.page_tokens,
+    'pages_per_window': settings.pages_per_window,
     'window_tokens': window_tokens,
     'window_capacity': capacity,
-    'answer_tokens': answer_tokens,
-    'placement': placement,
-    'overlap': overlap,
-    'router': router,
+    'answer_tokens': settings.answer_tokens,
+    'placement': settings.placement,
+    'overlap': settings.overlap,
+    'router': settings.router,
     'position_scheme': model.position_scheme,
-    'top_k': top_k,
-    'topk_threshold': topk_threshold,
+    'top_k': settings.top_k,
+    'topk_threshold': settings.topk_threshold,
     'templates': [dataclasses.asdict(t) for t in kinds],
     'corpus': 'standard-library sources of this interpreter, in sorted order'
-    if haystack is None
-    else [str(path) for path in haystack],
+    if settings.haystack is None
+    else [str(path) for path in settings.haystack],
     'summary': {
       'needles': len(rows),
       'paged_accuracy': paged.value,
@@ -573,13 +606,13 @@ def experiment(
       'paged_accuracy_inside_a_page': _accuracy(rows, 'paged', lambda r: not r['at_boundary']),
       'paged_distractor_confusions': sum(r['paged_confused_with'] is not None for r in rows),
       'base_distractor_confusions': sum(r['base_confused_with'] is not None for r in rows),
-      **(_top_k_summary(rows, top_k) if top_k else {}),
+      **(_top_k_summary(rows, settings.top_k) if settings.top_k else {}),
     },
     'rates': {
       'paged': paged.to_json(),
       'base': base.to_json(),
       'routing': routed.to_json(),
-      **(_top_k_rates(rows) if top_k else {}),
+      **(_top_k_rates(rows) if settings.top_k else {}),
     },
     'store_build_s': build_s,
     'seconds': time.perf_counter() - t_start,

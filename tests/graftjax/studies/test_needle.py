@@ -29,14 +29,16 @@ def test_facts_are_planted_whole_at_their_offsets():
 @pytest.mark.slow
 def test_experiment_runs_both_arms_with_wilson_intervals():
   result = needle.experiment(
-    model_name='tiny',
-    dtype='float32',
-    needles=3,
-    page_tokens=128,
-    pages_per_window=2,
-    answer_tokens=2,
-    chunk_size=64,
-    question_chunk=8,
+    needle.Settings(
+      model_name='tiny',
+      dtype='float32',
+      needles=3,
+      page_tokens=128,
+      pages_per_window=2,
+      answer_tokens=2,
+      chunk_size=64,
+      question_chunk=8,
+    ),
     progress=False,
   )
   s = result['summary']
@@ -52,9 +54,10 @@ def test_experiment_runs_both_arms_with_wilson_intervals():
 
 
 def test_needles_join_a_grown_store_and_route_over_all_of_it(tmp_path):
-  kwargs = dict(model_name='tiny', dtype='float32', progress=False)
+  kwargs = dict(model_name='tiny', dtype='float32')
   grown = paging_scale.experiment(
     **kwargs,
+    progress=False,
     impl='xla',
     store_dir=tmp_path,
     page_tokens=128,
@@ -66,14 +69,17 @@ def test_needles_join_a_grown_store_and_route_over_all_of_it(tmp_path):
     threads=2,
   )
   result = needle.experiment(
-    **kwargs,
-    store_dir=str(tmp_path),
-    needles=2,
-    page_tokens=128,
-    pages_per_window=2,
-    answer_tokens=1,
-    chunk_size=64,
-    question_chunk=8,
+    needle.Settings(
+      **kwargs,
+      store_dir=str(tmp_path),
+      needles=2,
+      page_tokens=128,
+      pages_per_window=2,
+      answer_tokens=1,
+      chunk_size=64,
+      question_chunk=8,
+    ),
+    progress=False,
   )
   s = result['summary']
   assert s['needle_pages'] == 2 and s['stored_pages'] == 6 + 2
@@ -139,7 +145,9 @@ def test_templates_haystack_and_placement_are_checked(tmp_path):
   with pytest.raises(needle.NeedleError, match='haystack holds'):
     needle.plant(corpus.ByteTokenizer(), **kwargs, haystack=[short])
   with pytest.raises(needle.NeedleError, match='router'):
-    needle.experiment(model_name='tiny', dtype='float32', router='nope', **kwargs, **_ARMS)
+    needle.experiment(
+      needle.Settings(model_name='tiny', dtype='float32', router='nope', **kwargs, **_ARMS)
+    )
   with pytest.raises(needle.NeedleError, match='placement'):
     needle.plant(corpus.ByteTokenizer(), **kwargs, placement='anywhere')
 
@@ -151,20 +159,22 @@ def test_a_users_needle_set_reports_neighbours_boundaries_and_confusions(tmp_pat
     ''.join(f'line {i} of the notes about nothing in particular\n' for i in range(200))
   )
   result = needle.experiment(
-    model_name='tiny',
-    dtype='float32',
-    needles=4,
-    page_tokens=160,
-    pages_per_window=2,
-    answer_tokens=2,
-    chunk_size=64,
-    question_chunk=8,
-    margin=56,
-    templates=(LOCKER, LOCKER, needle.ACCESS_CODE),  # windows: (locker, locker), (code, locker)
-    placement='mixed',
-    overlap=64,
-    haystack=[haystack],
-    router='units',
+    needle.Settings(
+      model_name='tiny',
+      dtype='float32',
+      needles=4,
+      page_tokens=160,
+      pages_per_window=2,
+      answer_tokens=2,
+      chunk_size=64,
+      question_chunk=8,
+      margin=56,
+      templates=(LOCKER, LOCKER, needle.ACCESS_CODE),  # windows: (locker, locker), (code, locker)
+      placement='mixed',
+      overlap=64,
+      haystack=[haystack],
+      router='units',
+    ),
     progress=False,
   )
   s, rows = result['summary'], result['rows']

@@ -15,13 +15,15 @@ _ARMS = dict(
   answer_tokens=2,
   chunk_size=64,
   question_chunk=8,
-  progress=False,
 )
 
 
 @pytest.mark.slow
 def test_the_top_k_arm_runs_exactly_on_the_xla_split_attention():
-  result = needle.experiment(**_ARMS, impl='xla_split', position_scheme='rope_relative', top_k=2)
+  result = needle.experiment(
+    needle.Settings(**_ARMS, impl='xla_split', position_scheme='rope_relative', top_k=2),
+    progress=False,
+  )
   s = result['summary']
   assert result['top_k'] == 2 and result['position_scheme'] == 'rope_relative'
   assert s['topk_k'] == 2 and result['window_capacity'] % 256 == 0
@@ -40,9 +42,11 @@ def test_the_top_k_arm_runs_exactly_on_the_xla_split_attention():
 
 def test_the_top_k_arm_refuses_a_model_that_cannot_compose():
   with pytest.raises(needle.NeedleError, match='top-2 arm cannot compose'):
-    needle.experiment(**_ARMS, impl='xla', position_scheme='rope_relative', top_k=2)
+    needle.experiment(
+      needle.Settings(**_ARMS, impl='xla', position_scheme='rope_relative', top_k=2), progress=False
+    )
   with pytest.raises(needle.NeedleError, match="needs 'rope_relative'"):
-    needle.experiment(**_ARMS, impl='xla_split', top_k=2)
+    needle.experiment(needle.Settings(**_ARMS, impl='xla_split', top_k=2), progress=False)
 
 
 def _pages_of(rows):
@@ -56,11 +60,14 @@ def test_the_top_k_arm_composes_only_pages_above_its_threshold_and_counts_interf
   threshold,
 ):
   result = needle.experiment(
-    **_ARMS,
-    impl='xla_split',
-    position_scheme='rope_relative',
-    top_k=2,
-    topk_threshold=threshold,
+    needle.Settings(
+      **_ARMS,
+      impl='xla_split',
+      position_scheme='rope_relative',
+      top_k=2,
+      topk_threshold=threshold,
+    ),
+    progress=False,
   )
   rows, s = result['rows'], result['summary']
   assert result['topk_threshold'] == threshold
