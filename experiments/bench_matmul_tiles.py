@@ -60,16 +60,18 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
     result = bench_matmul_tiles.sweep(
-      dtypes=_DTYPES.value,
-      rows=_ROWS.value,
-      candidates=_CANDIDATES.value,
-      shapes=_SHAPES.value,
-      model=_MODEL.value,
-      default=_DEFAULT.value,
-      precision=_PRECISION.value,
-      iters=_ITERS.value,
-      time_budget_s=_TIME_BUDGET_S.value,
-      interpret=jax.default_backend() != 'gpu',
+      bench_matmul_tiles.Settings(
+        dtypes=_DTYPES.value,
+        rows=_ROWS.value,
+        candidates=_CANDIDATES.value,
+        shapes=_SHAPES.value,
+        model=_MODEL.value,
+        default=_DEFAULT.value,
+        precision=_PRECISION.value,
+        iters=_ITERS.value,
+        time_budget_s=_TIME_BUDGET_S.value,
+        interpret=jax.default_backend() != 'gpu',
+      )
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

@@ -74,17 +74,19 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
     result = bench_model.experiment(
-      dtypes=_DTYPES.value,
-      impls=_IMPLS.value,
-      per_op=_PER_OP.value,
-      weights=_WEIGHTS.value,
-      model_name=_MODEL.value,
-      prompt_tokens=_PROMPT_TOKENS.value,
-      decode_tokens=_DECODE_TOKENS.value,
-      chunk_size=_CHUNK_SIZE.value,
-      repeats=_REPEATS.value,
-      dot_precision=_DOT_PRECISION.value,
-      llamacpp_python=_LLAMACPP_PYTHON.value,
+      bench_model.Settings(
+        dtypes=_DTYPES.value,
+        impls=_IMPLS.value,
+        per_op=_PER_OP.value,
+        weights=_WEIGHTS.value,
+        model_name=_MODEL.value,
+        prompt_tokens=_PROMPT_TOKENS.value,
+        decode_tokens=_DECODE_TOKENS.value,
+        chunk_size=_CHUNK_SIZE.value,
+        repeats=_REPEATS.value,
+        dot_precision=_DOT_PRECISION.value,
+        llamacpp_python=_LLAMACPP_PYTHON.value,
+      )
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

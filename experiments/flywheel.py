@@ -86,31 +86,33 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   result = harness.experiment(
-    model_name=_MODEL.value,
-    dtype=_DTYPE.value,
-    impl=_IMPL.value,
-    task=_TASK.value,
-    templates=[int(t) for t in _TEMPLATES.value],
-    per_template=_PER_TEMPLATE.value,
-    pairs=_PAIRS.value,
-    shots=_SHOTS.value,
-    journal_path=_JOURNAL.value,
-    budget=loop.Budget(
-      samples=_SAMPLES.value,
-      temperature=_TEMPERATURE.value,
-      max_new_tokens=_MAX_NEW_TOKENS.value,
-      recall_tokens=_RECALL_TOKENS.value,
-      rows=_ROWS.value,
-      seed=_SEED.value,
-    ),
-    capacity=_CAPACITY.value,
-    library_dir=_LIBRARY.value,
-    bm25_threshold=_BM25_THRESHOLD.value,
-    measure_energy=_ENERGY.value,
-    chat=_CHAT.value,
-    router=_ROUTER.value,
-    conservative=_CONSERVATIVE.value,
-    unrelated=_UNRELATED.value,
+    harness.Settings(
+      model_name=_MODEL.value,
+      dtype=_DTYPE.value,
+      impl=_IMPL.value,
+      task=_TASK.value,
+      templates=[int(t) for t in _TEMPLATES.value],
+      per_template=_PER_TEMPLATE.value,
+      pairs=_PAIRS.value,
+      shots=_SHOTS.value,
+      journal_path=_JOURNAL.value,
+      budget=loop.Budget(
+        samples=_SAMPLES.value,
+        temperature=_TEMPERATURE.value,
+        max_new_tokens=_MAX_NEW_TOKENS.value,
+        recall_tokens=_RECALL_TOKENS.value,
+        rows=_ROWS.value,
+        seed=_SEED.value,
+      ),
+      capacity=_CAPACITY.value,
+      library_dir=_LIBRARY.value,
+      bm25_threshold=_BM25_THRESHOLD.value,
+      measure_energy=_ENERGY.value,
+      chat=_CHAT.value,
+      router=_ROUTER.value,
+      conservative=_CONSERVATIVE.value,
+      unrelated=_UNRELATED.value,
+    )
   )
   print(harness.format_summary(result['summary']))
   print(harness.format_routing(result))

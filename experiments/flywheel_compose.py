@@ -59,26 +59,28 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   result = compose.experiment(
-    model_name=_MODEL.value,
-    dtype=_DTYPE.value,
-    impl=_IMPL.value,
-    templates=[int(t) for t in _TEMPLATES.value],
-    per_template=_PER_TEMPLATE.value,
-    queries=_QUERIES.value,
-    held_out=_HELD_OUT.value,
-    base_tokens=_BASE_TOKENS.value,
-    rows=_ROWS.value,
-    setup=compose.Setup(
-      capacity=_CAPACITY.value,
-      chunk_size=_CHUNK_SIZE.value,
-      ks=tuple(int(k) for k in _KS.value),
-      held_out_ks=tuple(int(k) for k in _HELD_OUT_KS.value),
-      recall_tokens=_RECALL_TOKENS.value,
-      solve_tokens=_SOLVE_TOKENS.value,
-    ),
-    library_dir=_LIBRARY.value,
-    seed=_SEED.value,
-    deadline_s=_DEADLINE_S.value,
+    compose.Settings(
+      model_name=_MODEL.value,
+      dtype=_DTYPE.value,
+      impl=_IMPL.value,
+      templates=[int(t) for t in _TEMPLATES.value],
+      per_template=_PER_TEMPLATE.value,
+      queries=_QUERIES.value,
+      held_out=_HELD_OUT.value,
+      base_tokens=_BASE_TOKENS.value,
+      rows=_ROWS.value,
+      setup=compose.Setup(
+        capacity=_CAPACITY.value,
+        chunk_size=_CHUNK_SIZE.value,
+        ks=tuple(int(k) for k in _KS.value),
+        held_out_ks=tuple(int(k) for k in _HELD_OUT_KS.value),
+        recall_tokens=_RECALL_TOKENS.value,
+        solve_tokens=_SOLVE_TOKENS.value,
+      ),
+      library_dir=_LIBRARY.value,
+      seed=_SEED.value,
+      deadline_s=_DEADLINE_S.value,
+    )
   )
   print(compose.format_summary(result))
   results.write(_OUT.value, result)

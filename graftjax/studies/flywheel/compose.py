@@ -365,21 +365,28 @@ def refusals(model) -> dict[str, str]:
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs (experiments/flywheel_compose.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  model_name: str
+  dtype: str
+  impl: str
+  templates: Sequence[int]
+  per_template: int
+  queries: int | None
+  held_out: int | None
+  base_tokens: int
+  rows: int
+  setup: Setup
+  library_dir: str | None
+  seed: int = 0
+  deadline_s: float | None = None
+
+
 def experiment(
-  *,
-  model_name: str,
-  dtype: str,
-  impl: str,
-  templates: Sequence[int],
-  per_template: int,
-  queries: int | None,
-  held_out: int | None,
-  base_tokens: int,
-  rows: int,
-  setup: Setup,
-  library_dir: str | None,
-  seed: int = 0,
-  deadline_s: float | None = None,
+  settings: Settings,
 ) -> dict[str, Any]:
   """experiments/compose.py: GSM8K items of GSM-Symbolic templates deposited, then `run`.
 
@@ -403,48 +410,58 @@ def experiment(
 
   start = time.monotonic()
   model = gemma_model.load_named(
-    model_name, dtype=jnp.dtype(dtype), position_scheme=compose_lib.SCHEME, impl=impl
+    settings.model_name,
+    dtype=jnp.dtype(settings.dtype),
+    position_scheme=compose_lib.SCHEME,
+    impl=settings.impl,
   )
   compose_lib.check_model(model)
-  items, held = gsm8k.with_symbolic(templates, seed=seed, per_template=per_template)
+  items, held = gsm8k.with_symbolic(
+    settings.templates, seed=settings.seed, per_template=settings.per_template
+  )
   verify = datasets.gsm8k_test().checker
   base = []
-  if base_tokens > 0:
+  if settings.base_tokens > 0:
     base = loop.base_attempts(
       model,
       items,
       verify,
       prompt=tasks.Prompt(datasets.gsm8k_fewshot_prefix(), datasets.gsm8k_prompt('{question}')),
-      budget=loop.Budget(samples=1, max_new_tokens=base_tokens, rows=rows, seed=seed),
+      budget=loop.Budget(
+        samples=1, max_new_tokens=settings.base_tokens, rows=settings.rows, seed=settings.seed
+      ),
       phase='base',
     )
   with harness.progress_bars() as progress, tempfile.TemporaryDirectory() as scratch:
     library = library_lib.Library(
-      library_dir or f'{scratch}/library',
-      shape=library_lib.Shape(capacity=setup.capacity, chunk_size=setup.chunk_size),
+      settings.library_dir or f'{scratch}/library',
+      shape=library_lib.Shape(
+        capacity=settings.setup.capacity, chunk_size=settings.setup.chunk_size
+      ),
     )
     deposits = loop.deposit_verified(model, library, items, verify, base)
     out = run(
       model,
       library=library,
-      items=items[:queries],
-      held_out=held[:held_out],
+      items=items[: settings.queries],
+      held_out=held[: settings.held_out],
       verify=verify,
-      setup=setup,
+      setup=settings.setup,
       progress=progress,
-      deadline=None if deadline_s is None else start + deadline_s,
+      deadline=None if settings.deadline_s is None else start + settings.deadline_s,
     )
     library.close()
   return {
     **results.header(
-      'flywheel_compose', inputs=harness.result_inputs(model, model_name, items[:1] + held[:1])
+      'flywheel_compose',
+      inputs=harness.result_inputs(model, settings.model_name, items[:1] + held[:1]),
     ),
-    'model': model_name,
-    'dtype': dtype,
-    'impl': impl,
+    'model': settings.model_name,
+    'dtype': settings.dtype,
+    'impl': settings.impl,
     'position_scheme': compose_lib.SCHEME,
-    'templates': list(templates),
-    'base_tokens': base_tokens,
+    'templates': list(settings.templates),
+    'base_tokens': settings.base_tokens,
     'base': base,
     'deposits': deposits,
     'refusals': refusals(model),

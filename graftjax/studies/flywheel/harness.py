@@ -150,26 +150,33 @@ def routers_for(
   return [made[name]() for name in sorted(ROUTERS, key=lambda name: name != answer)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs (experiments/flywheel.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  model_name: str
+  dtype: str
+  impl: str
+  budget: loop.Budget
+  capacity: int
+  library_dir: str | None
+  bm25_threshold: float | None
+  measure_energy: bool
+  task: str | tasks.Task = 'gsm8k'
+  templates: Sequence[int] = ()
+  per_template: int = 1
+  pairs: int = 60
+  shots: int = 5
+  journal_path: str | None = None
+  chat: bool = False
+  router: str = 'bm25'
+  conservative: bool = False
+  unrelated: int | None = None
+
+
 def experiment(
-  *,
-  model_name: str,
-  dtype: str,
-  impl: str,
-  budget: loop.Budget,
-  capacity: int,
-  library_dir: str | None,
-  bm25_threshold: float | None,
-  measure_energy: bool,
-  task: str | tasks.Task = 'gsm8k',
-  templates: Sequence[int] = (),
-  per_template: int = 1,
-  pairs: int = 60,
-  shots: int = 5,
-  journal_path: str | None = None,
-  chat: bool = False,
-  router: str = 'bm25',
-  conservative: bool = False,
-  unrelated: int | None = None,
+  settings: Settings,
 ) -> dict[str, Any]:
   """experiments/flywheel.py: the loop on one task's items, with progress bars.
 
@@ -191,33 +198,35 @@ def experiment(
   from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
   from graftjax.studies.common import results  # pylint: disable=g-import-not-at-top
 
-  if measure_energy and (reason := energy.available()):
+  if settings.measure_energy and (reason := energy.available()):
     raise RuntimeError(reason)
-  if measure_energy and journal_path:
+  if settings.measure_energy and settings.journal_path:
     raise ValueError('energy is measured over whole phases: run without a journal')
-  spec = task
+  task = spec = settings.task
   if not isinstance(task, tasks.Task):
     task = load_task(
-      task,
-      templates=list(templates),
-      per_template=per_template,
-      pairs=pairs,
-      shots=shots,
-      seed=budget.seed,
-      unrelated=unrelated,
+      spec,
+      templates=list(settings.templates),
+      per_template=settings.per_template,
+      pairs=settings.pairs,
+      shots=settings.shots,
+      seed=settings.budget.seed,
+      unrelated=settings.unrelated,
     )
-  if chat:
+  if settings.chat:
     task = dataclasses.replace(
       task, prompt=dataclasses.replace(task.prompt or loop.ZERO_SHOT, chat=True)
     )
   items, held_out, _, _ = loop.check_task(task)  # before the model loads
-  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype), impl=impl)
+  model = gemma_model.load_named(
+    settings.model_name, dtype=jnp.dtype(settings.dtype), impl=settings.impl
+  )
   journal = journal_lib.Journal(
-    journal_path,
+    settings.journal_path,
     config={
       'model': model.fingerprint,
-      'dtype': dtype,
-      'impl': impl,
+      'dtype': settings.dtype,
+      'impl': settings.impl,
       'task': task.name,
       'items': [i.id for i in items],
       'held_out': [i.id for i in held_out],
@@ -227,43 +236,44 @@ def experiment(
         for k, v in dataclasses.asdict(task.prompt or loop.ZERO_SHOT).items()
         if k != 'chat' or v
       },
-      'budget': dataclasses.asdict(budget),
-      'capacity': capacity,
-      'bm25_threshold': bm25_threshold,
+      'budget': dataclasses.asdict(settings.budget),
+      'capacity': settings.capacity,
+      'bm25_threshold': settings.bm25_threshold,
       # Journals of runs before these settings (BM25 answering, point-estimate fits) resume.
-      **({'router': router} if router != 'bm25' else {}),
-      **({'conservative': True} if conservative else {}),
+      **({'router': settings.router} if settings.router != 'bm25' else {}),
+      **({'conservative': True} if settings.conservative else {}),
     },
   )
   if journal.resumed:
-    print(f'resuming: {journal.resumed} finished steps from {journal_path}')
-  meter = energy.Meter() if measure_energy else None
+    print(f'resuming: {journal.resumed} finished steps from {settings.journal_path}')
+  meter = energy.Meter() if settings.measure_energy else None
   with progress_bars() as progress, tempfile.TemporaryDirectory() as scratch:
     library = library_lib.Library(
-      library_dir or f'{scratch}/library', shape=library_lib.Shape(capacity=capacity)
+      settings.library_dir or f'{scratch}/library',
+      shape=library_lib.Shape(capacity=settings.capacity),
     )
     out = loop.run(
       model,
       task,
       library=library,
-      budget=budget,
-      routers=routers_for(model, router, bm25_threshold=bm25_threshold),
+      budget=settings.budget,
+      routers=routers_for(model, settings.router, bm25_threshold=settings.bm25_threshold),
       progress=progress,
       meter=meter,
       journal=journal,
-      conservative=conservative,
+      conservative=settings.conservative,
     )
     library.close()
-  inputs = result_inputs(model, model_name, items[:1] + held_out[:1])
+  inputs = result_inputs(model, settings.model_name, items[:1] + held_out[:1])
   if (task.prompt or loop.ZERO_SHOT).chat:
     inputs['chat_template_sha256'] = model.tokenizer.chat_template.digest()
   if spec == 'qa_wikidata':
     inputs['bigbench_sdist_sha256'] = datasets.BIGBENCH_SHA256
   return {
     **results.header('flywheel', inputs=inputs),
-    'model': model_name,
-    'dtype': dtype,
-    'impl': impl,
+    'model': settings.model_name,
+    'dtype': settings.dtype,
+    'impl': settings.impl,
     **({} if isinstance(spec, tasks.Task) or spec in TASKS else {'task_spec': spec}),
     **task.record,
     **({'resumed_steps': journal.resumed} if journal.resumed else {}),

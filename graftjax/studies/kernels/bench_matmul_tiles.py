@@ -9,6 +9,7 @@ records whether its output is bit-equal to the default tiles' output: which knob
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
@@ -55,18 +56,26 @@ def _max_error(got: jax.Array, exact: np.ndarray) -> float:
   return float(np.abs(np.asarray(got, np.float64) - exact).max())
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `sweep` runs (experiments/bench_matmul_tiles.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  dtypes: Sequence[str]
+  rows: Sequence[int]
+  candidates: Sequence[str]
+  iters: int
+  time_budget_s: float
+  shapes: Sequence[str] | None = None
+  model: str = 'gemma3-270m'
+  default: str = DEFAULT
+  precision: str = 'highest'
+  interpret: bool = False
+
+
 def sweep(
+  settings: Settings,
   *,
-  dtypes: Sequence[str],
-  rows: Sequence[int],
-  candidates: Sequence[str],
-  shapes: Sequence[str] | None = None,
-  model: str = 'gemma3-270m',
-  default: str = DEFAULT,
-  precision: str = 'highest',
-  iters: int,
-  time_budget_s: float,
-  interpret: bool = False,
   log=print,
   command: str | None = None,
 ) -> dict:
@@ -80,51 +89,53 @@ def sweep(
   Raises:
     ValueError: for a malformed candidate or an unknown shape name.
   """
-  for text in (default, *candidates):
+  for text in (settings.default, *settings.candidates):
     parse_candidate(text)
-  dot_precision = dots.from_name(precision)
-  projections = projection_shapes(config_lib.get_config(model))
+  dot_precision = dots.from_name(settings.precision)
+  projections = projection_shapes(config_lib.get_config(settings.model))
   known = {name for name, _, _ in projections}
-  if shapes and set(shapes) - known:
-    raise ValueError(f'unknown shapes {sorted(set(shapes) - known)}; known: {sorted(known)}')
-  cases = [s for s in projections if not shapes or s[0] in shapes]
+  if settings.shapes and set(settings.shapes) - known:
+    raise ValueError(
+      f'unknown shapes {sorted(set(settings.shapes) - known)}; known: {sorted(known)}'
+    )
+  cases = [s for s in projections if not settings.shapes or s[0] in settings.shapes]
   started = time.perf_counter()
   out_rows = []
-  for dtype in dtypes:
-    for m in rows:
+  for dtype in settings.dtypes:
+    for m in settings.rows:
       for name, k, n in cases:
         rng = np.random.default_rng(0)
         x = jnp.asarray(rng.standard_normal((m, k)), dtype)
         w = jnp.asarray(rng.standard_normal((k, n)) * k**-0.5, dtype)
-        base = dict(dtype=dtype, M=m, shape=name, K=k, N=n, precision=precision)
+        base = dict(dtype=dtype, M=m, shape=name, K=k, N=n, precision=settings.precision)
         exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
         xla = jax.jit(lambda x, w: matmul.matmul_reference(x, w, precision=dot_precision))
-        xla_s = timing.time_in_loop(lambda a: xla(*a), (x, w), iters=iters)
+        xla_s = timing.time_in_loop(lambda a: xla(*a), (x, w), iters=settings.iters)
         out_rows.append(
           dict(base, impl='xla', device_s=xla_s, max_abs_error=_max_error(xla(x, w), exact))
         )
         log(f'{dtype:8s} M={m:4d} {name:8s} xla {1e6 * xla_s:9.2f} us')
         want = None
-        for text in dict.fromkeys((default, *candidates)):
+        for text in dict.fromkeys((settings.default, *settings.candidates)):
           row = dict(base, impl='pallas', candidate=text)
-          if time.perf_counter() - started > time_budget_s:
+          if time.perf_counter() - started > settings.time_budget_s:
             out_rows.append(dict(row, skipped='time budget spent'))
             continue
           knobs = parse_candidate(text)
           kernel = jax.jit(
             lambda x, w, knobs=knobs: matmul.matmul(
-              x, w, precision=dot_precision, interpret=interpret, **knobs
+              x, w, precision=dot_precision, interpret=settings.interpret, **knobs
             )
           )
           try:
             got = kernel(x, w)
-            seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), (x, w), iters=iters)
+            seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), (x, w), iters=settings.iters)
           except Exception as e:  # pylint: disable=broad-exception-caught
             out_rows.append(dict(row, error=f'{type(e).__name__}: {e}'[:500]))
             log(f'{dtype} M={m} {name} {text} FAILED: {out_rows[-1]["error"][:200]}')
             continue
           digest = ledger.sha256_array(got)
-          want = digest if text == default else want
+          want = digest if text == settings.default else want
           row.update(
             device_s=seconds,
             vs_xla=seconds / xla_s,
@@ -139,16 +150,16 @@ def sweep(
           )
   return {
     **results.header('bench_matmul_tiles', command=command),
-    'interpret': interpret,
+    'interpret': settings.interpret,
     'settings': dict(
-      dtypes=list(dtypes),
-      rows=list(rows),
-      candidates=list(candidates),
-      default=default,
-      model=model,
+      dtypes=list(settings.dtypes),
+      rows=list(settings.rows),
+      candidates=list(settings.candidates),
+      default=settings.default,
+      model=settings.model,
       shapes=[s[0] for s in cases],
-      precision=precision,
-      iters=iters,
+      precision=settings.precision,
+      iters=settings.iters,
     ),
     'rows': out_rows,
     'wall_s': time.perf_counter() - started,

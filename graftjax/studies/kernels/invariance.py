@@ -19,6 +19,7 @@ one table. `experiment(...)` is experiments/invariance.py (one shard);
 from __future__ import annotations
 
 from concurrent import futures
+import dataclasses
 import os
 import pathlib
 import tempfile
@@ -263,44 +264,54 @@ def merge_shards(shards: list[dict[str, Any]], command: str) -> dict[str, Any]:
   }
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs (experiments/invariance.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  model_name: str
+  impl: str
+  per_op: dict[str, str]
+  dtype: str
+  samples: int
+  prefix_tokens: int
+  continuation_tokens: int
+  chunk_sizes: tuple[int, ...]
+  batch_sizes: tuple[int, ...]
+  shard: int = 0
+  num_shards: int = 1
+  dot_precision: str = 'highest'
+
+
 def experiment(
+  settings: Settings,
   *,
-  model_name: str,
-  impl: str,
-  per_op: dict[str, str],
-  dtype: str,
-  samples: int,
-  prefix_tokens: int,
-  continuation_tokens: int,
-  chunk_sizes: tuple[int, ...],
-  batch_sizes: tuple[int, ...],
-  shard: int = 0,
-  num_shards: int = 1,
-  dot_precision: str = 'highest',
   command: str,
 ) -> dict:
   """experiments/invariance.py: loads the model with the given kernels (float32 products at
   `dot_precision`), runs shard `shard` of `num_shards` of the samples; the result."""
-  if not 0 <= shard < num_shards:
-    raise ValueError(f'shard {shard} must be in [0, num_shards={num_shards})')
-  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype)).with_impl(impl, **per_op)
-  model = model.with_dot_precision(dot_precision)
+  if not 0 <= settings.shard < settings.num_shards:
+    raise ValueError(f'shard {settings.shard} must be in [0, num_shards={settings.num_shards})')
+  model = gemma_model.load_named(settings.model_name, dtype=jnp.dtype(settings.dtype)).with_impl(
+    settings.impl, **settings.per_op
+  )
+  model = model.with_dot_precision(settings.dot_precision)
   tokenizer = model.tokenizer
   texts = corpus.text_samples(
     tokenizer,
-    count=samples,
-    prefix_tokens=prefix_tokens,
-    continuation_tokens=continuation_tokens,
+    count=settings.samples,
+    prefix_tokens=settings.prefix_tokens,
+    continuation_tokens=settings.continuation_tokens,
   )
-  indices = shard_range(len(texts), shard, num_shards)
-  need = prefix_tokens + continuation_tokens
+  indices = shard_range(len(texts), settings.shard, settings.num_shards)
+  need = settings.prefix_tokens + settings.continuation_tokens
   capacity = -(-need // ops.CAPACITY_MULTIPLE) * ops.CAPACITY_MULTIPLE
   with tempfile.TemporaryDirectory() as tmp:
     result = run_invariance(
       model=model,
       samples=[texts[i] for i in indices],
-      chunk_sizes=tuple(chunk_sizes),
-      batch_sizes=tuple(batch_sizes),
+      chunk_sizes=tuple(settings.chunk_sizes),
+      batch_sizes=tuple(settings.batch_sizes),
       capacity=capacity,
       store_root=tmp,
       progress=lambda it: tqdm.tqdm(it, desc='samples'),
@@ -316,22 +327,22 @@ def experiment(
     **results.header(
       'invariance', inputs={'model_fingerprint': model.fingerprint}, command=command
     ),
-    'model': model_name,
-    'impl': impl,
-    'impls': {op: per_op.get(op, impl) for op in config_lib.OPS},
-    'dtype': dtype,
-    'dot_precision': dot_precision,
+    'model': settings.model_name,
+    'impl': settings.impl,
+    'impls': {op: settings.per_op.get(op, settings.impl) for op in config_lib.OPS},
+    'dtype': settings.dtype,
+    'dot_precision': settings.dot_precision,
     'capacity': capacity,
     'settings': {
-      'samples': samples,
-      'prefix_tokens': prefix_tokens,
-      'continuation_tokens': continuation_tokens,
-      'chunk_sizes': list(chunk_sizes),
-      'batch_sizes': list(batch_sizes),
+      'samples': settings.samples,
+      'prefix_tokens': settings.prefix_tokens,
+      'continuation_tokens': settings.continuation_tokens,
+      'chunk_sizes': list(settings.chunk_sizes),
+      'batch_sizes': list(settings.batch_sizes),
     },
     'shard': {
-      'index': shard,
-      'count': num_shards,
+      'index': settings.shard,
+      'count': settings.num_shards,
       'samples': [indices.start, indices.stop],
     },
     **result,

@@ -8,6 +8,7 @@ ratio, and optionally llama.cpp on the same tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 import functools
 import json
 import math
@@ -112,19 +113,27 @@ def long_prompt(tokenizer, n: int) -> list[int]:
   raise ValueError(f'the standard library holds fewer than {n} tokens')
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs (experiments/bench_model.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  dtypes: list[str]
+  impls: list[str]
+  prompt_tokens: int
+  decode_tokens: int
+  chunk_size: int
+  per_op: bool = False
+  weights: str = 'real'
+  model_name: str = 'gemma3-270m'
+  repeats: int = 1
+  dot_precision: str = 'highest'
+  llamacpp_python: str | None = None
+
+
 def experiment(
+  settings: Settings,
   *,
-  dtypes: list[str],
-  impls: list[str],
-  per_op: bool = False,
-  weights: str = 'real',
-  model_name: str = 'gemma3-270m',
-  prompt_tokens: int,
-  decode_tokens: int,
-  chunk_size: int,
-  repeats: int = 1,
-  dot_precision: str = 'highest',
-  llamacpp_python: str | None = None,
   command: str | None = None,
   log: Callable[[str], None] = functools.partial(print, flush=True),
 ) -> dict:
@@ -137,57 +146,57 @@ def experiment(
     ValueError: for per_op without 'xla' in impls, llama.cpp with random weights, or
       real weights of another model than gemma3-270m.
   """
-  if weights == 'real' and model_name != 'gemma3-270m':
+  if settings.weights == 'real' and settings.model_name != 'gemma3-270m':
     raise ValueError(
-      f'real weights exist for gemma3-270m only: use --weights=random for {model_name}'
+      f'real weights exist for gemma3-270m only: use --weights=random for {settings.model_name}'
     )
-  if per_op and 'xla' not in impls:
+  if settings.per_op and 'xla' not in settings.impls:
     raise ValueError('--per_op compares with the XLA model: add --impl=xla')
-  if llamacpp_python and weights == 'random':
+  if settings.llamacpp_python and settings.weights == 'random':
     raise ValueError('llama.cpp runs the real GGUF: drop --llamacpp_python or use --weights=real')
   rows = {}
   invariance_cost = {}
   per_op_cost = {}
   prompt = None
-  for dtype in dtypes:
-    if weights == 'random':
-      base = random_model(model_name, jnp.dtype(dtype))
-      prompt = random_prompt(base.config, prompt_tokens)
+  for dtype in settings.dtypes:
+    if settings.weights == 'random':
+      base = random_model(settings.model_name, jnp.dtype(dtype))
+      prompt = random_prompt(base.config, settings.prompt_tokens)
     else:
       base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
       if prompt is None:
-        prompt = long_prompt(base.tokenizer, prompt_tokens)
-    base = base.with_dot_precision(dot_precision)
-    for name, (impl, ops_impl) in kernel_sets(impls, per_op).items():
+        prompt = long_prompt(base.tokenizer, settings.prompt_tokens)
+    base = base.with_dot_precision(settings.dot_precision)
+    for name, (impl, ops_impl) in kernel_sets(settings.impls, settings.per_op).items():
       row = f'graftjax_{dtype}_{name}'
       rows[row] = measure(
         base.with_impl(impl, **ops_impl),
         prompt,
-        chunk_size=chunk_size,
-        decode_tokens=decode_tokens,
-        repeats=repeats,
+        chunk_size=settings.chunk_size,
+        decode_tokens=settings.decode_tokens,
+        repeats=settings.repeats,
       )
       log(f'{dtype} {name} {rows[row]}')
     xla = rows.get(f'graftjax_{dtype}_xla')
-    if xla and 'pallas' in impls:
+    if xla and 'pallas' in settings.impls:
       invariance_cost[dtype] = slowdown(xla, rows[f'graftjax_{dtype}_pallas'])
-    if per_op:
+    if settings.per_op:
       per_op_cost[dtype] = {
         op: slowdown(xla, rows[f'graftjax_{dtype}_xla+{op}=pallas']) for op in config_lib.OPS
       }
-  if llamacpp_python:
+  if settings.llamacpp_python:
     with tempfile.TemporaryDirectory() as tmp:
       path = pathlib.Path(tmp) / 'tokens.json'
       path.write_text(json.dumps(prompt))
       script = PEERS / 'llamacpp_speed.py'
       proc = subprocess.run(
         [
-          llamacpp_python,
+          settings.llamacpp_python,
           str(script),
           str(gguf_lib.locate_gguf()),
           str(path),
           str(os.cpu_count()),
-          str(decode_tokens),
+          str(settings.decode_tokens),
         ],
         capture_output=True,
         text=True,
@@ -199,23 +208,23 @@ def experiment(
     'sha256_prompt_ids': ledger.sha256_tokens(prompt),
     **(
       {'gguf_sha256': gguf_lib.expected_sha256()}
-      if weights == 'real'
-      else {'config': model_name, 'random_weights_seed': 0}
+      if settings.weights == 'real'
+      else {'config': settings.model_name, 'random_weights_seed': 0}
     ),
   }
   return {
     **results.header('bench_model', inputs=inputs, command=command),
     'cpu_count': os.cpu_count(),
     'prompt_tokens': len(prompt),
-    'decode_tokens': decode_tokens,
-    'chunk_size': chunk_size,
-    'weights': weights,
-    'repeats': repeats,
-    'dot_precision': dot_precision,
-    'impls': list(impls),
+    'decode_tokens': settings.decode_tokens,
+    'chunk_size': settings.chunk_size,
+    'weights': settings.weights,
+    'repeats': settings.repeats,
+    'dot_precision': settings.dot_precision,
+    'impls': list(settings.impls),
     'rows': rows,
     'invariance_cost': invariance_cost,
     # Pallas matmul calls of <= 16 rows: the decode kernel's variant, or None (prefill kernel).
-    'matmul_decode': {dtype: ops.matmul_decode_variant(dtype) for dtype in dtypes},
-    **({'per_op_cost': per_op_cost} if per_op else {}),
+    'matmul_decode': {dtype: ops.matmul_decode_variant(dtype) for dtype in settings.dtypes},
+    **({'per_op_cost': per_op_cost} if settings.per_op else {}),
   }

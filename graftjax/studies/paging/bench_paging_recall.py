@@ -472,26 +472,34 @@ def real_model_bytes(page_tokens: int, overlaps: Sequence[int]) -> list[dict[str
   ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs (experiments/bench_paging_recall.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  model_name: str
+  page_tokens: int
+  overlaps: Sequence[int]
+  boundary_facts: int
+  facts: int
+  absent: int
+  short_pages: int
+  thresholds: Sequence[float]
+  chunk_size: int
+  seed: int
+  filler: Sequence[str]
+  router_model: str | None = None
+  weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5)
+  rerank: int = 4
+  rerank_rare: int = 0
+  rerank_wordings: Sequence[str] = WORDINGS
+  recall_at: Sequence[int] = (1, 4, 16, 64)
+  needle_set: str = 'four'
+
+
 def experiment(
+  settings: Settings,
   *,
-  model_name: str,
-  page_tokens: int,
-  overlaps: Sequence[int],
-  boundary_facts: int,
-  facts: int,
-  absent: int,
-  short_pages: int,
-  thresholds: Sequence[float],
-  chunk_size: int,
-  seed: int,
-  filler: Sequence[str],
-  router_model: str | None = None,
-  weights: Sequence[float] = (1.0, 0.95, 0.9, 0.8, 0.5),
-  rerank: int = 4,
-  rerank_rare: int = 0,
-  rerank_wordings: Sequence[str] = WORDINGS,
-  recall_at: Sequence[int] = (1, 4, 16, 64),
-  needle_set: str = 'four',
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
@@ -499,71 +507,73 @@ def experiment(
   model; `recall_at` the candidate counts of
   `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage); `needle_set` the
   routing store's templates and notes (`NEEDLE_SETS`)."""
-  model = paging_scale.load_model(model_name)
+  model = paging_scale.load_model(settings.model_name)
   entries, questions = mixed_store(
-    filler,
-    facts=facts,
-    absent=absent,
-    short_pages=short_pages,
-    seed=seed,
-    needle_set=needle_set,
+    settings.filler,
+    facts=settings.facts,
+    absent=settings.absent,
+    short_pages=settings.short_pages,
+    seed=settings.seed,
+    needle_set=settings.needle_set,
   )
   routed = {
-    name: routing_rows(entries, questions, router=make(), thresholds=thresholds, seed=seed)
+    name: routing_rows(
+      entries, questions, router=make(), thresholds=settings.thresholds, seed=settings.seed
+    )
     for name, make in ROUTERS.items()
   }
   recall = candidate_recall(
     entries,
     questions,
     router=ROUTERS['bm25_units'](),
-    sizes=sorted(set(recall_at)),
-    rare=rerank_rare or 4,
+    sizes=sorted(set(settings.recall_at)),
+    rare=settings.rerank_rare or 4,
   )
   inputs = {'model_fingerprint': model.fingerprint}
-  if router_model is not None:
-    ranker = paging_scale.load_model(router_model)
+  if settings.router_model is not None:
+    ranker = paging_scale.load_model(settings.router_model)
     t0 = time.perf_counter()
     routed.update(
       model_routers(
         entries,
         questions,
         model=ranker,
-        weights=weights,
-        rerank=rerank,
-        thresholds=thresholds,
-        seed=seed,
-        rerank_rare=rerank_rare,
-        rerank_wordings=rerank_wordings,
+        weights=settings.weights,
+        rerank=settings.rerank,
+        thresholds=settings.thresholds,
+        seed=settings.seed,
+        rerank_rare=settings.rerank_rare,
+        rerank_wordings=settings.rerank_wordings,
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
     inputs['router_model_fingerprint'] = ranker.fingerprint
   overlap = overlap_rows(
     model,
-    filler[facts:],
-    page_tokens=page_tokens,
-    overlaps=overlaps,
-    facts=boundary_facts,
-    chunk_size=chunk_size,
-    seed=seed,
+    settings.filler[settings.facts :],
+    page_tokens=settings.page_tokens,
+    overlaps=settings.overlaps,
+    facts=settings.boundary_facts,
+    chunk_size=settings.chunk_size,
+    seed=settings.seed,
   )
-  inputs['sha256_filler'] = hashlib.sha256('\0'.join(filler).encode()).hexdigest()
+  inputs['sha256_filler'] = hashlib.sha256('\0'.join(settings.filler).encode()).hexdigest()
   return {
     **results.header('bench_paging_recall', inputs=inputs, command=command),
-    'model': model_name,
-    'router_model': router_model,
-    'page_tokens': page_tokens,
+    'model': settings.model_name,
+    'router_model': settings.router_model,
+    'page_tokens': settings.page_tokens,
     'summary': _summary(overlap, routed),
     'timing': 'median of per-query wall times on a CPU shared with other work',
     'overlap': overlap,
-    'gemma3_270m_bfloat16_bytes': real_model_bytes(page_tokens, overlaps),
+    'gemma3_270m_bfloat16_bytes': real_model_bytes(settings.page_tokens, settings.overlaps),
     'routing': {
-      'long_pages': facts,
-      'short_pages': short_pages,
-      'absent_questions': absent,
-      'needle_set': needle_set,
-      'templates': [dataclasses.asdict(t) for t in NEEDLE_SETS[needle_set][0]],
-      'short_notes': list(NEEDLE_SETS[needle_set][1]),
+      'long_pages': settings.facts,
+      'short_pages': settings.short_pages,
+      'absent_questions': settings.absent,
+      'needle_set': settings.needle_set,
+      'templates': [dataclasses.asdict(t) for t in NEEDLE_SETS[settings.needle_set][0]],
+      'short_notes': list(NEEDLE_SETS[settings.needle_set][1]),
       'routers': routed,
       'candidate_recall': {'router': 'bm25_units', **recall},
     },

@@ -64,12 +64,14 @@ def test_bad_settings_are_refused_before_anything_runs():
     )
   with pytest.raises(ValueError, match='--impl=xla'):
     bench_model.experiment(
-      dtypes=['float32'],
-      impls=['pallas'],
-      per_op=True,
-      weights='random',
-      model_name='tiny',
-      prompt_tokens=8,
-      decode_tokens=1,
-      chunk_size=8,
+      bench_model.Settings(
+        dtypes=['float32'],
+        impls=['pallas'],
+        per_op=True,
+        weights='random',
+        model_name='tiny',
+        prompt_tokens=8,
+        decode_tokens=1,
+        chunk_size=8,
+      )
     )

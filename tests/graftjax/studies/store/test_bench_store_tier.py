@@ -12,7 +12,7 @@ from graftjax.studies.common import results_page
 from graftjax.studies.store import section_store_tier as section
 
 RESULT = (
-  pathlib.Path(__file__).parents[2]
+  pathlib.Path(__file__).parents[4]
   / 'experiments'
   / 'results'
   / 'store_tier'

@@ -205,7 +205,7 @@ def test_a_users_needle_set_runs_from_the_command_line(tmp_path):
   haystack = tmp_path / 'notes.txt'
   haystack.write_text(''.join(f'note {i}: nothing of interest here at all\n' for i in range(100)))
   out = tmp_path / 'needle.json'
-  script = pathlib.Path(__file__).resolve().parents[3] / 'experiments' / 'needle.py'
+  script = pathlib.Path(__file__).resolve().parents[4] / 'experiments' / 'needle.py'
   done = subprocess.run(
     [
       sys.executable,

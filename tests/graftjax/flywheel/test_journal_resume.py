@@ -11,7 +11,7 @@ import pytest
 
 from graftjax.flywheel import library as library_lib
 from graftjax.studies.common import journal as journal_lib
-from tests.graftjax.studies import test_flywheel
+from tests.graftjax.flywheel import test_loop
 
 SHAPE = library_lib.Shape(capacity=256, chunk_size=16)
 CONFIG = {'run': 'toy_qa'}
@@ -23,7 +23,7 @@ def first_run(text_model, tmp_path_factory):
   root = tmp_path_factory.mktemp('resume')
   library = library_lib.Library(root / 'lib', shape=SHAPE)
   journal = journal_lib.Journal(root / 'journal.jsonl', config=CONFIG)
-  test_flywheel._run_qa(text_model, library, journal=journal)
+  test_loop._run_qa(text_model, library, journal=journal)
   library.close()
   return root / 'lib', dict(journal.done)
 
@@ -70,7 +70,7 @@ def _forge(root, done, name, change):
 def _resume(model, lib, path):
   library = library_lib.Library(lib, shape=SHAPE)
   try:
-    return test_flywheel._run_qa(model, library, journal=journal_lib.Journal(path, config=CONFIG))
+    return test_loop._run_qa(model, library, journal=journal_lib.Journal(path, config=CONFIG))
   finally:
     library.close()
 

@@ -20,7 +20,7 @@ from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import safetensors_io
 from tests.models.gemma import tokenizer_files
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture(scope='module')

@@ -295,7 +295,7 @@ def test_the_built_in_tasks_and_their_refusals():
 def test_a_task_loads_from_any_importable_module(tmp_path, monkeypatch):
   (tmp_path / 'user_tasks.py').write_text(
     'from graftjax import flywheel\n'
-    'from tests.graftjax.studies.test_flywheel import FACTS\n'
+    'from tests.graftjax.flywheel.test_loop import FACTS\n'
     'QA = flywheel.Task("toy_qa", "alias", lambda: FACTS)\n'
     'def make():\n'
     '  return QA\n'
@@ -462,15 +462,17 @@ def test_task_errors_come_before_the_model_loads(monkeypatch):
   def refused(error, match, **changes):
     with pytest.raises(error, match=match):
       harness.experiment(
-        model_name='tiny',
-        dtype='float32',
-        impl='xla',
-        budget=QA_BUDGET,
-        capacity=256,
-        library_dir=None,
-        bm25_threshold=None,
-        measure_energy=False,
-        task=dataclasses.replace(QA_TASK, **changes),
+        harness.Settings(
+          model_name='tiny',
+          dtype='float32',
+          impl='xla',
+          budget=QA_BUDGET,
+          capacity=256,
+          library_dir=None,
+          bm25_threshold=None,
+          measure_energy=False,
+          task=dataclasses.replace(QA_TASK, **changes),
+        )
       )
 
   refused(tasks.TaskError, 'has no items', load=list)

@@ -8,7 +8,7 @@ import sys
 from graftjax import ledger
 from graftjax.models.gemma import config as config_lib
 
-SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench_model.py'
+SCRIPT = pathlib.Path(__file__).parents[4] / 'experiments' / 'bench_model.py'
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ SCHEMES = schemes.names()
 OFFSETS = (0, 7, 4096)
 PAIR = (16, 900)
 RELATIVE = tuple(s.name for s in schemes.registered() if s.relocation_exact)
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = pathlib.Path(__file__).resolve().parents[4]
 LAYOUT = position_sweep.layout_for(block_tokens=12, continuation_tokens=4, chunk_size=4)
 
 

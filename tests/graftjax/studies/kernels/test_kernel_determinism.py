@@ -8,7 +8,7 @@ import sys
 
 from graftjax import ledger
 
-SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'kernel_determinism.py'
+SCRIPT = pathlib.Path(__file__).parents[4] / 'experiments' / 'kernel_determinism.py'
 
 
 def _run(*flags):

@@ -20,17 +20,19 @@ def _filler(count: int, words_per_line: int = 10) -> list[str]:
 
 def test_experiment_measures_overlap_and_routing():
   result = bench_paging_recall.experiment(
-    model_name='tiny',
-    page_tokens=128,
-    overlaps=[0, 64],
-    boundary_facts=3,
-    facts=8,
-    absent=4,
-    short_pages=20,
-    thresholds=[0.0, 0.5],
-    chunk_size=64,
-    seed=0,
-    filler=_filler(16),
+    bench_paging_recall.Settings(
+      model_name='tiny',
+      page_tokens=128,
+      overlaps=[0, 64],
+      boundary_facts=3,
+      facts=8,
+      absent=4,
+      short_pages=20,
+      thresholds=[0.0, 0.5],
+      chunk_size=64,
+      seed=0,
+      filler=_filler(16),
+    ),
     command='test',
   )
   plain, overlapped = result['overlap']

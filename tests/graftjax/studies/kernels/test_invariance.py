@@ -69,7 +69,7 @@ def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
 
 
 def _command(*flags):
-  script = pathlib.Path(__file__).parents[3] / 'experiments' / 'invariance.py'
+  script = pathlib.Path(__file__).parents[4] / 'experiments' / 'invariance.py'
   return [sys.executable, str(script), '--model=tiny', '--impl=xla', *flags]
 
 

@@ -7,7 +7,7 @@ import sys
 
 from graftjax import ledger
 
-SCRIPT = pathlib.Path(__file__).parents[1] / 'experiments' / 'bench_graft.py'
+SCRIPT = pathlib.Path(__file__).parents[4] / 'experiments' / 'bench_graft.py'
 
 
 @pytest.mark.slow

@@ -55,20 +55,24 @@ def test_matmul_candidates_are_parsed_or_refused():
     bench_matmul_tiles.parse_candidate('16,32,128')
   with pytest.raises(ValueError, match='unknown shapes'):
     bench_matmul_tiles.sweep(
-      dtypes=['float32'], rows=[1], candidates=[], shapes=['qkv'], iters=1, time_budget_s=1
+      bench_matmul_tiles.Settings(
+        dtypes=['float32'], rows=[1], candidates=[], shapes=['qkv'], iters=1, time_budget_s=1
+      )
     )
 
 
 @pytest.mark.slow
 def test_matmul_sweep_compares_bytes_with_the_default_tiles():
   result = bench_matmul_tiles.sweep(
-    dtypes=['float32'],
-    rows=[1],
-    candidates=['16,64,32,4,3', '64,64,64,4,3'],
-    shapes=['kv'],
-    iters=1,
-    time_budget_s=300,
-    interpret=True,
+    bench_matmul_tiles.Settings(
+      dtypes=['float32'],
+      rows=[1],
+      candidates=['16,64,32,4,3', '64,64,64,4,3'],
+      shapes=['kv'],
+      iters=1,
+      time_budget_s=300,
+      interpret=True,
+    ),
     log=lambda _: None,
   )
   pallas = {r['candidate']: r for r in result['rows'] if r['impl'] == 'pallas'}
