@@ -1,4 +1,5 @@
-"""The verified-knowledge flywheel: tasks, verifiers, solve, deposit, route.
+"""The verified-knowledge flywheel: the loop (`loop`: solve, verify, deposit, route, graft,
+answer), tasks (`tasks`: the registry; `tasks.gsm8k`, `tasks.qa_wikidata` built in), verifiers.
 
 Submodules are imported on use (`from graftjax.flywheel import datasets`);
 this package imports nothing eagerly. `graftjax.flywheel.Task`, `Item` and

@@ -4,7 +4,8 @@ Any dataset plugs in as a `Task`: a name, a verifier (a registered name, see
 `verifiers.register`), a function that yields its `Item`s, and optionally the
 prompt the base model is asked with and held-out items for transfer
 (docs/flywheel.md, "Add a task"). Item ids are plain strings built from the
-source's own indices and seeds, so they are equal in every process.
+source's own indices and seeds, so they are equal in every process. The built-in tasks
+are modules here, one each: `gsm8k`, `qa_wikidata` (experiments/flywheel.py --task=NAME).
 """
 
 from __future__ import annotations
