@@ -10,7 +10,7 @@ unseen lengths in the same 64-token bucket and beyond it. `bucketed` is the
 flywheel's answer (query padded to the bucket); `unbucketed` prefills the query
 unpadded, one program per length, as answers were computed before. Goal: an
 unseen length in a bucket within 1.5x of a repeated one. Details:
-graftjax/studies/bench_answer.py.
+graftjax/studies/flywheel/bench_answer.py.
 """
 
 from graftjax import determinism
@@ -22,9 +22,9 @@ from absl import app
 from absl import flags
 
 from graftjax.models.gemma import model as gemma_model
-from graftjax.studies import bench_answer
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.flywheel import bench_answer
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _BASE = flags.DEFINE_integer('base_length', 24, 'Query tokens of the repeated item.')

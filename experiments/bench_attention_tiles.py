@@ -5,7 +5,7 @@ r"""Which attention tile sizes to fix: a sweep of `BlockSizes` and launch knobs.
 
 The tile sizes decide the bits (see graftjax.kernels.attention), so each
 dtype gets one fixed default; this script measures the candidates, on the
-device clock (`graftjax.studies.timing.time_in_loop`), at gemma-3-270m shapes
+device clock (`graftjax.studies.common.timing.time_in_loop`), at gemma-3-270m shapes
 (N=4, K=1, H=256): decode (T = 1) over S in --decode_lengths cached slots and
 prefill T = S in --prefill_lengths, against the bandwidth floor (K and V read
 once: 2 S H itemsize bytes over 4.3e12 B/s) and the XLA reference. Every
@@ -29,9 +29,9 @@ from absl import flags
 import jax
 
 from graftjax.kernels import dots
-from graftjax.studies import bench_attention_tiles
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.kernels import bench_attention_tiles
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes, interpret mode off GPU.')
 _FLOAT32 = flags.DEFINE_multi_string(

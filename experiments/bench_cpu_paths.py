@@ -5,7 +5,7 @@ r"""Which attention paths are practical on CPU: one prefill of the real model ti
 
 XLA under rope and rope_relative, the split-invariant 'xla_split' attention under rope_relative
 (what composes pages exactly on CPU: docs/composition.md) and the Pallas kernels in the
-interpreter (only up to --pallas_tokens). See graftjax/studies/bench_cpu_paths.py.
+interpreter (only up to --pallas_tokens). See graftjax/studies/paging/bench_cpu_paths.py.
 """
 
 from graftjax import determinism
@@ -14,10 +14,10 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import bench_cpu_paths
-from graftjax.studies import cli
-from graftjax.studies import paging_scale
-from graftjax.studies import results
+from graftjax.studies.paging import bench_cpu_paths
+from graftjax.studies.common import cli
+from graftjax.studies.paging import paging_scale
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _TOKENS = flags.DEFINE_list('tokens', ['64', '512'], 'Prefill lengths (one chunk each).')

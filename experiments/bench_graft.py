@@ -11,7 +11,7 @@ For each prefix length N (real text from the Python standard library):
              install the block in it (in place), forward the next token;
              timed by stage.
 The restore (read + install) is set against its floors
-(`graftjax.studies.restore_floor`): a warm read of the block's files into
+(`graftjax.studies.graft.restore_floor`): a warm read of the block's files into
 touched memory plus the copy into the device (pinned host-to-device on a
 GPU, a memcpy on CPU), the same with SHA-256, and the old pageable floor.
 Making the cache and the first forward are costs recompute pays as well.
@@ -30,9 +30,9 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import bench_graft
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.graft import bench_graft
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _MODEL = flags.DEFINE_string(
   'model',

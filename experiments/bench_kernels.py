@@ -13,7 +13,7 @@ XLA (the `*_reference` beside the kernel, jitted):
 Timing: --warmup calls, then the median of --repeats calls, each ended by
 block_until_ready (`median_s`, host clock: dispatch included); calls under
 5 ms are timed again as --loop_iters calls inside one jitted loop
-(`device_s`, `graftjax.studies.timing.time_in_loop`), next to the same loop around
+(`device_s`, `graftjax.studies.common.timing.time_in_loop`), next to the same loop around
 no call (`loop_overhead_s`); the fractions below use `kernel_s` = `device_s`
 - `loop_overhead_s` (= `median_s` for longer calls). FLOPs and bytes are
 counted from the shapes (useful work, minimal HBM traffic: causal pairs only,
@@ -38,9 +38,9 @@ from absl import app
 from absl import flags
 import jax
 
-from graftjax.studies import bench_kernels
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.kernels import bench_kernels
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny sizes, interpret mode off GPU: a smoke test.')
 _LENGTHS = flags.DEFINE_list(

@@ -16,9 +16,9 @@ import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 from graftjax.kernels import dots
-from graftjax.studies import bench_matmul_tiles
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.kernels import bench_matmul_tiles
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _DTYPES = flags.DEFINE_multi_enum(
   'dtype', ['bfloat16', 'float32'], ['float32', 'bfloat16'], 'Dtypes.'
@@ -60,16 +60,18 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
     result = bench_matmul_tiles.sweep(
-      dtypes=_DTYPES.value,
-      rows=_ROWS.value,
-      candidates=_CANDIDATES.value,
-      shapes=_SHAPES.value,
-      model=_MODEL.value,
-      default=_DEFAULT.value,
-      precision=_PRECISION.value,
-      iters=_ITERS.value,
-      time_budget_s=_TIME_BUDGET_S.value,
-      interpret=jax.default_backend() != 'gpu',
+      bench_matmul_tiles.Settings(
+        dtypes=_DTYPES.value,
+        rows=_ROWS.value,
+        candidates=_CANDIDATES.value,
+        shapes=_SHAPES.value,
+        model=_MODEL.value,
+        default=_DEFAULT.value,
+        precision=_PRECISION.value,
+        iters=_ITERS.value,
+        time_budget_s=_TIME_BUDGET_S.value,
+        interpret=jax.default_backend() != 'gpu',
+      )
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

@@ -33,9 +33,9 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags
 from graftjax.kernels import dots
 from graftjax.models.gemma import config as config_lib
-from graftjax.studies import bench_model
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.model import bench_model
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 512, 'Prefill length.')
 _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 32, 'Greedy decode steps.')
@@ -74,17 +74,19 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
     result = bench_model.experiment(
-      dtypes=_DTYPES.value,
-      impls=_IMPLS.value,
-      per_op=_PER_OP.value,
-      weights=_WEIGHTS.value,
-      model_name=_MODEL.value,
-      prompt_tokens=_PROMPT_TOKENS.value,
-      decode_tokens=_DECODE_TOKENS.value,
-      chunk_size=_CHUNK_SIZE.value,
-      repeats=_REPEATS.value,
-      dot_precision=_DOT_PRECISION.value,
-      llamacpp_python=_LLAMACPP_PYTHON.value,
+      bench_model.Settings(
+        dtypes=_DTYPES.value,
+        impls=_IMPLS.value,
+        per_op=_PER_OP.value,
+        weights=_WEIGHTS.value,
+        model_name=_MODEL.value,
+        prompt_tokens=_PROMPT_TOKENS.value,
+        decode_tokens=_DECODE_TOKENS.value,
+        chunk_size=_CHUNK_SIZE.value,
+        repeats=_REPEATS.value,
+        dot_precision=_DOT_PRECISION.value,
+        llamacpp_python=_LLAMACPP_PYTHON.value,
+      )
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

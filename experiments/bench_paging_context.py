@@ -8,7 +8,7 @@ stored window-trimmed and catalogued; then, per page, a store read, a host-tier 
 host-tier hit (verified and not), and per query a routed `PagedContext.open` (route + read +
 verify + install of the top-k pages) with the tier cold and warm. The first query's logits are
 checked byte-equal to a fresh block-attention prefill of the same pages. Medians (the CPU is
-shared); see graftjax/studies/bench_paging_context.py.
+shared); see graftjax/studies/paging/bench_paging_context.py.
 """
 
 from graftjax import determinism
@@ -17,9 +17,9 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import bench_paging_context
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.paging import bench_paging_context
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('tiny', ['gemma3-270m', 'tiny'], 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')

@@ -31,9 +31,9 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import bench_paging_pagein
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.paging import bench_paging_pagein
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _TOKENS = flags.DEFINE_list(

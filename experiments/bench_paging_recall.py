@@ -39,10 +39,10 @@ the routers' development:
 
 from absl import app
 from absl import flags
-from graftjax.studies import bench_paging_recall
-from graftjax.studies import bench_paging_route
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.paging import bench_paging_recall
+from graftjax.studies.paging import bench_paging_route
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 256, 'Tokens per page (BOS included).')
 _OVERLAPS = flags.DEFINE_list('overlaps', ['0', '32', '64', '128'], 'Overlaps in tokens.')
@@ -91,24 +91,26 @@ def main(argv):
     )
   ]
   result = bench_paging_recall.experiment(
-    model_name='tiny',
-    page_tokens=_PAGE_TOKENS.value,
-    overlaps=[int(x) for x in _OVERLAPS.value],
-    boundary_facts=_BOUNDARY_FACTS.value,
-    facts=_FACTS.value,
-    absent=_ABSENT.value,
-    short_pages=_SHORT_PAGES.value,
-    thresholds=[float(x) for x in _THRESHOLDS.value],
-    chunk_size=64,
-    seed=_SEED.value,
-    filler=filler,
-    router_model=_ROUTER_MODEL.value or None,
-    weights=[float(x) for x in _WEIGHTS.value],
-    rerank=_RERANK.value,
-    rerank_rare=_RERANK_RARE.value,
-    rerank_wordings=_RERANK_WORDINGS.value,
-    recall_at=[int(x) for x in _RECALL_AT.value],
-    needle_set=_NEEDLE_SET.value,
+    bench_paging_recall.Settings(
+      model_name='tiny',
+      page_tokens=_PAGE_TOKENS.value,
+      overlaps=[int(x) for x in _OVERLAPS.value],
+      boundary_facts=_BOUNDARY_FACTS.value,
+      facts=_FACTS.value,
+      absent=_ABSENT.value,
+      short_pages=_SHORT_PAGES.value,
+      thresholds=[float(x) for x in _THRESHOLDS.value],
+      chunk_size=64,
+      seed=_SEED.value,
+      filler=filler,
+      router_model=_ROUTER_MODEL.value or None,
+      weights=[float(x) for x in _WEIGHTS.value],
+      rerank=_RERANK.value,
+      rerank_rare=_RERANK_RARE.value,
+      rerank_wordings=_RERANK_WORDINGS.value,
+      recall_at=[int(x) for x in _RECALL_AT.value],
+      needle_set=_NEEDLE_SET.value,
+    )
   )
   print(bench_paging_recall.format_rows(result))
   results.write(_OUT.value, result)

@@ -19,9 +19,9 @@ No model is run.
 
 from absl import app
 from absl import flags
-from graftjax.studies import bench_paging_route
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.paging import bench_paging_route
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _ENTRIES = flags.DEFINE_list('entries', ['10', '100', '1000', '10000'], 'Catalog sizes.')
 _QUERIES = flags.DEFINE_integer('queries', 200, 'Queries per size and router.')

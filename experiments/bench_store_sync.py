@@ -17,10 +17,10 @@ import uuid
 
 from absl import app
 from absl import flags
-from graftjax.studies import bench_store_sync
-from graftjax.studies import local_s3
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.store import bench_store_sync
+from graftjax.studies.store import local_s3
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _BACKEND = flags.DEFINE_enum('backend', 's3', ['s3', 'file'], 'Where the store lives.')
 _BLOCKS = flags.DEFINE_integer('blocks', 10_000, 'Blocks stored before the first sync.')

@@ -15,9 +15,9 @@ request concurrencies.
 
 from absl import app
 from absl import flags
-from graftjax.studies import bench_store_tier
-from graftjax.studies import cli
-from graftjax.studies import results
+from graftjax.studies.store import bench_store_tier
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
 
 _DEFAULTS = bench_store_tier.Settings()
 _MODEL = flags.DEFINE_string('model', _DEFAULTS.config, 'Config whose cache shape blocks take.')

@@ -23,9 +23,9 @@ import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 
-from graftjax.studies import cli
-from graftjax.studies import graft_gate
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.graft import graft_gate
+from graftjax.studies.common import results
 
 _MODEL = flags.DEFINE_string(
   'model',

@@ -38,16 +38,17 @@ determinism.pin()  # before jax starts
 from absl import app
 from absl import flags
 
-from graftjax.studies import cli
-from graftjax.studies import flywheel
-from graftjax.studies import results
+from graftjax.flywheel import loop
+from graftjax.studies.common import cli
+from graftjax.studies.flywheel import harness
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')
 _TASK = flags.DEFINE_string(
-  'task', 'gsm8k', f'One of {", ".join(flywheel.TASKS)}, or package.module:Name of a Task.'
+  'task', 'gsm8k', f'One of {", ".join(harness.TASKS)}, or package.module:Name of a Task.'
 )
 _TEMPLATES = flags.DEFINE_list('templates', [], 'gsm8k: GSM-Symbolic template ids (0-99).')
 _PAIRS = flags.DEFINE_integer('pairs', 60, 'qa_wikidata: subjects (deposited + held-out pairs).')
@@ -66,7 +67,7 @@ _BM25_THRESHOLD = flags.DEFINE_float(
   'bm25_threshold', None, 'BM25 router abstains below this (default: fitted on a split).'
 )
 _ROUTER = flags.DEFINE_enum(
-  'router', 'bm25', list(flywheel.ROUTERS), 'Router that answers transfer (all are evaluated).'
+  'router', 'bm25', list(harness.ROUTERS), 'Router that answers transfer (all are evaluated).'
 )
 _CONSERVATIVE = flags.DEFINE_bool(
   'conservative',
@@ -84,35 +85,37 @@ _CHAT = flags.DEFINE_bool('chat', False, "Ask in the model's chat template (an -
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  result = flywheel.experiment(
-    model_name=_MODEL.value,
-    dtype=_DTYPE.value,
-    impl=_IMPL.value,
-    task=_TASK.value,
-    templates=[int(t) for t in _TEMPLATES.value],
-    per_template=_PER_TEMPLATE.value,
-    pairs=_PAIRS.value,
-    shots=_SHOTS.value,
-    journal_path=_JOURNAL.value,
-    budget=flywheel.Budget(
-      samples=_SAMPLES.value,
-      temperature=_TEMPERATURE.value,
-      max_new_tokens=_MAX_NEW_TOKENS.value,
-      recall_tokens=_RECALL_TOKENS.value,
-      rows=_ROWS.value,
-      seed=_SEED.value,
-    ),
-    capacity=_CAPACITY.value,
-    library_dir=_LIBRARY.value,
-    bm25_threshold=_BM25_THRESHOLD.value,
-    measure_energy=_ENERGY.value,
-    chat=_CHAT.value,
-    router=_ROUTER.value,
-    conservative=_CONSERVATIVE.value,
-    unrelated=_UNRELATED.value,
+  result = harness.experiment(
+    harness.Settings(
+      model_name=_MODEL.value,
+      dtype=_DTYPE.value,
+      impl=_IMPL.value,
+      task=_TASK.value,
+      templates=[int(t) for t in _TEMPLATES.value],
+      per_template=_PER_TEMPLATE.value,
+      pairs=_PAIRS.value,
+      shots=_SHOTS.value,
+      journal_path=_JOURNAL.value,
+      budget=loop.Budget(
+        samples=_SAMPLES.value,
+        temperature=_TEMPERATURE.value,
+        max_new_tokens=_MAX_NEW_TOKENS.value,
+        recall_tokens=_RECALL_TOKENS.value,
+        rows=_ROWS.value,
+        seed=_SEED.value,
+      ),
+      capacity=_CAPACITY.value,
+      library_dir=_LIBRARY.value,
+      bm25_threshold=_BM25_THRESHOLD.value,
+      measure_energy=_ENERGY.value,
+      chat=_CHAT.value,
+      router=_ROUTER.value,
+      conservative=_CONSERVATIVE.value,
+      unrelated=_UNRELATED.value,
+    )
   )
-  print(flywheel.format_summary(result['summary']))
-  print(flywheel.format_routing(result))
+  print(harness.format_summary(result['summary']))
+  print(harness.format_routing(result))
   results.write(_OUT.value, result)
 
 

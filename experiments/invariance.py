@@ -25,10 +25,10 @@ from absl import flags
 
 from graftjax import ledger
 from graftjax.kernels import dots
-from graftjax.studies import cli
-from graftjax.studies import impl_flags
-from graftjax.studies import invariance
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.common import impl_flags
+from graftjax.studies.kernels import invariance
+from graftjax.studies.common import results
 
 _MODEL = flags.DEFINE_string(
   'model',
@@ -62,18 +62,20 @@ def main(argv):
   else:
     impl, per_op = _IMPLS.value
     result = invariance.experiment(
-      model_name=_MODEL.value,
-      impl=impl,
-      per_op=per_op,
-      dtype=_DTYPE.value,
-      samples=_SAMPLES.value,
-      prefix_tokens=_PREFIX_TOKENS.value,
-      continuation_tokens=_CONTINUATION_TOKENS.value,
-      chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
-      batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value),
-      shard=_SHARD.value,
-      num_shards=_NUM_SHARDS.value,
-      dot_precision=_DOT_PRECISION.value,
+      invariance.Settings(
+        model_name=_MODEL.value,
+        impl=impl,
+        per_op=per_op,
+        dtype=_DTYPE.value,
+        samples=_SAMPLES.value,
+        prefix_tokens=_PREFIX_TOKENS.value,
+        continuation_tokens=_CONTINUATION_TOKENS.value,
+        chunk_sizes=tuple(int(c) for c in _CHUNK_SIZES.value),
+        batch_sizes=tuple(int(b) for b in _BATCH_SIZES.value),
+        shard=_SHARD.value,
+        num_shards=_NUM_SHARDS.value,
+        dot_precision=_DOT_PRECISION.value,
+      ),
       command=command,
     )
   print(invariance.format_table(result))

@@ -23,9 +23,9 @@ determinism.pin()  # before jax starts
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import kernel_determinism
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.kernels import kernel_determinism
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.')
 _SAMPLES = flags.DEFINE_integer('samples', 2, 'Text samples whose logits are digested.')

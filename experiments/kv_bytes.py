@@ -15,9 +15,9 @@ import pathlib
 
 from absl import app
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import kv_bytes
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.model import kv_bytes
+from graftjax.studies.common import results
 
 _MODELS = flags.DEFINE_multi_string('model', ['tiny', 'gemma3-270m'], 'Config names (repeat).')
 _CAPACITIES = flags.DEFINE_multi_integer(

@@ -47,10 +47,10 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import needle
-from graftjax.studies import paging_scale
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.paging import needle
+from graftjax.studies.paging import paging_scale
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
@@ -93,26 +93,28 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   result = needle.experiment(
-    model_name=_MODEL.value,
-    dtype=_DTYPE.value,
-    impl=_IMPL.value,
-    store_dir=_STORE.value,
-    needles=_NEEDLES.value,
-    page_tokens=_PAGE_TOKENS.value,
-    pages_per_window=_PAGES_PER_WINDOW.value,
-    answer_tokens=_ANSWER_TOKENS.value,
-    chunk_size=_CHUNK_SIZE.value,
-    question_chunk=_QUESTION_CHUNK.value,
-    seed=_SEED.value,
-    templates=needle.load_templates(_TEMPLATES.value),
-    placement=_PLACEMENT.value,
-    overlap=_OVERLAP.value,
-    haystack=_HAYSTACK.value,
-    margin=_MARGIN.value,
-    router=_ROUTER.value,
-    top_k=_TOP_K.value,
-    topk_threshold=_TOPK_THRESHOLD.value,
-    position_scheme=_SCHEME.value,
+    needle.Settings(
+      model_name=_MODEL.value,
+      dtype=_DTYPE.value,
+      impl=_IMPL.value,
+      store_dir=_STORE.value,
+      needles=_NEEDLES.value,
+      page_tokens=_PAGE_TOKENS.value,
+      pages_per_window=_PAGES_PER_WINDOW.value,
+      answer_tokens=_ANSWER_TOKENS.value,
+      chunk_size=_CHUNK_SIZE.value,
+      question_chunk=_QUESTION_CHUNK.value,
+      seed=_SEED.value,
+      templates=needle.load_templates(_TEMPLATES.value),
+      placement=_PLACEMENT.value,
+      overlap=_OVERLAP.value,
+      haystack=_HAYSTACK.value,
+      margin=_MARGIN.value,
+      router=_ROUTER.value,
+      top_k=_TOP_K.value,
+      topk_threshold=_TOPK_THRESHOLD.value,
+      position_scheme=_SCHEME.value,
+    )
   )
   print(needle.format_summary(result))
   results.write(_OUT.value, result)

@@ -32,9 +32,9 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import paging_scale
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.paging import paging_scale
+from graftjax.studies.common import results
 
 _MODEL = cli.model_flag(paging_scale.TINY_270M_LAYOUT, paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'bfloat16', ['float32', 'bfloat16'], 'Compute dtype.')

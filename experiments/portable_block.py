@@ -23,10 +23,10 @@ from absl import app
 from absl import flags
 
 from graftjax.models.gemma import model as gemma_model
-from graftjax.studies import cli
-from graftjax.studies import impl_flags
-from graftjax.studies import portable_block
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.common import impl_flags
+from graftjax.studies.store import portable_block
+from graftjax.studies.common import results
 
 _MODE = flags.DEFINE_enum('mode', None, ['deposit', 'graft'], 'Deposit here, or graft here.')
 _DIR = flags.DEFINE_string('dir', None, 'The deposit folder (store.tar, deposit.json).')

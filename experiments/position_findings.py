@@ -21,8 +21,8 @@ import sys
 from absl import app
 from absl import flags
 
-from graftjax.studies import cli
-from graftjax.studies import position_findings
+from graftjax.studies.common import cli
+from graftjax.studies.position import position_findings
 
 _RELOCATION = flags.DEFINE_multi_string('relocation', [], 'Relocation result JSON (repeat).')
 _TRAINING = flags.DEFINE_multi_string('training', [], 'Trained model.json (repeat).')

@@ -17,9 +17,9 @@ determinism.pin()
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 from graftjax.models.gemma import config as config_lib
-from graftjax.studies import cli
-from graftjax.studies import profile_model
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.model import profile_model
+from graftjax.studies.common import results
 
 _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 1024, 'Prefill length.')
 _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 64, 'Greedy decode steps.')

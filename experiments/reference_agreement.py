@@ -33,9 +33,9 @@ from absl import app
 from absl import flags
 
 from graftjax.kernels import dots
-from graftjax.studies import cli
-from graftjax.studies import reference_agreement
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.model import reference_agreement
+from graftjax.studies.common import results
 
 _PROMPTS = flags.DEFINE_list('prompts', None, 'Fixture prompt names (default: all).')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 128, 'Tokens per prefill forward call.')

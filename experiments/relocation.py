@@ -9,7 +9,7 @@ tokens of a Python standard-library file, then --continuation_tokens more):
 the relocated graft (block computed at 0, moved to M) vs fresh(M); the
 graft-free control fresh(0) vs fresh(M); the own-position graft vs fresh(M),
 which must be byte-equal. A composition section grafts the block's two
-halves side by side at --composition_offsets. See `graftjax.studies.position_sweep`.
+halves side by side at --composition_offsets. See `graftjax.studies.position.position_sweep`.
 
 --model is 'gemma3-270m', 'tiny', or a checkpoint folder written by
 experiments/train_small.py (then --scheme defaults to the scheme it was
@@ -28,10 +28,10 @@ from absl import app
 from absl import flags
 
 from graftjax.models.gemma import schemes
-from graftjax.studies import cli
-from graftjax.studies import plots
-from graftjax.studies import position_sweep
-from graftjax.studies import results
+from graftjax.studies.common import cli
+from graftjax.studies.common import plots
+from graftjax.studies.position import position_sweep
+from graftjax.studies.common import results
 
 _MODEL = flags.DEFINE_string(
   'model',

@@ -6,7 +6,7 @@ experiments/results/<study>/README.md.
 
 Every figure on a page is read from a result file after `ledger.verify_result`. Each
 folder `experiments/results/<study>/` declares its page in `study.toml`
-(`graftjax.studies.results_page` says how); adding a study edits nothing here.
+(`graftjax.studies.common.results_page` says how); adding a study edits nothing here.
 """
 
 import pathlib
@@ -15,8 +15,8 @@ import sys
 from absl import app
 from absl import flags
 
-from graftjax.studies import cli
-from graftjax.studies import results_page
+from graftjax.studies.common import cli
+from graftjax.studies.common import results_page
 
 RESULTS = pathlib.Path(__file__).resolve().parent / 'results'
 

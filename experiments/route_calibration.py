@@ -16,7 +16,7 @@ default on their Wilson 95% upper limit, which needs at least 73 unrelated quest
 the half: --unrelated=146 for gsm8k; with fewer a router is recorded as not fitted, with
 the reason), and reported on the other half (hit rates, false-hit rate, Wilson 95%, and
 whether the held-out false-hit rate's upper limit meets the bound). Details:
-graftjax/studies/route_calibration.py.
+graftjax/studies/flywheel/route_calibration.py.
 """
 
 from graftjax import determinism
@@ -28,13 +28,13 @@ from absl import app
 from absl import flags
 
 from graftjax.models.gemma import model as gemma_model
-from graftjax.studies import cli
-from graftjax.studies import flywheel
-from graftjax.studies import results
-from graftjax.studies import route_calibration
+from graftjax.studies.common import cli
+from graftjax.studies.flywheel import harness
+from graftjax.studies.common import results
+from graftjax.studies.flywheel import route_calibration
 
 _MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m'], 'Model of the embeddings.')
-_TASK = flags.DEFINE_string('task', 'gsm8k', f'One of {", ".join(flywheel.TASKS)}, or module:Name.')
+_TASK = flags.DEFINE_string('task', 'gsm8k', f'One of {", ".join(harness.TASKS)}, or module:Name.')
 _TEMPLATES = flags.DEFINE_string(
   'templates', '', 'gsm8k: GSM-Symbolic template ids (0-99), e.g. 0-2,4.'
 )
@@ -55,7 +55,7 @@ _OUT = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  task = flywheel.load_task(
+  task = harness.load_task(
     _TASK.value,
     templates=route_calibration.template_ids(_TEMPLATES.value),
     pairs=_PAIRS.value,
@@ -71,7 +71,7 @@ def main(argv):
     conservative=_CONSERVATIVE.value,
     header=results.header(
       'route_calibration',
-      inputs=flywheel.result_inputs(model, _MODEL.value, list(task.items())[:1]),
+      inputs=harness.result_inputs(model, _MODEL.value, list(task.items())[:1]),
     ),
   )
   print(route_calibration.format_rows(result))

@@ -14,9 +14,9 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import results
-from graftjax.studies import scheme_agreement
+from graftjax.studies.common import cli
+from graftjax.studies.common import results
+from graftjax.studies.position import scheme_agreement
 
 _SCHEMES = flags.DEFINE_multi_enum(
   'scheme',

@@ -7,7 +7,7 @@ r"""Does a block computed alone keep its bits when it moves to another slot? Per
 A block prefilled alone at slot 0 against the same tokens prefilled fresh at each slot (in
 segment 1 after empty slots), under plain XLA attention and the split-invariant 'xla_split'
 (rope_relative, float32): layers whose k or v differ, and by how much. See
-graftjax/studies/slot_moves.py and docs/composition.md.
+graftjax/studies/paging/slot_moves.py and docs/composition.md.
 """
 
 from graftjax import determinism
@@ -16,10 +16,10 @@ determinism.pin()
 
 from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
-from graftjax.studies import cli
-from graftjax.studies import paging_scale
-from graftjax.studies import results
-from graftjax.studies import slot_moves
+from graftjax.studies.common import cli
+from graftjax.studies.paging import paging_scale
+from graftjax.studies.common import results
+from graftjax.studies.paging import slot_moves
 
 _MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
 _IMPLS = flags.DEFINE_list('attention', ['xla', 'xla_split'], 'Attention impls (xla, xla_split).')

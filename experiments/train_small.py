@@ -18,8 +18,8 @@ from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-positio
 from absl import flags
 
 from graftjax.models.gemma import schemes
-from graftjax.studies import cli
-from graftjax.studies import training
+from graftjax.studies.common import cli
+from graftjax.studies.position import training
 
 _SCHEME = flags.DEFINE_enum(
   'scheme',

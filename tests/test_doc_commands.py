@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from graftjax.studies import results_page
+from graftjax.studies.common import results_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / 'experiments' / 'results'

@@ -3,7 +3,7 @@
 Every `experiments/*.py` is a thin absl main over a library function: the run
 command in its docstring, flags at module level with the shared names
 (`--model`, `--dtype`, `--impl`, `--out`), a `main(argv)` that rejects stray
-arguments, calls a `graftjax.studies` function with the flag values, prints
+arguments, calls a study's function (`graftjax.studies.<study>`) with the flag values, prints
 and writes the result; and `cli.run(main)`, which keeps library logs (orbax,
 jax) at WARNING unless `--verbosity` asks for more. A script defines no
 function but `main` (no helpers, no lambdas, no classes: tables and summaries
@@ -22,7 +22,7 @@ import textwrap
 import pytest
 
 from graftjax import ledger
-from graftjax.studies import results
+from graftjax.studies.common import results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / 'experiments').glob('*.py'))
@@ -76,7 +76,9 @@ def test_script_defines_no_function_but_main(path):
     for node in ast.walk(tree)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
   ]
-  assert defined == ['main'], f'move {[d for d in defined if d != "main"]} into graftjax/studies/'
+  assert defined == ['main'], (
+    f'move {[d for d in defined if d != "main"]} into its study under graftjax/studies/'
+  )
   (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
   calls = {ast.unparse(n.func) for n in ast.walk(main) if isinstance(n, ast.Call)}
   assert any(c.split('.')[0] in _studies_imported(tree) for c in calls), 'main calls no library'
@@ -86,7 +88,7 @@ def _studies_imported(tree: ast.Module) -> set[str]:
   return {
     alias.asname or alias.name
     for node in tree.body
-    if isinstance(node, ast.ImportFrom) and node.module == 'graftjax.studies'
+    if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('graftjax.studies.')
     for alias in node.names
     if alias.name not in ('cli', 'results', 'impl_flags')
   }
@@ -97,7 +99,9 @@ def test_script_uses_the_shared_flag_names_and_result_writer(path):
   source = path.read_text()
   names = _flag_names(_tree(path))
   assert not RETIRED_FLAGS & set(names), f'use --model/--dtype/--impl/--out, not {names}'
-  assert 'ledger.write_result' not in source, 'write results with graftjax.studies.results.write'
+  assert 'ledger.write_result' not in source, (
+    'write results with graftjax.studies.common.results.write'
+  )
   assert "shlex.join(['python']" not in source, 'the command line comes from results.header'
 
 
@@ -126,7 +130,7 @@ _LOAD_PARAMS_MAIN = textwrap.dedent(
   """
   import json, sys
   import numpy as np
-  from graftjax.studies import cli
+  from graftjax.studies.common import cli
 
   def main(argv):
     import orbax.checkpoint as ocp
@@ -175,7 +179,7 @@ def test_verbosity_flag_still_shows_library_info(tmp_path):
 _BM25_MAIN = textwrap.dedent(
   """
   from graftjax.routing import route
-  from graftjax.studies import cli
+  from graftjax.studies.common import cli
 
   def main(argv):
     router = route.BM25Router(threshold=0.0)

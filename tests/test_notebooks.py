@@ -15,7 +15,7 @@ import nbclient
 import nbformat
 import pytest
 
-from graftjax.studies import position_sweep
+from graftjax.studies.position import position_sweep
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / 'notebooks'

@@ -6,7 +6,8 @@ import pathlib
 import pytest
 
 from graftjax import ledger
-from graftjax.studies import invariance, results_page
+from graftjax.studies.kernels import invariance
+from graftjax.studies.common import results_page
 
 RESULTS = pathlib.Path(__file__).resolve().parents[1] / 'experiments' / 'results'
 

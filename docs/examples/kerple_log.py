@@ -45,7 +45,7 @@ def register() -> schemes.Scheme:
 def main() -> None:
   """A block computed at offset 0, moved to 4096 and grafted, against fresh at 4096."""
   from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
-  from graftjax.studies import relocation  # pylint: disable=g-import-not-at-top
+  from graftjax.studies.position import relocation  # pylint: disable=g-import-not-at-top
 
   register()
   block, continuation = list(range(10, 22)), list(range(40, 44))

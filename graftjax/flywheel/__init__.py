@@ -1,5 +1,6 @@
-"""The verified-knowledge flywheel: tasks, verifiers, solve, deposit, answer (its routers are
-`graftjax.routing`'s, shared with paging).
+"""The verified-knowledge flywheel: the loop (`loop`: solve, verify, deposit, route, graft,
+answer), tasks (`tasks`: the registry; `tasks.gsm8k`, `tasks.qa_wikidata` built in), verifiers.
+Its routers are `graftjax.routing`'s and its composition `graftjax.compose`, shared with paging.
 
 Submodules are imported on use (`from graftjax.flywheel import datasets`);
 this package imports nothing eagerly. `graftjax.flywheel.Task`, `Item` and

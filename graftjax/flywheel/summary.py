@@ -1,6 +1,6 @@
 """The figures of a flywheel result, from its attempts alone.
 
-`graftjax.studies.flywheel` writes these summaries and `rescore` recomputes
+`graftjax.flywheel.loop` writes these summaries and `rescore` recomputes
 them from the recorded attempts, with the same code, so floats compare
 exactly. Pure arithmetic on JSON records: no model, no jax.
 """

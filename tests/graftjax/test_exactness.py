@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from graftjax.studies import corpus
+from graftjax.studies.common import corpus
 from graftjax import exactness
-from graftjax.studies import graft_gate
+from graftjax.studies.graft import graft_gate
 from graftjax import ledger
 from graftjax import store as store_lib
 

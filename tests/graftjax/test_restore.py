@@ -1,6 +1,5 @@
 """restore: read, verify and graft in one call; any failure leaves the cache as it was."""
 
-import dataclasses
 import os
 
 import jax

@@ -18,7 +18,7 @@ from test_portability import (
 from graftjax import blocks
 from graftjax import determinism
 from graftjax import store as store_lib
-from graftjax.studies import portable_block
+from graftjax.studies.store import portable_block
 
 
 def _through_s3(server) -> store_lib.BlockStore:

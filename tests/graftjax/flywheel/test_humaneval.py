@@ -8,8 +8,8 @@ import pytest
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import code_verifier, datasets, humaneval, rescore, tasks
 from graftjax.flywheel import library as library_lib
+from graftjax.flywheel import loop
 from graftjax.routing import route as route_lib
-from graftjax.studies import flywheel
 
 needs_bwrap = pytest.mark.skipif(
   shutil.which('bwrap') is None,
@@ -98,9 +98,9 @@ def test_other_prompts_keep_their_modes():
 @needs_bwrap
 def test_the_loop_runs_a_code_task_and_its_result_re_checks(code_model, tmp_path):
   library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=256, chunk_size=16))
-  budget = flywheel.Budget(max_new_tokens=6, recall_tokens=20, rows=3)
+  budget = loop.Budget(max_new_tokens=6, recall_tokens=20, rows=3)
   routers = [route_lib.BM25Router(), route_lib.ExactRouter()]
-  out = flywheel.run(code_model, TOY, library=library, budget=budget, routers=routers)
+  out = loop.run(code_model, TOY, library=library, budget=budget, routers=routers)
   assert out['verifier'] == {'name': 'code', 'version': code_verifier.VERSION}
   assert [d['source'] for d in out['deposits']] == ['reference'] * 3  # random weights solve none
   for entry, item in zip(library.entries(), PROBLEMS):

@@ -58,7 +58,7 @@ def _answered(phase, item, text, seconds, key, who='flywheel'):
 
 
 def make_result(items=ITEMS, held_out=HELD_OUT):
-  """A result as `graftjax.studies.flywheel.run` writes it, of hand-made attempts.
+  """A result as `graftjax.flywheel.loop.run` writes it, of hand-made attempts.
 
   Item 0 is solved by its second sample (deposited: 'self'), item 1 by none
   (deposited: 'reference', asked again in recurrence and answered there);
@@ -160,10 +160,10 @@ def test_a_clean_result_passes(tmp_path, capsys):
 
 
 def test_the_summary_is_the_studies_summary():
-  """graftjax.studies.flywheel writes the summary with the same code rescore recomputes it."""
+  """graftjax.flywheel.loop writes the summary with the same code rescore recomputes it."""
   code = (
-    'from graftjax.studies import flywheel; from graftjax.flywheel import summary;'
-    'assert flywheel.summary_lib is summary'
+    'from graftjax.flywheel import loop; from graftjax.flywheel import summary;'
+    'assert loop.summary_lib is summary'
   )
   subprocess.run([sys.executable, '-c', code], check=True)
 

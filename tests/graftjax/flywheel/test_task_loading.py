@@ -4,7 +4,7 @@ arguments, call sys.exit), loading it is a `TaskError` naming the spec and the c
 import pytest
 
 from graftjax.flywheel import tasks
-from graftjax.studies import flywheel
+from graftjax.studies.flywheel import harness
 
 USER_TASKS = """
 import sys
@@ -37,7 +37,7 @@ def user_tasks(tmp_path, monkeypatch):
 
 
 def test_a_task_or_its_factory_loads(user_tasks):
-  assert flywheel.load_task('user_tasks_l:make') is flywheel.load_task('user_tasks_l:TASK')
+  assert harness.load_task('user_tasks_l:make') is harness.load_task('user_tasks_l:TASK')
   assert tasks.load('user_tasks_l:make').name == 'toy'
 
 
@@ -54,4 +54,4 @@ def test_a_task_or_its_factory_loads(user_tasks):
 )
 def test_a_task_plug_in_that_fails_is_a_task_error_naming_it(user_tasks, spec, says):
   with pytest.raises(tasks.TaskError, match=says):
-    flywheel.load_task(spec)
+    harness.load_task(spec)

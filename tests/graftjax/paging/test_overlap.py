@@ -8,8 +8,8 @@ import pytest
 
 from graftjax.paging import pages
 from graftjax.routing import route as route_lib
-from graftjax.studies import corpus
-from graftjax.studies import paging_scale
+from graftjax.studies.common import corpus
+from graftjax.studies.paging import paging_scale
 
 CAPACITY = 128
 CHUNK = 16

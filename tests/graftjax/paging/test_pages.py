@@ -12,7 +12,7 @@ from graftjax.models.gemma import model as gemma_model
 from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.paging import pages
-from graftjax.studies import bench_paging_pagein
+from graftjax.studies.paging import bench_paging_pagein
 
 L, G = config_lib.AttentionType.LOCAL_SLIDING, config_lib.AttentionType.GLOBAL
 PATTERN = (L, L, G, L, L, G)  # two global layers of six

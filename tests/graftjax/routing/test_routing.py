@@ -6,7 +6,7 @@ import pytest
 from graftjax.paging import catalog as catalog_lib
 from graftjax.routing import route as route_lib
 from graftjax.routing import units as units_lib
-from graftjax.studies import bench_paging_recall
+from graftjax.studies.paging import bench_paging_recall
 
 
 def _filler(count: int, seed: int = 0) -> list[str]:

@@ -11,13 +11,13 @@ import pathlib
 import pytest
 
 from graftjax import ledger
-from graftjax.studies import bench_attention_tiles
-from graftjax.studies import bench_graft
-from graftjax.studies import bench_model
-from graftjax.studies import graft_gate
-from graftjax.studies import invariance
-from graftjax.studies import position_findings
-from graftjax.studies import position_sweep
+from graftjax.studies.kernels import bench_attention_tiles
+from graftjax.studies.graft import bench_graft
+from graftjax.studies.model import bench_model
+from graftjax.studies.graft import graft_gate
+from graftjax.studies.kernels import invariance
+from graftjax.studies.position import position_findings
+from graftjax.studies.position import position_sweep
 
 RESULTS = pathlib.Path(__file__).resolve().parents[3] / 'experiments' / 'results'
 
@@ -64,12 +64,14 @@ def test_bad_settings_are_refused_before_anything_runs():
     )
   with pytest.raises(ValueError, match='--impl=xla'):
     bench_model.experiment(
-      dtypes=['float32'],
-      impls=['pallas'],
-      per_op=True,
-      weights='random',
-      model_name='tiny',
-      prompt_tokens=8,
-      decode_tokens=1,
-      chunk_size=8,
+      bench_model.Settings(
+        dtypes=['float32'],
+        impls=['pallas'],
+        per_op=True,
+        weights='random',
+        model_name='tiny',
+        prompt_tokens=8,
+        decode_tokens=1,
+        chunk_size=8,
+      )
     )

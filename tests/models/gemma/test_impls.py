@@ -6,7 +6,7 @@ from absl import flags
 import numpy as np
 import pytest
 
-from graftjax.studies import impl_flags
+from graftjax.studies.common import impl_flags
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 

@@ -11,8 +11,8 @@ from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions
 from graftjax.models.gemma import schemes
-from graftjax.studies import position_sweep
-from graftjax.studies import training
+from graftjax.studies.position import position_sweep
+from graftjax.studies.position import training
 
 BUILT_IN = ('rope', 'rope_f64', 'rope_relative', 'alibi', 'nope')
 # tokenizer.digest() of gemma-3-270m (tests/models/gemma/test_tokenizer.py checks it).

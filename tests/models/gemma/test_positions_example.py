@@ -14,7 +14,7 @@ import pytest
 from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import positions
 from graftjax.models.gemma import schemes
-from graftjax.studies import relocation
+from graftjax.studies.position import relocation
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / 'docs' / 'examples' / 'kerple_log.py'
 BLOCK, CONT = list(range(10, 16)), list(range(40, 43))

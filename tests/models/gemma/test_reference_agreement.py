@@ -25,7 +25,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from graftjax.studies import reference_agreement
+from graftjax.studies.model import reference_agreement
 
 _ROOT = pathlib.Path(__file__).resolve().parents[3]
 _FIXTURES = _ROOT / 'tests' / 'fixtures'

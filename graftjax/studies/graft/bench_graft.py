@@ -1,0 +1,296 @@
+"""Time to first continuation token: graft a stored prefix vs recompute it.
+
+The library of experiments/bench_graft.py. `experiment(...)` times, per prefix length, a
+restore from the BlockStore by stage (read into reused host staging, pinned on a GPU, then
+install: `graftjax.restore`) and a recompute by chunked prefill, sets the restore against
+its floors (`restore_floor`: read + copy into the device, with and without SHA-256, and the
+old pageable floor), and optionally runs llama.cpp's own state restore as the peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+
+from graftjax import blocks
+from graftjax import ledger
+from graftjax import restore as restore_lib
+from graftjax import store as store_lib
+from graftjax.models.gemma import gguf as gguf_lib
+from graftjax.models.gemma import model as gemma_model
+from graftjax.store import manifest as store_manifest
+from graftjax.studies.common import corpus
+from graftjax.studies.graft import restore_floor
+from graftjax.studies.common import results
+
+# llama.cpp's side of the comparison, run by another interpreter.
+PEERS = pathlib.Path(__file__).resolve().parents[2] / 'experiments' / 'peers'
+
+
+def long_text_ids(tokenizer, n: int) -> list[int]:
+  """BOS + the first n tokens of standard-library sources, concatenated in sorted order."""
+  ids = [tokenizer.bos_id] if hasattr(tokenizer, 'bos_id') else [2]
+  for path in corpus.stdlib_files():
+    ids += tokenizer.encode(path.read_text(encoding='utf-8', errors='replace'), add_bos=False)
+    if len(ids) > n:
+      return ids[: n + 1]  # n prefix tokens and the next one
+  raise ValueError(f'the standard library holds fewer than {n} tokens')
+
+
+def timed(fn, repeats: int, *, warmup: bool = True) -> tuple[float, list[float], object]:
+  """Median seconds of `repeats` calls (after one warm-up call if `warmup`); the last result."""
+  result = fn() if warmup else None
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    result = fn()
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times)), times, result
+
+
+class FirstToken:
+  """A prefix of n tokens and the token after it, prefilled in chunks into a cache of capacity
+  C (n + 1 rounded up to a chunk, plus a chunk): what a restore and a recompute both end with."""
+
+  def __init__(self, model, ids: list[int], *, chunk_size: int):
+    self.model, self.chunk_size = model, chunk_size
+    self.n = len(ids) - 1
+    self.prefix, self.next_token = ids[: self.n], ids[self.n]
+    self.capacity = -(-(self.n + 1) // chunk_size) * chunk_size + chunk_size
+
+  def logits(self, cache) -> jax.Array:
+    """Logits of the next token (a 1-token query at position n) on `cache`."""
+    return self.model.forward(
+      np.asarray([[self.next_token]]), np.asarray([[self.n]]), cache, logits='last'
+    )[0]
+
+  def prefill(self):
+    _, cache = self.model.prefill(
+      self.prefix,
+      cache=self.model.init_cache(capacity=self.capacity),
+      chunk_size=self.chunk_size,
+      logits='none',
+    )
+    return cache
+
+  def capture(self) -> tuple[blocks.KVBlock, np.ndarray]:
+    """The prefix's block and the next token's logits on the cache it came from."""
+    cache = self.prefill()
+    block = blocks.capture(
+      cache,
+      blocks.Span(0, self.n),
+      token_ids=self.prefix,
+      target=self.model.graft_target,
+      chunk_size=self.chunk_size,
+    )
+    return block, np.asarray(self.logits(cache))
+
+  def recompute(self) -> jax.Array:
+    """New cache, prefill the prefix in chunks, forward the next token.
+
+    `capture` has compiled the prefill at this capacity, so no warm-up is needed.
+    """
+    return self.logits(self.prefill()).block_until_ready()
+
+  def restore_fn(self, read, install, stages: dict[str, list[float]]):
+    """A call that reads (`read()`), makes a new cache, installs (`install(cache, got)`) and
+    forwards the next token, appending each stage's seconds to `stages` (4 names, in order)."""
+
+    def restore():
+      t0 = time.perf_counter()
+      got = read()
+      t1 = time.perf_counter()
+      cache = jax.block_until_ready(self.model.init_cache(capacity=self.capacity))
+      t2 = time.perf_counter()
+      cache = jax.block_until_ready(install(cache, got))
+      t3 = time.perf_counter()
+      logits = self.logits(cache).block_until_ready()
+      t4 = time.perf_counter()
+      for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+        stages[name].append(dt)
+      return logits
+
+    return restore
+
+
+def over_lengths(model, ids: list[int], lengths: list[int], bench, *, desc: str, **kwargs):
+  """`bench(model, store, ids[: n + 1], **kwargs)` for every n, on a fresh temporary BlockStore."""
+  with tempfile.TemporaryDirectory() as tmp:
+    store = store_lib.BlockStore(pathlib.Path(tmp) / 'store')
+    return [bench(model, store, ids[: n + 1], **kwargs) for n in tqdm.tqdm(lengths, desc=desc)]
+
+
+def load(
+  model_name: str, dtype: str, longest: int, *, local_cache: str = 'full', chunk_size: int = 0
+):
+  """The named model (its sliding-window layers cached `local_cache`, a 'ring' taking chunks
+  of `chunk_size`) and `long_text_ids` of its tokenizer."""
+  model = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
+  if local_cache != 'full':
+    model = model.with_local_cache(local_cache, chunk_size=chunk_size)
+  return model, long_text_ids(model.tokenizer, longest)
+
+
+def bench_one(
+  model,
+  store,
+  ids: list[int],
+  *,
+  chunk_size: int,
+  repeats: int,
+  recompute_max: int,
+  recompute_repeats: int | None = None,
+) -> dict:
+  run = FirstToken(model, ids, chunk_size=chunk_size)
+  n, capacity = run.n, run.capacity
+  block, reference = run.capture()
+  key = store.put(block)
+  block_bytes = sum(a.nbytes for a in block.arrays().values())
+  del block
+
+  staging = restore_lib.Staging()  # reused by every timed restore: made in the warm-up
+  read = lambda: restore_lib.read(store, key, staging, capacity=capacity)
+  install = lambda cache, got: restore_lib.install(
+    cache, got, target=model.graft_target, chunk_size=chunk_size, donate=True
+  )
+  stages = {'read_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
+  graft_s, graft_times, logits = timed(run.restore_fn(read, install, stages), repeats)
+  medians = {k: float(np.median(v[1:])) for k, v in stages.items()}  # [0] is the warm-up
+  # Each timed restore read a manifest parsed before (by `put`): one more whose manifest
+  # this process has not parsed, as a block's first read pays.
+  store_manifest.forget_parsed()
+  first = {name: [] for name in stages}
+  run.restore_fn(read, install, first)()
+  floor = restore_floor.measure(pathlib.Path(store.root) / key)
+  restore_s = medians['read_s'] + medians['install_s']
+  first_read_s = first['read_s'][0] + first['install_s'][0]
+  row = {
+    'prefix_tokens': n,
+    'capacity': capacity,
+    'block_bytes': block_bytes,
+    'graft_first_token_s': graft_s,
+    'graft_times_s': graft_times,
+    'graft_stages_median_s': medians,
+    'restore_s': restore_s,
+    'staging_memory': staging.memory,
+    'restore_copy_bytes': restore_lib.COPY_BYTES,
+    'graft_logits_equal_recompute': bool(np.asarray(logits).tobytes() == reference.tobytes()),
+    'floor': floor,
+    'floor_s': floor['floor_s'],
+    'restore_over_floor': restore_s / floor['floor_s'],
+    'restore_over_verified_floor': restore_s / floor['verified_floor_s'],
+    'restore_over_floor_pageable': restore_s / floor['floor_pageable_s'],
+    'restore_first_read_s': first_read_s,
+    'restore_first_read_over_floor': first_read_s / floor['floor_s'],
+  }
+  if n <= recompute_max:
+    recompute_s, recompute_times, _ = timed(
+      run.recompute, recompute_repeats or repeats, warmup=False
+    )
+    row.update(
+      recompute_first_token_s=recompute_s,
+      recompute_times_s=recompute_times,
+      speedup=recompute_s / graft_s,
+    )
+  else:
+    row['recompute_first_token_s'] = None
+    row['recompute_not_run'] = f'prefix longer than --recompute_max={recompute_max}'
+  store.delete(key)
+  return row
+
+
+def llamacpp_peer(python: str, prefixes: list[list[int]], next_token: int) -> dict:
+  with tempfile.TemporaryDirectory() as tmp:
+    request = pathlib.Path(tmp) / 'tokens.json'
+    request.write_text(json.dumps({'prefixes': prefixes, 'next_token': next_token}))
+    script = PEERS / 'llamacpp_restore.py'
+    proc = subprocess.run(
+      [python, str(script), str(gguf_lib.locate_gguf()), str(request), str(os.cpu_count())],
+      capture_output=True,
+      text=True,
+      check=False,
+    )
+  if proc.returncode:
+    raise RuntimeError(f'llama.cpp peer failed:\n{proc.stderr[-3000:]}')
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def experiment(
+  *,
+  model_name: str,
+  dtype: str,
+  lengths: list[int],
+  chunk_size: int,
+  repeats: int,
+  recompute_max: int,
+  llamacpp_python: str | None,
+  recompute_repeats: int | None = None,
+  local_cache: str = 'full',
+  command: str | None = None,
+) -> dict:
+  """Graft vs recompute for every prefix length (and llama.cpp's restore); the result.
+
+  `local_cache='ring'` keeps sliding-window layers in window-sized rings (the block still
+  holds every layer's rows of the span; a ring layer's older ones are zero).
+  """
+  model, ids = load(model_name, dtype, max(lengths), local_cache=local_cache, chunk_size=chunk_size)
+  rows = over_lengths(
+    model,
+    ids,
+    lengths,
+    bench_one,
+    desc='prefix lengths',
+    chunk_size=chunk_size,
+    repeats=repeats,
+    recompute_max=recompute_max,
+    recompute_repeats=recompute_repeats,
+  )
+  inputs = {
+    'model_fingerprint': model.fingerprint,
+    'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
+  }
+  result = {
+    **results.header('bench_graft', inputs=inputs, command=command),
+    'model': model_name,
+    'dtype': dtype,
+    'chunk_size': chunk_size,
+    'local_cache': local_cache,
+    'rows': rows,
+  }
+  if llamacpp_python:
+    peer = llamacpp_peer(llamacpp_python, [ids[:n] for n in lengths], ids[max(lengths)])
+    result['llamacpp'] = peer
+    for row, p in zip(rows, peer['results']):
+      row['llamacpp_load_file_s'] = p['load_file_s']
+      row['llamacpp_restore_first_token_s'] = p['restore_and_first_token_s']
+      row['llamacpp_prefill_first_token_s'] = p['prefill_and_first_token_s']
+      row['llamacpp_state_file_bytes'] = p['state_file_bytes']
+      # Same prefix tokens on both sides, so per-token ratios are plain ratios.
+      row['restore_over_llamacpp_load'] = row['restore_s'] / p['load_file_s']
+      row['graft_over_llamacpp_restore_first_token'] = (
+        row['graft_first_token_s'] / p['restore_and_first_token_s']
+      )
+  return result
+
+
+def format_rows(result: dict) -> str:
+  """One line per prefix length: graft (restore against its floor), recompute, llama.cpp."""
+  return '\n'.join(
+    f'N={row["prefix_tokens"]:>6}  graft {row["graft_first_token_s"]:.3f}s'
+    f' (restore {row["restore_s"]:.3f}s, {row["restore_over_floor"]:.1f}x'
+    f' its floor {row["floor_s"]:.3f}s,'
+    f' {row.get("restore_over_verified_floor", float("nan")):.1f}x verified,'
+    f' first read {row.get("restore_first_read_over_floor", float("nan")):.1f}x)'
+    f'  recompute {row["recompute_first_token_s"] or float("nan"):.3f}s'
+    f'  llama.cpp restore {row.get("llamacpp_restore_first_token_s", float("nan")):.3f}s'
+    for row in result['rows']
+  )
