@@ -33,7 +33,7 @@ demo: setup
 # Two workers: CI has 2 cores. Not in addopts, so a native pytest run on the
 # GPU stays one process (two would each claim the device's memory).
 test: setup
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --durations=30
 
 # The unit tier: what runs in a few minutes on two cores (no slow, real-model or
 # multi-process tests). CI runs the full suite (`make test`).

@@ -17,7 +17,6 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 

@@ -12,7 +12,7 @@ from graftjax import determinism
 
 determinism.pin()
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 from graftjax.studies.paging import bench_cpu_paths
 from graftjax.studies.common import cli

@@ -12,7 +12,7 @@ from graftjax import determinism
 
 determinism.pin()
 
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax
 from absl import app
 from absl import flags
 from graftjax.kernels import dots

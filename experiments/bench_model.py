@@ -29,7 +29,7 @@ from graftjax import determinism
 
 determinism.pin()
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 from graftjax.kernels import dots
 from graftjax.models.gemma import config as config_lib

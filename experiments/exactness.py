@@ -18,7 +18,7 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pathlib
 
 from absl import app
 from absl import flags

@@ -20,7 +20,7 @@ from graftjax import determinism
 
 determinism.pin()
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 
 from graftjax import ledger

@@ -21,7 +21,7 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 from graftjax.studies.common import cli
 from graftjax.studies.kernels import kernel_determinism

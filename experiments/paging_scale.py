@@ -7,7 +7,7 @@ r"""A page store grown from real text: access latency and device memory by size.
     # GPU (experiments/device/paging.sh scale): the real model, resumable
     python experiments/paging_scale.py --model=gemma3-270m --dtype=bfloat16 --impl=pallas \
         --page_tokens=512 --local_rows=0 --window_slots=32768 --sizes=10,100,1000,10000 \
-        --store=/root/paging_store --deadline_s=480 --out=$OUT/paging_scale_h200.json
+        --store=STORE --deadline_s=480 --out=experiments/results/paging/paging_scale_h200.json
 
 Python sources are cut into pages of `--page_tokens` tokens, each prefilled
 alone at slot 0, cut to a page (`--local_rows` of the local layers; -1: W - 1,
@@ -30,9 +30,10 @@ from graftjax import determinism
 
 determinism.pin()
 
-from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.paging import figures
 from graftjax.studies.paging import paging_scale
 from graftjax.studies.common import results
 
@@ -91,8 +92,8 @@ def main(argv):
     deadline_s=_DEADLINE_S.value,
   )
   print(paging_scale.format_rows(result))
-  figures = paging_scale.write_figure(result, _OUT.value) if _PLOT.value else []
-  results.write(_OUT.value, result, outputs=figures)
+  pngs = figures.write_figure(result, _OUT.value) if _PLOT.value else []
+  results.write(_OUT.value, result, outputs=pngs)
 
 
 if __name__ == '__main__':

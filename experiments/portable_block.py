@@ -16,7 +16,7 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pathlib
 
 import jax.numpy as jnp
 from absl import app

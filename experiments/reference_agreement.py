@@ -27,7 +27,7 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import json
 
 from absl import app
 from absl import flags

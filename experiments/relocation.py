@@ -22,14 +22,14 @@ from graftjax import determinism
 
 determinism.pin()  # before jax starts
 
-import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pathlib
 
 from absl import app
 from absl import flags
 
 from graftjax.models.gemma import schemes
 from graftjax.studies.common import cli
-from graftjax.studies.common import plots
+from graftjax.studies.position import plots
 from graftjax.studies.position import position_sweep
 from graftjax.studies.common import results
 

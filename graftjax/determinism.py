@@ -35,7 +35,7 @@ class DeterminismError(GraftjaxError, RuntimeError):
 
 def _backends_initialized() -> bool:
   try:
-    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+    from jax._src import xla_bridge
   except ImportError:
     return False
   check = getattr(xla_bridge, 'backends_are_initialized', None)
@@ -61,7 +61,7 @@ def pin() -> dict[str, Any]:
         ' Call pin() before any jax computation.'
       )
     os.environ['XLA_FLAGS'] = ' '.join(current + missing)
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
   jax.config.update('jax_default_matmul_precision', MATMUL_PRECISION)
   jax.config.update('jax_enable_x64', False)
@@ -116,7 +116,7 @@ def cpu_kind() -> dict[str, str]:
 
 def _source_revision() -> str:
   """git commit of the graftjax checkout (+ '-dirty' if changed), or 'unknown'."""
-  import subprocess  # pylint: disable=g-import-not-at-top
+  import subprocess
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
@@ -147,8 +147,8 @@ def source_sha256() -> str:
   stale: a copy of a working tree run on another machine keeps the commit it
   was copied from, so its revision reads '<commit>-dirty' whatever changed.
   """
-  import hashlib  # pylint: disable=g-import-not-at-top
-  import pathlib  # pylint: disable=g-import-not-at-top
+  import hashlib
+  import pathlib
 
   root = pathlib.Path(__file__).resolve().parents[1]
   digest = hashlib.sha256()
@@ -178,9 +178,9 @@ CPU_BITS_FIELDS = ('cpu_kind', 'jax_version', 'jaxlib_version')
 
 def record() -> dict[str, Any]:
   """Flags, versions and device of this process, as JSON-ready values."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jaxlib  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import jax
+  import jaxlib
+  import numpy as np
 
   device = jax.devices()[0]
   return {

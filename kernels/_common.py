@@ -11,7 +11,7 @@ def is_power_of_2(n: int) -> bool:
 
 def gpu_compiler_params(num_warps: int, num_stages: int = 1):
   """Selects the Triton lowering on GPU; ignored in interpret mode."""
-  from jax.experimental.pallas import triton as plt  # pylint: disable=g-import-not-at-top
+  from jax.experimental.pallas import triton as plt
 
   return plt.CompilerParams(num_warps=num_warps, num_stages=num_stages)
 

@@ -19,7 +19,7 @@ the committed block. XLA's CPU code picks its kernels from the processor, so
 their bits are a function of the block, the code, the jax version and the
 kind of CPU (`determinism.cpu_kind()`). The script adds (or replaces) the
 recording for this machine's CPU kind and jax version;
-tests/graftjax/test_portability.py grafts the same block on another machine
+tests/graftjax/store/test_portability.py grafts the same block on another machine
 and requires the bytes recorded for its kind.
 """
 
@@ -27,7 +27,7 @@ from graftjax import determinism
 
 determinism.pin()
 
-import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import json
 import pathlib
 import shutil
 
@@ -119,7 +119,7 @@ def rewrite_manifest() -> dict:
   refuses unless every chunk file is byte-identical to the old one of its array
   and index, and every zarr.json the same but for its chunk keys.
   """
-  import tensorstore as ts  # pylint: disable=g-import-not-at-top
+  import tensorstore as ts
 
   record = json.loads(RECORD_PATH.read_text())
   old_dir = STORE_ROOT / record['key']

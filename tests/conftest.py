@@ -7,17 +7,17 @@ from graftjax import determinism
 
 determinism.pin()
 
-import concurrent.futures  # pylint: disable=g-import-not-at-top,wrong-import-position
-import inspect  # pylint: disable=g-import-not-at-top,wrong-import-position
-import os  # pylint: disable=g-import-not-at-top,wrong-import-position
-import pathlib  # pylint: disable=g-import-not-at-top,wrong-import-position
-import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
-import sys  # pylint: disable=g-import-not-at-top,wrong-import-position
+import concurrent.futures
+import inspect
+import os
+import pathlib
+import subprocess
+import sys
 
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
-import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax.numpy as jnp
+import pytest
 
-from graftjax.models.gemma import model as gemma_model  # pylint: disable=wrong-import-position
+from graftjax.models.gemma import model as gemma_model
 
 
 @pytest.fixture(scope='session')
@@ -39,8 +39,8 @@ def text_model():
 @pytest.fixture
 def tqdm_bars(monkeypatch):
   """Every `tqdm.tqdm` bar opened in the test, in order, each writing to a string."""
-  import io  # pylint: disable=g-import-not-at-top
-  import tqdm  # pylint: disable=g-import-not-at-top
+  import io
+  import tqdm
 
   opened = []
 

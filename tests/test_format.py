@@ -1,4 +1,4 @@
-"""One formatter for the whole tree: ruff, configured in pyproject.toml."""
+"""One formatter and linter for the whole tree: ruff, configured in pyproject.toml."""
 
 import pathlib
 import shutil
@@ -16,6 +16,21 @@ def test_tree_is_formatted():
     pytest.skip('ruff is not installed (it comes with the test extras: pip install -e .[test])')
   proc = subprocess.run([ruff, 'format', '--check', '.'], cwd=ROOT, capture_output=True, text=True)
   assert proc.returncode == 0, f'run `ruff format .`:\n{proc.stdout}{proc.stderr}'
+
+
+def test_tree_passes_the_linter(tmp_path):
+  ruff = shutil.which('ruff', path=str(pathlib.Path(sys.executable).parent))
+  if ruff is None:
+    pytest.skip('ruff is not installed (it comes with the test extras: pip install -e .[test])')
+  lint = lambda *paths: subprocess.run(
+    [ruff, 'check', '--no-cache', *paths], cwd=ROOT, capture_output=True, text=True
+  )
+  proc = lint('.')
+  assert proc.returncode == 0, f'ruff check:\n{proc.stdout}{proc.stderr}'
+  bad = tmp_path / 'bad.py'
+  bad.write_text('import os\n\nprint(undefined_name)\n')
+  proc = lint(str(bad))  # the linter finds what it is there for
+  assert proc.returncode != 0 and 'F401' in proc.stdout and 'F821' in proc.stdout
 
 
 def test_a_misspelt_marker_is_an_error(tmp_path):

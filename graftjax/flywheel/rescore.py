@@ -656,7 +656,7 @@ def _energy(result, by_phase, out: Rescore) -> None:
 
 def _dataset_items(ids: set[str], out: Rescore) -> tuple[dict[str, Any], set[str]]:
   """The installed datasets' (item, verifier) of these ids, and the ids whose dataset loaded."""
-  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import datasets
 
   gsm8k = {i for i in ids if i.startswith('gsm8k/test/')}
   mgs, rg, other = {}, {}, []

@@ -575,7 +575,7 @@ class EmbeddingRouter(Router):
     )
     router.add_many(_entries_of(body))
     if body['fingerprint'] == model.fingerprint:
-      router._matrix = matrix  # pylint: disable=protected-access
+      router._matrix = matrix
     return router
 
 

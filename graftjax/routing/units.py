@@ -164,7 +164,7 @@ def query_gain(
   Returns:
     [len(contexts)] float64.
   """
-  ids = lambda text: route_lib._token_ids(model, text, encode)[1:]  # pylint: disable=protected-access
+  ids = lambda text: route_lib._token_ids(model, text, encode)[1:]
   asked = ids(query)
   newline = ids('\n') if isinstance(query, str) else []
   rows = [[model.config.bos_id, *asked]]
@@ -277,7 +277,7 @@ class HybridRouter(route_lib.Router):
     if not self._entries:
       return [iter(()) for _ in queries]
     scores = np.zeros((len(queries), len(self._entries)), np.float64)  # [Q, units]
-    for row, ranked in zip(scores, self.lexical._rank_many(queries)):  # pylint: disable=protected-access
+    for row, ranked in zip(scores, self.lexical._rank_many(queries)):
       for index, score in ranked:
         row[index] = score
     scores *= self.weight
@@ -302,7 +302,7 @@ class HybridRouter(route_lib.Router):
         break
       best.setdefault(self._entries[index][0], index)
     added = 0
-    for index, _ in self.lexical._rare_ranked(query) if self.rerank_rare else ():  # pylint: disable=protected-access
+    for index, _ in self.lexical._rare_ranked(query) if self.rerank_rare else ():
       if added == self.rerank_rare:
         break
       if self._entries[index][0] not in best:
@@ -347,7 +347,7 @@ class HybridRouter(route_lib.Router):
     partial = pathlib.Path(f'{path}.partial.npy')
     np.save(partial, matrix, allow_pickle=False)
     partial.replace(pathlib.Path(f'{path}.npy'))
-    route_lib._write_json(path, self._state(), route_lib._matrix_bytes(matrix))  # pylint: disable=protected-access
+    route_lib._write_json(path, self._state(), route_lib._matrix_bytes(matrix))
 
   @classmethod
   def load(
@@ -363,7 +363,7 @@ class HybridRouter(route_lib.Router):
       matrix = np.load(pathlib.Path(f'{path}.npy'), allow_pickle=False)
     except (OSError, ValueError) as e:
       raise route_lib.RouterFileError(f'{path}.npy: cannot read the embeddings: {e}') from e
-    body = cls._read(path, route_lib._matrix_bytes(matrix))  # pylint: disable=protected-access
+    body = cls._read(path, route_lib._matrix_bytes(matrix))
     router = cls(
       model,
       threshold=body['threshold'],
@@ -384,7 +384,7 @@ class HybridRouter(route_lib.Router):
     if len(matrix) not in (0, len(router)):
       raise route_lib.RouterFileError(f'{path}: {len(router)} units but {len(matrix)} embeddings')
     if len(matrix) and body['fingerprint'] == model.fingerprint:
-      router.dense._matrix = matrix  # pylint: disable=protected-access
+      router.dense._matrix = matrix
     return router
 
 

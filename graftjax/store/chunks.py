@@ -115,7 +115,7 @@ def map_threads(
     while (i := next(claims)) < len(items):
       try:
         results[i] = fn(items[i])
-      except BaseException as e:  # pylint: disable=broad-except  # raised on the caller
+      except BaseException as e:  # raised on the caller
         errors[i] = e
       with changed:
         ended[i] = True

@@ -57,7 +57,7 @@ class ChatTemplate:
       ChatTemplateError: the template does not parse, or raises (e.g. roles that do not
         alternate), naming the cause.
     """
-    import jinja2  # pylint: disable=g-import-not-at-top
+    import jinja2
 
     try:
       compiled = _environment().from_string(self.source)
@@ -110,8 +110,8 @@ def _raise(message: str):
 
 
 def _environment():
-  from jinja2 import ext  # pylint: disable=g-import-not-at-top
-  from jinja2 import sandbox  # pylint: disable=g-import-not-at-top
+  from jinja2 import ext
+  from jinja2 import sandbox
 
   env = sandbox.ImmutableSandboxedEnvironment(
     trim_blocks=True, lstrip_blocks=True, extensions=[ext.loopcontrols]

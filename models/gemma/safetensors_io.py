@@ -207,7 +207,7 @@ class _Reader:
   """Opens the checkpoint's files lazily; finds one tensor by full name."""
 
   def __init__(self, path: pathlib.Path):
-    import safetensors  # pylint: disable=g-import-not-at-top
+    import safetensors
 
     self._open, self._errors = safetensors.safe_open, (OSError, safetensors.SafetensorError)
     self._handles: dict[pathlib.Path, object] = {}
@@ -343,7 +343,7 @@ def save(
   Returns:
     The directory.
   """
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file
 
   directory = pathlib.Path(directory)
   if directory.exists() and not directory.is_dir():

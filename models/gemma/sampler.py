@@ -184,7 +184,7 @@ def generate(
     'logits' ([n, V] float32, the logits each token was chosen from) if asked,
     and 'cache'.
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
 
   prompt = np.asarray(prompt_ids, np.int32)
   capacity = capacity or prompt.size + max_new_tokens

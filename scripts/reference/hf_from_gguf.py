@@ -138,7 +138,7 @@ def load_model(path: str = GGUF_PATH) -> transformers.Gemma3ForCausalLM:
   """Float32, eager-attention Gemma3ForCausalLM holding the GGUF's weights."""
   reader = gguf.GGUFReader(path)
   config = text_config(reader)
-  config._attn_implementation = 'eager'  # pylint: disable=protected-access
+  config._attn_implementation = 'eager'
   model = transformers.Gemma3ForCausalLM(config).to(torch.float32)
   weights = state_dict(reader, config.num_hidden_layers)
   missing, unexpected = model.load_state_dict(weights, strict=False)

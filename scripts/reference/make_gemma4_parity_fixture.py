@@ -60,7 +60,7 @@ CASES = {
 
 def case_config(name: str):
   """The GemmaConfig of a case (the project's own code)."""
-  from graftjax.models.gemma import config as config_lib  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import config as config_lib
 
   base, overrides, _ = CASES[name]
   overrides = dict(overrides)
@@ -83,8 +83,8 @@ def case_positions(length: int) -> np.ndarray:
 
 def export(out: pathlib.Path) -> None:
   """Step 1 (project venv): each case's random weights as a safetensors folder."""
-  from graftjax.models.gemma import model  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import safetensors_io  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import model
+  from graftjax.models.gemma import safetensors_io
 
   for name in CASES:
     config = case_config(name)
@@ -99,8 +99,8 @@ def export(out: pathlib.Path) -> None:
 
 def reference(out: pathlib.Path) -> None:
   """Step 2 (torch + transformers): logits and greedy ids of each case, written as fixtures."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
+  import torch
+  import transformers
 
   FIXTURES.mkdir(parents=True, exist_ok=True)
   torch.set_grad_enabled(False)

@@ -36,7 +36,7 @@ _HEAD_CHUNK = 256  # Rows of hidden state per lm_head matmul, to bound memory.
 
 def llama_tokenizer(gguf_path: str):
   """BOS + llama.cpp's tokenization of a text, as a list of ints."""
-  import llama_cpp  # pylint: disable=import-outside-toplevel
+  import llama_cpp
 
   vocab = llama_cpp.Llama(model_path=gguf_path, vocab_only=True, verbose=False)
 

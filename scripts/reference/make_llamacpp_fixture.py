@@ -32,7 +32,7 @@ GGML_TYPE_F32 = 0
 
 
 def _llama(gguf_path: str, *, n_ctx: int, n_batch: int, threads: int):
-  import llama_cpp  # pylint: disable=import-outside-toplevel
+  import llama_cpp
 
   return llama_cpp.Llama(
     model_path=gguf_path,

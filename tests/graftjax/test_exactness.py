@@ -106,7 +106,7 @@ def test_gate_on_tiny_model(tiny_model, tmp_path):
 
 def test_gate_blocks_record_their_chunk_size_and_refuse_another(tiny_model, tmp_path):
   """Under XLA (not chunk-invariant) a gate block is grafted only under its own chunk size."""
-  from graftjax import blocks  # pylint: disable=g-import-not-at-top
+  from graftjax import blocks
 
   sample = corpus.TextSample(
     source='random', prefix_ids=tuple(range(3, 17)), continuation_ids=(20,) * 5

@@ -24,7 +24,7 @@ _CPU_LINES = ('tf_XLAPjRtCpuClient', 'tf_XLAEigen')
 def device_events(xspace_path: str) -> list[tuple[str, float, float]]:
   """(name, start_ns, duration_ns) of every kernel on the device planes' stream lines;
   without a device plane (CPU backend), of XLA's CPU client threads' events."""
-  from jax.profiler import ProfileData  # pylint: disable=g-import-not-at-top
+  from jax.profiler import ProfileData
 
   planes = list(ProfileData.from_file(xspace_path).planes)
   devices = [p for p in planes if p.name.startswith('/device:')]

@@ -19,11 +19,11 @@ MIN_WINDOW_S = 1.0
 def available() -> str | None:
   """None when an NVIDIA device can be read, else why not."""
   try:
-    import pynvml  # pylint: disable=g-import-not-at-top
+    import pynvml
 
     pynvml.nvmlInit()
     pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.nvmlDeviceGetHandleByIndex(0))
-  except Exception as e:  # pylint: disable=broad-except  # no package, no driver, no device
+  except Exception as e:  # no package, no driver, no device
     return f'NVML energy counter unavailable: {type(e).__name__}: {e}'
   return None
 
@@ -32,7 +32,7 @@ class Meter:
   """Energy of named phases on device `index`, idle baseline subtracted."""
 
   def __init__(self, index: int = 0, *, idle_seconds: float = 5.0):
-    import pynvml  # pylint: disable=g-import-not-at-top
+    import pynvml
 
     pynvml.nvmlInit()
     self._nvml = pynvml

@@ -91,7 +91,7 @@ def model_inputs(model, model_name: str) -> dict[str, Any]:
     'tokenizer_sha256': model.tokenizer.digest() if model.tokenizer is not None else None,
   }
   if model_name == 'gemma3-270m':
-    from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
+    from graftjax.models.gemma import gguf
 
     inputs['gguf_sha256'] = gguf.expected_sha256()
   return inputs

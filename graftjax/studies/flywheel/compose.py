@@ -401,12 +401,12 @@ def experiment(
     library_dir: library folder (resumable; None: temporary).
     deadline_s: seconds from the start after which no further question is asked.
   """
-  import tempfile  # pylint: disable=g-import-not-at-top
+  import tempfile
 
-  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
-  from graftjax.studies.flywheel import harness  # pylint: disable=g-import-not-at-top
-  from graftjax.studies.common import results  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import datasets
+  from graftjax.models.gemma import model as gemma_model
+  from graftjax.studies.flywheel import harness
+  from graftjax.studies.common import results
 
   start = time.monotonic()
   model = gemma_model.load_named(

@@ -90,7 +90,7 @@ def load_task(
 
 def result_inputs(model, model_name: str, items: Sequence[Any]) -> dict[str, Any]:
   """A result's `inputs`: the model's (`results.model_inputs`) and the sources of `items`."""
-  from graftjax.studies.common import results  # pylint: disable=g-import-not-at-top
+  from graftjax.studies.common import results
 
   return {**results.model_inputs(model, model_name), 'items': sorted({i.source for i in items})}
 
@@ -103,7 +103,7 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
   or when the next phase opens its bar (phases run one after another; a resumed phase
   never ticks); every bar is closed on exit.
   """
-  import tqdm  # pylint: disable=g-import-not-at-top
+  import tqdm
 
   bars = []
 
@@ -190,13 +190,13 @@ def experiment(
   thresholds by the Wilson upper limit of false hits (`loop.run`); `unrelated`: gsm8k's
   unrelated questions.
   """
-  import tempfile  # pylint: disable=g-import-not-at-top
+  import tempfile
 
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
 
-  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
-  from graftjax.studies.common import results  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import datasets
+  from graftjax.models.gemma import model as gemma_model
+  from graftjax.studies.common import results
 
   if settings.measure_energy and (reason := energy.available()):
     raise RuntimeError(reason)

@@ -57,7 +57,7 @@ def _transfer_sets(d: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def _rescored(results: list[page.Result]) -> list[str]:
   """What `graftjax.flywheel.rescore` says of each file, run as the page is made."""
-  from graftjax.flywheel import rescore  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import rescore
 
   out = ['Re-scored now:', '']
   for r in results:

@@ -22,12 +22,12 @@ from graftjax import determinism
 
 def replay(request: dict[str, Any]) -> dict[str, Any]:
   """Runs the grafted arm for every sample of `request`; returns the report."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
 
   from graftjax import store as store_lib
-  from graftjax.studies.common import corpus  # pylint: disable=g-import-not-at-top
-  from graftjax.studies.graft import graft_gate  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
+  from graftjax.studies.common import corpus
+  from graftjax.studies.graft import graft_gate
+  from graftjax.models.gemma import model as gemma_model
 
   model = gemma_model.load_named(
     request['model'],

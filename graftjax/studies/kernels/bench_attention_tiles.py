@@ -155,7 +155,7 @@ def sweep(
         try:
           got = np.asarray(kernel(*args).astype(jnp.float32))
           seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), args, iters=loops)
-        except Exception as e:  # pylint: disable=broad-exception-caught
+        except Exception as e:
           rows.append(dict(row, error=f'{type(e).__name__}: {e}'[:2000]))
           log(f'{dtype} {phase} S={length} {text} FAILED: {rows[-1]["error"][:300]}')
           continue

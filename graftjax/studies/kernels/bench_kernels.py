@@ -260,7 +260,7 @@ def run_benchmarks(
           f'  hbm {row["hbm_fraction"]:6.3f}'
           f'  peak {row["bf16_peak_fraction"]:6.3f}'
         )
-      except Exception as e:  # pylint: disable=broad-exception-caught
+      except Exception as e:
         row['error'] = f'{type(e).__name__}: {e}'[:2000]
         log(f'{name} {phase} {dtype} {impl} {shape} FAILED: {row["error"]}')
       rows.append(row)

@@ -130,7 +130,7 @@ def sweep(
           try:
             got = kernel(x, w)
             seconds = timing.time_in_loop(lambda a, f=kernel: f(*a), (x, w), iters=settings.iters)
-          except Exception as e:  # pylint: disable=broad-exception-caught
+          except Exception as e:
             out_rows.append(dict(row, error=f'{type(e).__name__}: {e}'[:500]))
             log(f'{dtype} M={m} {name} {text} FAILED: {out_rows[-1]["error"][:200]}')
             continue

@@ -217,7 +217,7 @@ def experiment(
   settings: Settings = Settings(),
 ) -> dict[str, Any]:
   """The result: `results.header` (each config's digest as input) and `table`."""
-  from graftjax.studies.common import results  # pylint: disable=g-import-not-at-top
+  from graftjax.studies.common import results
 
   named = [resolve(c) for c in configs]
   result = results.header(

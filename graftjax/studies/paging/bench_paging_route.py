@@ -59,7 +59,7 @@ def bench_size(entries, *, kind: str, queries: int, seed: int, folder: pathlib.P
     add_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     if kind == 'bm25':
-      router._build()  # pylint: disable=protected-access  # index build, timed apart
+      router._build()  # index build, timed apart
     build_s = time.perf_counter() - t0
     rng = random.Random(seed)
     asked = [rng.randrange(len(entries)) for _ in range(queries)]

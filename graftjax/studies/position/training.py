@@ -355,7 +355,7 @@ def save(
   Raises:
     FileExistsError: if `path` exists and not `overwrite`.
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
 
   path = pathlib.Path(path).resolve()
   if path.exists() and not overwrite:
@@ -412,7 +412,7 @@ def load_trained(path: str | os.PathLike, *, dtype=jnp.float32) -> gemma_model.G
   Raises:
     ValueError: if model.json was edited or the params' digest is not the recorded one.
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
 
   path = pathlib.Path(path).resolve()
   record = load_record(path)

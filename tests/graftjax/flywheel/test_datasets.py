@@ -98,7 +98,7 @@ def test_gsm_symbolic_rg():
 )
 def test_gsm_symbolic_rg_equals_the_package():
   try:
-    import reasoning_gym  # pylint: disable=g-import-not-at-top
+    import reasoning_gym
   except ImportError as e:
     pytest.skip(f'reasoning-gym is installed without its dependencies ({e})')
   suffix = ' Give the result as your final answer. Do not include units.'

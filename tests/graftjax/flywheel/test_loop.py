@@ -414,7 +414,7 @@ class _Flaky:
 def test_a_verifier_that_raises_in_the_base_phase_loses_no_model_work(
   text_model, tmp_path, monkeypatch
 ):
-  from graftjax.flywheel import solve  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import solve
 
   calls = []
   generate = solve.generate
@@ -452,7 +452,7 @@ def test_a_verifier_that_raises_in_the_base_phase_loses_no_model_work(
 
 
 def test_task_errors_come_before_the_model_loads(monkeypatch):
-  from graftjax.models.gemma import model as gemma_model  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import model as gemma_model
 
   def never(*args, **kwargs):
     raise AssertionError('the model was loaded')

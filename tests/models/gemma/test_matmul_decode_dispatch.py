@@ -105,6 +105,6 @@ def test_variant_comes_from_the_shown_table_unless_overridden(monkeypatch):
 def test_bad_override_is_refused(monkeypatch):
   monkeypatch.setenv(matmul_tiles.MATMUL_DECODE_ENV, 'columns')
   with pytest.raises(ValueError, match='GRAFTJAX_MATMUL_DECODE'):
-    matmul_tiles._decode_override()  # pylint: disable=protected-access
+    matmul_tiles._decode_override()
   monkeypatch.setenv(matmul_tiles.MATMUL_DECODE_ENV, 'transposed')
-  assert matmul_tiles._decode_override() == 'transposed'  # pylint: disable=protected-access
+  assert matmul_tiles._decode_override() == 'transposed'

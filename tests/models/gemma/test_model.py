@@ -99,7 +99,7 @@ def test_positions_beyond_the_float64_tables_are_refused(scheme):
 
 
 def test_pallas_capacity_multiple_fits_every_attention_tile():
-  from graftjax.kernels import attention  # pylint: disable=g-import-not-at-top
+  from graftjax.kernels import attention
 
   for block_k in attention.default_block_k_values():
     assert ops.CAPACITY_MULTIPLE % block_k == 0, block_k

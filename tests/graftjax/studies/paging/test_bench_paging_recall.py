@@ -176,4 +176,4 @@ def test_the_rerank_arm_takes_rare_word_candidates_and_one_wording(tiny_model):
   assert (reranked['rerank'], reranked['rerank_rare']) == (1, 1)
   assert 'direct' not in reranked and 'calibrated' not in reranked
   assert reranked['reworded']['questions'] == 4 and reranked['rerank_seconds_per_query'] > 0
-  assert 'hybrid_rerank_reworded' in bench_paging_recall._summary([], arms)  # pylint: disable=protected-access
+  assert 'hybrid_rerank_reworded' in bench_paging_recall._summary([], arms)

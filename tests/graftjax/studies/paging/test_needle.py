@@ -241,9 +241,9 @@ def test_the_committed_overlap_run_routes_every_boundary_fact_to_a_page_holding_
   gemma-3-270m's tokenizer; no model runs) routed by units as that run routed them. Two of its
   12 boundary questions tied exactly with the page before, which holds only the question's
   words, and went there by insertion order."""
-  from graftjax.models.gemma import gguf  # pylint: disable=g-import-not-at-top
-  from graftjax.models.gemma import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from graftjax.routing import units as units_lib  # pylint: disable=g-import-not-at-top
+  from graftjax.models.gemma import gguf
+  from graftjax.models.gemma import tokenizer as tokenizer_lib
+  from graftjax.routing import units as units_lib
 
   tokenizer = tokenizer_lib.Tokenizer.from_gguf(gguf.open_gguf(gguf.locate_gguf()).metadata)
   page_ids, planted, _, spans = needle.plant(
@@ -266,6 +266,6 @@ def test_the_committed_overlap_run_routes_every_boundary_fact_to_a_page_holding_
   for n in boundary:
     first, second = router.route(n.question, k=2)
     page = int(first.key.split()[-1])
-    assert needle._holds(spans[page], n), (n.name, page)  # pylint: disable=protected-access
+    assert needle._holds(spans[page], n), (n.name, page)
     tied += first.score == second.score
   assert len(boundary) == 12 and tied >= 2

@@ -7,6 +7,7 @@ import pytest
 
 from graftjax.paging import catalog as catalog_lib
 from graftjax.studies.common import corpus
+from graftjax.studies.paging import figures
 from graftjax.studies.paging import paging_scale
 
 
@@ -84,9 +85,9 @@ def test_a_plan_for_other_arguments_is_refused(tmp_path, grown):
 
 def test_figure_is_written_beside_the_result(tmp_path, grown):
   _, _, result = grown
-  (path,) = paging_scale.write_figure(result, tmp_path / 'r.json')
+  (path,) = figures.write_figure(result, tmp_path / 'r.json')
   assert path == tmp_path / 'r.png' and path.read_bytes()[:4] == b'\x89PNG'
-  assert paging_scale.write_figure({**result, 'rows': []}, tmp_path / 'e.json') == []
+  assert figures.write_figure({**result, 'rows': []}, tmp_path / 'e.json') == []
   assert np.isfinite(result['summary']['access_max_deviation_from_smallest'])
 
 

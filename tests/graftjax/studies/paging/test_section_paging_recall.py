@@ -35,14 +35,14 @@ def _recall(with_candidates: bool) -> results_page.Result:
 
 
 def test_a_router_run_on_one_wording_shows_the_other_as_not_applicable():
-  text = '\n'.join(paging._paging_recall(_recall(False)))  # pylint: disable=protected-access
+  text = '\n'.join(paging._paging_recall(_recall(False)))
   (row,) = [line for line in text.splitlines() if line.startswith('| hybrid_rerank')]
   assert row.count('n/a') == 2 + 1 + 3  # direct top-1/top-4, threshold, three rates at it
   assert '77/80' in row and 'top 16' not in text  # no candidate table before it was measured
 
 
 def test_the_first_stage_recall_by_candidate_count_in_numeric_order():
-  text = '\n'.join(paging._paging_recall(_recall(True)))  # pylint: disable=protected-access
+  text = '\n'.join(paging._paging_recall(_recall(True)))
   assert '| questions | top 1 | top 4 | top 16 |' in text
   (row,) = [line for line in text.splitlines() if line.startswith('| reworded |')]
   assert row.split('|')[2:5] == [

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from graftjax.studies.common import plots
+from graftjax.studies.position import plots
 
 SCHEMES = ('rope', 'alibi')
 OFFSETS = (0, 1, 64, 4096)

@@ -322,7 +322,7 @@ def test_get_racing_delete_and_put_sees_the_block_or_missing(store):
       while not stop.is_set():
         store.delete(key)
         store.put(block)
-    except Exception as e:  # noqa: BLE001  # pylint: disable=broad-except
+    except Exception as e:  # noqa: BLE001
       errors.append(e)
 
   writer = threading.Thread(target=churn)

@@ -877,12 +877,12 @@ def test_three_processes_depositing_at_once_lose_nothing(store, tmp_path):
 def test_documented_snippet_reads_a_block_with_tensorstore_alone(store):
   block = make_block(0, 'bfloat16')
   key = store.put(block)
-  doc = (pathlib.Path(__file__).parents[2] / 'docs' / 'store_format.md').read_text()
+  doc = (pathlib.Path(__file__).parents[3] / 'docs' / 'store_format.md').read_text()
   section = doc[doc.index('## Reading a block with nothing but tensorstore') :]
   snippet = section[section.index('```python') + len('```python') : section.index('```\n\n')]
   scope = {'root': store.root, 'key': key}
 
-  exec(textwrap.dedent(snippet), scope)  # pylint: disable=exec-used
+  exec(textwrap.dedent(snippet), scope)
 
   assert scope['manifest']['meta'] == block.meta.to_json()
   got = store.get(key)

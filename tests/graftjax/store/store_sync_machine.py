@@ -1,7 +1,7 @@
 """One of two machines sharing a library through an object store (test_store_sync_processes.py).
 
-    python tests/graftjax/store_sync_machine.py deposit <spec.json> <cache_dir> <out.json>
-    python tests/graftjax/store_sync_machine.py answer <spec.json> <cache_dir> <out.json>
+    python tests/graftjax/store/store_sync_machine.py deposit <spec.json> <cache_dir> <out.json>
+    python tests/graftjax/store/store_sync_machine.py answer <spec.json> <cache_dir> <out.json>
 
 `spec.json` holds the tensorstore spec of the shared prefix (credentials from the
 environment); the library lives under it and the pages under `pages/`. Each machine keeps

@@ -172,7 +172,7 @@ def test_quarantine_on_another_kvstore_copies_then_deletes():
   assert moved.startswith(f'memory://quarantined/.quarantine/{key}.')
   assert key not in store and store.list() == []
   prefix = moved.removeprefix('memory://quarantined/').encode()
-  names = store._kv.list().result()  # pylint: disable=protected-access
+  names = store._kv.list().result()
   assert prefix + store_lib.MANIFEST.encode() in names
   store.put(block)
   _assert_same_block(store.get(key), block)

@@ -29,7 +29,7 @@ from graftjax import determinism
 from graftjax import ledger
 from graftjax import store as store_lib
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[1] / 'fixtures'
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / 'fixtures'
 RECORD = json.loads((FIXTURES / 'portable_block.json').read_text())
 RECORD_SCRIPT = 'scripts/make_portable_block_fixture.py'
 
