@@ -5,8 +5,8 @@ folder of experiments/results/ names, in its `study.toml`, the page section (a
 `section_<folder>.py` module here) that renders its results on the results page.
 
   common/    what several studies share: flags (`cli`, `impl_flags`), the corpus, result
-             files (`results`), timing, plots, the run journal, the energy meter, device
-             traces, and the results page (`results_page`).
+             files (`results`), timing, the run journal, the energy meter, device traces,
+             and the results page (`results_page`).
   flywheel/  the flywheel experiment's harness (`harness`; the loop itself is
              `graftjax.flywheel.loop`), composition, router calibration, the answer bench.
   graft/     the exactness gate and its replay, graft against recompute speed and the
@@ -15,9 +15,9 @@ folder of experiments/results/ names, in its `study.toml`, the page section (a
              invariance_cost's.
   model/     the model alone: speed, profile, agreement with references, KV bytes.
   paging/    paged context: page-in, route, recall and context benches, the scale and
-             needle studies, CPU attention paths, slot moves.
+             needle studies (and the scale study's `figures`), CPU attention paths, slot moves.
   position/  relocation, scheme agreement, the position sweep of small trained models
-             (`training`) and its findings.
+             (`training`), its findings and `plots`.
   store/     catalog sync, restores from an object store (a local S3 server), a block
              moved between machines.
 
