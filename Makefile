@@ -31,9 +31,15 @@ demo: setup
 	$(PY) experiments/exactness.py --model=gemma3-270m --samples=3 --out=.demo/exactness.json
 
 # Two workers: CI has 2 cores. Not in addopts, so a native pytest run on the
-# GPU stays one process (two would each claim the device's memory).
+# GPU stays one process (two would each claim the device's memory). Two runs, the
+# method's tests then the rest, so that no worker grows through the whole suite (a
+# worker's memory only grows: compiled programs, models); the exit status is the worse.
+TEST_ARGS = -q -n 2 --dist worksteal --durations=20
 test: setup
-	$(PY) -m pytest -q -n 2 --durations=30
+	@status=0; \
+	$(PY) -m pytest $(TEST_ARGS) tests/graftjax || status=$$?; \
+	$(PY) -m pytest $(TEST_ARGS) tests --ignore=tests/graftjax || status=$$?; \
+	exit $$status
 
 # The unit tier: what runs in a few minutes on two cores (no slow, real-model or
 # multi-process tests). CI runs the full suite (`make test`).

@@ -33,7 +33,7 @@ from graftjax.studies.graft import restore_floor
 from graftjax.studies.common import results
 
 # llama.cpp's side of the comparison, run by another interpreter.
-PEERS = pathlib.Path(__file__).resolve().parents[2] / 'experiments' / 'peers'
+PEERS = pathlib.Path(__file__).resolve().parents[3] / 'experiments' / 'peers'
 
 
 def long_text_ids(tokenizer, n: int) -> list[int]:

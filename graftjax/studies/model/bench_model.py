@@ -32,7 +32,7 @@ from graftjax.studies.common import corpus
 from graftjax.studies.common import results
 
 # llama.cpp's side of the comparison, run by another interpreter.
-PEERS = pathlib.Path(__file__).resolve().parents[2] / 'experiments' / 'peers'
+PEERS = pathlib.Path(__file__).resolve().parents[3] / 'experiments' / 'peers'
 
 
 def phases(model, prompt: list[int], *, chunk_size: int, decode_tokens: int):

@@ -25,7 +25,7 @@ from graftjax.models import cache as cache_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.studies.common import results
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 HF_FIXTURE = REPO_ROOT / 'tests' / 'fixtures' / 'hf_reference.json'
 LLAMACPP_FIXTURE = REPO_ROOT / 'tests' / 'fixtures' / 'llamacpp_reference.json'
 

@@ -49,7 +49,7 @@ from graftjax.studies.common import results
 from graftjax.studies.position import training
 
 ARMS = ('relocated', 'control', 'own_position')
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 # Where committed results live, relative to the repository root (searched recursively).
 COMMITTED_RESULTS = pathlib.Path('experiments') / 'results'
 

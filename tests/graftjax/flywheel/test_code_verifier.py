@@ -221,7 +221,8 @@ def test_the_candidate_sees_neither_the_tests_nor_the_verdict_channel(monkeypatc
     "for path in glob.glob('/tmp/**', recursive=True) + glob.glob('/proc/*/cmdline'):\n"
     '  try:\n    seen.append(open(path, errors="replace").read())\n  except OSError:\n    pass\n'
     'seen += [repr(o) for o in gc.get_objects() if isinstance(o, (str, dict))]\n'
-    f'needles = [bytes.fromhex(h).decode() for h in {[b"candidate(-1, 1)".hex(), b"f00d".hex()]}]\n'
+    # 16 characters of the nonce: 'f00d' alone turns up by chance in a random hex string
+    f'needles = [bytes.fromhex(h).decode() for h in {[b"candidate(-1, 1)".hex(), (b"f00d" * 4).hex()]}]\n'
     'print(any(n in s for n in needles for s in seen),'
     " len(glob.glob('/proc/[0-9]*')), len(os.listdir('/proc/self/fd')))\n"
   )
