@@ -111,6 +111,7 @@ def test_attention_sweep_can_trace_each_call():
   timed = [r for r in result['rows'] if 'device_s' in r]
   assert timed and all(0 < len(r['kernels']) <= 3 for r in timed)
   assert result['settings']['trace_kernels'] == 3
+  assert result['settings']['prefill_lengths'] == [64]  # --quick's sizes, as run
 
 
 @pytest.mark.parametrize('name', ['gemma3-270m', 'gemma3-12b', 'gemma3-27b'])
