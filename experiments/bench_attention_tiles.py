@@ -78,15 +78,17 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
     result = bench_attention_tiles.sweep(
-      candidates={'float32': _FLOAT32.value, 'bfloat16': _BFLOAT16.value},
-      decode_lengths=[int(n) for n in _DECODE_LENGTHS.value],
-      prefill_lengths=[int(n) for n in _PREFILL_LENGTHS.value],
-      iters=_ITERS.value,
-      time_budget_s=_TIME_BUDGET_S.value,
-      interpret=jax.default_backend() != 'gpu',
-      quick=_QUICK.value,
-      trace_kernels=_TRACE_KERNELS.value,
-      precision=_PRECISION.value,
+      bench_attention_tiles.Settings(
+        candidates={'float32': _FLOAT32.value, 'bfloat16': _BFLOAT16.value},
+        decode_lengths=[int(n) for n in _DECODE_LENGTHS.value],
+        prefill_lengths=[int(n) for n in _PREFILL_LENGTHS.value],
+        iters=_ITERS.value,
+        time_budget_s=_TIME_BUDGET_S.value,
+        interpret=jax.default_backend() != 'gpu',
+        quick=_QUICK.value,
+        trace_kernels=_TRACE_KERNELS.value,
+        precision=_PRECISION.value,
+      )
     )
   except ValueError as e:
     raise app.UsageError(str(e)) from e

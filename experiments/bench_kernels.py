@@ -84,19 +84,21 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   result = bench_kernels.run_benchmarks(
-    kernels=_KERNELS.value,
-    lengths=[int(n) for n in _LENGTHS.value],
-    aux_lengths=[int(n) for n in _AUX_LENGTHS.value],
-    dtypes=_DTYPES.value,
-    window=_WINDOW.value,
-    xla_max_length=_XLA_MAX_LENGTH.value,
-    warmup=_WARMUP.value,
-    repeats=_REPEATS.value,
-    loop_iters=_LOOP_ITERS.value,
-    time_budget_s=_TIME_BUDGET_S.value,
-    norm_dim=_NORM_DIM.value,
-    norm_warps=[int(n) for n in _NORM_WARPS.value],
-    quick=_QUICK.value,
+    bench_kernels.Settings(
+      kernels=_KERNELS.value,
+      lengths=[int(n) for n in _LENGTHS.value],
+      aux_lengths=[int(n) for n in _AUX_LENGTHS.value],
+      dtypes=_DTYPES.value,
+      window=_WINDOW.value,
+      xla_max_length=_XLA_MAX_LENGTH.value,
+      warmup=_WARMUP.value,
+      repeats=_REPEATS.value,
+      loop_iters=_LOOP_ITERS.value,
+      time_budget_s=_TIME_BUDGET_S.value,
+      norm_dim=_NORM_DIM.value,
+      norm_warps=[int(n) for n in _NORM_WARPS.value],
+      quick=_QUICK.value,
+    )
   )
   out = pathlib.Path(
     _OUT.value or f'experiments/results/invariance_cost/bench_kernels_{jax.default_backend()}.json'

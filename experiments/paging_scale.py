@@ -76,20 +76,22 @@ def main(argv):
     print(f'plan of {len(plan)} pages ({plan.made_with}) in {_STORE.value}: {plan.digest()}')
     return
   result = paging_scale.experiment(
-    model_name=_MODEL.value,
-    dtype=_DTYPE.value,
-    impl=_IMPL.value,
-    store_dir=_STORE.value,
-    page_tokens=_PAGE_TOKENS.value,
-    local_rows=None if _LOCAL_ROWS.value < 0 else _LOCAL_ROWS.value,
-    window_slots=_WINDOW_SLOTS.value,
-    sizes=[int(x) for x in _SIZES.value],
-    queries=_QUERIES.value,
-    chunk_size=_CHUNK_SIZE.value,
-    seed=_SEED.value,
-    batch=_BATCH.value,
-    threads=_THREADS.value,
-    deadline_s=_DEADLINE_S.value,
+    paging_scale.Settings(
+      model_name=_MODEL.value,
+      dtype=_DTYPE.value,
+      impl=_IMPL.value,
+      store_dir=_STORE.value,
+      page_tokens=_PAGE_TOKENS.value,
+      local_rows=None if _LOCAL_ROWS.value < 0 else _LOCAL_ROWS.value,
+      window_slots=_WINDOW_SLOTS.value,
+      sizes=[int(x) for x in _SIZES.value],
+      queries=_QUERIES.value,
+      chunk_size=_CHUNK_SIZE.value,
+      seed=_SEED.value,
+      batch=_BATCH.value,
+      threads=_THREADS.value,
+      deadline_s=_DEADLINE_S.value,
+    )
   )
   print(paging_scale.format_rows(result))
   pngs = figures.write_figure(result, _OUT.value) if _PLOT.value else []

@@ -68,19 +68,27 @@ def _traced(fn, args, top: int) -> dict:
   return {'kernels': device_trace.summarize(events, wall_s=wall_s, top=top)['kernels']}
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `sweep` runs (experiments/bench_attention_tiles.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  candidates: dict[str, list[str]]  # per dtype, candidates of the form CANDIDATE_FORM
+  decode_lengths: Sequence[int]  # decode cases: S cached slots, one query
+  prefill_lengths: Sequence[int]  # prefill cases: T = S
+  iters: int  # calls per timed loop (decode; prefill a tenth)
+  time_budget_s: float  # candidates after this long are skipped
+  interpret: bool  # the kernels in Pallas' interpreter (off GPU)
+  quick: bool = False
+  trace_kernels: int = 0
+  precision: str = 'highest'
+
+
 def sweep(
+  settings: Settings,
   *,
-  candidates: dict[str, list[str]],
-  decode_lengths: Sequence[int],
-  prefill_lengths: Sequence[int],
-  iters: int,
-  time_budget_s: float,
-  interpret: bool,
   log=print,
   command: str | None = None,
-  quick: bool = False,
-  trace_kernels: int = 0,
-  precision: str = 'highest',
 ) -> dict:
   """Times every candidate on every case; returns the JSON-ready result.
 
@@ -93,11 +101,14 @@ def sweep(
   Raises:
     ValueError: for a malformed candidate (before anything runs).
   """
+  candidates = settings.candidates
+  decode_lengths, prefill_lengths = settings.decode_lengths, settings.prefill_lengths
+  iters = settings.iters
   for texts in candidates.values():
     for text in texts:
       parse_candidate(text)  # fail early on a malformed one
-  dot_precision = dots.from_name(precision)
-  if quick:
+  dot_precision = dots.from_name(settings.precision)
+  if settings.quick:
     candidates = {dtype: texts[:1] for dtype, texts in candidates.items()}
     decode_lengths, prefill_lengths = QUICK['decode_lengths'], QUICK['prefill_lengths']
     iters = QUICK['iters']
@@ -120,7 +131,7 @@ def sweep(
         S=length,
         T=1 if phase == 'decode' else length,
         floor_s=floor_s,
-        precision=precision,
+        precision=settings.precision,
       )
       overhead_s = timing.loop_overhead(args, iters=loops)
       base.update(loop_overhead_s=overhead_s)
@@ -132,7 +143,7 @@ def sweep(
           device_s=xla_s,
           over_floor=xla_s / floor_s,
           net_over_floor=(xla_s - overhead_s) / floor_s,
-          **_traced(reference, args, trace_kernels),
+          **_traced(reference, args, settings.trace_kernels),
         )
       )
       log(
@@ -144,12 +155,12 @@ def sweep(
         row = dict(
           base, impl='pallas', candidate=text, block_sizes=dataclasses.asdict(sizes), stages=stages
         )
-        if time.perf_counter() - started > time_budget_s:
+        if time.perf_counter() - started > settings.time_budget_s:
           rows.append(dict(row, skipped='time budget spent'))
           continue
         kernel = jax.jit(
           lambda *a, sizes=sizes, stages=stages: attention_lib.attention(
-            *a, block_sizes=sizes, precision=dot_precision, interpret=interpret, **stages
+            *a, block_sizes=sizes, precision=dot_precision, interpret=settings.interpret, **stages
           )
         )
         try:
@@ -166,7 +177,7 @@ def sweep(
           vs_xla=seconds / xla_s,
           max_abs_diff_vs_reference=float(np.abs(got - want).max()),
           output_sha256=hashlib.sha256(got.tobytes()).hexdigest(),
-          **_traced(kernel, args, trace_kernels),
+          **_traced(kernel, args, settings.trace_kernels),
         )
         rows.append(row)
         log(
@@ -177,17 +188,17 @@ def sweep(
         )
   return dict(
     **results.header('bench_attention_tiles', command=command),
-    interpret=interpret,
+    interpret=settings.interpret,
     hbm_bytes_per_s=HBM_BYTES_PER_S,
     settings=dict(
       candidates=candidates,
       decode_lengths=list(decode_lengths),
       prefill_lengths=list(prefill_lengths),
       iters=iters,
-      trace_kernels=trace_kernels,
-      precision=precision,
+      trace_kernels=settings.trace_kernels,
+      precision=settings.precision,
     ),
     wall_s=time.perf_counter() - started,
     rows=rows,
-    quick=quick,
+    quick=settings.quick,
   )

@@ -8,6 +8,7 @@ xla| difference per case.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -176,24 +177,32 @@ def _bytes(a: jax.Array) -> bytes:
   return np.asarray(a).tobytes()
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `run_benchmarks` runs (experiments/bench_kernels.py builds it from its flags): its
+  arguments, as its docstring describes them."""
+
+  lengths: Sequence[int]  # attention: prefill T = S, and decode cache sizes S
+  aux_lengths: Sequence[int]  # token counts for rotary, rms_norm and matmul
+  kernels: Sequence[str] = KERNELS
+  dtypes: Sequence[str] = ('float32', 'bfloat16')
+  window: int = 512  # of the windowed prefill case (0: none)
+  xla_max_length: int = 16384  # no XLA attention prefill above this T
+  warmup: int = 2  # untimed calls per case
+  repeats: int = 10  # timed calls per case
+  loop_iters: int = 100  # calls per device-clock loop of cases under 5 ms (0: host clock only)
+  time_budget_s: float = 170.0  # the remaining cases are skipped after this long
+  norm_dim: int = HIDDEN
+  norm_warps: Sequence[int] = (4,)
+  interpret: bool | None = None  # None: off GPU
+  quick: bool = False
+
+
 def run_benchmarks(
+  settings: Settings,
   *,
-  kernels: Sequence[str] = KERNELS,
-  lengths: Sequence[int],
-  aux_lengths: Sequence[int],
-  dtypes: Sequence[str] = ('float32', 'bfloat16'),
-  window: int = 512,
-  xla_max_length: int = 16384,
-  warmup: int = 2,
-  repeats: int = 10,
-  loop_iters: int = 100,
-  time_budget_s: float = 170.0,
-  norm_dim: int = HIDDEN,
-  norm_warps: Sequence[int] = (4,),
-  interpret: bool | None = None,
   log: Callable[[str], None] = print,
   command: str | None = None,
-  quick: bool = False,
 ) -> dict[str, Any]:
   """Times every case; returns the JSON-ready result.
 
@@ -201,18 +210,24 @@ def run_benchmarks(
   `QUICK`'s. rms_norm runs over `norm_dim` features, at each of `norm_warps` (the default
   launch, 4, is 'pallas'; every other variant records whether its bytes equal it).
   """
-  if quick:
+  kernels, dtypes = settings.kernels, settings.dtypes
+  lengths, aux_lengths, window = settings.lengths, settings.aux_lengths, settings.window
+  warmup, repeats, loop_iters = settings.warmup, settings.repeats, settings.loop_iters
+  if settings.quick:
     lengths, aux_lengths, window = QUICK['lengths'], QUICK['aux_lengths'], QUICK['window']
     warmup, repeats, loop_iters = QUICK['warmup'], QUICK['repeats'], QUICK['loop_iters']
   unknown = set(kernels) - set(KERNELS)
   if unknown:
     raise ValueError(f'unknown kernels {sorted(unknown)}; known: {KERNELS}')
+  interpret = settings.interpret
   if interpret is None:
     interpret = jax.default_backend() != 'gpu'
   cases = []
   if 'attention' in kernels:
-    cases += _attention_cases(lengths, dtypes, window, xla_max_length, interpret)
-  cases += _aux_cases(kernels, aux_lengths, dtypes, interpret, norm_dim, norm_warps)
+    cases += _attention_cases(lengths, dtypes, window, settings.xla_max_length, interpret)
+  cases += _aux_cases(
+    kernels, aux_lengths, dtypes, interpret, settings.norm_dim, settings.norm_warps
+  )
 
   started = time.perf_counter()
   rows = []
@@ -224,8 +239,8 @@ def run_benchmarks(
       row = dict(
         kernel=name, impl=impl, phase=phase, dtype=dtype, shape=shape, flops=flops, bytes=bytes_
       )
-      if time.perf_counter() - started > time_budget_s:
-        row['skipped'] = f'time budget of {time_budget_s} s spent'
+      if time.perf_counter() - started > settings.time_budget_s:
+        row['skipped'] = f'time budget of {settings.time_budget_s} s spent'
         rows.append(row)
         continue
       try:
@@ -283,14 +298,14 @@ def run_benchmarks(
       aux_lengths=list(aux_lengths),
       dtypes=list(dtypes),
       window=window,
-      xla_max_length=xla_max_length,
+      xla_max_length=settings.xla_max_length,
       warmup=warmup,
       repeats=repeats,
       loop_iters=loop_iters,
-      norm_dim=norm_dim,
-      norm_warps=list(norm_warps),
+      norm_dim=settings.norm_dim,
+      norm_warps=list(settings.norm_warps),
     ),
     wall_s=time.perf_counter() - started,
     cases=rows,
-    quick=quick,
+    quick=settings.quick,
   )

@@ -15,7 +15,7 @@ import platform
 import random
 import sysconfig
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -217,25 +217,45 @@ def make_pages(model, ids, *, capacity: int, chunk_size: int, local_rows: int | 
   ]
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What `experiment` runs (experiments/paging_scale.py builds it from its flags): its
+  arguments, as its docstring describes them; `grow` reads the prefill and write fields."""
+
+  model_name: str  # one of MODELS
+  dtype: str
+  impl: str
+  store_dir: str | os.PathLike  # the store, its plan and its measurements
+  page_tokens: int  # BOS included
+  local_rows: int | None  # local-layer rows kept in a page (None: W - 1)
+  window_slots: int  # slots of the window every page is installed into
+  sizes: Sequence[int]  # pages stored at each measurement
+  queries: int  # per size
+  chunk_size: int  # prefill chunk of a page
+  seed: int = 0  # page order and queries
+  batch: int = 1  # pages prefilled side by side
+  threads: int = 8  # concurrent store writes
+  deadline_s: float | None = None
+
+
 def grow(
   store: store_lib.BlockStore,
   catalog: catalog_lib.Catalog,
   model: gemma_model.Gemma,
   plan: Plan,
   upto: int,
+  settings: Settings,
   *,
-  chunk_size: int,
-  local_rows: int | None,
-  batch: int = 1,
-  threads: int = 8,
   deadline: float | None = None,
   progress: bool = True,
 ) -> dict[str, Any]:
   """Stores and catalogues the plan's first `upto` pages (skipping catalogued ones).
 
-  Pages are prefilled `batch` at a time (a short last batch is padded with
-  copies of its first page, so one program serves every batch). Stops early, with everything added so far durable, at `deadline`
-  (a `time.monotonic()` value). Returns counts and seconds.
+  Pages are prefilled `settings.batch` at a time in chunks of `settings.chunk_size` (a short
+  last batch is padded with copies of its first page, so one program serves every batch), cut
+  to `settings.local_rows` and written by `settings.threads` threads. Stops early, with
+  everything added so far durable, at `deadline` (a `time.monotonic()` value). Returns counts
+  and seconds.
   """
   tokenizer = model.tokenizer
   done = {catalog.get(key).source for key in catalog.keys()}
@@ -267,6 +287,7 @@ def grow(
   def put(page):
     return pages.put(store, page), page.layout
 
+  batch, threads = settings.batch, settings.threads
   bar = tqdm.tqdm(total=len(todo), desc=f'pages to {upto}', disable=not progress, mininterval=5)
   with bar, concurrent.futures.ThreadPoolExecutor(threads) as pool:
     for begin in range(0, len(todo), batch):
@@ -276,7 +297,11 @@ def grow(
       padded = rows + rows[:1] * (batch - len(rows))
       t1 = time.perf_counter()
       made = make_pages(
-        model, plan.ids[padded], capacity=capacity, chunk_size=chunk_size, local_rows=local_rows
+        model,
+        plan.ids[padded],
+        capacity=capacity,
+        chunk_size=settings.chunk_size,
+        local_rows=settings.local_rows,
       )
       prefill_s += time.perf_counter() - t1
       pending += [(i, pool.submit(put, page)) for i, page in zip(rows, made)]
@@ -434,44 +459,31 @@ def _catalog_bytes(catalog: catalog_lib.Catalog) -> int:
 
 
 def experiment(
+  settings: Settings,
   *,
-  model_name: str,
-  dtype: str,
-  impl: str,
-  store_dir: str | os.PathLike,
-  page_tokens: int,
-  local_rows: int | None,
-  window_slots: int,
-  sizes: list[int],
-  queries: int,
-  chunk_size: int,
-  seed: int = 0,
-  batch: int = 1,
-  threads: int = 8,
-  deadline_s: float | None = None,
   progress: bool = True,
   command: str | None = None,
 ) -> dict[str, Any]:
   """Grows the store at `store_dir` to each of `sizes` pages, measuring at each; the result.
 
-  Resumes a store grown by an earlier call with the same arguments (its plan
+  Resumes a store grown by an earlier call with the same settings (its plan
   and measurements are in `store_dir`). With `deadline_s`, stops growing after
   that many seconds; the result then says `complete: False`.
   """
   start = time.monotonic()
-  deadline = None if deadline_s is None else start + deadline_s
-  sizes = sorted(set(sizes))
-  model = load_model(model_name, dtype=dtype, impl=impl)
-  if window_slots <= page_tokens:
-    raise ValueError(f'a window of {window_slots} slots cannot hold a page and its query')
-  folder = pathlib.Path(store_dir)
+  deadline = None if settings.deadline_s is None else start + settings.deadline_s
+  sizes = sorted(set(settings.sizes))
+  model = load_model(settings.model_name, dtype=settings.dtype, impl=settings.impl)
+  if settings.window_slots <= settings.page_tokens:
+    raise ValueError(f'a window of {settings.window_slots} slots cannot hold a page and its query')
+  folder = pathlib.Path(settings.store_dir)
   t0 = time.perf_counter()
   plan = load_or_plan(
     folder,
     model.tokenizer,
-    page_tokens=page_tokens,
+    page_tokens=settings.page_tokens,
     num_pages=max(sizes),
-    seed=seed,
+    seed=settings.seed,
     model=model,
   )
   plan_s = time.perf_counter() - t0
@@ -479,49 +491,41 @@ def experiment(
   measured = json.loads(measured_path.read_text()) if measured_path.exists() else {}
   store = store_lib.BlockStore(folder)
   builds = []
-  window = model.init_cache(capacity=window_slots)
+  window = model.init_cache(capacity=settings.window_slots)
   with catalog_lib.Catalog.beside(store, router=route_lib.BM25Router(threshold=0.0)) as catalog:
     for size in sizes:
       if str(size) in measured:
         continue
       built = grow(
-        store,
-        catalog,
-        model,
-        plan,
-        size,
-        chunk_size=chunk_size,
-        local_rows=local_rows,
-        batch=batch,
-        threads=threads,
-        deadline=deadline,
-        progress=progress,
+        store, catalog, model, plan, size, settings, deadline=deadline, progress=progress
       )
       builds.append({'upto': size, **built})
       if not built['complete']:
         break
-      row, window = measure(store, catalog, model, window, queries=queries, seed=seed)
+      row, window = measure(
+        store, catalog, model, window, queries=settings.queries, seed=settings.seed
+      )
       measured[str(size)] = row
       measured_path.write_text(json.dumps(measured, indent=1))
     stored_pages = len(catalog)
   rows = [measured[str(s)] for s in sizes if str(s) in measured]
   return _result(
     model=model,
-    model_name=model_name,
-    dtype=dtype,
-    impl=impl,
+    model_name=settings.model_name,
+    dtype=settings.dtype,
+    impl=settings.impl,
     plan=plan,
     plan_s=plan_s,
-    page_tokens=page_tokens,
-    local_rows=local_rows,
-    window_slots=window_slots,
+    page_tokens=settings.page_tokens,
+    local_rows=settings.local_rows,
+    window_slots=settings.window_slots,
     sizes=sizes,
     rows=rows,
     builds=builds,
     stored_pages=stored_pages,
     seconds=time.monotonic() - start,
     store_dir=str(folder),
-    batch=batch,
+    batch=settings.batch,
     command=command,
   )
 

@@ -12,6 +12,7 @@ import pytest
 
 from graftjax import ledger
 from graftjax.studies.kernels import bench_attention_tiles
+from graftjax.studies.kernels import bench_kernels
 from graftjax.studies.graft import bench_graft
 from graftjax.studies.model import bench_model
 from graftjax.studies.graft import graft_gate
@@ -55,12 +56,18 @@ def test_bad_settings_are_refused_before_anything_runs():
   assert position_sweep.parse_pairs(['64:4096']) == [(64, 4096)]
   with pytest.raises(ValueError, match='block_q,block_k'):
     bench_attention_tiles.sweep(
-      candidates={'float32': ['4,32,256,4', '4,32']},
-      decode_lengths=[64],
-      prefill_lengths=[],
-      iters=1,
-      time_budget_s=1.0,
-      interpret=True,
+      bench_attention_tiles.Settings(
+        candidates={'float32': ['4,32,256,4', '4,32']},
+        decode_lengths=[64],
+        prefill_lengths=[],
+        iters=1,
+        time_budget_s=1.0,
+        interpret=True,
+      )
+    )
+  with pytest.raises(ValueError, match='unknown kernels'):
+    bench_kernels.run_benchmarks(
+      bench_kernels.Settings(lengths=[64], aux_lengths=[1], kernels=['rms_norm', 'softmax'])
     )
   with pytest.raises(ValueError, match='--impl=xla'):
     bench_model.experiment(

@@ -96,19 +96,22 @@ def test_attention_candidates_take_the_launch_knobs():
 @pytest.mark.slow
 def test_attention_sweep_can_trace_each_call():
   result = bench_attention_tiles.sweep(
-    candidates={'float32': ['4,32,256,4'], 'bfloat16': []},
-    decode_lengths=[64],
-    prefill_lengths=[],
-    iters=1,
-    time_budget_s=300,
-    interpret=True,
-    quick=True,
-    trace_kernels=3,
+    bench_attention_tiles.Settings(
+      candidates={'float32': ['4,32,256,4'], 'bfloat16': []},
+      decode_lengths=[64],
+      prefill_lengths=[],
+      iters=1,
+      time_budget_s=300,
+      interpret=True,
+      quick=True,
+      trace_kernels=3,
+    ),
     log=lambda _: None,
   )
   timed = [r for r in result['rows'] if 'device_s' in r]
   assert timed and all(0 < len(r['kernels']) <= 3 for r in timed)
   assert result['settings']['trace_kernels'] == 3
+  assert result['settings']['prefill_lengths'] == [64]  # --quick's sizes, as run
 
 
 @pytest.mark.parametrize('name', ['gemma3-270m', 'gemma3-12b', 'gemma3-27b'])

@@ -56,17 +56,19 @@ def test_experiment_runs_both_arms_with_wilson_intervals():
 def test_needles_join_a_grown_store_and_route_over_all_of_it(tmp_path):
   kwargs = dict(model_name='tiny', dtype='float32')
   grown = paging_scale.experiment(
-    **kwargs,
+    paging_scale.Settings(
+      **kwargs,
+      impl='xla',
+      store_dir=tmp_path,
+      page_tokens=128,
+      local_rows=0,
+      window_slots=512,
+      sizes=[6],
+      queries=2,
+      chunk_size=64,
+      threads=2,
+    ),
     progress=False,
-    impl='xla',
-    store_dir=tmp_path,
-    page_tokens=128,
-    local_rows=0,
-    window_slots=512,
-    sizes=[6],
-    queries=2,
-    chunk_size=64,
-    threads=2,
   )
   result = needle.experiment(
     needle.Settings(

@@ -1,5 +1,6 @@
 """paging_scale: a store grown from real text, measured at each size, resumable."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -27,7 +28,7 @@ def test_plan_cuts_real_text_into_pages_of_bos_and_one_file():
 @pytest.fixture(scope='module')
 def grown(tmp_path_factory):
   folder = tmp_path_factory.mktemp('scale') / 'store'
-  kwargs = dict(
+  settings = paging_scale.Settings(
     model_name='tiny',
     dtype='float32',
     impl='xla',
@@ -35,13 +36,16 @@ def grown(tmp_path_factory):
     page_tokens=48,
     local_rows=0,
     window_slots=256,
-    sizes=[3, 8],
+    sizes=[8, 3],  # measured smallest first, whatever the order given
     queries=4,
     chunk_size=32,
     threads=2,
-    progress=False,
   )
-  return folder, kwargs, paging_scale.experiment(**kwargs)
+  return folder, settings, paging_scale.experiment(settings, progress=False)
+
+
+def _run(settings, **changes):
+  return paging_scale.experiment(dataclasses.replace(settings, **changes), progress=False)
 
 
 @pytest.mark.slow
@@ -60,8 +64,8 @@ def test_result_holds_the_summary_the_results_page_reads(grown):
 
 
 def test_a_second_run_resumes_without_adding_or_remeasuring(grown):
-  folder, kwargs, first = grown
-  again = paging_scale.experiment(**kwargs)
+  folder, settings, first = grown
+  again = _run(settings)
   assert again['builds'] == [] and again['rows'] == first['rows']
   with catalog_lib.Catalog(folder / catalog_lib.FILENAME) as catalog:
     assert len(catalog) == 8
@@ -70,17 +74,17 @@ def test_a_second_run_resumes_without_adding_or_remeasuring(grown):
 
 
 def test_a_run_past_its_deadline_stops_and_says_so(tmp_path, grown):
-  _, kwargs, _ = grown
-  result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'deadline_s': 0.0})
+  _, settings, _ = grown
+  result = _run(settings, store_dir=tmp_path / 's', deadline_s=0.0)
   assert not result['summary']['complete'] and result['rows'] == []
   assert result['stored_pages_now'] == 0
 
 
 def test_a_plan_for_other_arguments_is_refused(tmp_path, grown):
-  _, kwargs, _ = grown
-  paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'sizes': [2], 'queries': 1})
+  _, settings, _ = grown
+  _run(settings, store_dir=tmp_path / 's', sizes=[2], queries=1)
   with pytest.raises(ValueError, match='holds a plan'):
-    paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'page_tokens': 40})
+    _run(settings, store_dir=tmp_path / 's', page_tokens=40)
 
 
 def test_figure_is_written_beside_the_result(tmp_path, grown):
@@ -109,15 +113,15 @@ def test_batched_pages_are_byte_equal_to_pages_made_alone_under_invariant_kernel
 
 @pytest.mark.slow
 def test_batched_growth_stores_each_planned_page_once(tmp_path, grown):
-  _, kwargs, first = grown
-  result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'batch': 3})
+  _, settings, first = grown
+  result = _run(settings, store_dir=tmp_path / 's', batch=3)
   assert result['prefill_batch'] == 3 and result['summary']['complete']
   assert [b['pages_added'] for b in result['builds']] == [3, 5]  # 8 = 3 + 5, padded batches
   assert result['inputs']['sha256_page_ids'] == first['inputs']['sha256_page_ids']
 
 
 def test_a_plan_made_alone_is_the_plan_the_run_uses(tmp_path, grown):
-  _, kwargs, first = grown
+  _, settings, first = grown
   plan = paging_scale.plan_only(
     model_name='tiny',
     dtype='float32',
@@ -130,7 +134,7 @@ def test_a_plan_made_alone_is_the_plan_the_run_uses(tmp_path, grown):
   assert (
     plan.made_with.startswith('Python ') and plan.digest() == first['inputs']['sha256_page_ids']
   )
-  result = paging_scale.experiment(**{**kwargs, 'store_dir': tmp_path / 's', 'sizes': [8]})
+  result = _run(settings, store_dir=tmp_path / 's', sizes=[8])
   assert plan.made_with in result['corpus']
 
 
