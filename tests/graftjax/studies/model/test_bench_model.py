@@ -24,7 +24,7 @@ def test_bench_model_per_op_smoke(tmp_path):
       '--impl=pallas',
       '--per_op',
       '--dtype=float32',
-      '--prompt_tokens=16',
+      '--prompt_tokens=8',
       '--decode_tokens=2',
       '--chunk_size=8',
       f'--out={out}',
