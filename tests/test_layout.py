@@ -8,6 +8,7 @@ is an edge to `P.m` alone, not to `P`.
 """
 
 import ast
+import configparser
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -239,3 +240,17 @@ def test_long_study_entry_points_take_settings(tmp_path):
     'def _helper(a, b, *, c, d, e, f, g, h, i, j, k): ...\n'
   )
   assert _long_signatures({'fake': fake}) == {'fake.long', 'fake.mixed'}
+
+
+def test_setup_cfg_lists_every_package():
+  """A package missing from setup.cfg imports from an editable install but not from a wheel."""
+  config = configparser.ConfigParser()
+  config.read(ROOT / 'setup.cfg')
+  listed = set(config['options']['packages'].split())
+  found = {
+    '.'.join((package, *init.parent.relative_to(folder).parts))
+    for package, folder in PACKAGES.items()
+    for init in folder.rglob('__init__.py')
+  }
+  assert 'graftjax.routing' in found
+  assert sorted(found - listed) == [] and sorted(listed - found) == []
