@@ -187,9 +187,20 @@ def _config_from_text(text: dict) -> config_lib.GemmaConfig:
   global_theta, global_factor = _rope(cfg, 'full_attention')
   if local_factor != 1.0:
     raise _error('rope (sliding_attention)', local_factor, 'local layers are never scaled')
+  return config_lib.GemmaConfig(
+    **_shared_fields(cfg, types),
+    local_rope_theta=local_theta,
+    global_rope_theta=global_theta,
+    rope_scale_factor=global_factor,
+    query_scale=float(cfg['query_pre_attn_scalar']) ** -0.5,
+  )
+
+
+def _shared_fields(cfg: dict, types) -> dict:
+  """The `GemmaConfig` fields that Gemma 3 and Gemma 4 configs spell alike."""
   eos = cfg['eos_token_id']
   eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
-  return config_lib.GemmaConfig(
+  return dict(
     vocab_size=int(cfg['vocab_size']),
     embed_dim=int(cfg['hidden_size']),
     hidden_dim=int(cfg['intermediate_size']),
@@ -198,10 +209,6 @@ def _config_from_text(text: dict) -> config_lib.GemmaConfig:
     head_dim=int(cfg['head_dim']),
     attention_types=types,
     sliding_window=int(cfg['sliding_window']),
-    local_rope_theta=local_theta,
-    global_rope_theta=global_theta,
-    rope_scale_factor=global_factor,
-    query_scale=float(cfg['query_pre_attn_scalar']) ** -0.5,
     rms_norm_eps=float(cfg['rms_norm_eps']),
     bos_id=int(cfg['bos_token_id']),
     eos_id=int(eos[0]),
@@ -266,27 +273,13 @@ def _gemma4_from_text(text: dict) -> config_lib.GemmaConfig:
   k_eq_v = bool(cfg['attention_k_eq_v'])
   global_kv = cfg['num_global_key_value_heads'] if k_eq_v else None
   moe = bool(cfg['enable_moe_block'])
-  eos = cfg['eos_token_id']
-  eos = list(eos) if isinstance(eos, (list, tuple)) else [eos]
   softcap = cfg['final_logit_softcapping']
   return config_lib.GemmaConfig(
-    vocab_size=vocab,
-    embed_dim=int(cfg['hidden_size']),
-    hidden_dim=int(cfg['intermediate_size']),
-    num_heads=int(cfg['num_attention_heads']),
-    num_kv_heads=int(cfg['num_key_value_heads']),
-    head_dim=int(cfg['head_dim']),
-    attention_types=types,
-    sliding_window=int(cfg['sliding_window']),
+    **_shared_fields(cfg, types),
     local_rope_theta=local_theta,
     global_rope_theta=global_theta,
     rope_scale_factor=global_factor,
     query_scale=1.0,
-    rms_norm_eps=float(cfg['rms_norm_eps']),
-    bos_id=int(cfg['bos_token_id']),
-    eos_id=int(eos[0]),
-    pad_id=int(cfg['pad_token_id']),
-    end_of_turn_id=int(eos[1]) if len(eos) > 1 else None,
     global_head_dim=int(cfg['global_head_dim']),
     num_global_kv_heads=None if global_kv is None else int(global_kv),
     attention_k_eq_v=k_eq_v,

@@ -30,7 +30,7 @@ def command_line(argv: Iterable[str] | None = None) -> str:
   return shlex.join(['python', *(sys.argv if argv is None else argv)])
 
 
-# An absolute path (`/root/out`), a home one (`~/x`) or one under a variable (`$OUT/x`), not part
+# An absolute path (`/<dir>/out`), a home one (`~/x`) or one under a variable (`$OUT/x`), not part
 # of a longer path, a URL, a fraction (`1/57`) or a placeholder (`<path>/x`).
 _MACHINE_PATH = re.compile(
   r'(?<![\w.<>:/~$}])(?:/|~/|\$\{?[A-Za-z_]\w*\}?/)[\w.~-][^\s`\'")\]|,;]*'
