@@ -24,7 +24,8 @@ by default; '' for none), the hybrid arms too: BM25 units mixed with the
 model's own embedding (the weight of `--weights` fitted on the calibration
 half), and that mix with its top `--rerank` pages, and `--rerank_rare` more by
 the question's rare words, reranked by the model (the query's log-likelihood gain
-after each page's best unit), over the questions of `--rerank_wordings`. The real
+after each page's best unit, its tokens weighted by `--rerank_weighting`), over the
+questions of `--rerank_wordings`. The real
 model runs on CPU here: about half an hour on two shared cores, most of it the
 rerank. And the first stage's recall: how often the fact's page is among
 `UnitRouter`'s top c pages, for each c of `--recall_at` (what a rerank of c
@@ -67,6 +68,12 @@ _RERANK_RARE = flags.DEFINE_integer(
 _RERANK_WORDINGS = flags.DEFINE_list(
   'rerank_wordings', ['direct', 'reworded'], 'Questions the rerank arm routes (both: calibrated).'
 )
+_RERANK_WEIGHTING = flags.DEFINE_enum(
+  'rerank_weighting',
+  'idf',
+  ['idf', 'mean'],
+  "The rerank's mean over query tokens: weighted by each token's IDF over the units, or plain.",
+)
 _RECALL_AT = flags.DEFINE_list(
   'recall_at', ['1', '4', '16', '64'], "Candidate counts of the first stage's recall."
 )
@@ -108,6 +115,7 @@ def main(argv):
       rerank=_RERANK.value,
       rerank_rare=_RERANK_RARE.value,
       rerank_wordings=_RERANK_WORDINGS.value,
+      rerank_weighting=_RERANK_WEIGHTING.value,
       recall_at=[int(x) for x in _RECALL_AT.value],
       needle_set=_NEEDLE_SET.value,
     )

@@ -10,10 +10,11 @@ Details and why: docs/paging.md, section `graftjax/routing/units.py`.
 
 from __future__ import annotations
 
+import collections
 import functools
 import numbers
 import pathlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar
 
 import bm25s
@@ -148,6 +149,7 @@ def query_gain(
   *,
   chunk_size: int = 64,
   encode: route_lib.Encode | None = None,
+  weigh: Callable[[list[int]], np.ndarray] | None = None,
 ) -> np.ndarray:
   """How much each context raises the model's likelihood of `query`, in nats per query token.
 
@@ -155,12 +157,14 @@ def query_gain(
   (causal: padding after a row changes none of its logits). The gain of context i is the
   mean over the query's tokens of log p(token | row i + 1 so far) - log p(token | row 0 so
   far): about 0 for a context that says nothing of the query, larger for one that predicts it.
+  With `weigh`, the mean is weighted by `weigh(query token ids)` [T] (non-negative, not all 0).
 
   Args:
     model: a `Gemma`.
     query, contexts: strings, or token id lists without BOS.
     chunk_size: tokens per forward call (rows are padded to a multiple of it).
     encode: str -> token ids without BOS; default the model's tokenizer.
+    weigh: the query's token ids -> their weights; None for the plain mean.
   Returns:
     [len(contexts)] float64.
   """
@@ -189,7 +193,13 @@ def query_gain(
     hidden.append(out)
   logp = _log_probs(hidden, before, targets, model.params['embedding'], model.config)
   logp = np.asarray(logp, np.float64)[: len(rows), : len(asked)]
-  return (logp[1:] - logp[0]).mean(axis=1)
+  gains = logp[1:] - logp[0]  # [C, T]
+  if weigh is None:
+    return gains.mean(axis=1)
+  weights = np.asarray(weigh(asked), np.float64)
+  if weights.shape != (len(asked),) or not (weights >= 0).all() or not weights.sum() > 0:
+    raise ValueError(f'weigh must give {len(asked)} weights >= 0, not all 0; got {weights}')
+  return gains @ weights / weights.sum()
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -204,6 +214,9 @@ def _log_probs(hidden, before, targets, table, config):
   logits = ops.unembed(picked, table, impl='xla', precision=config.dot_precision)
   logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   return jnp.take_along_axis(logp, jnp.broadcast_to(targets, before.shape)[..., None], -1)[..., 0]
+
+
+RERANK_WEIGHTINGS = ('idf', 'mean')
 
 
 class HybridRouter(route_lib.Router):
@@ -222,6 +235,9 @@ class HybridRouter(route_lib.Router):
   the right page below the top 4; docs/paging.md). `rerank_rare` > 0 adds up to that many
   candidates ranked by BM25 over the query's `UnitRouter.rare_words` alone (its names, not
   the words short notes repeat), so at most `rerank + rerank_rare` pages are returned.
+  `rerank_weighting` 'idf' weights each query token's gain by its `token_idf` over the units
+  (a name's tokens count, the words hundreds of notes repeat hardly); 'mean' weights them
+  alike (routers saved before the setting load with it).
   `entries` lists the units, keyed by their page.
   """
 
@@ -246,6 +262,7 @@ class HybridRouter(route_lib.Router):
     weight: float = 1.0,
     rerank: int = 0,
     rerank_rare: int = 0,
+    rerank_weighting: str = 'idf',
     unit_words: int = 64,
     stride_words: int | None = None,
     k1: float = 1.5,
@@ -256,8 +273,11 @@ class HybridRouter(route_lib.Router):
     super().__init__(threshold=threshold)
     route_lib.check_settings(weight=weight, rerank=rerank)
     _check_rerank_rare(rerank_rare)
+    _check_rerank_weighting(rerank_weighting)
     self.model, self.weight, self.rerank, self.encode = model, weight, rerank, encode
-    self.rerank_rare = rerank_rare
+    self.rerank_rare, self.rerank_weighting = rerank_rare, rerank_weighting
+    self._token_df: collections.Counter[int] = collections.Counter()  # units holding each id
+    self._df_units = 0  # units counted in it
     self.lexical = UnitRouter(
       threshold=-np.inf, unit_words=unit_words, stride_words=stride_words, k1=k1
     )
@@ -317,8 +337,18 @@ class HybridRouter(route_lib.Router):
       [self._entries[i][1] for i in units_],
       chunk_size=self.dense.chunk_size,
       encode=self.encode,
+      weigh=self.token_idf if self.rerank_weighting == 'idf' else None,
     )
     return ((units_[j], float(gains[j])) for j in np.argsort(-gains, kind='stable'))
+
+  def token_idf(self, ids: Sequence[int]) -> np.ndarray:
+    """Each token id's IDF over the units as the model's tokenizer cuts them,
+    log(1 + (N - df + 0.5) / (df + 0.5)) for N units, df of them holding the id: [len(ids)]."""
+    for _, unit in self._entries[self._df_units :]:
+      self._token_df.update(set(route_lib._token_ids(self.model, unit, self.encode)[1:]))
+    self._df_units = len(self._entries)
+    df = np.asarray([self._token_df[i] for i in ids], np.float64)
+    return np.log1p((self._df_units - df + 0.5) / (df + 0.5))
 
   def _state(self) -> dict:
     return {
@@ -329,6 +359,7 @@ class HybridRouter(route_lib.Router):
       'weight': self.weight,
       'rerank': self.rerank,
       **({'rerank_rare': self.rerank_rare} if self.rerank_rare else {}),
+      'rerank_weighting': self.rerank_weighting,
       'chunk_size': self.dense.chunk_size,
       'batch_size': self.dense.batch_size,
       'fingerprint': self.model.fingerprint,
@@ -370,6 +401,7 @@ class HybridRouter(route_lib.Router):
       weight=body['weight'],
       rerank=body['rerank'],
       rerank_rare=_loaded_rerank_rare(path, body),
+      rerank_weighting=_loaded_rerank_weighting(path, body),
       unit_words=body['unit_words'],
       stride_words=body['stride_words'],
       k1=body['k1'],
@@ -398,6 +430,22 @@ def _loaded_rerank_rare(path, body: dict) -> int:
   value = body.get('rerank_rare', 0)
   try:
     _check_rerank_rare(value)
+  except ValueError as e:
+    raise route_lib.RouterFileError(f'{path}: {e}') from e
+  return value
+
+
+def _check_rerank_weighting(value) -> None:
+  if value not in RERANK_WEIGHTINGS:
+    raise ValueError(f'rerank_weighting must be one of {RERANK_WEIGHTINGS}, got {value!r}')
+
+
+def _loaded_rerank_weighting(path, body: dict) -> str:
+  """A file's `rerank_weighting` ('mean', the only one then, where a file from before it
+  records none)."""
+  value = body.get('rerank_weighting', 'mean')
+  try:
+    _check_rerank_weighting(value)
   except ValueError as e:
     raise route_lib.RouterFileError(f'{path}: {e}') from e
   return value

@@ -317,11 +317,13 @@ def model_routers(
   encode: route_lib.Encode | None = None,
   rerank_rare: int = 0,
   rerank_wordings: Sequence[str] = WORDINGS,
+  rerank_weighting: str = 'idf',
 ) -> dict[str, Any]:
   """The hybrid arms: `routing_rows` of `HybridRouter` at the weight of `weights` with the most
   top-1 hits (direct and reworded) on the calibration half of the stored questions (ties to
   the larger weight), without and with a rerank of the top `rerank` pages and `rerank_rare`
-  more by the question's rare words, the rerank over the questions of `rerank_wordings`."""
+  more by the question's rare words, the rerank over the questions of `rerank_wordings`, its
+  query tokens weighted by `rerank_weighting`."""
   calibration, _, _ = route_lib.split(_queries(questions), seed=seed)
   fit_on = [*calibration.deposited, *calibration.reworded]
   router = units_lib.HybridRouter(model, threshold=None, encode=encode)
@@ -339,6 +341,7 @@ def model_routers(
   )
   out = {'hybrid_mix': {**rows(), 'weight': router.weight, 'weight_fit': fits}}
   router.rerank, router.rerank_rare = rerank, rerank_rare
+  router.rerank_weighting = rerank_weighting
   t0 = time.perf_counter()
   out['hybrid_rerank'] = {
     **routing_rows(
@@ -353,6 +356,7 @@ def model_routers(
     'weight': router.weight,
     'rerank': rerank,
     'rerank_rare': rerank_rare,
+    'rerank_weighting': rerank_weighting,
   }
   routed = len({getattr(q, w) for w in rerank_wordings for q in questions})
   out['hybrid_rerank']['rerank_seconds_per_query'] = (time.perf_counter() - t0) / routed
@@ -493,6 +497,7 @@ class Settings:
   rerank: int = 4
   rerank_rare: int = 0
   rerank_wordings: Sequence[str] = WORDINGS
+  rerank_weighting: str = 'idf'
   recall_at: Sequence[int] = (1, 4, 16, 64)
   needle_set: str = 'four'
 
@@ -503,7 +508,8 @@ def experiment(
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
-  the hybrid arms (`model_routers`, `rerank`, `rerank_rare`, `rerank_wordings`) run with that
+  the hybrid arms (`model_routers`, `rerank`, `rerank_rare`, `rerank_wordings`,
+  `rerank_weighting`) run with that
   model; `recall_at` the candidate counts of
   `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage); `needle_set` the
   routing store's templates and notes (`NEEDLE_SETS`)."""
@@ -544,6 +550,7 @@ def experiment(
         seed=settings.seed,
         rerank_rare=settings.rerank_rare,
         rerank_wordings=settings.rerank_wordings,
+        rerank_weighting=settings.rerank_weighting,
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0

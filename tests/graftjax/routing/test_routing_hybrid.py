@@ -67,12 +67,46 @@ def test_query_gain_is_the_log_likelihood_gain_of_the_query(tiny_model):
   assert gain == pytest.approx(expected, abs=1e-4)
 
 
-def test_rerank_orders_the_best_pages_by_query_gain(tiny_model):
-  router = _router(tiny_model, weight=1.0, rerank=2)
+def test_uniform_weights_give_the_mean_and_one_token_weighted_gives_its_gain(tiny_model):
+  context, query = 'Amelia has locker 17.', 'Which locker?'
+  gain = lambda weigh: units_lib.query_gain(
+    tiny_model, query, [context], chunk_size=8, encode=_byte_ids, weigh=weigh
+  )[0]
+  n = len(_byte_ids(query))
+  assert gain(lambda ids: np.ones(len(ids))) == pytest.approx(gain(None), abs=1e-12)
+  per_token = [gain(lambda ids, j=j: np.eye(len(ids))[j]) for j in range(n)]
+  assert np.mean(per_token) == pytest.approx(gain(None), abs=1e-12)
+  assert len(set(per_token)) > 1  # the tokens' gains differ, so weights matter
+  for wrong in (lambda ids: np.zeros(len(ids)), lambda ids: -np.ones(len(ids)), lambda ids: [1]):
+    with pytest.raises(ValueError, match=f'weigh must give {n} weights >= 0'):
+      gain(wrong)
+
+
+def test_token_idf_counts_the_units_holding_each_token_and_follows_added_pages(tiny_model):
+  router = _router(tiny_model)
+  units = [set(_byte_ids(unit)) for _, unit in router.entries]
+  common, rare, absent = _byte_ids('e')[0], _byte_ids('B')[0], _byte_ids('#')[0]
+  assert [sum(t in u for u in units) for t in (common, rare, absent)] == [3, 2, 0]
+  idf = lambda df, n: np.log1p((n - df + 0.5) / (df + 0.5))
+  np.testing.assert_array_equal(
+    router.token_idf([common, rare, absent]), [idf(3, 3), idf(2, 3), idf(0, 3)]
+  )
+  router.add('hash', 'Only # now')
+  np.testing.assert_array_equal(router.token_idf([absent, common]), [idf(1, 4), idf(3, 4)])
+
+
+@pytest.mark.parametrize('weighting', ['idf', 'mean'])
+def test_rerank_orders_the_best_pages_by_query_gain(tiny_model, weighting):
+  router = _router(tiny_model, weight=1.0, rerank=2, rerank_weighting=weighting)
   hits = router.route(QUERY, k=3)
   assert len(hits) == 2 and {h.key for h in hits} == {'other', 'fact'}  # the rerank best two
   gains = units_lib.query_gain(
-    tiny_model, QUERY, [PAGES[0][1], PAGES[1][1]], chunk_size=8, encode=_byte_ids
+    tiny_model,
+    QUERY,
+    [PAGES[0][1], PAGES[1][1]],
+    chunk_size=8,
+    encode=_byte_ids,
+    weigh=router.token_idf if weighting == 'idf' else None,
   )
   by_key = {'fact': gains[0], 'other': gains[1]}
   assert [h.score for h in hits] == sorted(by_key.values(), reverse=True)
@@ -126,6 +160,7 @@ def _edit(path, change):
     (lambda body: body['entries'][0].__setitem__(0, 'noise'), 'SHA-256'),
     (lambda body: body.__setitem__('weight', 1.0), 'SHA-256'),
     (lambda body: body.__setitem__('rerank', 0), 'SHA-256'),
+    (lambda body: body.__setitem__('rerank_weighting', 'mean'), 'SHA-256'),
     (lambda body: body.pop('sha256'), 'no sha256'),
   ],
 )
@@ -314,6 +349,23 @@ def test_rerank_rare_is_saved_checked_and_absent_from_older_files(tiny_model, tm
   assert units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_rare == 0
   with pytest.raises(ValueError, match='rerank_rare must be an integer >= 0, got True'):
     units_lib.HybridRouter(tiny_model, threshold=0.0, rerank_rare=True)
+
+
+def test_rerank_weighting_is_saved_checked_and_mean_in_older_files(tiny_model, tmp_path):
+  path = tmp_path / 'hybrid.json'
+  _router(tiny_model, rerank=2).save(path)
+  assert units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids).rerank_weighting == 'idf'
+  empty = route_lib._matrix_bytes(np.zeros((0, tiny_model.config.embed_dim), np.float32))
+  _rewritten(path, empty, rerank_weighting='tf')
+  with pytest.raises(route_lib.RouterFileError, match='rerank_weighting must be one of'):
+    units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  body = json.loads(path.read_text())
+  del body['rerank_weighting'], body['sha256']
+  route_lib._write_json(path, body, empty)
+  loaded = units_lib.HybridRouter.load(path, tiny_model, encode=_byte_ids)
+  assert loaded.rerank_weighting == 'mean'  # what a rerank did before the setting
+  with pytest.raises(ValueError, match="rerank_weighting must be one of .* got 'IDF'"):
+    units_lib.HybridRouter(tiny_model, threshold=0.0, rerank_weighting='IDF')
 
 
 def test_the_candidates_and_their_order_do_not_depend_on_the_order_pages_were_added(

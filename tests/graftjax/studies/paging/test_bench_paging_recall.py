@@ -173,7 +173,11 @@ def test_the_rerank_arm_takes_rare_word_candidates_and_one_wording(tiny_model):
     encode=lambda text: [3 + b % 253 for b in text.encode()],
   )
   reranked = arms['hybrid_rerank']
-  assert (reranked['rerank'], reranked['rerank_rare']) == (1, 1)
+  assert (reranked['rerank'], reranked['rerank_rare'], reranked['rerank_weighting']) == (
+    1,
+    1,
+    'idf',
+  )
   assert 'direct' not in reranked and 'calibrated' not in reranked
   assert reranked['reworded']['questions'] == 4 and reranked['rerank_seconds_per_query'] > 0
   assert 'hybrid_rerank_reworded' in bench_paging_recall._summary([], arms)
