@@ -210,13 +210,17 @@ def _wilson(x: dict[str, Any] | None) -> str:
 def _paging_recall(r: page.Result) -> list[str]:
   """Per router: top-1 / top-4 by wording, and the threshold fitted on half the questions with
   its rates on the other half; older files (no `calibrated`) show the first four columns, and
-  a router run on one wording 'n/a' for the other. Then, where the file has it, the first
+  a router run on one wording 'n/a' for the other; a rerank names its candidates and the
+  weighting of its query tokens. Then, where the file has it, the first
   stage's recall by candidate count (`candidate_recall`)."""
   routing = r.data['routing']
   rows = []
   for name, x in routing['routers'].items():
     fit = x.get('calibrated')
     report = fit['report'] if fit else {}
+    if 'rerank' in x:  # files from before the weighting reranked by the plain mean
+      weighting = x.get('rerank_weighting', 'mean')
+      name = f'{name} ({x["rerank"]} + {x.get("rerank_rare", 0)} rare, {weighting})'
     rows.append(
       [
         name,
