@@ -71,6 +71,12 @@ class Result:
     return {}
 
   @property
+  def kind(self) -> str:
+    """The device kind alone: 'CPU', or the accelerator's name."""
+    kind = self.determinism.get('device_kind', '?')
+    return 'CPU' if kind == 'cpu' else str(kind)
+
+  @property
   def device(self) -> str:
     det = self.determinism
     kind = det.get('device_kind', '?')
@@ -280,11 +286,8 @@ def resolve(root: str | os.PathLike[str], result: Result, recorded: str) -> path
   raise StudyError(f'{result.name} names {recorded}: no {name} in {study} or its {RUNS}/')
 
 
-def _section(study: Study) -> list[str]:
-  if not study.results:
-    return []
-  if study.section is None:
-    return summaries(study.results)
+def _section_module(study: Study) -> tuple[Any, str]:
+  """The study's section module and where it is declared (for errors)."""
   where = f'{study.folder}/{DECLARATION}: section {study.section}'
   try:
     module = importlib.import_module(study.section)
@@ -292,15 +295,42 @@ def _section(study: Study) -> list[str]:
     raise StudyError(f'{where}: {_failure(e)}') from e
   if not callable(getattr(module, 'render', None)):
     raise StudyError(f'{where} has no render()')
+  return module, where
+
+
+def _call(where: str, name: str, function, study: Study):
   try:
-    lines = module.render(list(study.results))
+    return function(list(study.results))
   except StudyError:
     raise
   except (Exception, SystemExit) as e:
-    raise StudyError(f'{where}: render() failed: {_failure(e)}') from e
+    raise StudyError(f'{where}: {name}() failed: {_failure(e)}') from e
+
+
+def _section(study: Study) -> list[str]:
+  if not study.results:
+    return []
+  if study.section is None:
+    return summaries(study.results)
+  module, where = _section_module(study)
+  lines = _call(where, 'render', module.render, study)
   if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
     raise StudyError(f'{where}: render() returned {type(lines).__name__}, not a list of lines')
   return lines
+
+
+def finding(study: Study) -> str | None:
+  """What the study's files found, in one line, where its section says (`finding(results)`);
+  None where it does not."""
+  if not study.results or study.section is None:
+    return None
+  module, where = _section_module(study)
+  if not callable(getattr(module, 'finding', None)):
+    return None
+  line = _call(where, 'finding', module.finding, study)
+  if not isinstance(line, str) or not _one_line(line):
+    raise StudyError(f'{where}: finding() returned {line!r}, not one line of text')
+  return line
 
 
 def _failure(e: BaseException) -> str:
@@ -359,17 +389,18 @@ def study_page(study: Study) -> str:
 
 def devices(study: Study) -> list[str]:
   """The device kinds the study's files ran on, sorted ('CPU' for any CPU)."""
-  kinds = {r.determinism.get('device_kind', '?') for r in study.results + study.runs}
-  return sorted('CPU' if k == 'cpu' else str(k) for k in kinds)
+  return sorted({r.kind for r in study.results + study.runs})
 
 
 def headline(study: Study) -> str:
-  """The index's line on a study: how many result files and runs, on which devices."""
+  """The index's line on a study: its `finding` where its section has one, then how many
+  result files and runs, on which devices."""
   if not study.results:
     return 'no result files yet'
   files = f'{len(study.results)} result file{"s" if len(study.results) > 1 else ""}'
   runs = f' and {len(study.runs)} run{"s" if len(study.runs) > 1 else ""}' if study.runs else ''
-  return f'{files}{runs} on {", ".join(devices(study))}'
+  found = finding(study)
+  return f'{found + "; " if found else ""}{files}{runs} on {", ".join(devices(study))}'
 
 
 def index(found: Sequence[Study]) -> str:

@@ -5,6 +5,17 @@ from __future__ import annotations
 from graftjax.studies.common import results_page as page
 
 
+def finding(results: list[page.Result]) -> str:
+  """Byte-equal samples of each run, with its model, dtype and device."""
+  runs = [
+    f'{run["model"]} {run["dtype"]} {g["byte_equal"]}/{g["samples"]} ({r.kind})'
+    for r in results
+    for run in r.data['runs']
+    for g in [run['summary']['fresh_vs_grafted']]
+  ]
+  return 'grafted == fresh, byte-equal samples: ' + ', '.join(runs)
+
+
 def render(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:

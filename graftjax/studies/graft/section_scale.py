@@ -41,6 +41,19 @@ def _invariance(results: list[page.Result]) -> list[str]:
   ]
 
 
+def finding(results: list[page.Result]) -> str:
+  """The own-position gates' byte-equal samples and the invariance cells fully byte-equal."""
+  from graftjax.studies.graft import section_exactness
+
+  gates = [r for r in results if r.data.get('experiment') == 'exactness']
+  cells = [c for r in results if r.data.get('experiment') == 'invariance' for c in r.data['cells']]
+  out = [section_exactness.finding(gates)] if gates else []
+  if cells:
+    equal = sum(c['samples_byte_equal'] == c['samples'] for c in cells)
+    out.append(f'grafted == single pass in {equal}/{len(cells)} invariance cells')
+  return '; '.join(out) or 'speed only'
+
+
 def render(results: list[page.Result]) -> list[str]:
   dtypes = sorted({r.data.get('dtype') or 'bfloat16' for r in results})
   out = [

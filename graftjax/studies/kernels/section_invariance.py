@@ -10,6 +10,17 @@ import statistics
 from graftjax.studies.common import results_page as page
 
 
+def finding(results: list[page.Result]) -> str:
+  """Per attention implementation, the cells whose every sample was byte-equal."""
+  by_impl: dict[str, list[int]] = {}
+  for r in results:
+    counts = by_impl.setdefault(r.data['impl'], [0, 0])
+    counts[0] += sum(c['samples_byte_equal'] == c['samples'] for c in r.data['cells'])
+    counts[1] += len(r.data['cells'])
+  cells = ', '.join(f'{impl} {equal}/{total}' for impl, (equal, total) in sorted(by_impl.items()))
+  return f'cells with every grafted sample == single pass: {cells}'
+
+
 def render(results: list[page.Result]) -> list[str]:
   rows = []
   for r in results:

@@ -8,6 +8,13 @@ from __future__ import annotations
 from graftjax.studies.common import results_page as page
 
 
+def finding(results: list[page.Result]) -> str:
+  """How many merged files found every output's digest identical across their runs."""
+  same = sum(bool(r.data['identical']) for r in results)
+  runs = sum(len(r.data['runs']) for r in results)
+  return f'every digest identical across runs in {same}/{len(results)} files ({runs} runs)'
+
+
 def render(results: list[page.Result]) -> list[str]:
   rows = [
     [

@@ -8,6 +8,19 @@ from __future__ import annotations
 from graftjax.studies.common import results_page as page
 
 
+def finding(results: list[page.Result]) -> str:
+  """Per file, the HF comparison's prompts within the bound and its largest difference."""
+  parts = []
+  for r in results:
+    hf = r.data['overall']['hf']
+    parts.append(
+      f'{hf["within_tolerance"]}/{hf["prompts"]} prompts within {page.num(hf["tolerance"])} of HF'
+      f' transformers (max |Δlogit| {page.num(hf["topk_max_abs_diff"])}, {r.data["dtype"]},'
+      f' dots {r.data.get("dot_precision", "highest")})'
+    )
+  return '; '.join(parts)
+
+
 def render(results: list[page.Result]) -> list[str]:
   out = []
   for r in results:

@@ -128,6 +128,20 @@ def test_the_index_counts_each_studys_files_and_devices(tmp_path):
   assert '- [The empty study](empty/README.md): no result files yet' in index
 
 
+def test_a_sections_finding_leads_its_index_line(tmp_path, monkeypatch):
+  (tmp_path / 'finding_section.py').write_text(
+    'def render(results):\n  return []\n'
+    'def finding(results):\n  return f"{sum(r.data[\'n\'] for r in results)} equal"\n'
+  )
+  monkeypatch.syspath_prepend(str(tmp_path))
+  results = tmp_path / 'results'
+  where = _study(results, 'novel', section='finding_section')
+  for name, n in (('a', 2), ('b', 3)):
+    ledger.write_result(where / f'{name}.json', {'command': 'c', 'n': n, 'determinism': CPU})
+  index = results_page.pages(results)[results_page.PAGE_NAME]
+  assert '- [The novel study](novel/README.md): 5 equal; 2 result files on CPU' in index
+
+
 def test_every_study_is_declared_with_a_section_and_a_command():
   for study in results_page.studies(RESULTS):
     assert study.section and study.commands, study.folder
@@ -201,6 +215,8 @@ SECTIONS = {
   'raising_section': 'def render(results):\n  raise KeyError("summary")\n',
   'exiting_render': 'import sys\ndef render(results):\n  sys.exit(3)\n',
   'text_render': 'def render(results):\n  return "not lines"\n',
+  'raising_finding': 'def render(results):\n  return []\ndef finding(results):\n  1 / 0\n',
+  'lines_finding': 'def render(results):\n  return []\ndef finding(results):\n  return "a\\nb"\n',
 }
 
 
@@ -220,6 +236,8 @@ SECTIONS = {
     ('title = "t"\norder = 1\nsection = "raising_section"', "render.. failed: KeyError: 'summ"),
     ('title = "t"\norder = 1\nsection = "exiting_render"', r'render.. failed.*sys.exit\(3\)'),
     ('title = "t"\norder = 1\nsection = "text_render"', 'returned str, not a list of lines'),
+    ('title = "t"\norder = 1\nsection = "raising_finding"', 'finding.. failed: ZeroDivision'),
+    ('title = "t"\norder = 1\nsection = "lines_finding"', "finding.. returned 'a.nb', not one"),
   ],
 )
 def test_a_declaration_out_of_range_or_a_failing_section_is_a_study_error(
