@@ -305,25 +305,32 @@ def candidate_recall(
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Rerank:
+  """The rerank arm: the `pages` best pages and up to `rare` more by the question's rare words
+  (`HybridRouter`'s `rerank`, `rerank_rare`), query tokens weighted by `weighting`
+  (`rerank_weighting`), over the questions of `wordings`."""
+
+  pages: int = 4
+  rare: int = 0
+  weighting: str = 'idf'
+  wordings: Sequence[str] = WORDINGS
+
+
 def model_routers(
   entries: Sequence[tuple[str, str]],
   questions: Sequence[Question],
   *,
   model,
   weights: Sequence[float],
-  rerank: int,
+  rerank: Rerank,
   thresholds: Sequence[float],
   seed: int,
   encode: route_lib.Encode | None = None,
-  rerank_rare: int = 0,
-  rerank_wordings: Sequence[str] = WORDINGS,
-  rerank_weighting: str = 'idf',
 ) -> dict[str, Any]:
   """The hybrid arms: `routing_rows` of `HybridRouter` at the weight of `weights` with the most
   top-1 hits (direct and reworded) on the calibration half of the stored questions (ties to
-  the larger weight), without and with a rerank of the top `rerank` pages and `rerank_rare`
-  more by the question's rare words, the rerank over the questions of `rerank_wordings`, its
-  query tokens weighted by `rerank_weighting`."""
+  the larger weight), without and with the `rerank` arm."""
   calibration, _, _ = route_lib.split(_queries(questions), seed=seed)
   fit_on = [*calibration.deposited, *calibration.reworded]
   router = units_lib.HybridRouter(model, threshold=None, encode=encode)
@@ -340,8 +347,8 @@ def model_routers(
     entries, questions, router=router, thresholds=thresholds, seed=seed, added=True
   )
   out = {'hybrid_mix': {**rows(), 'weight': router.weight, 'weight_fit': fits}}
-  router.rerank, router.rerank_rare = rerank, rerank_rare
-  router.rerank_weighting = rerank_weighting
+  router.rerank, router.rerank_rare = rerank.pages, rerank.rare
+  router.rerank_weighting = rerank.weighting
   t0 = time.perf_counter()
   out['hybrid_rerank'] = {
     **routing_rows(
@@ -351,14 +358,14 @@ def model_routers(
       thresholds=thresholds,
       seed=seed,
       added=True,
-      wordings=rerank_wordings,
+      wordings=rerank.wordings,
     ),
     'weight': router.weight,
-    'rerank': rerank,
-    'rerank_rare': rerank_rare,
-    'rerank_weighting': rerank_weighting,
+    'rerank': rerank.pages,
+    'rerank_rare': rerank.rare,
+    'rerank_weighting': rerank.weighting,
   }
-  routed = len({getattr(q, w) for w in rerank_wordings for q in questions})
+  routed = len({getattr(q, w) for w in rerank.wordings for q in questions})
   out['hybrid_rerank']['rerank_seconds_per_query'] = (time.perf_counter() - t0) / routed
   return out
 
@@ -545,12 +552,14 @@ def experiment(
         questions,
         model=ranker,
         weights=settings.weights,
-        rerank=settings.rerank,
+        rerank=Rerank(
+          pages=settings.rerank,
+          rare=settings.rerank_rare,
+          weighting=settings.rerank_weighting,
+          wordings=settings.rerank_wordings,
+        ),
         thresholds=settings.thresholds,
         seed=settings.seed,
-        rerank_rare=settings.rerank_rare,
-        rerank_wordings=settings.rerank_wordings,
-        rerank_weighting=settings.rerank_weighting,
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
