@@ -14,8 +14,9 @@ Every figure is read from a result file after `ledger.verify_result`; a page nam
 (its path under the results folder) and the first 12 hex digits of its `result_sha256`, and
 shows each command with the committed path of what it wrote, never a path of the machine that
 ran it. A study without a `section` lists every scalar of each file's summary; a section with
-`finding(results) -> str` gives the index's line on the study what its files found. Adding a study
-is a new folder with its declaration; no list here names the studies. Same files, same bytes.
+`finding(results) -> str` opens the index's line on the study with what its files found.
+Adding a study is a new folder with its declaration; no list here names the studies. Same
+files, same bytes.
 """
 
 from __future__ import annotations

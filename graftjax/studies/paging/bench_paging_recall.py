@@ -515,11 +515,9 @@ def experiment(
   command: str | None = None,
 ) -> dict[str, Any]:
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
-  the hybrid arms (`model_routers`, `rerank`, `rerank_rare`, `rerank_wordings`,
-  `rerank_weighting`) run with that
-  model; `recall_at` the candidate counts of
-  `candidate_recall` (of `UnitRouter`, the hybrid arms' first stage); `needle_set` the
-  routing store's templates and notes (`NEEDLE_SETS`)."""
+  the hybrid arms (`model_routers`; the `rerank` fields make its `Rerank`) run with that
+  model; `recall_at` the candidate counts of `candidate_recall` (of `UnitRouter`, the hybrid
+  arms' first stage); `needle_set` the routing store's templates and notes (`NEEDLE_SETS`)."""
   model = paging_scale.load_model(settings.model_name)
   entries, questions = mixed_store(
     settings.filler,
