@@ -30,7 +30,7 @@ def sha256_array(array) -> str:
   This is the digest the paper compares: equal digests mean byte-equal values.
   """
   arr = np.ascontiguousarray(np.asarray(array))
-  return hashlib.sha256(arr.tobytes()).hexdigest()
+  return hashlib.sha256(arr.reshape(-1).view(np.uint8)).hexdigest()
 
 
 def sha256_tokens(token_ids) -> str:

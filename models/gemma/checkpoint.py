@@ -94,7 +94,7 @@ def params_digest(params) -> str:
     arr = np.ascontiguousarray(np.asarray(leaf))
     digest.update(jax.tree_util.keystr(path).encode())
     digest.update(f'{arr.dtype.str}{arr.shape}'.encode())
-    digest.update(arr.tobytes())
+    digest.update(arr.reshape(-1).view(np.uint8))  # the bytes, not a copy
   return digest.hexdigest()
 
 

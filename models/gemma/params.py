@@ -181,7 +181,7 @@ class StreamDigest:
     arr = np.ascontiguousarray(value, np.float32)
     self._sha.update(spec.name.encode())
     self._sha.update(f'{arr.dtype.str}{arr.shape}'.encode())
-    self._sha.update(arr.tobytes())
+    self._sha.update(arr.reshape(-1).view(np.uint8))
 
   def hexdigest(self) -> str:
     return self._sha.hexdigest()
