@@ -35,7 +35,9 @@ SHORTER = item(2, 'What is two plus two?', '4')
 
 @contextlib.contextmanager
 def compilations():
-  """A list that counts the XLA compilations run inside the block (one entry each)."""
+  """A list that counts the XLA compilations run inside the block (one entry each). A program
+  read from the persistent compilation cache (`make test` keeps one) counts too: jax records
+  this event for it as well."""
   seen = []
 
   def listen(event, duration, **kwargs):
