@@ -17,6 +17,8 @@
 # installed on the device beside the weights: PREFIXES=32768 needs more than one H100 holds.
 # Writes under experiments/results/scale/.
 source experiments/device/common.sh
+# At jax's default 0.75 the weights leave about 2 GB: a 777-token capture ran out of memory.
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
 study_out scale
 MODEL=gemma4-31b:random
 NAME=gemma4-31b
