@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
-import pathlib
+import socket
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
@@ -204,6 +204,18 @@ def remove_database(path: str | os.PathLike[str]) -> None:
       os.remove(os.fspath(path) + suffix)
 
 
+def file_identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+  """(device, inode) of the file at `path`; None for ':memory:' or no file. A file replaced by
+  another (a rename over it) has another identity, even where its contents are the same."""
+  if os.fspath(path) == ':memory:':
+    return None
+  try:
+    found = os.stat(path)
+  except FileNotFoundError:
+    return None
+  return found.st_dev, found.st_ino
+
+
 def is_empty_file(path: str | os.PathLike[str]) -> bool:
   """True if `path` is a file of 0 bytes (what a crash before the first write leaves)."""
   try:
@@ -213,15 +225,56 @@ def is_empty_file(path: str | os.PathLike[str]) -> bool:
 
 
 # --- removals ----------------------------------------------------------------------------------
+#
+# A listing that lacks a key is no evidence that its block is gone (an unmounted disk, a
+# mis-set prefix or another store lists what it holds), and neither is a direct read of the
+# key alone: a store at the wrong root answers "absent" for every block it never held. A row
+# is removed on per-key evidence only: its block's key answers absent on two direct reads,
+# and the deleter left a tombstone under it (`delete_block`), or the caller vouches for the
+# store (`allow_removing_all`, `allow_fewer_rows`).
 
 _READS_IN_FLIGHT = 16  # manifest reads kept in flight at once (an object store's latency)
+TOMBSTONES = '.tombstones/'  # where `delete_block` leaves them: no block key, so never listed
+
+
+def _kvstore(store: store_lib.BlockStore):
+  return store._kv  # noqa: SLF001 - BlockStore keeps its kvstore to itself; tombstones sit beside
+
+
+def delete_block(store: store_lib.BlockStore, key: str) -> None:
+  """Deletes the block under `key` and leaves its tombstone, written before the deletion: the
+  evidence on which a sync or rebuild of any index of the store removes the block's rows.
+
+  Raises:
+    CatalogFileError: the tombstone cannot be written; the block is not deleted.
+    store.StoreError: as `BlockStore.delete` (the block is missing, the store read-only...).
+  """
+  body = json.dumps({'deleted': key, 'by': f'pid {os.getpid()} on {socket.gethostname()}'})
+  try:
+    _kvstore(store).write(f'{TOMBSTONES}{key}', body.encode()).result()
+  except ValueError as e:
+    raise CatalogFileError(f'{store.root}', f'cannot write the tombstone of {key}: {e}') from e
+  store.delete(key)
+
+
+def tombstoned(store: store_lib.BlockStore, keys: Sequence[str]) -> set[str]:
+  """Those of `keys` that `delete_block` left a tombstone under (a failed read: none)."""
+
+  def has(key: str) -> bool:
+    try:
+      return _kvstore(store).read(f'{TOMBSTONES}{key}').result().state == 'value'
+    except ValueError:
+      return False
+
+  with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
+    return {key for key, found in zip(keys, pool.map(has, keys)) if found}
 
 
 def missing(store: store_lib.BlockStore, keys: Sequence[str]) -> list[str]:
-  """Those of `keys` whose manifests a direct read reports missing, in order.
+  """Those of `keys` whose manifests two direct reads, one after the other, report missing.
 
   A key whose manifest reads (the listing missed it), is damaged, or cannot be read (the
-  store did not answer) is not missing: only `MissingBlockError` is evidence.
+  store did not answer) is not missing: only `MissingBlockError`, twice, is.
   """
 
   def is_missing(key: str) -> bool:
@@ -234,7 +287,18 @@ def missing(store: store_lib.BlockStore, keys: Sequence[str]) -> list[str]:
     return False
 
   with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
-    return [key for key, gone in zip(keys, pool.map(is_missing, keys)) if gone]
+    once = [key for key, gone in zip(keys, pool.map(is_missing, keys)) if gone]
+    return [key for key, gone in zip(once, pool.map(is_missing, once)) if gone]
+
+
+def gone(store: store_lib.BlockStore, keys: Sequence[str], *, vouched: bool) -> list[str]:
+  """Those of `keys` whose blocks are known to be gone: absent on two direct reads, and
+  tombstoned unless the caller `vouched` for the store."""
+  absent = missing(store, keys)
+  if vouched:
+    return absent
+  marked = tombstoned(store, absent)
+  return [key for key in absent if key in marked]
 
 
 def unlisted(
@@ -246,14 +310,15 @@ def unlisted(
   allow_removing_all: bool = False,
 ) -> tuple[list[str], list[str]]:
   """(gone, kept): the keys of `rows` (an index's block keys) that the listing `listed`
-  lacks, split into those a direct read reports missing and the others.
+  lacks, split into those known to be gone (`gone`) and the others.
 
   Args:
     store: the store, listed successfully into `listed`.
     listed: the keys the store listed.
     rows: the keys the index holds rows of.
     index: the index, for messages (its path).
-    allow_removing_all: the caller knows the store lost every catalogued block.
+    allow_removing_all: the caller vouches for the store (it knows the blocks were deleted):
+      keys absent on two reads are gone without tombstones, even if the store lists none.
   Raises:
     RemovalRefusedError: the index has rows and the store lists none of their blocks
       (unless `allow_removing_all`): an unmounted disk or an unreachable bucket lists empty.
@@ -264,8 +329,8 @@ def unlisted(
     return [], []
   if not allow_removing_all:
     _refuse_none_listed(store, listed, rows, index, 'allow_removing_all')
-  gone = missing(store, absent)
-  return gone, sorted(set(absent) - set(gone))
+  found = gone(store, absent, vouched=allow_removing_all)
+  return found, sorted(set(absent) - set(found))
 
 
 def _refuse_none_listed(store, listed: set[str], rows: set[str], index: str, flag: str) -> None:
@@ -275,31 +340,6 @@ def _refuse_none_listed(store, listed: set[str], rows: set[str], index: str, fla
       f' {len(rows)} the index holds rows of: it may be unmounted, unreachable or another'
       f' store; nothing was removed (if every block was deleted, pass {flag}=True)'
     )
-
-
-def rows_in_place(path: str | os.PathLike[str], query: str) -> list[tuple] | None:
-  """The rows `query` selects from the sqlite file at `path`, opened read-only; None if there
-  is no file, or it is empty, not a database, damaged or lacks the table (what a rebuild is
-  there to replace).
-
-  Raises:
-    CatalogFileError: the file is locked by another connection, or cannot be read.
-  """
-  path = os.fspath(path)
-  if not os.path.isfile(path) or is_empty_file(path):
-    return None
-  uri = f'{pathlib.Path(path).resolve().as_uri()}?mode=ro'
-  try:
-    db = sqlite3.connect(uri, uri=True, timeout=5.0)
-    try:
-      return db.execute(query).fetchall()
-    finally:
-      db.close()
-  except sqlite3.DatabaseError as e:
-    cause = cause_of(e)
-    if cause.startswith(('locked', 'disk I/O', 'cannot open')):
-      raise CatalogFileError(path, f'cannot read the catalog in place: {cause}') from e
-    return None
 
 
 def check_complete(
@@ -312,7 +352,8 @@ def check_complete(
   allow_fewer_rows: bool = False,
 ) -> None:
   """Raises unless every row of the index in place (`in_place`: row name -> block key) is in
-  the `rebuilt` one (row names), or names a block that a direct read reports missing.
+  the `rebuilt` one (row names), or names a block known to be gone (`gone`: unlisted, absent
+  on two direct reads, and tombstoned by `delete_block`).
 
   Raises:
     RemovalRefusedError: naming the first rows the rebuild would lose whose blocks are not
@@ -325,12 +366,14 @@ def check_complete(
     return
   listed = set(listed)
   _refuse_none_listed(store, listed, set(in_place.values()), index, 'allow_fewer_rows')
-  gone = set(missing(store, sorted({key for key in lost.values() if key not in listed})))
-  kept = sorted(name for name, key in lost.items() if key not in gone)
+  unlisted_keys = sorted({key for key in lost.values() if key not in listed})
+  known = set(gone(store, unlisted_keys, vouched=False))
+  kept = sorted(name for name, key in lost.items() if key not in known)
   if kept:
     raise RemovalRefusedError(
       f'{index}: the rebuilt index lacks {len(kept)} rows of the one in place whose blocks'
       f' are not known to be gone (e.g. {", ".join(kept[:3])}): the one in place is kept'
-      ' (are deposit records or descriptions missing? pass allow_fewer_rows=True to replace'
-      ' it all the same)'
+      ' (are deposit records or descriptions missing, or was the block deleted without'
+      ' indexes.delete_block, which leaves its tombstone? pass allow_fewer_rows=True to'
+      ' replace it all the same)'
     )

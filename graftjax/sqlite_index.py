@@ -10,24 +10,31 @@ indexes do alike is done here once:
 - open: sqlite failures surface as `indexes.CatalogFileError` naming the file and the cause
   (locked, corrupt, full disk...); a missing table is created, a file of another schema
   version or other columns is refused (the schema's `damaged` error: rebuild it);
-- sync (`_sync`): the store listed, rows removed only on evidence that their blocks are gone
-  (`indexes.unlisted`: unlisted, and a direct read of the manifest reports missing; a store
-  that lists none of the rows' blocks removes nothing), what is new read, and the changes
+- sync (`_sync`): the store listed, rows removed only on per-key evidence that their blocks
+  are gone (`indexes.unlisted`: unlisted, absent on two direct reads of the manifest, and
+  tombstoned by `indexes.delete_block`; a listing alone, or a store at the wrong root that
+  answers absent for blocks it never held, removes nothing), what is new read, and the changes
   applied in one transaction against what is in the file then, so that syncs of one file from
   several processes at once all succeed;
-- rebuild (`_replace`): the new index written beside the one in place, which it replaces only
-  if it holds every row of it but those whose blocks are gone (`indexes.check_complete`).
+- rebuild (`_replace`): the index written again only if it holds every row of the one in
+  place but those whose blocks are gone (`indexes.check_complete`), checked and written in
+  one transaction under the lock writers take, in the file in place (handles open on it stay
+  valid); a file that is no index of this schema is replaced by a new one;
+- writes: each checks, under the write lock, that the file at `path` is still the one the
+  handle opened (`indexes.file_identity`), and refuses to write into one that was replaced.
 
 A subclass says what its rows are (`Schema`), and what its sync reads and writes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, ClassVar, Self
 
 from graftjax import indexes
@@ -72,8 +79,8 @@ class Pass:
   Attributes:
     listed: the keys the store listed.
     listing: what `list_more` returned (None without it).
-    gone: keys of rows taken out: unlisted, and their manifests read missing.
-    kept: keys the listing lacks whose manifests did not read missing: their rows are kept.
+    gone: keys of rows taken out: known to be gone (`indexes.gone`).
+    kept: keys the listing lacks not known to be gone: their rows are kept.
     new: what `read_new` returned.
     list_seconds: wall time of the listing.
     seconds: wall time of the whole sync.
@@ -111,9 +118,15 @@ class SqliteIndex:
   ):
     self.path = os.fspath(path)
     self.store = store
+    before = indexes.file_identity(self.path)
     self._db = indexes.connect(self.path, timeout=timeout)
     try:
       self._open()
+      self._identity = indexes.file_identity(self.path)
+      if before is not None and before != self._identity:
+        raise indexes.CatalogFileError(
+          self.path, f'replaced while it was being opened: open the {self.schema.noun} again'
+        )
       self._opened()
     except BaseException:
       self._db.close()
@@ -161,9 +174,24 @@ class SqliteIndex:
     with indexes.sqlite_errors(self.path, f'cannot read the {self.schema.noun}'):
       return self._db.execute(query, params).fetchall()
 
-  def _writing(self):
-    """One write transaction (`indexes.transaction`): all of it, or nothing."""
-    return indexes.transaction(self._db, self.path)
+  @contextlib.contextmanager
+  def _writing(self) -> Iterator[None]:
+    """One write transaction (`indexes.transaction`): all of it, or nothing.
+
+    Raises:
+      CatalogFileError: the file at `path` is no longer the one this handle opened (another
+        process replaced it): a write would land in a file nobody opens again; nothing is
+        written (open the index again).
+    """
+    with indexes.transaction(self._db, self.path):
+      if self._identity != indexes.file_identity(self.path):  # checked under the write lock
+        raise indexes.CatalogFileError(
+          self.path,
+          f'replaced or removed since this handle opened it (by a copy or another program):'
+          f' nothing was'
+          f' written; open the {self.schema.noun} again',
+        )
+      yield
 
   def _sync(
     self,
@@ -176,8 +204,9 @@ class SqliteIndex:
     """One sync of the index with its store.
 
     The store is listed (and `list_more()`, e.g. another listing, timed with it); rows whose
-    blocks the listing lacks are split into those a direct read reports missing (`gone`) and
-    the others (`kept`) before anything is read; `read_new(listed, seen, listing)` reads what
+    blocks the listing lacks are split into those known to be gone (`gone`: absent on two
+    direct reads and tombstoned, or absent twice where `allow_removing_all` vouches for the
+    store) and the others (`kept`) before anything is read; `read_new(listed, seen, listing)` reads what
     is new (`seen`: the synced table's names); `apply(gone, new)` writes the changes in one
     transaction.
 
@@ -213,9 +242,15 @@ class SqliteIndex:
     allow_fewer_rows: bool = False,
   ) -> None:
     """Writes the index at `path` again: `rows` (sqlite rows, of the row names `names`) and
-    the `synced` names, in a new file beside the one in place that replaces it only if it
-    holds every row of it but those whose blocks are gone. A file in place that does not
-    open as sqlite, or lacks the table, is replaced.
+    the `synced` names, only if they hold every row of the index in place but those whose
+    blocks are gone (`indexes.check_complete`).
+
+    An index of this schema in place is rewritten in one write transaction on that file:
+    the lock every writer takes is held from the completeness check to the commit, so a row
+    added meanwhile is either in the check (and the rebuild refused unless it holds it) or
+    waits for the rebuild, and handles open on the file stay on it. A file in place that is
+    not an index of this schema (not sqlite, damaged, another version, no table) is
+    replaced by a new file written beside it (no handle can be open on it).
 
     Args:
       path: the index's file.
@@ -224,23 +259,36 @@ class SqliteIndex:
       rows: the new index's rows.
       names: their row names (as `schema.names` gives them).
       synced: the names of the synced table.
-      allow_fewer_rows: replace the index in place even if the new one lacks rows of it.
+      allow_fewer_rows: write the new index even if it lacks rows of the one in place.
     Raises:
       RemovalRefusedError: the new index lacks rows of the one in place whose blocks are not
         known to be gone (unless `allow_fewer_rows`); the one in place is kept.
       CatalogFileError: the one in place is locked, or the new one cannot be written.
     """
-    schema = cls.schema
-    path = os.fspath(path)
-    in_place = indexes.rows_in_place(path, schema.names)
-    indexes.check_complete(
-      store,
-      listed,
-      {str(name): str(key) for name, key in in_place or ()},
-      names,
-      index=path,
-      allow_fewer_rows=allow_fewer_rows,
-    )
+    schema, path = cls.schema, os.fspath(path)
+
+    def write(db: sqlite3.Connection, in_place: Sequence[tuple]) -> None:
+      indexes.check_complete(
+        store,
+        listed,
+        {str(name): str(key) for name, key in in_place},
+        names,
+        index=path,
+        allow_fewer_rows=allow_fewer_rows,
+      )
+      db.execute(f'DELETE FROM {schema.table}')
+      db.execute('DELETE FROM synced')
+      db.executemany(schema.insert, rows)
+      db.executemany('INSERT INTO synced VALUES (?)', [(name,) for name in synced])
+
+    db = cls._in_place(path)
+    if db is not None:
+      try:
+        with indexes.transaction(db, path):
+          write(db, db.execute(schema.names).fetchall())
+      finally:
+        db.close()
+      return
     partial = f'{path}.rebuild-{uuid.uuid4().hex[:8]}'
     try:
       db = indexes.connect(partial, timeout=5.0)
@@ -249,11 +297,36 @@ class SqliteIndex:
           db.execute(schema.create)
           db.execute(schema.synced)
           db.execute(f'PRAGMA user_version = {schema.version}')
-          db.executemany(schema.insert, rows)
-          db.executemany('INSERT INTO synced VALUES (?)', [(name,) for name in synced])
+          write(db, ())
       finally:
         db.close()
     except BaseException:
       indexes.remove_database(partial)
       raise
     indexes.replace_database(partial, path)
+
+  @classmethod
+  def _in_place(cls, path: str) -> sqlite3.Connection | None:
+    """A connection to the index of this schema at `path`; None if there is no file, or it
+    is empty, not sqlite, damaged, of another schema or lacks a table (a rebuild replaces it).
+
+    Raises:
+      CatalogFileError: the file is locked by another connection, or cannot be read.
+    """
+    if not os.path.isfile(path) or indexes.is_empty_file(path):
+      return None
+    db = indexes.connect(path, timeout=5.0)
+    try:
+      version = db.execute('PRAGMA user_version').fetchone()[0]
+      tables = {name for (name,) in db.execute('SELECT name FROM sqlite_master')}
+      columns = tuple(row[1] for row in db.execute(f'PRAGMA table_info({cls.schema.table})'))
+    except sqlite3.DatabaseError as e:
+      db.close()
+      cause = indexes.cause_of(e)
+      if cause.startswith(('locked', 'disk I/O', 'cannot open')):
+        raise indexes.CatalogFileError(path, f'cannot read the index in place: {cause}') from e
+      return None
+    if (version, columns) != (cls.schema.version, cls.schema.columns) or 'synced' not in tables:
+      db.close()
+      return None
+    return db

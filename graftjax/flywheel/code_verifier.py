@@ -36,7 +36,7 @@ from graftjax.flywheel import code_harness, datasets, sandbox, tasks, verifiers
 
 NAME = 'code'
 VERSION = 3  # 3: the check runs in its own sandbox on plain data the candidate's sandbox returns
-LIMITS = sandbox.Limits(wall_seconds=20, cpu_seconds=10, memory_bytes=1 << 30, processes=16)
+LIMITS = sandbox.Limits(wall_seconds=20, cpu_seconds=10, memory_bytes=1 << 30, processes=8)
 
 _FENCE = re.compile(r'```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)', re.DOTALL | re.IGNORECASE)
 _HARNESS = pathlib.Path(code_harness.__file__).read_text(encoding='utf-8')

@@ -173,11 +173,11 @@ class Synced:
     records: deposit records the store listed.
     read: records and manifests read (those of deposits not seen before).
     added: rows catalogued (a router is extended by `route_pairs(added)`).
-    removed: rows whose blocks are no longer in the store, taken out.
+    removed: rows whose blocks are known to be gone (`indexes.gone`), taken out.
     records_without_block: names of records whose block is not stored (read again next time).
     list_seconds: wall time of listing the blocks and the records.
     seconds: wall time of the whole sync.
-    kept: keys the listing lacks whose manifests did not read missing: their rows are kept.
+    kept: keys the listing lacks whose blocks are not known to be gone: their rows are kept.
   """
 
   listed: int
@@ -268,10 +268,11 @@ class Library(sqlite_index.SqliteIndex):
     first: each of its rows whose block is stored gets its block's token digest, is checked
     as any row is, and is written as a record.
 
-    The new catalog is written beside the one in place and replaces it only if it holds a
-    row of every item the one in place holds, but those whose blocks are gone (unlisted, and
-    their manifests read missing): a missing `records/` folder never empties a catalog. A
-    catalog in place that does not open as sqlite, or lacks the table, is replaced.
+    The new catalog is written only if it holds a
+    row of every item the one in place holds, but those whose blocks are known to be gone
+    (unlisted, missing on two reads, tombstoned by `indexes.delete_block`): a missing
+    `records/` folder never empties a catalog. The check and the write hold the lock writers
+    take, in the file in place; a file that is not a catalog of this schema is replaced.
 
     Raises:
       DamagedLibraryError: a record does not match its own digest.
@@ -322,11 +323,14 @@ class Library(sqlite_index.SqliteIndex):
     no arrays). The store is the source of truth: a record replaces a row of the same item
     that differs from it.
 
-    A row is removed only on evidence that its block is gone: the listing lacks it and a
-    direct read of its manifest reports it missing (a row whose manifest reads, or whose
-    read fails, is kept). If the store lists none of the catalogued blocks (an unmounted
-    disk, an unreachable bucket), nothing is changed and `RemovalRefusedError` says so,
-    unless `allow_removing_all`. Syncs of one catalog file at once all succeed.
+    A row is removed only on per-key evidence that its block is gone: the listing lacks it,
+    two direct reads of its manifest report it missing, and its deleter left a tombstone
+    (`indexes.delete_block`); any other row is kept (`kept`): a store at the wrong root
+    answers missing for every block it never held. If the store lists none of the
+    catalogued blocks (an unmounted disk, an unreachable bucket), nothing is changed and
+    `RemovalRefusedError` says so, unless `allow_removing_all` (the caller vouches for the
+    store: rows of blocks missing on two reads go without tombstones). Syncs of one catalog
+    file at once all succeed.
 
     Raises:
       RemovalRefusedError: the store lists none of the catalogued blocks.
@@ -614,18 +618,28 @@ class _Records:
     return sorted(n.decode() for n in listed if _RECORD_NAME.fullmatch(n.decode('latin-1')))
 
   def read(self, name: str) -> Entry:
-    """The entry of record `name`, its digest checked.
+    """The entry of record `name`, its digest checked, and its item the one `name` is of.
 
     Raises:
-      DamagedLibraryError: the record is unreadable or does not match its own digest.
+      DamagedLibraryError: the record is unreadable, does not match its own digest, or is
+        another item's (its bytes written over this one's), naming both records.
     """
     if self._local:
-      return _read_record(self.where / name)
-    try:
-      data = store_kvstore.read_value(self.where, name)
-    except OSError as e:
-      raise DamagedLibraryError(f'deposit record {self._name}{name}: unreadable ({e})') from e
-    return _parse_record(data, f'deposit record {self._name}{name}')
+      entry = _read_record(self.where / name)
+    else:
+      try:
+        data = store_kvstore.read_value(self.where, name)
+      except OSError as e:
+        raise DamagedLibraryError(f'deposit record {self._name}{name}: unreadable ({e})') from e
+      entry = _parse_record(data, f'deposit record {self._name}{name}')
+    own = _record_name(entry.task, entry.item_id)
+    if own != name:
+      raise DamagedLibraryError(
+        f'deposit record {self._name}/{name} holds the record of {entry.task}/{entry.item_id},'
+        f" whose own record is {self._name}/{own}: another item's record was written over"
+        ' it; its item is unknown here (restore the record, or rebuild the library without it)'
+      )
+    return entry
 
   def write(self, entry: Entry) -> None:
     """Writes the entry's deposit record whole (a record already there is kept).

@@ -59,15 +59,24 @@ _COMPARED = {  # one grafted_vs_prompted item
   'graft_seconds': 'number',
   'prompted_seconds': 'number',
 }
-_BUDGET = {'samples': 'int', 'max_new_tokens': 'int', 'recall_tokens': 'int'}
+_BUDGET = {
+  'samples': 'int',
+  'max_new_tokens': 'int',
+  'recall_tokens': 'int',
+  'rows': 'int',
+  'seed': 'int',
+  'temperature': 'number',
+}
+_COUNTS = ('samples', 'max_new_tokens', 'recall_tokens', 'rows')  # each in [1, _MOST]
+_MOST = 2**31 - 1  # a count or token budget past int32 is none a run could have had
+_PROMPT = {'prefix': 'str', 'prefix_sha256': 'str', 'query': 'str'}
+_PROMPT_OPTIONAL = {'answer_only': 'bool', 'keep_prefix': 'bool', 'code': 'bool', 'chat': 'bool'}
+_LONGEST_SECONDS = 366 * 86400.0  # no timed part of a run lasts a year
 _ENERGY_PHASE = {'seconds': 'number', 'joules': 'number', 'answers': 'int'}
 _RATE = {'successes': 'int', 'trials': 'int', 'low': 'number', 'high': 'number'}
-_ROUTER = {'accuracy': 'dict', 'false_hit': 'dict', 'abstain': 'dict'}
-_ROUTER_OPTIONAL = {
-  'false_hit_abstain': 'dict?',
-  'threshold': 'threshold?',
-  'calibration': 'dict',
-}
+_ROUTER = {'accuracy': 'dict', 'false_hit': 'dict', 'abstain': 'dict', 'threshold': 'threshold'}
+_ROUTER_OPTIONAL = {'false_hit_abstain': 'dict?', 'calibration': 'dict'}
+_RATES = ('accuracy', 'false_hit', 'abstain', 'false_hit_abstain')  # a router's rates
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -194,9 +203,15 @@ def check(
     budget = {}
   out.problems += _wrong('budget', budget, _BUDGET)
   for name, value in sorted(budget.items()):
-    if name in _BUDGET and _is(value, 'int') and value < 1:
-      out.problems.append(f'budget: {name} is {value}, not a positive count')
-  budget = {k: v for k, v in budget.items() if k in _BUDGET and _is(v, 'int') and v >= 1}
+    if name in _COUNTS and _is(value, 'int') and not 1 <= value <= _MOST:
+      out.problems.append(f'budget: {name} is {value}, not a positive count of at most {_MOST}')
+  if _is(budget.get('temperature'), 'number') and budget['temperature'] < 0:
+    out.problems.append(f'budget: temperature is {budget["temperature"]}, not >= 0')
+  if _is(budget.get('seed'), 'int') and not 0 <= budget['seed'] < 2**64:
+    out.problems.append(f'budget: seed is {budget["seed"]}, not an unsigned 64-bit seed')
+  budget = {k: v for k, v in budget.items() if k in _COUNTS and _is(v, 'int') and 1 <= v <= _MOST}
+  _inputs(result, out)
+  _seconds('', result, out)
   deposits = _checked_deposits(result.get('deposits'), out)
   blocks = {d['key']: d.get('block_tokens') for d in deposits if d['key']}
   good = []
@@ -222,6 +237,50 @@ def check(
   if gold_from_dataset:
     _gold_from_dataset(good, out)
   return out
+
+
+def _inputs(result: dict[str, Any], out: Rescore) -> None:
+  """The result's `inputs` (what the run read), if recorded: an object naming the model
+  (`model_fingerprint`, SHA-256 hex) and the items' sources (`items`, strings, at least one),
+  whose other digests (`*_sha256`) are SHA-256 hex or null and other fields strings or null."""
+  if 'inputs' not in result:
+    return
+  inputs = result['inputs']
+  if not isinstance(inputs, dict):
+    out.problems.append(f'inputs: is a JSON {_json_kind(inputs)}, not an object')
+    return
+  for name in ('model_fingerprint', 'items'):
+    if inputs.get(name) in (None, []):
+      out.problems.append(f'inputs: {name} is missing or empty')
+  for name, value in sorted(inputs.items()):
+    where = f'inputs.{name}'
+    if name == 'items':
+      if not isinstance(value, list) or not all(type(v) is str for v in value):
+        out.problems.append(f'{where} is {_shown(value)}, not a list of strings')
+    elif name.endswith('_sha256') or name == 'model_fingerprint':
+      if value is not None and not (type(value) is str and _KEY.fullmatch(value)):
+        out.problems.append(f'{where} is {_shown(value)}, not a SHA-256 hex digest')
+    elif value is not None and type(value) is not str:
+      out.problems.append(f'{where} is {_shown(value)}, not a JSON str')
+
+
+def _seconds(where: str, value: Any, out: Rescore, depth: int = 0) -> None:
+  """Every timing field (`seconds`, `*_seconds`) anywhere in the result: null, or a finite
+  number from 0 to `_LONGEST_SECONDS`."""
+  if depth > ledger.MAX_DEPTH:
+    return
+  if isinstance(value, dict):
+    fields = value.items()
+  else:
+    fields = enumerate(value) if isinstance(value, list) else ()
+  for name, field in fields:
+    path = f'{where}.{name}' if where else str(name)
+    if not (isinstance(name, str) and (name == 'seconds' or name.endswith('_seconds'))):
+      _seconds(path, field, out, depth + 1)
+    elif field is not None and not _is(field, 'number'):
+      out.problems.append(f'{path} is {_shown(field)}, not a finite number of seconds')
+    elif field is not None and not 0 <= field <= _LONGEST_SECONDS:
+      out.problems.append(f'{path} is {_shown(field)}, not seconds from 0 to {_LONGEST_SECONDS:g}')
 
 
 def _label(i: int, a: dict[str, Any]) -> str:
@@ -282,8 +341,6 @@ def _attempt(i, a, budget, blocks, out: Rescore) -> bool:
     digest = None
   if digest is not None and digest != a['token_ids_sha256']:
     out.problems.append(f'{label}: token_ids_sha256 {a["token_ids_sha256"]} != recomputed {digest}')
-  if a['seconds'] < 0:
-    out.problems.append(f'{label}: seconds {a["seconds"]} is negative')
   if a['phase'] != 'base' and a['sample'] != 0:
     out.problems.append(f'{label}: sample {a["sample"]}, only base attempts have samples')
   if a['decode_tokens'] != len(ids):
@@ -535,9 +592,13 @@ def _prompt(result, out: Rescore) -> None:
   if not isinstance(prompt, dict):
     out.problems.append(f'prompt: is a JSON {_json_kind(prompt)}, not an object')
     return
-  if malformed := _wrong('prompt', prompt, {'prefix': 'str', 'prefix_sha256': 'str'}):
+  if malformed := _wrong('prompt', prompt, _PROMPT, _PROMPT_OPTIONAL):
     out.problems += malformed
     return
+  if '{question}' not in prompt['query']:
+    out.problems.append(f'prompt.query {_shown(prompt["query"])} has no {{question}} field')
+  if unknown := sorted(set(prompt) - set(_PROMPT) - set(_PROMPT_OPTIONAL)):
+    out.problems.append(f'prompt: unknown fields {unknown}')
   found = ledger.sha256_bytes(prompt['prefix'].encode())
   if prompt.get('prefix_sha256') != found:
     out.problems.append(f'prompt.prefix_sha256 {prompt.get("prefix_sha256")} != recomputed {found}')
@@ -560,7 +621,7 @@ def _routing(result, by_phase, out: Rescore) -> None:
     if malformed := _wrong(f'routing.{router}', ev, _ROUTER, _ROUTER_OPTIONAL):
       out.problems += malformed
       continue
-    rates = {n: v for n, v in ev.items() if n in _ROUTER or n == 'false_hit_abstain'}
+    rates = {n: v for n, v in ev.items() if n in _RATES}
     _rates(f'routing.{router}', rates, out)
     if 'calibration' in ev:
       _calibration(f'routing.{router}.calibration', ev['calibration'], ev.get('threshold'), out)

@@ -3,8 +3,15 @@
 The program sees the interpreter and the system's libraries read-only, a private tmpfs at /tmp
 (its only writable place, and its working directory), no network (a fresh network namespace
 with loopback only), no home directory, its own process, IPC and UTS namespaces, and runs as an
-unprivileged user of its own under CPU-time, address-space, process-count and file-size limits
-and a wall-clock timeout. Output is captured to host files bounded by the file-size limit.
+unprivileged user of its own under CPU-time, process-count and file-size limits, one memory
+budget for all its processes together, and a wall-clock timeout. Output is captured to host
+files bounded by the file-size limit.
+
+The memory budget (`Limits.memory_bytes`) is the sandbox's, not each process's: where the host
+delegates cgroup v2 memory control, the sandbox runs in a cgroup of its own whose `memory.max`
+is the budget (and `pids.max` the process count); elsewhere each process's address space
+(RLIMIT_AS) is the budget divided by the process count (RLIMIT_NPROC), so that all of them at
+once cannot hold more than the budget (`memory_control` says which holds here).
 
     result = sandbox.run_python('print(1 + 1)')
     result.passed, result.cause, result.stdout   # True, 'ok', '2\n'
@@ -15,6 +22,7 @@ Details: docs/flywheel.md, section "Code verification".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -83,8 +91,11 @@ class Limits:
   Attributes:
     wall_seconds: wall-clock timeout; the whole sandbox is killed after it.
     cpu_seconds: CPU time per process (SIGXCPU, then SIGKILL a second later).
-    memory_bytes: address space per process (RLIMIT_AS).
-    processes: processes and threads of the sandbox user (RLIMIT_NPROC).
+    memory_bytes: the memory budget of the whole sandbox, all its processes together: a
+      cgroup's `memory.max` where the host allows one, else RLIMIT_AS of
+      `memory_bytes // processes` on each process (`memory_control`).
+    processes: processes and threads of the sandbox user (RLIMIT_NPROC; the cgroup's
+      `pids.max` too).
     file_bytes: largest file it may write, captured output included (RLIMIT_FSIZE).
     tmpfs_bytes: size of its private /tmp.
     uid: the unprivileged user it runs as when the caller is root; None: a fresh one per run.
@@ -140,6 +151,72 @@ def bwrap() -> str:
   return path
 
 
+_CGROUP_ROOT = pathlib.Path('/sys/fs/cgroup')
+
+
+def _own_cgroup() -> pathlib.Path | None:
+  """This process's cgroup v2 folder, if the host delegates memory and pids control in it to
+  this process (it may make child cgroups that limit both); else None."""
+  try:
+    line = next(
+      (x for x in pathlib.Path('/proc/self/cgroup').read_text().splitlines() if x[:3] == '0::'),
+      None,
+    )
+    if line is None or not (_CGROUP_ROOT / 'cgroup.controllers').is_file():
+      return None
+    own = _CGROUP_ROOT / line[3:].lstrip('/')
+    enabled = (own / 'cgroup.subtree_control').read_text().split()
+  except OSError:
+    return None
+  if not {'memory', 'pids'} <= set(enabled) or not os.access(own, os.W_OK):
+    return None
+  return own
+
+
+def memory_control() -> str:
+  """How a sandbox's memory budget is held here: 'cgroup' (a cgroup v2 of its own, whose
+  `memory.max` is the budget) or 'rlimit' (RLIMIT_AS of budget / processes on each process)."""
+  return 'cgroup' if _own_cgroup() is not None else 'rlimit'
+
+
+class _Cgroup:
+  """A cgroup v2 of one sandbox under `parent`: `memory.max` the budget, no swap, `pids.max`
+  the process count. `enter` (in the child, before it runs bubblewrap) moves a process in."""
+
+  def __init__(self, parent: pathlib.Path, limits: Limits):
+    self.path = parent / f'graftjax-sandbox-{secrets.token_hex(6)}'
+    self.path.mkdir()
+    try:
+      for name, value in (
+        ('memory.max', limits.memory_bytes),
+        ('memory.swap.max', 0),
+        ('pids.max', limits.processes + 1),  # and the sandbox's init
+      ):
+        with contextlib.suppress(FileNotFoundError):  # no swap accounting: nothing to bound
+          (self.path / name).write_text(f'{value}\n')
+    except OSError:
+      self.remove()
+      raise
+    self._procs = str(self.path / 'cgroup.procs')
+
+  def enter(self) -> None:
+    with open(self._procs, 'w') as f:
+      f.write(str(os.getpid()))
+
+  def out_of_memory(self) -> bool:
+    """Whether the kernel killed a process of it for going over `memory.max`."""
+    try:
+      events = (self.path / 'memory.events').read_text().split()
+    except OSError:
+      return False
+    counts = dict(zip(events[::2], events[1::2]))
+    return int(counts.get('oom_kill', '0')) > 0
+
+  def remove(self) -> None:
+    with contextlib.suppress(OSError):
+      self.path.rmdir()
+
+
 def _python() -> tuple[str, str]:
   """The interpreter to run inside (this one's base, not a venv link) and its prefix."""
   executable = os.path.realpath(getattr(sys, '_base_executable', sys.executable))
@@ -158,7 +235,13 @@ def _system_mounts() -> list[str]:
 
 
 def _command(
-  limits: Limits, uid: int, files: Mapping[str, int], status_fd: int, args: tuple[str, ...]
+  limits: Limits,
+  uid: int,
+  files: Mapping[str, int],
+  status_fd: int,
+  args: tuple[str, ...],
+  *,
+  memory: int,
 ) -> list[str]:
   executable, prefix = _python()
   root = os.geteuid() == 0
@@ -181,7 +264,7 @@ def _command(
   command += ['--chdir', '/tmp']
   command += ['--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--setenv', 'HOME', '/tmp']
   command += ['--json-status-fd', str(status_fd)]
-  numbers = (uid, limits.cpu_seconds, limits.memory_bytes, limits.processes)
+  numbers = (uid, limits.cpu_seconds, memory, limits.processes)
   command += [executable, '-I', '-S', '-c', _LAUNCHER, *map(str, numbers)]
   return command + [str(limits.file_bytes), *args]
 
@@ -301,7 +384,15 @@ class Sandbox:
     os.set_blocking(self._status_read, False)
     self._status = b''
     fds = {name: file.fileno() for name, file in self._inputs.items()}
-    command = _command(limits, uid, fds, status_write, args)
+    bwrap()  # SandboxError before a cgroup is made, if bubblewrap is missing
+    self._cgroup = None
+    parent = _own_cgroup()
+    if parent is not None:
+      with contextlib.suppress(OSError):  # refused after all: the rlimits hold the budget
+        self._cgroup = _Cgroup(parent, limits)
+    # In a cgroup the budget is the cgroup's; else each of `processes` gets its share.
+    memory = limits.memory_bytes if self._cgroup else limits.memory_bytes // limits.processes
+    command = _command(limits, uid, fds, status_write, args, memory=memory)
     self._start = time.monotonic()
     try:
       self._process = subprocess.Popen(
@@ -311,8 +402,9 @@ class Sandbox:
         stderr=self._stderr,
         pass_fds=(*fds.values(), status_write, *pass_fds),
         start_new_session=True,
+        preexec_fn=self._cgroup.enter if self._cgroup else None,
       )
-    except OSError as error:
+    except (OSError, subprocess.SubprocessError) as error:
       self._close()
       os.close(self._status_read)
       raise SandboxError(f'bubblewrap could not start: {error}') from error
@@ -373,6 +465,7 @@ class Sandbox:
     limit = self.limits.file_bytes
     flooded = any(os.fstat(f.fileno()).st_size >= limit for f in (self._stdout, self._stderr))
     out, err = _read(self._stdout, limit), _read(self._stderr, limit)
+    out_of_memory = self._cgroup is not None and self._cgroup.out_of_memory()
     self._close()
     if exit_code is None and not timed_out and not self._stopped:
       raise SandboxError(f'bubblewrap could not create the sandbox: {err.strip()}')
@@ -380,11 +473,15 @@ class Sandbox:
       ending = 'process_limit' if held >= self.limits.processes else 'timeout'
     else:
       ending = 'stopped' if self._stopped and exit_code is None else None
+    if ending is None and out_of_memory and exit_code not in (None, 0):
+      ending = 'memory'  # the cgroup's budget: the kernel killed a process over it
     return _result(ending, flooded, exit_code, out, err, seconds)
 
   def _close(self) -> None:
     for file in (*self._inputs.values(), self._stdout, self._stderr):
       file.close()
+    if self._cgroup is not None:
+      self._cgroup.remove()
 
 
 def run_python(code: str, *, limits: Limits = Limits(), args: tuple[str, ...] = ()) -> Result:

@@ -79,10 +79,10 @@ class Synced:
     listed: blocks the store listed.
     read: manifests read (the blocks not seen before).
     added: entries catalogued.
-    removed: keys whose blocks are gone (unlisted, their manifests read missing), taken out.
+    removed: keys whose blocks are known to be gone (`indexes.gone`), taken out.
     list_seconds: wall time of the store's listing.
     seconds: wall time of the whole sync.
-    kept: keys the listing lacks whose manifests did not read missing: their rows are kept.
+    kept: keys the listing lacks whose blocks are not known to be gone: their rows are kept.
   """
 
   listed: int
@@ -233,10 +233,11 @@ class Catalog(sqlite_index.SqliteIndex):
     from `describe(key, meta)` (they are not in the block's metadata), which may return None
     to leave the block out.
 
-    The new catalog is written beside the one in place and replaces it only if it holds a
-    row of every key the one in place holds, but those whose blocks are gone (unlisted, and
-    their manifests read missing): the texts live only in the catalog. A catalog in place
-    that does not open as sqlite, or lacks the table, is replaced.
+    The new catalog is written only if it holds a
+    row of every key the one in place holds, but those whose blocks are known to be gone
+    (unlisted, missing on two reads, tombstoned by `indexes.delete_block`): the texts live
+    only in the catalog. The check and the write hold the lock writers take, in the file in
+    place (`SqliteIndex._replace`); a file that is not a catalog of this schema is replaced.
 
     Raises:
       store.StoreError: a block is missing or does not verify.
@@ -273,12 +274,14 @@ class Catalog(sqlite_index.SqliteIndex):
     manifest, and its text and source from `describe(key, meta)`, which may return None to
     leave it out (it is not read again).
 
-    A row is removed (and never routed again) only on evidence that its block is gone: the
-    listing lacks it and a direct read of its manifest reports it missing. A row whose
-    block the listing lacks but whose manifest reads, or whose read fails, is kept (`kept`).
-    If the store lists none of the catalogued blocks (an unmounted disk, an unreachable
-    bucket, another store), nothing is changed and `RemovalRefusedError` says so, unless
-    `allow_removing_all`. The changes are applied in one transaction that takes what is in
+    A row is removed (and never routed again) only on per-key evidence that its block is
+    gone: the listing lacks it, two direct reads of its manifest report it missing, and its
+    deleter left a tombstone (`indexes.delete_block`). Any other row whose block the listing
+    lacks is kept (`kept`): a store at the wrong root answers missing for every block it
+    never held. If the store lists none of the catalogued blocks (an unmounted disk, an
+    unreachable bucket, another store), nothing is changed and `RemovalRefusedError` says
+    so, unless `allow_removing_all`, with which the caller vouches for the store: rows of
+    blocks missing on two reads are removed without tombstones. The changes are applied in one transaction that takes what is in
     the file then: syncs of one catalog file from several processes at once all succeed
     (a row another one added first is kept as it is).
 

@@ -1,7 +1,7 @@
-"""Indexes never delete what they cannot rebuild: a sync removes a row only when the store
-lists and a direct read of the block's manifest reports it missing; a rebuild replaces the
-index in place only when it is at least as complete; two syncs of one file at once both
-succeed."""
+"""Indexes never delete what they cannot rebuild: a sync removes a row only on per-key
+evidence (unlisted, absent on two direct reads of the block's manifest, and tombstoned by its
+deleter), never on a listing or a store at the wrong root; a rebuild writes the index only when
+it is at least as complete; two syncs of one file at once both succeed."""
 
 import shutil
 import sqlite3
@@ -111,7 +111,7 @@ def test_a_manifest_read_that_fails_is_not_evidence(synced, monkeypatch):
 
   monkeypatch.setattr(store, 'list', lambda: [k for k in listed if k not in keys[:2]])
   monkeypatch.setattr(store, 'read_meta', read)
-  store.delete(keys[1])  # gone for real: unlisted, and its manifest reads missing
+  indexes.delete_block(store, keys[1])  # gone for real: unlisted, missing, tombstoned
   with catalog_lib.Catalog(path, store=store) as catalog:
     done = catalog.sync(describe)
     assert done.removed == (keys[1],) and done.kept == (keys[0],)
@@ -141,9 +141,58 @@ def test_a_rebuild_that_would_lose_rows_keeps_the_catalog(synced):
 
 def test_a_rebuild_drops_the_rows_of_blocks_that_are_gone(synced):
   store, path, keys = synced
-  store.delete(keys[0])
+  indexes.delete_block(store, keys[0])
   with catalog_lib.Catalog.rebuild(path, store, describe) as catalog:
     assert catalog.keys() == keys[1:]
+
+
+@pytest.fixture
+def five(tmp_path):
+  """(catalog path, keys, a store at another root that holds only the first block)."""
+  store = store_lib.BlockStore(tmp_path / 'store')
+  keys = [store.put(make_block(i)) for i in range(5)]
+  path = tmp_path / 'c.sqlite'
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    catalog.sync(describe)
+  other = store_lib.BlockStore(tmp_path / 'other')
+  other.put(make_block(0))  # a mis-set root that happens to hold one of the blocks
+  return path, keys, other
+
+
+def test_a_sync_against_a_root_that_lists_one_of_five_blocks_removes_no_row(five):
+  path, keys, other = five
+  before = _rows(path)
+  with catalog_lib.Catalog(path, store=other) as catalog:
+    done = catalog.sync(describe)  # four keys answer absent twice: no tombstone, no evidence
+    assert done.removed == () and sorted(done.kept) == sorted(keys[1:])
+    assert catalog.keys() == sorted(keys)
+  assert _rows(path) == before  # every row and its text
+
+
+def test_a_rebuild_against_a_root_that_lists_one_of_five_blocks_keeps_the_catalog(five):
+  path, keys, other = five
+  before = _rows(path)
+  with pytest.raises(indexes.RemovalRefusedError, match='lacks 4 rows'):
+    catalog_lib.Catalog.rebuild(path, other, describe)
+  assert _rows(path) == before
+
+
+def test_a_block_deleted_without_a_tombstone_keeps_its_row_until_vouched_for(synced):
+  store, path, keys = synced
+  store.delete(keys[0])  # a plain deletion: no tombstone
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    assert catalog.sync(describe).kept == (keys[0],) and catalog.keys() == keys
+    assert catalog.sync(describe, allow_removing_all=True).removed == (keys[0],)
+    assert catalog.keys() == keys[1:]
+
+
+def test_a_tombstone_of_a_block_put_again_removes_nothing(synced):
+  store, path, keys = synced
+  indexes.delete_block(store, keys[0])
+  assert store.put(make_block(0)) == keys[0]  # deposited again after its deletion
+  with catalog_lib.Catalog(path, store=store) as catalog:
+    done = catalog.sync(describe)
+    assert done.removed == () and catalog.keys() == keys
 
 
 def _racing(n):
@@ -229,11 +278,36 @@ def test_a_library_rebuild_without_its_records_keeps_the_catalog(library):
 def test_a_library_rebuild_drops_the_rows_of_blocks_that_are_gone(library):
   opened = library_lib.Library(library, shape=SHAPE)
   first, second = opened.entries()
-  opened.store.delete(first.key)
+  indexes.delete_block(opened.store, first.key)
   opened.close()
   rebuilt = library_lib.Library.rebuild(library, shape=SHAPE)
   assert rebuilt.entries() == [second] and rebuilt.rebuilt['records_without_block'] == [first.key]
   rebuilt.close()
+
+
+def test_a_library_sync_against_a_root_that_lists_one_of_its_blocks_removes_no_row(library):
+  with library_lib.Library(library, shape=SHAPE) as opened:
+    first, second = opened.entries()
+    before = _rows(library / 'catalog.db', 'deposits')
+    opened.store.delete(second.key)  # a root that lists one block: no tombstone of the other
+    done = opened.sync()
+    assert done.removed == () and done.kept == (second.key,)
+    assert opened.entries() == [first, second]
+  assert _rows(library / 'catalog.db', 'deposits') == before
+
+
+def test_a_record_written_over_with_another_items_bytes_is_refused_naming_both(library, tmp_path):
+  records = library / 'records'
+  first, second = (records / library_lib._record_name('toy', f'q{i}') for i in range(2))
+  first.write_bytes(second.read_bytes())  # both digests still hold: each is a whole record
+  with library_lib.Library(library, shape=SHAPE, index=tmp_path / 'fresh.db') as fresh:
+    with pytest.raises(library_lib.DamagedLibraryError) as raised:
+      fresh.sync()
+    assert len(fresh) == 0
+  message = str(raised.value)
+  assert f'{first.name} holds the record of toy/q1' in message and second.name in message
+  with pytest.raises(library_lib.DamagedLibraryError, match='holds the record of toy/q1'):
+    library_lib.Library.rebuild(library, shape=SHAPE)
 
 
 # A sync against an unmounted library and two library syncs at once: the contract tests of

@@ -55,6 +55,20 @@ class _Catalog:
   def names(self, index):
     return index.keys()
 
+  def add(self, index, i):
+    """Block `i` stored and added through `index`; its row's name."""
+    key = self.store.put(make_block(i))
+    meta, _ = self.store.read_meta(key)
+    assert index.add(
+      key,
+      describe(key, meta)[0],
+      source='added',
+      n_tokens=len(meta.token_ids),
+      model_fingerprint=meta.model_fingerprint,
+      dtype=meta.dtype,
+    )
+    return key
+
   def fresh(self):
     """The same store, its index file gone: the next syncs find every row new."""
     indexes.remove_database(self.path)
@@ -67,6 +81,7 @@ class _Library:
   kind = library_lib.Library
 
   def __init__(self, tmp_path, model):
+    self.model = model
     self.root = tmp_path / 'lib'
     with library_lib.Library(self.root, shape=SHAPE) as library:
       for i in range(3):
@@ -102,6 +117,11 @@ class _Library:
 
   def names(self, index):
     return [f'{entry.task}/{entry.item_id}' for entry in index.entries()]
+
+  def add(self, index, i):
+    """Item `i` deposited through `index`; its row's name."""
+    entry = deposit(self.model, index, i)
+    return f'{entry.task}/{entry.item_id}'
 
   def fresh(self):
     indexes.remove_database(self.path)
@@ -235,3 +255,52 @@ def test_an_index_of_another_schema_is_named_and_rebuilt(index):
   assert issubclass(index.kind.schema.damaged, ValueError)
   with index.rebuild() as rebuilt:
     assert index.names(rebuilt) == names
+
+
+# --- rebuilds and writers at once ---------------------------------------------------------------
+
+
+def test_a_handle_open_across_a_rebuild_writes_into_the_rebuilt_index(index):
+  with index.open() as opened:
+    index.rebuild().close()  # another process's rebuild, as far as the file is concerned
+    name = index.add(opened, 7)
+  with index.open() as again:
+    assert name in index.names(again) and len(again) == index.rows + 1
+
+
+def test_a_write_into_a_replaced_file_is_refused_naming_the_replacement(index, tmp_path):
+  with index.open() as opened:
+    copy = tmp_path / 'copy.db'
+    shutil.copyfile(index.path, copy)
+    copy.replace(index.path)  # the file replaced under the open handle (a restore, a copy)
+    with pytest.raises(indexes.CatalogFileError, match='replaced or removed since this handle'):
+      index.add(opened, 7)
+  with index.open() as again:
+    assert len(again) == index.rows
+    index.add(again, 7)
+    assert len(again) == index.rows + 1
+
+
+def test_a_row_added_while_a_rebuild_checks_is_never_dropped(index, monkeypatch):
+  writer = index.open(timeout=0.05)
+  check_complete, added = indexes.check_complete, []
+
+  def check_then_add(*args, **kwargs):
+    check_complete(*args, **kwargs)
+    try:  # between the rebuild's check and its write: an add that returns must be kept
+      added.append(index.add(writer, 7))
+    except indexes.CatalogFileError as e:
+      assert 'locked by another connection' in e.cause  # the rebuild holds the write lock
+      added.append(None)
+
+  monkeypatch.setattr(indexes, 'check_complete', check_then_add)
+  index.rebuild().close()
+  monkeypatch.undo()
+  [name] = added
+  with index.open() as again:
+    assert name is None or name in index.names(again), 'an add that returned was dropped'
+  if name is None:  # refused while the rebuild held the lock: it goes through after it
+    name = index.add(writer, 7)
+    with index.open() as again:
+      assert name in index.names(again)
+  writer.close()

@@ -22,18 +22,26 @@ or chain does not hold, a step twice) raises `JournalError` naming the file,
 the line and the cause. A step read back is passed to its `check` before it
 is used, so a value that names something outside the journal (a block in a
 store) is checked against it first.
+
+One run writes a journal at a time: an open journal holds an exclusive lock
+(`flock`) on `<path>.lock` until it is closed (`close`, `with`, or its process
+ends), and a second one opened on the same path meanwhile, in this process or
+another, raises `JournalError` naming the holder (pid, host, since when).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 import contextlib
+import datetime
+import fcntl
 import hashlib
 import json
 import math
 import os
 import pathlib
-from typing import Any
+import socket
+from typing import Any, Self
 
 from graftjax.errors import GraftjaxError
 
@@ -80,11 +88,66 @@ def _parse(line: bytes) -> Any:
     raise ValueError(f'not JSON ({e})') from None
 
 
+def _lock(path: pathlib.Path) -> Any:
+  """The open lock file `<path>.lock`, locked exclusively for this writer and naming it.
+
+  Raises:
+    JournalError: another writer holds it (named by the pid, host and time it wrote there).
+  """
+  where = path.with_name(path.name + '.lock')
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    file = open(where, 'a+b')  # noqa: SIM115 - held open (and locked) until `close`
+  except OSError as e:
+    raise JournalError(f'{path}: cannot open its lock {where}: {e}') from e
+  try:
+    fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    file.seek(0)
+    holder = file.read(400).decode(errors='replace').strip() or 'a writer that has not said who'
+    file.close()
+    raise JournalError(
+      f'{path} is being written by another run ({holder}; lock {where}): one run writes a'
+      ' journal at a time: wait for it to end, or give this run another journal path'
+    ) from e
+  holder = f'pid {os.getpid()} on host {socket.gethostname()} since'
+  holder += f' {datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}'
+  file.truncate(0)
+  file.write(holder.encode() + b'\n')
+  file.flush()
+  return file
+
+
 class Journal:
-  """Steps of one run, by name; with `path=None` nothing is written to disk."""
+  """Steps of one run, by name; with `path=None` nothing is written to disk.
+
+  Raises:
+    JournalError: another run holds the journal open, or it cannot be resumed (see above).
+  """
 
   def __init__(self, path: str | os.PathLike[str] | None, *, config: dict[str, Any]):
     self.path = None if path is None else pathlib.Path(path)
+    self._closed = False
+    self._held = None if self.path is None else _lock(self.path)
+    try:
+      self._load(config)
+    except BaseException:
+      self.close()
+      raise
+
+  def close(self) -> None:
+    """Releases the journal's lock (another run may then open it); later steps are refused."""
+    if self._held is not None:
+      self._held.close()
+      self._closed = True
+
+  def __enter__(self) -> Self:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def _load(self, config: dict[str, Any]) -> None:
     self.config_sha256 = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     self.done: dict[str, Any] = {}
     self.resumed = 0
@@ -137,6 +200,8 @@ class Journal:
         if check is not None and (cause := check(self.done[name])):
           raise JournalError(f'{self.path} line {line}: step {name!r} {cause}')
       return self.done[name]
+    if self._closed:
+      raise JournalError(f'{self.path}: closed; open it again to run step {name!r}')
     value = compute()
     entry = {'step': name, 'value': value, 'prev': self._last}
     try:

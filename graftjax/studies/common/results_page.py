@@ -198,8 +198,10 @@ def _declaration(folder: pathlib.Path) -> dict[str, Any]:
     raise StudyError(f'{folder}: no {DECLARATION}; every results folder declares its study')
   try:
     found = tomllib.loads(path.read_text())
-  except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-    raise StudyError(f'{path}: not TOML: {e}') from e
+  except RecursionError:
+    raise StudyError(f'{path}: not TOML: nested too deeply to parse') from None
+  except ValueError as e:  # TOMLDecodeError, not UTF-8, an integer past Python's digit limit
+    raise StudyError(f'{path}: not TOML: {str(e)[:200]}') from e
   unknown = sorted(set(found) - set(_KEYS))
   if unknown:
     raise StudyError(f'{path}: unknown keys {unknown}; known: {sorted(_KEYS)}')

@@ -22,7 +22,7 @@ PROBLEM = code_verifier.Problem(
   test='def check(candidate):\n  assert candidate(2, 3) == 5\n  assert candidate(-1, 1) == 0\n',
   entry_point='add',
 )
-_FAST = sandbox.Limits(wall_seconds=15, cpu_seconds=1, processes=16, file_bytes=1 << 20)
+_FAST = sandbox.Limits(wall_seconds=15, cpu_seconds=1, processes=8, file_bytes=1 << 20)
 
 
 @needs_bwrap

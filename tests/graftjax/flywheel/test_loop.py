@@ -430,14 +430,15 @@ def test_a_verifier_that_raises_in_the_base_phase_loses_no_model_work(
   shape = library_lib.Shape(capacity=256, chunk_size=16)
 
   def run():
-    return loop.run(
-      text_model,
-      task,
-      library=library_lib.Library(tmp_path / 'lib', shape=shape),
-      budget=QA_BUDGET,
-      routers=[route_lib.ExactRouter()],
-      journal=journal_lib.Journal(path, config={'run': 'flaky'}),
-    )
+    with journal_lib.Journal(path, config={'run': 'flaky'}) as journal:  # closed if it raises
+      return loop.run(
+        text_model,
+        task,
+        library=library_lib.Library(tmp_path / 'lib', shape=shape),
+        budget=QA_BUDGET,
+        routers=[route_lib.ExactRouter()],
+        journal=journal,
+      )
 
   with pytest.raises(RuntimeError, match='the verifier broke'):
     run()

@@ -96,6 +96,7 @@ def make_result(items=ITEMS, held_out=HELD_OUT):
   return {
     'experiment': 'flywheel',
     'task': 'synthetic',
+    'inputs': {'model_fingerprint': KEY_A, 'tokenizer_sha256': None, 'items': ['synthetic']},
     'budget': {
       'samples': 2,
       'temperature': 0.7,

@@ -53,22 +53,14 @@ ANY = 'any value'
 NOT_CHECKED = {
   ('experiment',): ANY,
   ('task',): ANY,
-  ('budget', 'rows'): ANY,
-  ('budget', 'seed'): ANY,
-  ('budget', 'temperature'): ANY,
-  ('budget', 'max_new_tokens'): {'1180591620717411303424'},
-  ('budget', 'recall_tokens'): {'1180591620717411303424'},
-  ('prompt', 'query'): ANY,
+  ('inputs',): {"'missing'"},  # a result of `loop.run` alone records none
+  ('inputs', 'tokenizer_sha256'): {"'missing'"},  # a model without a tokenizer
+  ('inputs', 'items', '*'): {"'x'", "'missing'"},  # any name of a source
+  ('budget', 'temperature'): {'1180591620717411303424', '1e+308'},  # any finite one >= 0
   ('attempts', '*', 'route_score'): {"'missing'", '-1', '1180591620717411303424', '1e+308', 'None'},
-  ('attempts', '*', 'seconds'): {'1180591620717411303424', '1e+308'},
   ('attempts', '*', 'text'): {"'x'"},
-  ('routing', 'BM25Router', 'threshold'): {
-    "'missing'",
-    '-1',
-    '1180591620717411303424',
-    '1e+308',
-    'None',
-  },
+  # Any finite number is a threshold some router could hold (scores are unbounded).
+  ('routing', 'BM25Router', 'threshold'): {'-1', '1180591620717411303424', '1e+308'},
   ('routing', 'BM25Router', 'false_hit_abstain'): {"'missing'"},
   ('energy',): {"'missing'", 'None'},
   ('energy', 'device'): ANY,
@@ -138,7 +130,7 @@ RESULTS = [  # (case, change to a clean result, the problem it must name)
   ),
   ('item id as a list', _attempt(0, item_id=['t/0']), "item_id is ['t/0'], not a JSON str"),
   ('missing gold', lambda r: r['attempts'][0].pop('gold'), 'missing gold'),
-  ('seconds negative', _attempt(0, seconds=-1.0), 'seconds -1.0 is negative'),
+  ('seconds negative', _attempt(0, seconds=-1.0), 'attempts.0.seconds is -1.0, not seconds'),
   ('block key as a list', _attempt(4, block_key=['k']), "block_key is ['k'], not a JSON str"),
   ('answered by a number', _attempt(4, answered_by=3), 'answered_by is 3'),
   ('answered by nobody', _attempt(4, answered_by='me'), "answered by 'me', neither"),
@@ -154,7 +146,7 @@ RESULTS = [  # (case, change to a clean result, the problem it must name)
   (
     'budget samples huge',
     lambda r: r['budget'].update(samples=2**70),
-    'budget says 1180591620717411303424',
+    'samples is 1180591620717411303424, not a positive count',
   ),
   ('deposits as an object', lambda r: r.update(deposits={}), 'deposits: missing or not a list'),
   (
@@ -273,3 +265,48 @@ def test_a_result_that_cannot_be_verified_is_not_written(tmp_path):
   with pytest.raises(ledger.ResultError, match='nested deeper than 64'):
     ledger.write_result(tmp_path / 'r.json', deep)
   assert not (tmp_path / 'r.json').exists()
+
+
+# The fields a run records about itself, each given every hostile value: a problem naming the
+# field (the values left out are ones the field may hold, or names no check could tell apart).
+TYPED = {
+  ('inputs',): {"'missing'"},  # a result of `loop.run` alone records none
+  ('inputs', 'model_fingerprint'): set(),
+  ('inputs', 'items'): set(),
+  ('inputs', 'tokenizer_sha256'): {'None', "'missing'"},
+  ('prompt',): set(),
+  ('prompt', 'prefix'): set(),
+  ('prompt', 'prefix_sha256'): set(),
+  ('prompt', 'query'): set(),
+  ('prompt', 'code'): {'True', "'missing'"},
+  ('budget',): set(),
+  ('budget', 'samples'): set(),
+  ('budget', 'max_new_tokens'): set(),
+  ('budget', 'recall_tokens'): set(),
+  ('budget', 'rows'): set(),
+  ('budget', 'seed'): set(),
+  ('budget', 'temperature'): {'1180591620717411303424', '1e+308', '100000000.0'},
+  ('routing', 'BM25Router', 'threshold'): {'-1', '1180591620717411303424', '1e+308', '100000000.0'},
+  ('attempts', 0, 'seconds'): set(),
+  ('grafted_vs_prompted', 'items', 0, 'graft_seconds'): set(),
+  ('grafted_vs_prompted', 'items', 0, 'prompted_seconds'): set(),
+  ('energy', 'phases', 'base', 'seconds'): set(),
+}
+VARIANTS = [
+  (path, value)
+  for path, allowed in TYPED.items()
+  for value in HOSTILE_VALUES + ('missing', 1e8)  # 1e8 seconds: over three years
+  if repr(value) not in allowed
+]
+
+
+@pytest.mark.parametrize(
+  'path, value', VARIANTS, ids=[f'{".".join(map(str, p))}={v!r}' for p, v in VARIANTS]
+)
+def test_a_mistyped_or_absurd_field_of_the_run_is_a_problem_naming_it(path, value):
+  clean = test_rescore.make_result()
+  result = _removed(clean, path) if value == 'missing' else _replaced(clean, path, value)
+  assert result != clean
+  found = rescore.check(result)
+  named = str(path[-1])
+  assert any(named in p for p in found.problems), found.problems

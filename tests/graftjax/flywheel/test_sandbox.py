@@ -118,6 +118,49 @@ def test_a_10_gb_allocation_is_refused():
   assert result.stdout == ''
 
 
+# Forks as many memory holders as it may (more than its process count), each filling 4 MiB
+# chunks until refused, then holding them; the parent adds up what all hold at once.
+_MEMORY_HOLDERS = """
+import os, select, time
+r, w = os.pipe()
+children = 0
+for _ in range(64):
+  try:
+    pid = os.fork()
+  except OSError:
+    break
+  if pid == 0:
+    held = []
+    try:
+      while True:
+        held.append(bytearray(4 << 20))  # zero-filled: its pages are touched
+    except MemoryError:
+      pass
+    os.write(w, b'%d\\n' % sum(map(len, held)))
+    time.sleep(60)  # held until the sandbox ends
+    os._exit(0)
+  children += 1
+os.close(w)
+lines = b''
+while lines.count(b'\\n') < children and select.select([r], [], [], 20)[0]:
+  lines += os.read(r, 4096)
+print(children, sum(map(int, lines.split())))
+"""
+
+
+@needs_bwrap
+def test_memory_holders_forked_at_once_stay_within_the_sandboxs_one_budget():
+  budget = 256 << 20
+  limits = sandbox.Limits(wall_seconds=30, cpu_seconds=10, memory_bytes=budget, processes=4)
+  result = sandbox.run_python(_MEMORY_HOLDERS, limits=limits)
+  if sandbox.memory_control() == 'cgroup' and result.cause == 'memory':
+    return  # the cgroup's memory.max held: the kernel killed a holder over the budget
+  assert result.passed, (result.cause, result.stderr)
+  children, held = map(int, result.stdout.split())
+  assert children >= 2, 'more than one holder ran at once'
+  assert held <= budget, f'{children} processes held {held >> 20} MiB at once, over 256 MiB'
+
+
 @needs_bwrap
 def test_a_connection_to_the_hosts_loopback_is_refused():
   with socket.socket() as server:

@@ -1,8 +1,12 @@
-"""The run journal: finished steps are kept, a torn line is dropped, another run is refused."""
+"""The run journal: finished steps are kept, a torn line is dropped, a journal of another run
+is refused, and so is a second writer of an open journal."""
 
 import errno
 import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -28,11 +32,13 @@ def test_a_reopened_journal_skips_finished_steps(tmp_path):
   first = journal_lib.Journal(path, config={'items': [1, 2]})
   assert first.step('a', compute({'x': 1.5, 'ids': (1, 2)})) == {'x': 1.5, 'ids': [1, 2]}
   assert first.step('a', compute('again')) == {'x': 1.5, 'ids': [1, 2]}
+  first.close()
   again = journal_lib.Journal(path, config={'items': [1, 2]})
   assert again.resumed == 1
   assert again.step('a', compute('not run')) == {'x': 1.5, 'ids': [1, 2]}
   assert again.step('b', compute([3])) == [3]
   assert calls == [{'x': 1.5, 'ids': (1, 2)}, [3]]
+  again.close()
   assert journal_lib.Journal(path, config={'items': [1, 2]}).done == {
     'a': {'x': 1.5, 'ids': [1, 2]},
     'b': [3],
@@ -45,9 +51,11 @@ def test_a_torn_last_line_is_dropped_and_its_step_runs_again(tmp_path):
   journal.step('a', lambda: 1)
   with path.open('a') as f:
     f.write('{"step": "b", "val')  # an interrupted write
+  journal.close()
   reopened = journal_lib.Journal(path, config={})
   assert reopened.done == {'a': 1}
   assert reopened.step('b', lambda: 2) == 2
+  reopened.close()
   assert journal_lib.Journal(path, config={}).done == {'a': 1, 'b': 2}
 
 
@@ -129,6 +137,7 @@ def test_a_torn_last_line_is_cut_and_the_chain_goes_on(tmp_path):
   assert path.read_bytes() == b'\n'.join(lines) + b'\n'
   assert again.done == {'a': 1, 'b': {'x': [2.5]}, 'c': 'three'}
   again.step('d', lambda: 4)
+  again.close()
   assert journal_lib.Journal(path, config={'items': [1]}).done['d'] == 4
 
 
@@ -191,8 +200,53 @@ def test_a_write_that_fails_half_way_leaves_a_journal_that_resumes(tmp_path, mon
       journal.step('b', compute(2))
   assert 'b' not in journal.done
   assert journal.step('c', compute(3)) == 3  # the append after the failed one
+  journal.close()
   again = journal_lib.Journal(path, config={})
   assert again.resumed == 2 and again.done == {'a': 1, 'c': 3}
   assert again.step('b', compute(4)) == 4  # the failed step runs again
+  again.close()
   assert journal_lib.Journal(path, config={}).done == {'a': 1, 'c': 3, 'b': 4}
   assert calls == [1, 2, 3, 4]
+
+
+# One writer per journal -------------------------------------------------------------------------
+
+
+def test_a_second_writer_of_an_open_journal_is_refused_naming_the_first(tmp_path):
+  path = tmp_path / 'journal.jsonl'
+  first = journal_lib.Journal(path, config={})
+  with pytest.raises(journal_lib.JournalError, match=rf'another run \(pid {os.getpid()} on host'):
+    journal_lib.Journal(path, config={})
+  first.step('a', lambda: 1)  # the first writer is untouched by the refusal
+  first.close()
+  with journal_lib.Journal(path, config={}) as again:
+    assert again.done == {'a': 1}
+    again.step('b', lambda: 2)
+  with pytest.raises(journal_lib.JournalError, match="closed; open it again to run step 'c'"):
+    again.step('c', lambda: 3)
+  assert journal_lib.Journal(path, config={}).done == {'a': 1, 'b': 2}
+
+
+_HOLD = """
+import sys
+from graftjax.studies.common import journal
+held = journal.Journal(sys.argv[1], config={})
+held.step('theirs', lambda: 1)
+print('held', flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_journal_another_process_writes_is_refused_until_it_ends(tmp_path):
+  path = tmp_path / 'journal.jsonl'
+  other = subprocess.Popen(
+    [sys.executable, '-c', _HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+  )
+  try:
+    assert other.stdout.readline() == b'held\n'
+    with pytest.raises(journal_lib.JournalError, match=rf'another run \(pid {other.pid} on host'):
+      journal_lib.Journal(path, config={})
+  finally:
+    other.communicate(b'', timeout=60)
+  with journal_lib.Journal(path, config={}) as mine:  # its lock ended with it
+    assert mine.done == {'theirs': 1}

@@ -196,6 +196,8 @@ def test_a_study_is_a_folder_and_its_declaration(tmp_path):
     ('title = "t"\norder = 1\nfamily = "x"\n', "unknown keys ['family']"),
     ('title = "t"\norder = 1\ncommands = [1]\n', 'other than strings'),
     ('title = t\n', 'not TOML'),
+    ('title = "t"\norder = 1\ncommands = ' + '[' * 5000 + ']' * 5000, 'nested too deeply'),
+    ('title = "t"\norder = ' + '9' * 5000 + '\n', 'not TOML: Exceeds the limit'),
     ('title = "t"\norder = 1\nsection = "graftjax.studies.sections.nope"\n', 'sections.nope'),
     ('title = "t"\norder = 1\nsection = "graftjax.ledger"\n', 'has no render'),
   ],
