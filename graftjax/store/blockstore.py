@@ -106,7 +106,9 @@ class BlockStore:
       if deposited:
         return key
     raise store_errors.StoreIOError(
-      self._where(key), 'deleted by another writer each time it was deposited'
+      self._where(key),
+      'deleted by another writer each time it was deposited, or the server did not keep its'
+      ' manifest: it was not in place when read back after its write',
     )
 
   def get(self, key: str, *, into: store_read.Into | None = None) -> blocks.KVBlock:
@@ -246,9 +248,14 @@ class BlockStore:
 
     On `file`: everything in `.tmp/`, after waiting for the deposits and deletions in
     progress. On other kvstores: the writers' prefixes (`<key>/<data>/`) that no manifest
-    names and that are older than `grace_seconds` (a deposit in progress is younger;
-    docs/store_format.md).
+    names, that are older than `grace_seconds` and that no deposit is committing; while it
+    runs, deposits commit only prefixes younger than half its grace (docs/store_format.md).
+
+    Raises:
+      InvalidArgumentError: `grace_seconds` is not a number >= 0 (NaN, negative, a str).
+      ReadOnlyStoreError, StoreIOError.
     """
+    grace_seconds = store_commit.checked_grace(self.root, grace_seconds)
     self._check_writable()
     if self._local is None:
       return store_commit.collect_kvstore(self._kv, self.root, grace_seconds)
@@ -259,9 +266,11 @@ class BlockStore:
     if self._local is not None:
       return self._is_complete(key)
     with store_errors.io_errors(self._where(key), 'cannot read the block'):
-      return (
-        store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}')).state == 'value'
-      )
+      if store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}')).state == 'value':
+        return True
+      # A missing bucket answers a GET as a missing key, a listing as what it is.
+      store_kvstore.result((self._kv / f'{key}/').list())
+    return False
 
   def _checked_key(self, key: str) -> str:
     if not isinstance(key, str) or not store_manifest.HEX64.fullmatch(key):
