@@ -54,7 +54,9 @@ class Actor:
 
 
 def writer(block) -> Actor:
-  return Actor('put', lambda store: store.put(block), block=block, key=store_lib.key_for(block.meta))
+  return Actor(
+    'put', lambda store: store.put(block), block=block, key=store_lib.key_for(block.meta)
+  )
 
 
 def deleter(key: str) -> Actor:
