@@ -3,7 +3,7 @@
 On the `file` kvstore a block is written under `.tmp/`, verified and
 renamed into place. On other drivers each writer stages its payload under
 a prefix of its own, `<key>/<data>/`, announces that it is about to commit it
-(`<key>/<data>.commit`), checks the grace of every garbage collection in
+(`<key>/<data>/.commit`), checks the grace of every garbage collection in
 progress (`.gc/`), reads the payload back, and commits it by writing
 `<key>/manifest.json` (which names the prefix) only if absent; a deletion
 removes the manifest only at the generation it read, then the prefix that
@@ -47,8 +47,9 @@ GRACE_SECONDS = 3600.0
 # On an object store, each garbage collection in progress: `.gc/<data id>` (when it began)
 # holding {"grace_seconds": g}, written before it lists the store, deleted when it ends.
 GC_RECORDS = '.gc/'
-# `<key>/<data>.commit`: a deposit is about to commit the prefix `<key>/<data>/`, written
-# before it reads `GC_RECORDS`; a collection that lists it leaves that prefix alone.
+# `<key>/<data>/.commit`: a deposit is about to commit its prefix `<key>/<data>/`, written
+# before it reads `GC_RECORDS`; a collection that lists it leaves that prefix alone (unless
+# it is older than `GRACE_SECONDS`: a writer that died).
 INTENT = '.commit'
 
 
@@ -163,7 +164,9 @@ def deposit_kvstore(
   Returns True if this manifest was written and reads back, False if another writer's was
   there first (the caller compares payloads) or none is there after the write (the caller
   deposits again). A payload not committed is deleted (what a crash leaves,
-  `collect_kvstore` removes).
+  `collect_kvstore` removes); if the manifest's write fails without an answer, the payload
+  and its announcement are left (the write may land yet), and `collect_kvstore` keeps them
+  until the announcement is older than `GRACE_SECONDS`.
 
   Raises:
     StoreIOError: the payload staged does not read back whole and exact (a server that
@@ -171,7 +174,7 @@ def deposit_kvstore(
       nothing is committed then.
   """
   block_kv = kv / f'{key}/'
-  committed = False
+  outcome = 'lost'  # 'committed', or 'unknown' while the manifest's write has not answered
   try:
     with store_errors.io_errors(where, 'cannot deposit the block'):
       absent = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
@@ -190,15 +193,17 @@ def deposit_kvstore(
       ) from e
     except store_errors.StoreIOError as e:
       raise type(e)(e.path, f'cannot deposit the block: {e.cause}') from e
+    outcome = 'unknown'
     committed = commit(kv, where, key, data, manifest, absent.stamp.generation)
+    outcome = 'committed' if committed else 'lost'
     return committed
   finally:
-    if not committed:
+    if outcome == 'lost':
       discard(kv, key, data)
 
 
 def announce(kv: ts.KvStore, where: str, key: str, data: str) -> None:
-  """Writes `<key>/<data>.commit`, then checks that the prefix is younger than half the
+  """Writes `<key>/<data>/.commit`, then checks that the prefix is younger than half the
   grace in force (`grace_in_force`): from here until `commit` removes the announcement, no
   `collect_kvstore` takes the prefix (docs/store_format.md says why).
 
@@ -206,7 +211,7 @@ def announce(kv: ts.KvStore, where: str, key: str, data: str) -> None:
     StoreIOError: the prefix is older than that; nothing may be committed.
   """
   with store_errors.io_errors(where, 'cannot deposit the block'):
-    store_kvstore.result(kv.write(f'{key}/{data}{INTENT}', b''), writing=True)
+    store_kvstore.result(kv.write(f'{key}/{data}/{INTENT}', b''), writing=True)
     grace = grace_in_force(kv)
   age = time.time() - data_seconds(data)
   if age > grace / 2:
@@ -234,21 +239,23 @@ def commit(kv: ts.KvStore, where: str, key: str, data: str, manifest: bytes, abs
       block_kv.write(store_manifest.MANIFEST, manifest, if_equal=absent), writing=True
     )
     stored = store_kvstore.result(block_kv.read(store_manifest.MANIFEST))
-    if not (stored.state == 'value' and stored.value == manifest):
-      return False
-    store_kvstore.result(kv.delete_range(_exactly(f'{key}/{data}{INTENT}')))
+  if not (stored.state == 'value' and stored.value == manifest):
+    return False
+  try:  # the block is committed; an announcement left over only delays nothing
+    store_kvstore.result(kv.delete_range(_exactly(f'{key}/{data}/{INTENT}')))
+  except OSError:
+    pass
   return True
 
 
 def discard(kv: ts.KvStore, key: str, data: str) -> None:
-  """Deletes a deposit's prefix, then its announcement, unless the manifest names the
-  prefix (a commit whose answer was lost); a failure leaves them to `collect_kvstore`."""
+  """Deletes a deposit's prefix (its announcement with it) unless the manifest names it;
+  a failure leaves it to `collect_kvstore`."""
   try:
     stored = store_kvstore.result(kv.read(f'{key}/{store_manifest.MANIFEST}'))
     if stored.state == 'value' and f'{data}/' in _payload_prefixes(stored.value):
       return
     store_kvstore.result(kv.delete_range(_range(f'{key}/{data}/')))
-    store_kvstore.result(kv.delete_range(_exactly(f'{key}/{data}{INTENT}')))
   except OSError:
     pass
 
@@ -387,22 +394,20 @@ def _collect(kv: ts.KvStore, now: float, grace_seconds: float, record: str) -> i
   for name in store_kvstore.result(kv.list()):
     text = name.decode('latin-1')
     parts = text.split('/')
-    if text.startswith(GC_RECORDS) and text != record:
-      if (
-        store_manifest.DATA_ID.fullmatch(parts[1]) and now - data_seconds(parts[1]) > GRACE_SECONDS
-      ):
+    if text.startswith(GC_RECORDS):
+      dead = store_manifest.DATA_ID.fullmatch(parts[-1]) and (
+        now - data_seconds(parts[-1]) > GRACE_SECONDS
+      )
+      if dead and text != record:
         stale.append(text)
-    elif len(parts) < 2 or not store_manifest.HEX64.fullmatch(parts[0]):
-      continue
-    elif len(parts) == 2 and parts[1].endswith(INTENT):
-      data = parts[1].removesuffix(INTENT)
-      if store_manifest.DATA_ID.fullmatch(data):
-        if now - data_seconds(data) > GRACE_SECONDS:
-          stale.append(text)
-        else:
-          announced.add((parts[0], data))
-    elif len(parts) > 2 and store_manifest.DATA_ID.fullmatch(parts[1]):
+    elif (
+      len(parts) > 2
+      and store_manifest.HEX64.fullmatch(parts[0])
+      and store_manifest.DATA_ID.fullmatch(parts[1])
+    ):
       found.add((parts[0], parts[1]))
+      if parts[2:] == [INTENT] and now - data_seconds(parts[1]) <= GRACE_SECONDS:
+        announced.add((parts[0], parts[1]))
   collected = 0
   for key, data in sorted(found - announced):
     if now - data_seconds(data) <= grace_seconds:

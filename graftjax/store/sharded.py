@@ -277,13 +277,13 @@ class ShardedStore:
         # Every process's chunks in place and read back before process 0 publishes.
         problem = self._read_back(prefix, [(path, digest) for path, _, digest in own])
         _agree(problem, store_lib.StoreIOError, where)
-        if jax.process_index() == 0:
-          problem = self._publish(key, prefix, data, manifest)
-        _agree(problem, store_lib.StoreIOError, where)
       except store_lib.StoreIOError:
         if jax.process_index() == 0:
           self._discard(key, prefix, data)
         raise
+      if jax.process_index() == 0:  # a failed manifest write may land yet: nothing discarded
+        problem = self._publish(key, prefix, data, manifest)
+      _agree(problem, store_lib.StoreIOError, where)
     _barrier(f'sharded put {key} published')
     if self._manifest_bytes(key) is None:
       raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')

@@ -37,7 +37,7 @@ from graftjax import store as store_lib
 from graftjax.store import commit as store_commit
 from graftjax.store import manifest as store_manifest
 
-_PAYLOAD_FILE = re.compile(r'(^|/)[0-9]{10}-[0-9a-f]{32}/.')
+_PAYLOAD_FILE = re.compile(r'(^|/)[0-9]{10}-[0-9a-f]{32}/(?!\.commit$).')
 _START = 1_700_000_000
 _WAIT_SECONDS = 60.0
 

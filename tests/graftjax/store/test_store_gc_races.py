@@ -4,7 +4,7 @@ the GCS emulator and `ShardedStore`; a manifest write the server drops; gc's arg
 Before, a deposit checked its age against half the fixed `GRACE_SECONDS` whatever grace a
 collection ran with: `gc(grace_seconds=0)` while a put was between its read-back and its
 manifest deleted the payload, and the put returned a key that did not read. Now a deposit
-announces the prefix it is committing (`<key>/<data>.commit`) before it reads the graces
+announces the prefix it is committing (`<key>/<data>/.commit`) before it reads the graces
 of the collections in progress (`.gc/`), and a collection records its grace before it
 lists the store and leaves announced prefixes alone.
 """
