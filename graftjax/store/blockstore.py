@@ -73,7 +73,9 @@ class BlockStore:
       (Both name the way out: `verify`, `quarantine`, `put` again.)
       UnsupportedFormatError: if its key is stored in another format.
       ReadOnlyStoreError, StoreIOError, UnsafePathError: if the storage
-        refuses the deposit; nothing of it is visible then.
+        refuses the deposit, or (object stores) it did not keep the manifest, or the
+        deposit took longer than half the grace of a garbage collection in progress;
+        nothing of it is visible then.
     """
     self._check_writable()
     if self._local is not None:

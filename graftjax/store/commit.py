@@ -230,8 +230,9 @@ def commit(kv: ts.KvStore, where: str, key: str, data: str, manifest: bytes, abs
   deletion took the block at once). A condition that failed is checked against the stored
   manifest: a write whose answer was lost and that was retried finds its own first try
   there (the manifest names this deposit's prefix, so equal bytes are this deposit's).
-  If the write fails without an answer, the payload is left for `collect_kvstore`, which
-  keeps what a manifest names.
+
+  Raises:
+    StoreIOError: a request failed; the manifest's write may land yet.
   """
   block_kv = kv / f'{key}/'
   with store_errors.io_errors(where, 'cannot deposit the block'):
