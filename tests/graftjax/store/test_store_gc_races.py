@@ -183,3 +183,11 @@ def test_gc_refuses_a_grace_that_is_not_a_number_of_seconds(grace, root, tmp_pat
 
 def _names(store):
   return sorted(n.decode() for n in store._kv.list().result())
+
+
+def test_a_sharded_store_names_a_missing_bucket_where_it_looks_for_a_key(request):
+  """As `BlockStore`: `key in store` on a bucket that is not there raises, not False."""
+  url = request.getfixturevalue('s3_server').url
+  store = sharded_store.ShardedStore(s3_spec(url, 'p/', bucket='graftjax-absent'))
+  with pytest.raises(store_lib.StoreIOError, match='NoSuchBucket'):
+    'a' * 64 in store  # noqa: B015  (the lookup is what raises)

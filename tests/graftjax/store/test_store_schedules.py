@@ -59,6 +59,13 @@ def test_a_writer_a_deleter_and_a_collection_on_a_stored_key(patch):
   assert not report.violations, report.violations
 
 
+def test_a_writer_and_two_collections_of_different_graces(patch):
+  """The deposit keeps to the shorter grace of the two in progress, whichever began last."""
+  actors = [explorer.writer(make_block(0)), explorer.collector(1), explorer.collector(3600)]
+  report = explorer.explore(actors, patch=patch, sample=100, seed=4)
+  assert not report.violations, report.violations
+
+
 def test_a_writer_a_sync_and_a_collection(patch):
   actors = [explorer.writer(make_block(0)), explorer.syncer(), explorer.collector(0)]
   report = explorer.explore(actors, setup=[make_block(1)], patch=patch, sample=150, seed=3)
