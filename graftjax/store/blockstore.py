@@ -267,9 +267,9 @@ class BlockStore:
     key = self._checked_key(key)
     if self._local is not None:
       return self._is_complete(key)
+    if self._exists(key):
+      return True
     with store_errors.io_errors(self._where(key), 'cannot read the block'):
-      if store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}')).state == 'value':
-        return True
       # A missing bucket answers a GET as a missing key, a listing as what it is.
       store_kvstore.result((self._kv / f'{key}/').list())
     return False
@@ -286,9 +286,12 @@ class BlockStore:
     return os.path.join(self.root, key) if self._local is not None else f'{self.root}{key}'
 
   def _exists(self, key: str) -> bool:
+    """Whether `key` is taken: its folder (file), its manifest (one GET elsewhere)."""
     if self._local is not None:
       return os.path.lexists(os.path.join(self._local, key))
-    return key in self
+    with store_errors.io_errors(self._where(key), 'cannot read the block'):
+      manifest = store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}'))
+    return manifest.state == 'value'
 
   def _is_complete(self, key: str) -> bool:
     path = os.path.join(self._local, key)
