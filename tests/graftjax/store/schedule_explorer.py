@@ -96,6 +96,7 @@ class Report:
   runs: int = 0
   violations: list = dataclasses.field(default_factory=list)
   outcomes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  complete: bool = False  # every schedule was played (an enumeration within its budget)
 
   def add(self, run: _Run) -> bool:
     """Counts `run`; True if it found a violation."""
@@ -332,6 +333,7 @@ def explore(
         prefix = [c for _, c in decisions] + [later[0]]
         break
     else:
+      report.complete = True
       return report
   return report
 
