@@ -24,6 +24,7 @@ AccessDeniedError = _errors.AccessDeniedError
 ConflictingBlockError = _errors.ConflictingBlockError
 CorruptBlockError = _errors.CorruptBlockError
 InvalidBlockError = _errors.InvalidBlockError
+InvalidArgumentError = _errors.InvalidArgumentError
 InvalidKeyError = _errors.InvalidKeyError
 MissingBlockError = _errors.MissingBlockError
 ReadOnlyStoreError = _errors.ReadOnlyStoreError
@@ -46,6 +47,7 @@ __all__ = [
   'ConflictingBlockError',
   'CorruptBlockError',
   'InvalidBlockError',
+  'InvalidArgumentError',
   'InvalidKeyError',
   'MissingBlockError',
   'ReadOnlyStoreError',

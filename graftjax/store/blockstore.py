@@ -73,7 +73,9 @@ class BlockStore:
       (Both name the way out: `verify`, `quarantine`, `put` again.)
       UnsupportedFormatError: if its key is stored in another format.
       ReadOnlyStoreError, StoreIOError, UnsafePathError: if the storage
-        refuses the deposit; nothing of it is visible then.
+        refuses the deposit, or (object stores) it did not keep the manifest, or the
+        deposit took longer than half the grace of a garbage collection in progress;
+        nothing of it is visible then.
     """
     self._check_writable()
     if self._local is not None:
@@ -106,7 +108,9 @@ class BlockStore:
       if deposited:
         return key
     raise store_errors.StoreIOError(
-      self._where(key), 'deleted by another writer each time it was deposited'
+      self._where(key),
+      'deleted by another writer each time it was deposited, or the server did not keep its'
+      ' manifest: it was not in place when read back after its write',
     )
 
   def get(self, key: str, *, into: store_read.Into | None = None) -> blocks.KVBlock:
@@ -246,9 +250,14 @@ class BlockStore:
 
     On `file`: everything in `.tmp/`, after waiting for the deposits and deletions in
     progress. On other kvstores: the writers' prefixes (`<key>/<data>/`) that no manifest
-    names and that are older than `grace_seconds` (a deposit in progress is younger;
-    docs/store_format.md).
+    names, that are older than `grace_seconds` and that no deposit is committing; while it
+    runs, deposits commit only prefixes younger than half its grace (docs/store_format.md).
+
+    Raises:
+      InvalidArgumentError: `grace_seconds` is not a number >= 0 (NaN, negative, a str).
+      ReadOnlyStoreError, StoreIOError.
     """
+    grace_seconds = store_commit.checked_grace(self.root, grace_seconds)
     self._check_writable()
     if self._local is None:
       return store_commit.collect_kvstore(self._kv, self.root, grace_seconds)
@@ -258,10 +267,12 @@ class BlockStore:
     key = self._checked_key(key)
     if self._local is not None:
       return self._is_complete(key)
+    if self._exists(key):
+      return True
     with store_errors.io_errors(self._where(key), 'cannot read the block'):
-      return (
-        store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}')).state == 'value'
-      )
+      # A missing bucket answers a GET as a missing key, a listing as what it is.
+      store_kvstore.result((self._kv / f'{key}/').list())
+    return False
 
   def _checked_key(self, key: str) -> str:
     if not isinstance(key, str) or not store_manifest.HEX64.fullmatch(key):
@@ -275,9 +286,12 @@ class BlockStore:
     return os.path.join(self.root, key) if self._local is not None else f'{self.root}{key}'
 
   def _exists(self, key: str) -> bool:
+    """Whether `key` is taken: its folder (file), its manifest (one GET elsewhere)."""
     if self._local is not None:
       return os.path.lexists(os.path.join(self._local, key))
-    return key in self
+    with store_errors.io_errors(self._where(key), 'cannot read the block'):
+      manifest = store_kvstore.result(self._kv.read(f'{key}/{store_manifest.MANIFEST}'))
+    return manifest.state == 'value'
 
   def _is_complete(self, key: str) -> bool:
     path = os.path.join(self._local, key)

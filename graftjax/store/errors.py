@@ -72,6 +72,10 @@ class AccessDeniedError(StoreIOError):
   """An object store refused the credentials, or their rights, for a request."""
 
 
+class InvalidArgumentError(StoreError, ValueError):
+  """A store call was given an argument it does not take (named with its value)."""
+
+
 class UnknownDriverError(StoreError):
   """The store names a tensorstore kvstore driver that does not exist here."""
 

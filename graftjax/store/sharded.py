@@ -56,6 +56,7 @@ from graftjax import blocks
 from graftjax import store as store_lib
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
+from graftjax.store import commit as store_commit
 from graftjax.store import encode as store_encode
 from graftjax.store import errors as store_errors
 from graftjax.store import kvstore as store_kvstore
@@ -189,7 +190,11 @@ class ShardedStore:
     )
 
   def __contains__(self, key: str) -> bool:
-    return self._manifest_bytes(self._checked_key(key)) is not None
+    if self._manifest_bytes(self._checked_key(key)) is not None:
+      return True
+    with self._io(self._where(key), 'cannot read the manifest'):
+      _result((self._kv / f'{key}/').list())  # a missing bucket answers a GET as a missing key
+    return False
 
   # ---- writing -------------------------------------------------------------
 
@@ -253,6 +258,7 @@ class ShardedStore:
       self._check_same(key, manifest, block, rows, sharding)
       _barrier(f'sharded put {key} stored')
       return key
+    data = None
     if self._local is None:  # format 5: every value under this deposit's own prefix
       data = _agreed_data_id()
       prefix = f'{key}/{data}/'
@@ -260,20 +266,24 @@ class ShardedStore:
       manifest['data'] = data
     else:
       prefix = f'.tmp/{key}.{_agreed_token()}.sharded/'
+    if jax.process_index() == 0:  # positions and the zarr.json files
+      own += [(name, value, _blake3(value)) for name, value in files.items()]
     with self._io(where, 'cannot deposit the block'), self._shared_lock():
       for path, chunk, _ in own:
         write_chunk(self._kv, prefix + path, chunk)
-      problem = self._read_back(prefix, [(path, digest) for path, _, digest in own])
       try:
+        if data is not None:  # no collection takes the prefix from here (as `BlockStore.put`)
+          _agree(self._announce(key, data), store_lib.StoreIOError, where)
         # Every process's chunks in place and read back before process 0 publishes.
-        _agree(problem, store_lib.StoreIOError, where)
-        if jax.process_index() == 0:
-          problem = self._publish(key, prefix, files, manifest)
+        problem = self._read_back(prefix, [(path, digest) for path, _, digest in own])
         _agree(problem, store_lib.StoreIOError, where)
       except store_lib.StoreIOError:
         if jax.process_index() == 0:
-          self._discard(prefix)
+          self._discard(key, prefix, data)
         raise
+      if jax.process_index() == 0:  # a failed manifest write may land yet: nothing discarded
+        problem = self._publish(key, prefix, data, manifest)
+      _agree(problem, store_lib.StoreIOError, where)
     _barrier(f'sharded put {key} published')
     if self._manifest_bytes(key) is None:
       raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')
@@ -292,27 +302,33 @@ class ShardedStore:
         return f'{path}: reads back other bytes than were written (BLAKE3 != {digest[:16]}…)'
     return None
 
-  def _publish(self, key, prefix, files, manifest) -> str | None:
-    """Writes positions and the zarr.json files, reads them back, then makes the block
-    visible; what went wrong, or None. A deposit that finds the key taken meanwhile
-    removes what it wrote (the caller then compares payloads)."""
-    for name, data in files.items():
-      write_chunk(self._kv, prefix + name, data)
-    problem = self._read_back(prefix, [(name, _blake3(data)) for name, data in files.items()])
-    if problem is not None:
-      return problem
+  def _announce(self, key: str, data: str) -> str | None:
+    """Process 0 announces the commit of `<key>/<data>/` and checks its age against the
+    grace in force (`store_commit.announce`); what went wrong, or None."""
+    if jax.process_index() != 0:
+      return None
+    try:
+      store_commit.announce(self._kv, self._where(key), key, data)
+    except store_lib.StoreIOError as e:
+      return e.cause
+    return None
+
+  def _publish(self, key: str, prefix: str, data: str | None, manifest) -> str | None:
+    """Makes the block visible; what went wrong, or None. On an object store the manifest
+    is written only if none is there, then read back (`store_commit.commit`); a deposit
+    that finds the key taken removes what it wrote (the caller then compares payloads)."""
     text = store_encode.manifest_bytes(manifest)
-    if self._local is None:  # the manifest last, only if none is there yet
-      absent = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
-      stamp = None
-      if absent.state == 'missing':
-        stamp = _result(
-          self._kv.write(f'{key}/{store_lib.MANIFEST}', text, if_equal=absent.stamp.generation)
+    if data is not None:
+      try:
+        with store_errors.io_errors(self._where(key), 'cannot deposit the block'):
+          absent = store_kvstore.result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
+        committed = absent.state == 'missing' and store_commit.commit(
+          self._kv, self._where(key), key, data, text, absent.stamp.generation
         )
-      if stamp is None or not stamp.generation:  # another's manifest, or a retry found ours
-        stored = _result(self._kv.read(f'{key}/{store_lib.MANIFEST}'))
-        if not (stored.state == 'value' and stored.value == text):
-          self._discard(prefix)
+      except store_lib.StoreIOError as e:
+        return e.cause
+      if not committed:
+        self._discard(key, prefix, data)
       return None
     write_chunk(self._kv, prefix + store_lib.MANIFEST, text)
     staged = os.path.join(self._local, prefix.rstrip('/'))
@@ -324,16 +340,13 @@ class ShardedStore:
     _fsync_dir(self._local)
     return None
 
-  def _discard(self, prefix: str) -> None:
+  def _discard(self, key: str, prefix: str, data: str | None) -> None:
     """Removes what a deposit wrote under `prefix`, which no manifest names; what a
     failure leaves, `BlockStore.gc` removes."""
-    if self._local is not None:
+    if data is None:
       shutil.rmtree(os.path.join(self._local, prefix.rstrip('/')), ignore_errors=True)
-      return
-    try:
-      _result(self._kv.delete_range(ts.KvStore.KeyRange(prefix, prefix[:-1] + '0')))
-    except OSError:
-      pass
+    else:
+      store_commit.discard(self._kv, key, data)
 
   def _check_same(self, key, manifest, block, rows, sharding) -> None:
     """Raises ConflictingBlockError unless the block published under `key` holds the

@@ -130,7 +130,7 @@ def test_wrong_credentials_are_named_and_never_shown(capfd):
 def test_missing_bucket_is_named(request, backend, capfd):
   if backend == 's3':
     spec = s3_spec(request.getfixturevalue('s3_server').url, 'p/', context=_QUICK)
-    calls = ('get', 'list', 'put')
+    calls = ('get', 'list', 'put', 'contains')
   else:
     request.getfixturevalue('gcs_server')
     spec = gcs_spec('p/')
@@ -140,6 +140,7 @@ def test_missing_bucket_is_named(request, backend, capfd):
     'get': lambda: store.get('a' * 64),
     'list': store.list,
     'put': lambda: store.put(make_block(0)),
+    'contains': lambda: 'a' * 64 in store,  # was False, where every other call names the bucket
   }
 
   for call in map(call_of.get, calls):
