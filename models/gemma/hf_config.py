@@ -247,6 +247,10 @@ def _gemma4_rope(cfg: dict, layer_type: str) -> tuple[float, float, float]:
   return float(params['rope_theta']), factor, fraction
 
 
+# Values of `use_bidirectional_attention` under which text tokens attend causally: 'vision'
+# (every published Gemma 4) changes the mask between image tokens only, and transformers'
+# logits of text-only input are the same with and without it.
+_BIDIRECTIONAL_TEXT_CAUSAL = (None, False, 'vision')
 _PER_LAYER_KEYS = ('head_dim', 'num_key_value_heads')
 
 
@@ -297,8 +301,14 @@ def _global_overrides(cfg: dict, types) -> tuple[int, int | None]:
 
 def _gemma4_from_text(text: dict) -> config_lib.GemmaConfig:
   cfg = {**_GEMMA4_DEFAULTS, **text}
-  if cfg.get('use_bidirectional_attention'):
-    raise _error('use_bidirectional_attention', cfg['use_bidirectional_attention'], 'causal only')
+  bidirectional = cfg.get('use_bidirectional_attention')
+  if bidirectional not in _BIDIRECTIONAL_TEXT_CAUSAL:
+    raise _error(
+      'use_bidirectional_attention',
+      bidirectional,
+      "only None or 'vision' (image tokens attend both ways, text stays causal; this model"
+      " reads text only) are implemented; 'all' makes every token attend both ways",
+    )
   if cfg.get('attention_bias'):
     raise _error('attention_bias', True, 'Gemma 4 projections have no bias here')
   if cfg.get('tie_word_embeddings', True) is False:

@@ -9,7 +9,8 @@ per-layer inputs, the double-wide MLP; E4B; 31B: K=V global layers with their ow
 O(1) (transformers' own init gives logits too small to tell models apart), saves it with
 `save_pretrained` (config.json, generation_config.json, model.safetensors) under
 tests/fixtures/gemma4_saved/<case>/, and records its float32 eager logits beside it as
-<case>.json (`parity_cases.record`). `tests/models/gemma/test_hf_config_saved.py` loads each
+<case>.json (`parity_cases.record`), with whether the logits are bit-identical under
+`use_bidirectional_attention='vision'` (`meta.vision_logits_equal`). `tests/models/gemma/test_hf_config_saved.py` loads each
 folder with `model.load` and compares; it needs no torch.
 
 The global head width (32) differs from the sliding one (16) and from the 512 a reader
@@ -135,11 +136,20 @@ def reference(out: pathlib.Path) -> None:
     saved = transformers.Gemma4ForCausalLM.from_pretrained(
       folder, dtype=torch.float32, attn_implementation='eager'
     ).eval()
-    logits = saved(torch.from_numpy(tokens.astype(np.int64))[None], use_cache=False).logits[0]
+    ids = torch.from_numpy(tokens.astype(np.int64))[None]
+    logits = saved(ids, use_cache=False).logits[0]
+    # Every published Gemma 4 sets use_bidirectional_attention='vision': text-only logits
+    # are the very same bits without it.
+    vision = transformers.Gemma4ForCausalLM.from_pretrained(
+      folder, dtype=torch.float32, attn_implementation='eager', use_bidirectional_attention='vision'
+    ).eval()
+    assert vision.config.use_bidirectional_attention == 'vision'
+    vision_equal = bool(torch.equal(vision(ids, use_cache=False).logits[0], logits))
     case = folder / 'case.json'
     case.write_text(json.dumps({'tokens': tokens.tolist(), 'params_digest': None}))
     recorded = parity_cases.record(name, folder, logits.numpy(), seed=SEED, versions=versions)
     case.unlink()
+    recorded['meta']['vision_logits_equal'] = vision_equal
     parity_cases.write(out, name, recorded)
 
 
