@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax.errors import GraftjaxError
 from graftjax.kernels import registry
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
@@ -54,6 +55,31 @@ def model_fingerprint(
   if local_cache != 'full':  # absent for 'full': fingerprints of full-cache models stay
     blob += f'local_cache:{local_cache}\n'
   return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class VocabularyError(params_lib.CheckpointError):
+  """A tokenizer with more ids than the model's embedding table (names both sizes)."""
+
+
+class TokenIdError(GraftjaxError, ValueError):
+  """A token id outside the model's vocabulary [0, vocab_size) (names the id and where)."""
+
+
+def check_token_ids(tokens, vocab_size: int) -> None:
+  """Raises TokenIdError naming the first id of `tokens` (any shape) not in [0, vocab_size):
+  the embedding lookup would read another row or none, silently."""
+  ids = np.asarray(tokens)
+  if ids.size == 0:
+    return
+  if not np.issubdtype(ids.dtype, np.integer):
+    raise TokenIdError(f'token ids must be integers, got dtype {ids.dtype}')
+  bad = np.argwhere((ids < 0) | (ids >= vocab_size))
+  if bad.size:
+    where = tuple(int(i) for i in bad[0])
+    raise TokenIdError(
+      f'token id {int(ids[where])} at index {where} is not in [0, {vocab_size}):'
+      f' the model has {vocab_size} ids ({bad.shape[0]} id(s) out of range)'
+    )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -93,6 +119,13 @@ class Gemma:
       )
     if self.ring_chunk_size <= 0:
       raise ValueError(f'ring_chunk_size must be positive, got {self.ring_chunk_size}')
+    size = None if self.tokenizer is None else self.tokenizer.vocab_size
+    if size is not None and size > self.config.vocab_size:
+      raise VocabularyError(
+        f'the tokenizer has {size} ids but the model only {self.config.vocab_size}: ids from'
+        f' {self.config.vocab_size} on would embed nothing (NaN logits); load the tokenizer'
+        ' of these weights'
+      )
 
   @functools.cached_property
   def fingerprint(self) -> str:
@@ -269,6 +302,7 @@ class Gemma:
     (block attention); 0, the default, sees every earlier key.
 
     Raises:
+      TokenIdError: a token id outside [0, vocab_size) (checked on the host).
       ValueError: if the chunk does not fit the cache (or its ring), the cache
         is not of this model's layout, or a position lies
         beyond the scheme's float64 tables (checked on the host).
@@ -288,6 +322,7 @@ class Gemma:
 
   def check_chunk(self, tokens, positions, cache: cache_lib.KVCache) -> None:
     """The refusals of `forward` for tokens and positions [B, T] (arrays or nested lists)."""
+    check_token_ids(tokens, self.config.vocab_size)
     if self.tables is not None:  # distances never exceed the largest position
       positions_lib.check_table_size(self.tables, int(np.max(np.asarray(positions))))
     shape, positions_shape = np.shape(tokens), np.shape(positions)
@@ -328,6 +363,9 @@ class Gemma:
     Chunk boundaries are at multiples of `chunk_size` from the first token,
     so the same text and chunk size always run the same shapes.
 
+    Raises:
+      TokenIdError: a token id outside [0, vocab_size), before anything runs.
+
     Returns:
       (logits, cache): logits [B, T, V] for 'all', [B, V] of the last token
       for 'last', the final-norm hidden state [B, T, D] for 'hidden', None
@@ -335,6 +373,7 @@ class Gemma:
     """
     if chunk_size <= 0:
       raise ValueError(f'chunk_size must be positive, got {chunk_size}')
+    check_token_ids(token_ids, self.config.vocab_size)  # all of them, before any chunk runs
     ids = np.asarray(token_ids, np.int32).reshape(-1)
     if ids.size == 0:
       raise ValueError('nothing to prefill: empty token ids')
