@@ -128,14 +128,27 @@ class Gemma:
       )
 
   @functools.cached_property
-  def fingerprint(self) -> str:
-    """SHA-256 over config (position scheme included), weights, tokenizer and cache layout."""
+  def fingerprint_inputs(self) -> dict[str, Any]:
+    """What the fingerprint hashes: {'config': its canonical JSON form, 'weights': the params
+    digest, 'tokenizer': the tokenizer's digest or 'none', 'local_cache': 'full' or
+    'ring/<chunk>'} (`GraftTarget.identity`)."""
     # The byte tokenizer that tiny and random-weight models carry enters as none did before
     # they carried it, so their fingerprints (and the blocks and results naming them) stay.
     builtin = self.tokenizer is None or type(self.tokenizer) is tokenizer_lib.ByteTokenizer
-    tokenizer_digest = 'none' if builtin else self.tokenizer.digest()
-    layout = 'full' if self.local_cache == 'full' else f'ring/{self.ring_chunk_size}'
-    return model_fingerprint(self.config.digest(), self.params_digest, tokenizer_digest, layout)
+    return {
+      'config': self.config.to_json(),
+      'weights': self.params_digest,
+      'tokenizer': 'none' if builtin else self.tokenizer.digest(),
+      'local_cache': 'full' if self.local_cache == 'full' else f'ring/{self.ring_chunk_size}',
+    }
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """SHA-256 over config (position scheme included), weights, tokenizer and cache layout."""
+    inputs = self.fingerprint_inputs
+    return model_fingerprint(
+      self.config.digest(), inputs['weights'], inputs['tokenizer'], inputs['local_cache']
+    )
 
   @property
   def position_scheme(self) -> str:
@@ -153,6 +166,7 @@ class Gemma:
       chunk_invariant=all(registry.get(op, impl).chunk_invariant for op, impl in kernels),
       split_invariant=registry.get('attention', self.config.impl_of('attention')).split_invariant,
       first_values=self.first_values,
+      identity=self.fingerprint_inputs,
     )
 
   def first_values(self, token_ids) -> np.ndarray:
