@@ -58,7 +58,7 @@ def model_fingerprint(
 
 
 class VocabularyError(params_lib.CheckpointError):
-  """A tokenizer with more ids than the model's embedding table (names both sizes)."""
+  """A tokenizer with text ids past the model's embedding table (names both sizes)."""
 
 
 class TokenIdError(GraftjaxError, ValueError):
@@ -80,6 +80,26 @@ def check_token_ids(tokens, vocab_size: int) -> None:
       f'token id {int(ids[where])} at index {where} is not in [0, {vocab_size}):'
       f' the model has {vocab_size} ids ({bad.shape[0]} id(s) out of range)'
     )
+
+
+def check_vocabulary(tokenizer, vocab_size: int) -> None:
+  """Raises VocabularyError if `tokenizer` has an ordinary (text) id past the model's
+  `vocab_size` rows: encoding text would give ids that embed nothing.
+
+  Special ids past the table are let be: Gemma 3's tokenizer file lists '<image_soft_token>'
+  (262,144) for every size, the 1B's table included, and text reaches such an id only by
+  spelling its control token, which the entry points then refuse (`check_token_ids`). An id
+  is special where the tokenizer reads it as nothing when skipping specials.
+  """
+  size = tokenizer.vocab_size
+  for token_id in range(vocab_size, size):
+    piece = tokenizer.decode([token_id], skip_special=True)
+    if piece:
+      raise VocabularyError(
+        f'the tokenizer has {size} ids but the model only {vocab_size}: id {token_id}'
+        f' ({piece!r}) is text past the embedding table and would embed nothing (NaN logits);'
+        ' load the tokenizer of these weights'
+      )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -119,13 +139,8 @@ class Gemma:
       )
     if self.ring_chunk_size <= 0:
       raise ValueError(f'ring_chunk_size must be positive, got {self.ring_chunk_size}')
-    size = None if self.tokenizer is None else self.tokenizer.vocab_size
-    if size is not None and size > self.config.vocab_size:
-      raise VocabularyError(
-        f'the tokenizer has {size} ids but the model only {self.config.vocab_size}: ids from'
-        f' {self.config.vocab_size} on would embed nothing (NaN logits); load the tokenizer'
-        ' of these weights'
-      )
+    if self.tokenizer is not None:
+      check_vocabulary(self.tokenizer, self.config.vocab_size)
 
   @functools.cached_property
   def fingerprint_inputs(self) -> dict[str, Any]:

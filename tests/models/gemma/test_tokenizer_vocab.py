@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from graftjax.errors import GraftjaxError
 from graftjax.models.gemma import model, safetensors_io, sampler
-from graftjax.models.gemma import tokenizer as tokenizer_lib
 
 from tests.models.gemma import tokenizer_files
 
@@ -17,25 +16,35 @@ def tiny():
   return model.tiny(vocab_size=400)  # room for `small_vocabulary`'s pieces
 
 
-def test_a_tokenizer_larger_than_the_vocabulary_is_refused_at_load(tiny, tmp_path):
-  """A checkpoint folder whose tokenizer.json has 8 ids more than its embedding table."""
-  vocab = tiny.config.vocab_size
-  folder = safetensors_io.save(tiny.params, tiny.config, tmp_path / 'ckpt')
-  tokenizer_files.write_all(folder, tokenizer_files.small_vocabulary(vocab + 8))
+def test_a_tokenizer_with_text_past_the_vocabulary_is_refused_at_load(tmp_path):
+  """A checkpoint folder whose tokenizer.json has text pieces past its embedding table."""
+  small = model.tiny(vocab_size=384)  # the vocabulary's words sit at 380-390
+  folder = safetensors_io.save(small.params, small.config, tmp_path / 'ckpt')
+  tokenizer_files.write_all(folder, tokenizer_files.small_vocabulary(400))
   with pytest.raises(model.VocabularyError) as e:
     model.load(weights=folder)
-  assert f'{vocab + 8} ids' in str(e.value) and f'only {vocab}' in str(e.value)
+  assert '400 ids but the model only 384' in str(e.value) and "id 384 ('in')" in str(e.value)
   assert isinstance(e.value, GraftjaxError)
   with pytest.raises(model.VocabularyError):  # one passed in place of the weights' own
     model.load(weights=folder, tokenizer=folder / 'tokenizer.model')
-  with pytest.raises(model.VocabularyError):
-    dataclasses.replace(tiny, tokenizer=tokenizer_lib.ByteTokenizer(vocab + 1))
 
 
 def test_a_tokenizer_no_larger_than_the_vocabulary_loads(tiny, tmp_path):
   folder = tokenizer_files.write_all(tmp_path, tokenizer_files.small_vocabulary(392))
   smaller = dataclasses.replace(tiny, tokenizer=model.hf_tokenizer.load(folder))
   assert smaller.tokenizer.vocab_size == 392 < tiny.config.vocab_size
+
+
+def test_special_ids_past_the_vocabulary_load_and_are_refused_when_used(tiny, tmp_path):
+  """As Gemma 3's tokenizer lists '<image_soft_token>' past the 1B's table: its control
+  pieces past the table load; text that spells one is refused at the entry points."""
+  folder = tokenizer_files.write_all(tmp_path, tokenizer_files.small_vocabulary(408))
+  for name in ('tokenizer.json', 'tokenizer.model'):
+    m = dataclasses.replace(tiny, tokenizer=model.hf_tokenizer.load(folder / name))
+    ids = m.tokenizer.encode('the <unused112>')
+    assert ids[-1] == 403  # '<unused112>'
+    with pytest.raises(model.TokenIdError, match='token id 403'):
+      m.prefill(ids, cache=m.init_cache(capacity=16), chunk_size=4)
 
 
 @pytest.mark.parametrize('bad', [-1, 'vocab', 'vocab+5'])
