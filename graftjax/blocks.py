@@ -478,10 +478,7 @@ def check_compatible(
   if meta.dtype != jnp.dtype(cache.dtype).name:
     raise GraftError(f'block dtype {meta.dtype} != cache dtype {jnp.dtype(cache.dtype).name}')
   if meta.model_fingerprint != target.fingerprint:
-    raise GraftError(
-      'block was captured from another model: fingerprint'
-      f' {meta.model_fingerprint[:16]}… != {target.fingerprint[:16]}…'
-    )
+    raise GraftError(target_lib.describe_other_model(meta.model_fingerprint, target))
   n = len(block)
   if n == 0:
     raise GraftError('empty block: grafting it would do nothing')

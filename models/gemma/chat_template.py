@@ -13,6 +13,14 @@ used). It is rendered as transformers renders it: jinja2's `ImmutableSandboxedEn
 filter, with `messages`, `add_generation_prompt`, `bos_token` and `eos_token` defined.
 The rendered text holds control tokens as text (`<start_of_turn>`): encode it with
 `parse_special=True` (the default) and without another BOS.
+
+Rendering is bounded, since a template is code from the checkpoint's author: it stops with
+`ChatTemplateError` after `max_seconds` (a trace on the template's own frames checks the
+clock at every line, so loops and recursion that write nothing stop too), and any string or
+list it would build past `max_chars` (repetition, `**`, `+`, `~`, `%` and format widths,
+filter and call arguments) is refused before it is built, as is output past `max_chars`.
+Every failure while rendering, of any kind (a TypeError, ZeroDivisionError, RecursionError,
+OverflowError, MemoryError ...), is a `ChatTemplateError` naming its kind.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ import hashlib
 import json
 import os
 import pathlib
+import re
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +41,9 @@ from graftjax.errors import GraftjaxError
 CHAT_TEMPLATE_FILE = 'chat_template.jinja'
 TOKENIZER_CONFIG = 'tokenizer_config.json'
 _CONTENT_MARK = '\ue000graftjax-content\ue000'  # a private-use sentinel no template writes
+MAX_SECONDS = 2.0  # a published Gemma template renders a conversation in milliseconds
+MAX_CHARS = 4_000_000  # of the rendered text, and of any string or list built on the way
+_TEMPLATE_FILE = '<template>'  # the file name jinja2 compiles a template from a string under
 
 
 class ChatTemplateError(GraftjaxError, ValueError):
@@ -38,11 +52,14 @@ class ChatTemplateError(GraftjaxError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ChatTemplate:
-  """A jinja2 chat template and the special-token text it is rendered with."""
+  """A jinja2 chat template and the special-token text it is rendered with; rendering stops
+  after `max_seconds` or past `max_chars` (neither enters the digest)."""
 
   source: str
   bos_token: str = '<bos>'
   eos_token: str = '<eos>'
+  max_seconds: float = dataclasses.field(default=MAX_SECONDS, compare=False)
+  max_chars: int = dataclasses.field(default=MAX_CHARS, compare=False)
 
   def render(
     self,
@@ -54,21 +71,34 @@ class ChatTemplate:
     """The conversation `messages` ({'role', 'content'} each) as the model reads it.
 
     Raises:
-      ChatTemplateError: the template does not parse, or raises (e.g. roles that do not
-        alternate), naming the cause.
+      ChatTemplateError: the template does not parse, raises (e.g. roles that do not
+        alternate), fails in any other way, runs past `max_seconds` or would write or build
+        more than `max_chars`; naming the cause.
     """
-    import jinja2
-
+    budget = _Budget(self.max_seconds, self.max_chars)
     try:
-      compiled = _environment().from_string(self.source)
-      return compiled.render(
+      compiled = _environment(budget).from_string(self.source)
+      namespace = compiled.root_render_func.__globals__
+      for name in ('str_join', 'markup_join'):  # what `~` and output joins call
+        namespace[name] = budget.bounded(namespace[name], name='~')
+      chunks = compiled.generate(
         messages=[dict(m) for m in messages],
         add_generation_prompt=add_generation_prompt,
         bos_token=self.bos_token,
         eos_token=self.eos_token,
         **variables,
       )
-    except jinja2.TemplateError as e:
+      with budget.traced():
+        written = 0
+        out = []
+        for chunk in chunks:
+          written += len(chunk)
+          budget.check_size(written, 'the rendered text')
+          out.append(chunk)
+        return ''.join(out)
+    except ChatTemplateError:
+      raise
+    except Exception as e:  # the template is foreign code: whatever it raises is its failure
       raise ChatTemplateError(f'the chat template failed: {type(e).__name__}: {e}') from e
 
   def wrap(self) -> tuple[str, str]:
@@ -109,18 +139,173 @@ def _raise(message: str):
   raise ChatTemplateError(f'the chat template raised: {message}')
 
 
-def _environment():
+class _Budget:
+  """The bounds of one rendering: a deadline, checked by a trace of the template's frames,
+  and a size that strings and lists it builds may not pass."""
+
+  def __init__(self, max_seconds: float, max_chars: int):
+    self.max_seconds, self.max_chars = max_seconds, max_chars
+    self.deadline = time.monotonic() + max_seconds
+
+  def check_time(self) -> None:
+    if time.monotonic() > self.deadline:
+      raise ChatTemplateError(
+        f'the chat template ran past its bound of {self.max_seconds} s (a loop or recursion'
+        ' that does not end soon)'
+      )
+
+  def check_size(self, size: int, what: str) -> None:
+    if size > self.max_chars:
+      raise ChatTemplateError(
+        f'the chat template would build {what} of {size} items, past its bound of {self.max_chars}'
+      )
+
+  def check_arguments(self, args, kwargs, what: str) -> None:
+    """Refuses an int argument (a width, a count) past the bound."""
+    for value in (*args, *kwargs.values()):
+      if isinstance(value, int) and not isinstance(value, bool) and abs(value) > self.max_chars:
+        self.check_size(abs(value), f'{what} (an argument)')
+
+  def check_format(self, text: str, what: str) -> None:
+    """Refuses a width or precision past the bound in a '%' or '{}' format string."""
+    specs = _PERCENT_SPEC.findall(text) + _BRACE_SPEC.findall(text)
+    for width in (w for spec in specs for w in _DIGITS.findall(spec)):
+      if len(width) > len(str(self.max_chars)) or int(width) > self.max_chars:
+        self.check_size(int(width[:40]), f'{what} (a format width)')
+
+  def check_result(self, value, what: str):
+    if isinstance(value, (str, list, tuple)):
+      self.check_size(len(value), what)
+    return value
+
+  def bounded(self, function, *, name: str):
+    """`function` with its int arguments and its result bounded."""
+
+    def call(*args, **kwargs):
+      self.check_arguments(args, kwargs, name)
+      return self.check_result(function(*args, **kwargs), name)
+
+    return call
+
+  def binop(self, operator: str, left, right):
+    """The size of `left operator right` checked before it is computed."""
+    sized = (str, list, tuple)
+    if operator == '*':
+      for seq, count in ((left, right), (right, left)):
+        if isinstance(seq, sized) and isinstance(count, int):
+          self.check_size(len(seq) * max(count, 0), "a repeated string or list ('*')")
+    elif operator == '+' and isinstance(left, sized) and isinstance(right, sized):
+      self.check_size(len(left) + len(right), "a joined string or list ('+')")
+    elif operator == '**' and isinstance(left, int) and isinstance(right, int) and right > 0:
+      self.check_size(max(abs(left).bit_length(), 1) * right // 8, "a power's bytes ('**')")
+    elif operator == '%' and isinstance(left, str):
+      self.check_format(left, "'%'")
+      self.check_arguments(right if isinstance(right, tuple) else (right,), {}, "'%'")
+    return self.check_result(_BINOPS[operator](left, right), f"a result of '{operator}'")
+
+  def traced(self):
+    """A context in which every line the template's own code runs checks the clock (other
+    frames are left to the tracer already installed, if any)."""
+    return _Trace(self)
+
+
+_PERCENT_SPEC = re.compile(r'%[-#0 +]*\d*(?:\.\d*)?')
+_BRACE_SPEC = re.compile(r'\{[^{}]*\}')
+_DIGITS = re.compile(r'\d+')
+_BINOPS = {
+  '+': lambda a, b: a + b,
+  '-': lambda a, b: a - b,
+  '*': lambda a, b: a * b,
+  '/': lambda a, b: a / b,
+  '//': lambda a, b: a // b,
+  '%': lambda a, b: a % b,
+  '**': lambda a, b: a**b,
+}
+
+
+class _Trace:
+  def __init__(self, budget: _Budget):
+    self.budget = budget
+
+  def __enter__(self):
+    self.previous = sys.gettrace()
+    previous, check = self.previous, self.budget.check_time
+
+    def on_call(frame, event, arg):
+      outer = previous(frame, event, arg) if previous is not None else None
+      if frame.f_code.co_filename != _TEMPLATE_FILE:
+        return outer
+      check()
+
+      def on_line(frame, event, arg):
+        nonlocal outer
+        check()
+        if outer is not None:
+          outer = outer(frame, event, arg)
+        return on_line
+
+      return on_line
+
+    sys.settrace(on_call)
+    return self
+
+  def __exit__(self, *exc):
+    sys.settrace(self.previous)
+    return False
+
+
+def _environment(budget: _Budget):
   from jinja2 import ext
   from jinja2 import sandbox
 
-  env = sandbox.ImmutableSandboxedEnvironment(
-    trim_blocks=True, lstrip_blocks=True, extensions=[ext.loopcontrols]
+  class Bounded(sandbox.ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset(_BINOPS)
+
+    def call_binop(self, context, operator, left, right):
+      return budget.binop(operator, left, right)
+
+    def wrap_str_format(self, value):  # a str's format method, as the template reads it
+      wrapped = super().wrap_str_format(value)
+      if wrapped is not None:
+        budget.check_format(value.__self__, 'str.format')
+      return wrapped
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's signature)
+      budget.check_time()
+      budget.check_arguments(args, kwargs, 'a call')
+      result = super().call(__context, __obj, *args, **kwargs)
+      return budget.check_result(result, "a call's result")
+
+  # Not optimized: the optimizer folds constant expressions ('{:>9999999999}'.format(1))
+  # while compiling, outside every bound here.
+  env = Bounded(
+    trim_blocks=True, lstrip_blocks=True, extensions=[ext.loopcontrols], optimized=False
   )
   env.globals['raise_exception'] = _raise
   env.filters['tojson'] = lambda value, indent=None: json.dumps(
     value, ensure_ascii=False, indent=indent
   )
+  for name, function in list(env.filters.items()):
+    env.filters[name] = _bounded_filter(budget, name, function)
   return env
+
+
+def _bounded_filter(budget: _Budget, name: str, function):
+  """A filter with its int arguments and its result bounded (`format`: its widths too);
+  jinja2's marker of what it is passed first (context, environment) is kept."""
+  pass_arg = getattr(function, 'jinja_pass_arg', None)
+  skip = 1 if pass_arg is None else 2  # the marked argument, then the filtered value
+  what = f'the {name!r} filter'
+
+  def bounded(*args, **kwargs):
+    budget.check_arguments(args[skip:], kwargs, what)
+    if name == 'format' and len(args) > skip - 1 and isinstance(args[skip - 1], str):
+      budget.check_format(args[skip - 1], what)
+    return budget.check_result(function(*args, **kwargs), what)
+
+  if pass_arg is not None:
+    bounded.jinja_pass_arg = pass_arg
+  return bounded
 
 
 def beside(folder: str | os.PathLike) -> ChatTemplate | None:

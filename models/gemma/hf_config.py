@@ -247,10 +247,68 @@ def _gemma4_rope(cfg: dict, layer_type: str) -> tuple[float, float, float]:
   return float(params['rope_theta']), factor, fraction
 
 
+# Values of `use_bidirectional_attention` under which text tokens attend causally: 'vision'
+# (every published Gemma 4) changes the mask between image tokens only, and transformers'
+# logits of text-only input are the same with and without it.
+_BIDIRECTIONAL_TEXT_CAUSAL = (None, False, 'vision')
+_PER_LAYER_KEYS = ('head_dim', 'num_key_value_heads')
+
+
+def _global_overrides(cfg: dict, types) -> tuple[int, int | None]:
+  """(head width, kv heads or None) of the global layers from `per_layer_config`.
+
+  transformers 5.25 writes it in place of `global_head_dim` / `num_global_key_value_heads`:
+  layer index (a string, zero-padded) -> the fields where that layer differs from the top
+  level. This model implements one override shared by every global layer and none on
+  sliding-window layers; anything else is refused, naming the layer and field.
+  """
+  per_layer = cfg['per_layer_config']
+  if not isinstance(per_layer, dict):
+    raise _error('per_layer_config', per_layer, 'expected an object of layer index -> fields')
+  overrides = {}
+  for key, fields in per_layer.items():
+    try:
+      layer = int(key)
+    except (TypeError, ValueError):
+      raise _error('per_layer_config', key, 'keys must be layer indices') from None
+    if not 0 <= layer < len(types):
+      raise _error('per_layer_config', key, f'no layer {layer} in {len(types)} layers')
+    if not isinstance(fields, dict):
+      raise _error(f'per_layer_config[{key!r}]', fields, 'expected an object of fields')
+    unknown = sorted(set(fields) - set(_PER_LAYER_KEYS))
+    if unknown:
+      raise _error(f'per_layer_config[{key!r}]', unknown, f'only {list(_PER_LAYER_KEYS)} per layer')
+    base = {'head_dim': cfg['head_dim'], 'num_key_value_heads': cfg['num_key_value_heads']}
+    changed = {k: v for k, v in fields.items() if v != base[k]}
+    if changed and types[layer] != AttentionType.GLOBAL:
+      raise _error(
+        f'per_layer_config[{key!r}]', changed, 'only global layers may differ from the rest'
+      )
+    overrides[layer] = fields
+  shapes = {
+    (
+      int(overrides.get(i, {}).get('head_dim', cfg['head_dim'])),
+      overrides.get(i, {}).get('num_key_value_heads'),
+    )
+    for i, t in enumerate(types)
+    if t == AttentionType.GLOBAL
+  }
+  if len(shapes) > 1:
+    raise _error('per_layer_config', per_layer, f'global layers differ: {sorted(shapes, key=str)}')
+  width, kv_heads = shapes.pop() if shapes else (int(cfg['head_dim']), None)
+  return width, None if kv_heads is None else int(kv_heads)
+
+
 def _gemma4_from_text(text: dict) -> config_lib.GemmaConfig:
   cfg = {**_GEMMA4_DEFAULTS, **text}
-  if cfg.get('use_bidirectional_attention'):
-    raise _error('use_bidirectional_attention', cfg['use_bidirectional_attention'], 'causal only')
+  bidirectional = cfg.get('use_bidirectional_attention')
+  if bidirectional not in _BIDIRECTIONAL_TEXT_CAUSAL:
+    raise _error(
+      'use_bidirectional_attention',
+      bidirectional,
+      "only None or 'vision' (image tokens attend both ways, text stays causal; this model"
+      " reads text only) are implemented; 'all' makes every token attend both ways",
+    )
   if cfg.get('attention_bias'):
     raise _error('attention_bias', True, 'Gemma 4 projections have no bias here')
   if cfg.get('tie_word_embeddings', True) is False:
@@ -271,7 +329,11 @@ def _gemma4_from_text(text: dict) -> config_lib.GemmaConfig:
       'vocab_size_per_layer_input', cfg['vocab_size_per_layer_input'], f'must equal {vocab}'
     )
   k_eq_v = bool(cfg['attention_k_eq_v'])
-  global_kv = cfg['num_global_key_value_heads'] if k_eq_v else None
+  if cfg.get('per_layer_config') is not None:
+    global_width, global_kv = _global_overrides(cfg, types)
+  else:
+    global_width = int(cfg['global_head_dim'])
+    global_kv = cfg['num_global_key_value_heads'] if k_eq_v else None
   moe = bool(cfg['enable_moe_block'])
   softcap = cfg['final_logit_softcapping']
   return config_lib.GemmaConfig(
@@ -280,7 +342,7 @@ def _gemma4_from_text(text: dict) -> config_lib.GemmaConfig:
     global_rope_theta=global_theta,
     rope_scale_factor=global_factor,
     query_scale=1.0,
-    global_head_dim=int(cfg['global_head_dim']),
+    global_head_dim=global_width,
     num_global_kv_heads=None if global_kv is None else int(global_kv),
     attention_k_eq_v=k_eq_v,
     global_rotary_fraction=global_fraction,

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax.errors import GraftjaxError
 from graftjax.kernels import registry
 from graftjax.models import cache as cache_lib
 from graftjax.models import target as target_lib
@@ -54,6 +55,51 @@ def model_fingerprint(
   if local_cache != 'full':  # absent for 'full': fingerprints of full-cache models stay
     blob += f'local_cache:{local_cache}\n'
   return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class VocabularyError(params_lib.CheckpointError):
+  """A tokenizer with text ids past the model's embedding table (names both sizes)."""
+
+
+class TokenIdError(GraftjaxError, ValueError):
+  """A token id outside the model's vocabulary [0, vocab_size) (names the id and where)."""
+
+
+def check_token_ids(tokens, vocab_size: int) -> None:
+  """Raises TokenIdError naming the first id of `tokens` (any shape) not in [0, vocab_size):
+  the embedding lookup would read another row or none, silently."""
+  ids = np.asarray(tokens)
+  if ids.size == 0:
+    return
+  if not np.issubdtype(ids.dtype, np.integer):
+    raise TokenIdError(f'token ids must be integers, got dtype {ids.dtype}')
+  bad = np.argwhere((ids < 0) | (ids >= vocab_size))
+  if bad.size:
+    where = tuple(int(i) for i in bad[0])
+    raise TokenIdError(
+      f'token id {int(ids[where])} at index {where} is not in [0, {vocab_size}):'
+      f' the model has {vocab_size} ids ({bad.shape[0]} id(s) out of range)'
+    )
+
+
+def check_vocabulary(tokenizer, vocab_size: int) -> None:
+  """Raises VocabularyError if `tokenizer` has an ordinary (text) id past the model's
+  `vocab_size` rows: encoding text would give ids that embed nothing.
+
+  Special ids past the table are let be: Gemma 3's tokenizer file lists '<image_soft_token>'
+  (262,144) for every size, the 1B's table included, and text reaches such an id only by
+  spelling its control token, which the entry points then refuse (`check_token_ids`). An id
+  is special where the tokenizer reads it as nothing when skipping specials.
+  """
+  size = tokenizer.vocab_size
+  for token_id in range(vocab_size, size):
+    piece = tokenizer.decode([token_id], skip_special=True)
+    if piece:
+      raise VocabularyError(
+        f'the tokenizer has {size} ids but the model only {vocab_size}: id {token_id}'
+        f' ({piece!r}) is text past the embedding table and would embed nothing (NaN logits);'
+        ' load the tokenizer of these weights'
+      )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -93,16 +139,31 @@ class Gemma:
       )
     if self.ring_chunk_size <= 0:
       raise ValueError(f'ring_chunk_size must be positive, got {self.ring_chunk_size}')
+    if self.tokenizer is not None:
+      check_vocabulary(self.tokenizer, self.config.vocab_size)
+
+  @functools.cached_property
+  def fingerprint_inputs(self) -> dict[str, Any]:
+    """What the fingerprint hashes: {'config': its canonical JSON form, 'weights': the params
+    digest, 'tokenizer': the tokenizer's digest or 'none', 'local_cache': 'full' or
+    'ring/<chunk>'} (`GraftTarget.identity`)."""
+    # The byte tokenizer that tiny and random-weight models carry enters as none did before
+    # they carried it, so their fingerprints (and the blocks and results naming them) stay.
+    builtin = self.tokenizer is None or type(self.tokenizer) is tokenizer_lib.ByteTokenizer
+    return {
+      'config': self.config.to_json(),
+      'weights': self.params_digest,
+      'tokenizer': 'none' if builtin else self.tokenizer.digest(),
+      'local_cache': 'full' if self.local_cache == 'full' else f'ring/{self.ring_chunk_size}',
+    }
 
   @functools.cached_property
   def fingerprint(self) -> str:
     """SHA-256 over config (position scheme included), weights, tokenizer and cache layout."""
-    # The byte tokenizer that tiny and random-weight models carry enters as none did before
-    # they carried it, so their fingerprints (and the blocks and results naming them) stay.
-    builtin = self.tokenizer is None or type(self.tokenizer) is tokenizer_lib.ByteTokenizer
-    tokenizer_digest = 'none' if builtin else self.tokenizer.digest()
-    layout = 'full' if self.local_cache == 'full' else f'ring/{self.ring_chunk_size}'
-    return model_fingerprint(self.config.digest(), self.params_digest, tokenizer_digest, layout)
+    inputs = self.fingerprint_inputs
+    return model_fingerprint(
+      self.config.digest(), inputs['weights'], inputs['tokenizer'], inputs['local_cache']
+    )
 
   @property
   def position_scheme(self) -> str:
@@ -120,6 +181,7 @@ class Gemma:
       chunk_invariant=all(registry.get(op, impl).chunk_invariant for op, impl in kernels),
       split_invariant=registry.get('attention', self.config.impl_of('attention')).split_invariant,
       first_values=self.first_values,
+      identity=self.fingerprint_inputs,
     )
 
   def first_values(self, token_ids) -> np.ndarray:
@@ -269,6 +331,7 @@ class Gemma:
     (block attention); 0, the default, sees every earlier key.
 
     Raises:
+      TokenIdError: a token id outside [0, vocab_size) (checked on the host).
       ValueError: if the chunk does not fit the cache (or its ring), the cache
         is not of this model's layout, or a position lies
         beyond the scheme's float64 tables (checked on the host).
@@ -288,6 +351,7 @@ class Gemma:
 
   def check_chunk(self, tokens, positions, cache: cache_lib.KVCache) -> None:
     """The refusals of `forward` for tokens and positions [B, T] (arrays or nested lists)."""
+    check_token_ids(tokens, self.config.vocab_size)
     if self.tables is not None:  # distances never exceed the largest position
       positions_lib.check_table_size(self.tables, int(np.max(np.asarray(positions))))
     shape, positions_shape = np.shape(tokens), np.shape(positions)
@@ -328,6 +392,9 @@ class Gemma:
     Chunk boundaries are at multiples of `chunk_size` from the first token,
     so the same text and chunk size always run the same shapes.
 
+    Raises:
+      TokenIdError: a token id outside [0, vocab_size), before anything runs.
+
     Returns:
       (logits, cache): logits [B, T, V] for 'all', [B, V] of the last token
       for 'last', the final-norm hidden state [B, T, D] for 'hidden', None
@@ -335,6 +402,7 @@ class Gemma:
     """
     if chunk_size <= 0:
       raise ValueError(f'chunk_size must be positive, got {chunk_size}')
+    check_token_ids(token_ids, self.config.vocab_size)  # all of them, before any chunk runs
     ids = np.asarray(token_ids, np.int32).reshape(-1)
     if ids.size == 0:
       raise ValueError('nothing to prefill: empty token ids')

@@ -128,3 +128,102 @@ def test_gemma3s_format_gives_the_270m_vocabularys_ids():
   assert json.dumps([vocab.pieces[i] for i in (BOS, START, END)]) == json.dumps(
     ['<bos>', '<start_of_turn>', '<end_of_turn>']
   )
+
+
+# ---------------------------------------------------------------- bounds of a foreign template
+
+_Error = chat_template.ChatTemplateError
+
+
+def test_a_template_of_1e10_iterations_stops_at_its_time_bound():
+  loops = '{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}'
+  with pytest.raises(_Error, match='ran past its bound of 2.0 s'):
+    chat_template.ChatTemplate(loops).render([])  # the default bound
+  writing = '{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}'
+  with pytest.raises(_Error, match='ran past its bound of 0.2 s'):
+    chat_template.ChatTemplate(writing, max_seconds=0.2, max_chars=10**12).render([])
+
+
+def test_recursion_that_writes_nothing_stops_at_its_time_bound():
+  doubling = (
+    '{% macro f(n) %}{% if n %}{% set a = f(n - 1) %}{% set b = f(n - 1) %}{% endif %}'
+    '{% endmacro %}{{ f(40) }}'
+  )
+  with pytest.raises(_Error, match='ran past its bound'):
+    chat_template.ChatTemplate(doubling, max_seconds=0.2).render([])
+
+
+@pytest.mark.parametrize(
+  'source, kind',
+  [
+    ("{{ 1 + 'a' }}", 'TypeError'),
+    ('{{ 1 // 0 }}', 'ZeroDivisionError'),
+    ('{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}', 'RecursionError'),
+    ('{{ 2.0 ** 10000 }}', 'OverflowError'),
+    ('{{ x | tojson }}', 'TypeError'),
+    ('{{ 10 ** 5000 }}', 'ValueError'),
+  ],
+)
+def test_every_failure_is_a_chat_template_error_naming_its_kind(source, kind):
+  with pytest.raises(_Error, match=f'failed: {kind}'):
+    chat_template.ChatTemplate(source).render([])
+
+
+@pytest.mark.parametrize(
+  'source, built',
+  [
+    ("{{ 'a' * 10 ** 10 }}", "'*'"),
+    ('{{ [0] * 10 ** 10 }}', "'*'"),
+    ('{{ 10 ** 100000000 }}', "'**'"),
+    ("{{ 'a' | center(10 ** 10) }}", 'center'),
+    ("{{ 'a'.center(10 ** 10) }}", 'a call'),
+    ("{{ '{:>10000000000}'.format('a') }}", 'str.format'),
+    ("{{ '%10000000000s' % 'a' }}", "'%'"),
+    ("{{ '%10000000000s' | format('a') }}", 'format'),
+    ('{{ range(10 ** 10) }}', 'a call'),
+    (
+      '{% set ns = namespace(s="a") %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}'
+      '{% endfor %}',
+      '~',
+    ),
+  ],
+)
+def test_what_a_template_builds_is_bounded_before_it_is_built(source, built):
+  with pytest.raises(_Error, match='past its bound of 4000000') as e:
+    chat_template.ChatTemplate(source).render([])
+  assert built in str(e.value)
+
+
+def test_the_rendered_text_is_bounded():
+  source = '{% for i in range(50) %}{{ "x" * 100 }}{% endfor %}'
+  assert len(chat_template.ChatTemplate(source).render([])) == 5000
+  with pytest.raises(_Error, match='the rendered text of .* past its bound of 1000'):
+    chat_template.ChatTemplate(source, max_chars=1000).render([])
+
+
+def test_ordinary_templates_render_and_the_bounds_stay_out_of_the_digest():
+  source = "{{ [1, 2] | join(',') }} {{ '%5s' | format(1) }} {{ '{:>3}'.format(1) }} {{ 2 ** 10 }}"
+  assert chat_template.ChatTemplate(source).render([]) == '1,2     1   1 1024'
+  assert chat_template.ChatTemplate(source, max_seconds=1.0).digest() == (
+    chat_template.ChatTemplate(source).digest()
+  )
+
+
+def test_a_tracer_already_installed_is_kept_and_restored():
+  import sys
+
+  seen = []
+
+  def tracer(frame, event, arg):
+    seen.append(event)
+    return None
+
+  sys.settrace(tracer)
+  try:
+    chat_template.ChatTemplate(_template(*tokenizer_files.GEMMA3_TURNS)).render(
+      [{'role': 'user', 'content': 'hi'}]
+    )
+    assert sys.gettrace() is tracer
+  finally:
+    sys.settrace(None)
+  assert seen  # it went on seeing calls while the template rendered

@@ -1,0 +1,130 @@
+"""Gemma 4 folders written by transformers' own `save_pretrained` load, and match its logits.
+
+transformers 5.25 writes `per_layer_config` (each global layer's `head_dim` and, where it
+differs, `num_key_value_heads`) instead of `global_head_dim` / `num_global_key_value_heads`.
+The fixtures (tests/fixtures/gemma4_saved/, made by
+scripts/reference/make_gemma4_saved_fixture.py with torch, which these tests do not need)
+are each size's structure at width 32 with a global head width of 32 (sliding 16): E2B (kv
+sharing, per-layer inputs, double-wide MLP), E4B, 31B (K=V, its own global kv heads),
+26B-A4B (the same, with experts); every weight drawn at random, the logits O(10).
+"""
+
+import dataclasses
+import functools
+import json
+import pathlib
+
+import numpy as np
+import pytest
+from graftjax.models.gemma import hf_config, model
+from graftjax.models.gemma import params as params_lib
+
+_FIXTURES = pathlib.Path(__file__).resolve().parents[2] / 'fixtures' / 'gemma4_saved'
+TOLERANCE = 2e-3  # as test_gemma4_parity
+CASES = ('e2b_like', 'e4b_like', '31b_like', '26b_a4b_like')
+
+
+def _fixture(name):
+  data = json.loads((_FIXTURES / f'{name}.json').read_text())
+  for key, value in data.items():
+    if key != 'meta':
+      data[key] = np.asarray(value, np.float32 if key.endswith('logits') else np.int32)
+  return data
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(name):
+  return model.load(weights=_FIXTURES / name)
+
+
+def _max_diff(m, fx):
+  """max |Δlogit| over the recorded subset and top-20 ids, and argmax agreement."""
+  tokens = fx['tokens']
+  cache = m.init_cache(capacity=-(-len(tokens) // 64) * 64)
+  logits, _ = m.prefill(tokens, cache=cache, chunk_size=len(tokens), logits='all')
+  ours = np.asarray(logits[0])[fx['positions']]
+  subset = np.abs(ours[:, fx['subset_ids']] - fx['subset_logits']).max()
+  top = np.abs(np.take_along_axis(ours, fx['top_ids'], axis=-1) - fx['top_logits']).max()
+  agree = float(np.mean(np.argmax(ours, axis=-1) == fx['argmax']))
+  return float(max(subset, top)), agree
+
+
+def test_the_fixtures_are_what_transformers_saves():
+  for name in CASES:
+    raw = json.loads((_FIXTURES / name / 'config.json').read_text())
+    assert raw['transformers_version'].startswith('5.25')
+    assert 'per_layer_config' in raw and 'global_head_dim' not in raw
+    assert (_FIXTURES / name / 'model.safetensors').stat().st_size < 1 << 20
+
+
+@pytest.mark.parametrize('name', CASES)
+def test_a_saved_folder_loads_and_matches_transformers(name):
+  fx = _fixture(name)
+  m = _loaded(name)
+  assert m.config.head_dim_of(m.config.num_layers - 1) == 32 != m.config.head_dim
+  assert fx['positions'].max() >= m.config.sliding_window  # the tokens run past the window
+  max_diff, agree = _max_diff(m, fx)
+  assert max_diff <= TOLERANCE, f'{name}: max |dlogit| {max_diff}'
+  assert agree == 1.0
+
+
+def test_the_structure_of_each_saved_size_is_read():
+  e2b, e4b, big, moe = (_loaded(n).config for n in CASES)
+  assert e2b.num_kv_shared_layers == 4 and e2b.per_layer_input_dim == 8
+  assert e2b.double_wide_shared_mlp and e4b.num_kv_shared_layers == 4
+  assert big.k_eq_v(5) and big.kv_heads_of(5) == 1 and big.kv_heads_of(0) == 2
+  assert moe.num_experts == 8 and moe.top_k_experts == 2 and moe.k_eq_v(5)
+  assert e2b.kv_heads_of(4) == e2b.num_kv_heads  # no kv-head override: the top level's
+
+
+@pytest.mark.parametrize(
+  'name, change',
+  [('31b_like', {'global_rotary_fraction': 1.0}), ('e2b_like', {'value_norm': False})],
+)
+def test_control_a_changed_model_breaks_the_tolerance(name, change):
+  m = _loaded(name)
+  broken = dataclasses.replace(m, config=m.config.replace(**change))
+  max_diff, _ = _max_diff(broken, _fixture(name))
+  assert max_diff > TOLERANCE
+
+
+def test_the_global_width_comes_from_per_layer_config_not_the_default():
+  raw = json.loads((_FIXTURES / '31b_like' / 'config.json').read_text())
+  config = hf_config.config_from_hf(raw)
+  assert (config.global_head_dim, config.num_global_kv_heads) == (32, 1)
+  without = {k: v for k, v in raw.items() if k != 'per_layer_config'}
+  assert hf_config.config_from_hf(without).global_head_dim == 512  # transformers' default
+
+
+def _with_per_layer(per_layer):
+  raw = json.loads((_FIXTURES / '31b_like' / 'config.json').read_text())
+  return dict(raw, per_layer_config=per_layer)
+
+
+@pytest.mark.parametrize(
+  'per_layer, named',
+  [
+    ({'0': {'head_dim': 32}}, "per_layer_config['0']"),  # a sliding layer
+    ({'5': {'intermediate_size': 8}}, 'intermediate_size'),
+    ({'5': {'skip': ['mlp']}}, 'skip'),
+    ({'9': {'head_dim': 32}}, 'no layer 9'),
+    ({'x': {'head_dim': 32}}, 'layer indices'),
+    ([1], 'expected an object'),
+  ],
+)
+def test_per_layer_fields_this_model_cannot_have_are_refused(per_layer, named):
+  with pytest.raises(params_lib.CheckpointError, match='per_layer_config') as e:
+    hf_config.config_from_hf(_with_per_layer(per_layer))
+  assert named in str(e.value)
+
+
+def test_global_layers_of_different_shapes_are_refused():
+  raw = json.loads((_FIXTURES / 'e2b_like' / 'config.json').read_text())
+  raw['per_layer_config'] = {'4': {'head_dim': 32}, '9': {'head_dim': 64}}
+  with pytest.raises(params_lib.CheckpointError, match='global layers differ'):
+    hf_config.config_from_hf(raw)
+
+
+def test_an_override_equal_to_the_top_level_on_a_sliding_layer_is_no_override():
+  raw = _with_per_layer({'0': {'head_dim': 16}, '5': {'head_dim': 32, 'num_key_value_heads': 1}})
+  assert hf_config.config_from_hf(raw).head_dim_of(0) == 16
