@@ -43,6 +43,7 @@ from absl import flags
 from graftjax.studies.paging import bench_paging_recall
 from graftjax.studies.paging import bench_paging_route
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 256, 'Tokens per page (BOS included).')
@@ -55,8 +56,8 @@ _LINES = flags.DEFINE_integer('lines', 25, 'Lines of source per long page.')
 _THRESHOLDS = flags.DEFINE_list(
   'thresholds', ['0', '0.3', '0.5', '0.6', '0.7', '0.8', '0.9'], 'Score thresholds.'
 )
-_ROUTER_MODEL = flags.DEFINE_string(
-  'router_model', 'gemma3-270m', "Model of the hybrid arms ('' for none)."
+_ROUTER_MODEL = model_flag.define(
+  'gemma3-270m', help_text='Model of the hybrid arms.', name='router_model', optional=True
 )
 _WEIGHTS = flags.DEFINE_list(
   'weights', ['1.0', '0.95', '0.9', '0.8', '0.5'], 'BM25 weights of the mix to fit.'

@@ -39,10 +39,11 @@ from absl import flags
 
 from graftjax.flywheel import loop
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.flywheel import harness
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = model_flag.define('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')

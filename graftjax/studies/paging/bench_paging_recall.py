@@ -561,7 +561,9 @@ def experiment(
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
-    inputs['router_model_fingerprint'] = ranker.fingerprint
+    inputs.update(
+      {f'router_{k}': v for k, v in results.model_inputs(ranker, settings.router_model).items()}
+    )
   overlap = overlap_rows(
     model,
     settings.filler[settings.facts :],
