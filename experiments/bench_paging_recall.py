@@ -98,29 +98,32 @@ def main(argv):
       _FACTS.value + boundary_text, _LINES.value, _SEED.value
     )
   ]
-  result = bench_paging_recall.experiment(
-    bench_paging_recall.Settings(
-      model_name='tiny',
-      page_tokens=_PAGE_TOKENS.value,
-      overlaps=[int(x) for x in _OVERLAPS.value],
-      boundary_facts=_BOUNDARY_FACTS.value,
-      facts=_FACTS.value,
-      absent=_ABSENT.value,
-      short_pages=_SHORT_PAGES.value,
-      thresholds=[float(x) for x in _THRESHOLDS.value],
-      chunk_size=64,
-      seed=_SEED.value,
-      filler=filler,
-      router_model=_ROUTER_MODEL.value or None,
-      weights=[float(x) for x in _WEIGHTS.value],
-      rerank=_RERANK.value,
-      rerank_rare=_RERANK_RARE.value,
-      rerank_wordings=_RERANK_WORDINGS.value,
-      rerank_weighting=_RERANK_WEIGHTING.value,
-      recall_at=[int(x) for x in _RECALL_AT.value],
-      needle_set=_NEEDLE_SET.value,
-    )
+  settings = bench_paging_recall.Settings(
+    model_name='tiny',
+    page_tokens=_PAGE_TOKENS.value,
+    overlaps=[int(x) for x in _OVERLAPS.value],
+    boundary_facts=_BOUNDARY_FACTS.value,
+    facts=_FACTS.value,
+    absent=_ABSENT.value,
+    short_pages=_SHORT_PAGES.value,
+    thresholds=[float(x) for x in _THRESHOLDS.value],
+    chunk_size=64,
+    seed=_SEED.value,
+    filler=filler,
+    router_model=_ROUTER_MODEL.value or None,
+    weights=[float(x) for x in _WEIGHTS.value],
+    rerank=_RERANK.value,
+    rerank_rare=_RERANK_RARE.value,
+    rerank_wordings=_RERANK_WORDINGS.value,
+    rerank_weighting=_RERANK_WEIGHTING.value,
+    recall_at=[int(x) for x in _RECALL_AT.value],
+    needle_set=_NEEDLE_SET.value,
   )
+  try:
+    bench_paging_recall.check(settings)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  result = bench_paging_recall.experiment(settings)
   print(bench_paging_recall.format_rows(result))
   results.write(_OUT.value, result)
 
