@@ -367,6 +367,14 @@ def _model_flag_call(tree: ast.Module) -> str | None:
   return None
 
 
+def _model_flag_name(tree: ast.Module) -> str:
+  """The name of the flag `model_flag` defines in `tree` ('model' unless `name=` says)."""
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Call) and ast.unparse(node.func).startswith('model_flag.define'):
+      return next((k.value.value for k in node.keywords if k.arg == 'name'), 'model')
+  raise AssertionError('no model_flag flag')
+
+
 def _takes_a_folder(path: pathlib.Path) -> bool:
   return _model_flag_call(_tree(path)) == 'define'
 
@@ -421,7 +429,7 @@ def _experiment(script, *flags, timeout=900):
 )
 def test_a_mistyped_folder_is_a_flag_error_naming_it(path, tmp_path):
   typo = tmp_path / 'my-gemma-typo'
-  proc = _experiment(path.name, f'--model={typo}', f'--out={tmp_path / "r.json"}', timeout=300)
+  proc = _experiment(path.name, f'--{_model_flag_name(_tree(path))}={typo}', timeout=300)
   assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
   assert 'Flags parsing error' in proc.stderr and str(typo) in proc.stderr
 
@@ -429,7 +437,7 @@ def test_a_mistyped_folder_is_a_flag_error_naming_it(path, tmp_path):
 # The flags of a short run on the tiny checkpoint folder; every script that takes a folder
 # has one (None where a run is not cheap, with the reason: its digests are checked statically).
 TINY_RUNS = {
-  'bench_answer.py': ['--base_length=4', '--across=2', '--repeats=1', '--max_new_tokens=2'],
+  'bench_answer.py': ['--base_length=4', '--across=70', '--repeats=1', '--max_new_tokens=2'],
   'bench_cpu_paths.py': ['--tokens=16', '--capacity=64', '--pallas_tokens=16'],
   'bench_graft.py': ['--prefix_tokens=16', '--chunk_size=8', '--repeats=1', '--recompute_max=16'],
   'bench_model.py': [
@@ -442,12 +450,12 @@ TINY_RUNS = {
     '--pages=4',
     '--page_tokens=16',
     '--k=2',
-    '--capacity=128',
+    '--capacity=512',
     '--queries=2',
     '--tier_pages=4',
   ],
   'bench_paging_recall.py': None,  # builds its stores and fits its routers: half an hour
-  'bench_paging_pagein.py': ['--sizes=16', '--chunk_size=8', '--repeats=1'],
+  'bench_paging_pagein.py': ['--tokens=16', '--chunk_size=8', '--repeats=1'],
   'exactness.py': None,  # tests/graftjax/studies/common/test_checkpoint_cli.py runs it
   'flywheel.py': None,  # tests/graftjax/studies/common/test_checkpoint_cli.py runs it
   'needle.py': None,  # tests/graftjax/studies/common/test_checkpoint_cli.py runs it
@@ -471,7 +479,7 @@ TINY_RUNS = {
     '--composition_offsets=',
     '--scheme=rope',
   ],
-  'route_calibration.py': ['--task=qa_wikidata', '--pairs=8', '--conservative=false'],
+  'route_calibration.py': ['--templates=0-3', '--unrelated=8', '--conservative=false'],
   'scheme_agreement.py': ['--samples=1', '--tokens=8', '--scheme=rope_f64'],
   'slot_moves.py': ['--tokens=8', '--chunk_size=8', '--capacity=64', '--slots=1'],
 }
@@ -517,7 +525,7 @@ def test_a_script_runs_on_a_checkpoint_folder_and_records_its_digests(script, ch
 
 @pytest.mark.slow  # deposit and graft: two processes on the tiny checkpoint folder
 def test_portable_block_records_the_folders_digests(checkpoint, tmp_path):
-  flags = [f'--model={checkpoint}', '--prefix_tokens=16', '--continuation_tokens=2']
+  flags = [f'--model={checkpoint}', '--prefix_tokens=16', '--continuation_tokens=2', '--impl=xla']
   flags += ['--chunk_size=8', '--dtype=float32', f'--dir={tmp_path / "moved"}']
   for mode in ('deposit', 'graft'):
     out = tmp_path / f'{mode}.json'

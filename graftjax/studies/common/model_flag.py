@@ -39,7 +39,8 @@ def problem(
   value: str, names: Sequence[str], *, random: bool = False, optional: bool = False
 ) -> str | None:
   """Why `value` is no model for a flag taking `names` (and '<config>:random' if `random`,
-  '' if `optional`) or a checkpoint folder; None when it is one."""
+  '' if `optional`) or a checkpoint folder (absl's message names the value before it); None
+  when it is one."""
   if (
     (optional and value == '')
     or value in names
@@ -49,10 +50,8 @@ def problem(
     return None
   choices = list(names) + (["'<config>:random'"] if random else [])
   if os.path.exists(value):
-    return f'{value} is a file, not a checkpoint folder: pass one of {choices} or a folder'
-  return (
-    f'{value}: no such checkpoint folder; pass one of {choices} or an existing checkpoint folder'
-  )
+    return f'a file, not a checkpoint folder: pass one of {choices} or a folder'
+  return f'no such checkpoint folder: pass one of {choices} or an existing checkpoint folder'
 
 
 def define(
@@ -109,9 +108,9 @@ def define_config(
       if os.path.exists(one):
         raise flags.ValidationError(
           f'{one}: this experiment reads a config by name (shapes only, no weights), not a'
-          f' checkpoint folder; pass one of {names}'
+          f' checkpoint folder: pass one of {names}'
         )
-      raise flags.ValidationError(f'{one}: no such config; pass one of {names}')
+      raise flags.ValidationError(f'{one}: no such config: pass one of {names}')
     return True
 
   flags.register_validator('model', check, flag_values=flag_values)
