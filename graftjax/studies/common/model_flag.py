@@ -25,11 +25,6 @@ NAMED = ('gemma3-270m', 'tiny')
 RANDOM_SUFFIX = ':random'
 
 
-def is_folder(value: str) -> bool:
-  """Whether `value` names a checkpoint folder rather than a model (a name wins)."""
-  return value not in NAMED and os.path.isdir(value)
-
-
 def _random_config(value: str) -> bool:
   name = value.removesuffix(RANDOM_SUFFIX)
   return name != value and name in config_lib.NAMED_CONFIGS
@@ -67,12 +62,13 @@ def define(
   """`--model` (or `--name`): one of `names`, '<config>:random' for any named config if
   `random`, '' (no model) if `optional`, or the path of a checkpoint folder (which
   `model.load_named` loads, its tokenizer beside it)."""
+  none = ' Empty for none.' if optional else ''
   extra = " '<config>:random' (e.g. gemma3-12b:random)," if random else ''
   holder = flags.DEFINE_string(
     name,
     default,
-    f'{help_text}{" Empty for none." if optional else ""} One of {", ".join(names)},{extra} or a checkpoint folder (config.json,'
-    ' weights, tokenizer.json or tokenizer.model).',
+    f'{help_text}{none} One of {", ".join(names)},{extra} or a checkpoint folder'
+    ' (config.json, weights, tokenizer.json or tokenizer.model).',
     flag_values=flag_values,
   )
 
