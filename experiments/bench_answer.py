@@ -23,9 +23,10 @@ from absl import flags
 from graftjax.models.gemma import model as gemma_model
 from graftjax.studies.flywheel import bench_answer
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = model_flag.define('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _BASE = flags.DEFINE_integer('base_length', 24, 'Query tokens of the repeated item.')
 _IN_BUCKET = flags.DEFINE_list(
   'in_bucket', ['20', '28', '33', '41', '47', '53'], 'Unseen query lengths in its bucket.'

@@ -16,10 +16,11 @@ from absl import app
 from absl import flags
 from graftjax.studies.paging import bench_cpu_paths
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.paging import paging_scale
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
+_MODEL = model_flag.define('gemma3-270m', paging_scale.MODELS, 'Model.')
 _TOKENS = flags.DEFINE_list('tokens', ['64', '512'], 'Prefill lengths (one chunk each).')
 _CAPACITY = flags.DEFINE_integer('capacity', 2304, 'Cache slots (the top-4 needle context).')
 _PALLAS_TOKENS = flags.DEFINE_integer('pallas_tokens', 64, 'Longest prefill in the interpreter.')

@@ -32,13 +32,10 @@ from absl import app
 from absl import flags
 from graftjax.studies.graft import bench_graft
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
-_MODEL = flags.DEFINE_string(
-  'model',
-  'gemma3-270m',
-  "gemma3-270m, tiny, '<config>:random' (e.g. gemma3-12b:random), or a checkpoint folder.",
-)
+_MODEL = model_flag.define('gemma3-270m', random=True)
 _PREFIX_TOKENS = flags.DEFINE_list(
   'prefix_tokens', ['1024', '4096', '8192', '32768'], 'Prefix lengths.'
 )

@@ -18,6 +18,7 @@ from absl import flags
 from graftjax.kernels import dots
 from graftjax.studies.kernels import bench_matmul_tiles
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
 _DTYPES = flags.DEFINE_multi_enum(
@@ -25,7 +26,7 @@ _DTYPES = flags.DEFINE_multi_enum(
 )
 _ROWS = flags.DEFINE_multi_integer('rows', [1, 128], 'Rows M per call (repeat).')
 _SHAPES = flags.DEFINE_multi_string('shape', None, 'Projections to time (default: all).')
-_MODEL = flags.DEFINE_string('model', 'gemma3-270m', 'Config whose projection shapes to time.')
+_MODEL = model_flag.define_config('gemma3-270m', 'Config whose projection shapes to time.')
 _CANDIDATES = flags.DEFINE_multi_string(
   'candidate',
   [

@@ -35,6 +35,7 @@ from graftjax.kernels import dots
 from graftjax.models.gemma import config as config_lib
 from graftjax.studies.model import bench_model
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
 _PROMPT_TOKENS = flags.DEFINE_integer('prompt_tokens', 512, 'Prefill length.')
@@ -51,11 +52,10 @@ _WEIGHTS = flags.DEFINE_enum(
   ['real', 'random'],
   'The real GGUF weights, or seeded random ones of the same shapes.',
 )
-_MODEL = flags.DEFINE_enum(
-  'model',
+_MODEL = model_flag.define(
   'gemma3-270m',
   sorted(config_lib.NAMED_CONFIGS),
-  'Architecture (--weights=real: gemma3-270m only).',
+  'Architecture (--weights=real: gemma3-270m or a checkpoint folder).',
 )
 _REPEATS = flags.DEFINE_integer('repeats', 1, 'Timed runs per row; the fastest is kept.')
 _LLAMACPP_PYTHON = flags.DEFINE_string(

@@ -19,9 +19,10 @@ from absl import app
 from absl import flags
 from graftjax.studies.paging import bench_paging_context
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('tiny', ['gemma3-270m', 'tiny'], 'Model.')
+_MODEL = model_flag.define('tiny', ['gemma3-270m', 'tiny'], 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _PAGES = flags.DEFINE_integer('pages', 32, 'Pages stored.')
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 200, 'Tokens per page (BOS included).')

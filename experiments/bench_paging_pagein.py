@@ -33,9 +33,10 @@ from absl import app
 from absl import flags
 from graftjax.studies.paging import bench_paging_pagein
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
+_MODEL = model_flag.define('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model.')
 _TOKENS = flags.DEFINE_list(
   'tokens', ['32', '64', '128', '256', '512', '1024', '2048', '4096', '8192'], 'Block sizes.'
 )

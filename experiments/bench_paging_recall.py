@@ -43,6 +43,7 @@ from absl import flags
 from graftjax.studies.paging import bench_paging_recall
 from graftjax.studies.paging import bench_paging_route
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
 _PAGE_TOKENS = flags.DEFINE_integer('page_tokens', 256, 'Tokens per page (BOS included).')
@@ -55,8 +56,8 @@ _LINES = flags.DEFINE_integer('lines', 25, 'Lines of source per long page.')
 _THRESHOLDS = flags.DEFINE_list(
   'thresholds', ['0', '0.3', '0.5', '0.6', '0.7', '0.8', '0.9'], 'Score thresholds.'
 )
-_ROUTER_MODEL = flags.DEFINE_string(
-  'router_model', 'gemma3-270m', "Model of the hybrid arms ('' for none)."
+_ROUTER_MODEL = model_flag.define(
+  'gemma3-270m', help_text='Model of the hybrid arms.', name='router_model', optional=True
 )
 _WEIGHTS = flags.DEFINE_list(
   'weights', ['1.0', '0.95', '0.9', '0.8', '0.5'], 'BM25 weights of the mix to fit.'
@@ -97,29 +98,32 @@ def main(argv):
       _FACTS.value + boundary_text, _LINES.value, _SEED.value
     )
   ]
-  result = bench_paging_recall.experiment(
-    bench_paging_recall.Settings(
-      model_name='tiny',
-      page_tokens=_PAGE_TOKENS.value,
-      overlaps=[int(x) for x in _OVERLAPS.value],
-      boundary_facts=_BOUNDARY_FACTS.value,
-      facts=_FACTS.value,
-      absent=_ABSENT.value,
-      short_pages=_SHORT_PAGES.value,
-      thresholds=[float(x) for x in _THRESHOLDS.value],
-      chunk_size=64,
-      seed=_SEED.value,
-      filler=filler,
-      router_model=_ROUTER_MODEL.value or None,
-      weights=[float(x) for x in _WEIGHTS.value],
-      rerank=_RERANK.value,
-      rerank_rare=_RERANK_RARE.value,
-      rerank_wordings=_RERANK_WORDINGS.value,
-      rerank_weighting=_RERANK_WEIGHTING.value,
-      recall_at=[int(x) for x in _RECALL_AT.value],
-      needle_set=_NEEDLE_SET.value,
-    )
+  settings = bench_paging_recall.Settings(
+    model_name='tiny',
+    page_tokens=_PAGE_TOKENS.value,
+    overlaps=[int(x) for x in _OVERLAPS.value],
+    boundary_facts=_BOUNDARY_FACTS.value,
+    facts=_FACTS.value,
+    absent=_ABSENT.value,
+    short_pages=_SHORT_PAGES.value,
+    thresholds=[float(x) for x in _THRESHOLDS.value],
+    chunk_size=64,
+    seed=_SEED.value,
+    filler=filler,
+    router_model=_ROUTER_MODEL.value or None,
+    weights=[float(x) for x in _WEIGHTS.value],
+    rerank=_RERANK.value,
+    rerank_rare=_RERANK_RARE.value,
+    rerank_wordings=_RERANK_WORDINGS.value,
+    rerank_weighting=_RERANK_WEIGHTING.value,
+    recall_at=[int(x) for x in _RECALL_AT.value],
+    needle_set=_NEEDLE_SET.value,
   )
+  try:
+    bench_paging_recall.check(settings)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  result = bench_paging_recall.experiment(settings)
   print(bench_paging_recall.format_rows(result))
   results.write(_OUT.value, result)
 

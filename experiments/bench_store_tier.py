@@ -17,10 +17,11 @@ from absl import app
 from absl import flags
 from graftjax.studies.store import bench_store_tier
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 
 _DEFAULTS = bench_store_tier.Settings()
-_MODEL = flags.DEFINE_string('model', _DEFAULTS.config, 'Config whose cache shape blocks take.')
+_MODEL = model_flag.define_config(_DEFAULTS.config, 'Config whose cache shape blocks take.')
 _DTYPE = flags.DEFINE_enum('dtype', _DEFAULTS.dtype, ['bfloat16', 'float32'], 'k, v dtype.')
 _TOKENS = flags.DEFINE_list('tokens', [str(n) for n in _DEFAULTS.tokens], 'Block sizes.')
 _PAGES = flags.DEFINE_integer('pages', _DEFAULTS.pages, 'Small pages (0: none).')

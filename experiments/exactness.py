@@ -24,14 +24,11 @@ from absl import app
 from absl import flags
 
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.graft import graft_gate
 from graftjax.studies.common import results
 
-_MODEL = flags.DEFINE_string(
-  'model',
-  'gemma3-270m',
-  "gemma3-270m, tiny, '<config>:random' (e.g. gemma3-12b:random), or a checkpoint folder.",
-)
+_MODEL = model_flag.define('gemma3-270m', random=True)
 _SAMPLES = flags.DEFINE_integer('samples', 50, 'Number of text samples.')
 _PREFIX_TOKENS = flags.DEFINE_integer(
   'prefix_tokens', 256, 'Tokens in the grafted prefix (BOS included).'

@@ -8,7 +8,7 @@ r"""The verified-knowledge flywheel: items deposited, related items held out.
     python experiments/flywheel.py --task=my_package.my_task:TASK --model=tiny --out=OUT
     python experiments/flywheel.py --templates=0,1,2 --router=embedding --conservative \
         --unrelated=146 --out=OUT
-    python experiments/flywheel.py --task=graftjax.flywheel.humaneval:TASK --max_new_tokens=256 \
+    python experiments/flywheel.py --task=humaneval --problems=64 --max_new_tokens=256 \
         --recall_tokens=160 --rows=8 --capacity=1024 --library=LIB --journal=LIB/journal.jsonl \
         --out=experiments/results/flywheel/flywheel_humaneval_cpu.json
 
@@ -39,10 +39,11 @@ from absl import flags
 
 from graftjax.flywheel import loop
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.flywheel import harness
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = model_flag.define('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels.')
 _OUT = flags.DEFINE_string('out', 'experiments/results/flywheel/flywheel.json', 'Result JSON path.')
@@ -51,6 +52,9 @@ _TASK = flags.DEFINE_string(
 )
 _TEMPLATES = flags.DEFINE_list('templates', [], 'gsm8k: GSM-Symbolic template ids (0-99).')
 _PAIRS = flags.DEFINE_integer('pairs', 60, 'qa_wikidata: subjects (deposited + held-out pairs).')
+_PROBLEMS = flags.DEFINE_integer(
+  'problems', None, 'humaneval: the first problems deposited (1-163; default 64).'
+)
 _SHOTS = flags.DEFINE_integer('shots', 5, 'qa_wikidata: few-shot examples of the base model.')
 _JOURNAL = flags.DEFINE_string('journal', None, 'JSONL of finished steps (resumable run).')
 _PER_TEMPLATE = flags.DEFINE_integer('per_template', 1, 'Held-out instances per template.')
@@ -111,6 +115,7 @@ def main(argv):
       router=_ROUTER.value,
       conservative=_CONSERVATIVE.value,
       unrelated=_UNRELATED.value,
+      problems=_PROBLEMS.value,
     )
   )
   print(harness.format_summary(result['summary']))

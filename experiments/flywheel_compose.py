@@ -22,10 +22,11 @@ from absl import app
 from absl import flags
 
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.flywheel import compose
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
+_MODEL = model_flag.define('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model to run.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'pallas', ['xla', 'pallas'], 'Kernels (xla is refused).')
 _OUT = flags.DEFINE_string(

@@ -26,15 +26,12 @@ from absl import flags
 from graftjax import ledger
 from graftjax.kernels import dots
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import impl_flags
 from graftjax.studies.kernels import invariance
 from graftjax.studies.common import results
 
-_MODEL = flags.DEFINE_string(
-  'model',
-  'gemma3-270m',
-  "gemma3-270m, tiny, '<config>:random' (e.g. gemma3-12b:random), or a checkpoint folder.",
-)
+_MODEL = model_flag.define('gemma3-270m', random=True)
 _IMPLS = impl_flags.define(default='pallas')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _DOT_PRECISION = flags.DEFINE_enum(

@@ -24,10 +24,11 @@ determinism.pin()  # before jax starts
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.kernels import kernel_determinism
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.')
+_MODEL = model_flag.define('gemma3-270m', ['gemma3-270m', 'tiny'], 'Model run under pallas.')
 _SAMPLES = flags.DEFINE_integer('samples', 2, 'Text samples whose logits are digested.')
 _PREFIX_TOKENS = flags.DEFINE_integer('prefix_tokens', 64, 'Tokens per sample.')
 _LABEL = flags.DEFINE_string('label', 'run', 'Name of this run (e.g. which call and process).')

@@ -16,10 +16,11 @@ import pathlib
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.model import kv_bytes
 from graftjax.studies.common import results
 
-_MODELS = flags.DEFINE_multi_string('model', ['tiny', 'gemma3-270m'], 'Config names (repeat).')
+_MODELS = model_flag.define_config(['tiny', 'gemma3-270m'], 'Configs (repeat).', multi=True)
 _CAPACITIES = flags.DEFINE_multi_integer(
   'capacity', list(kv_bytes.CAPACITIES), 'Cache capacities (repeat).'
 )

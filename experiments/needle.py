@@ -48,11 +48,12 @@ determinism.pin()
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.paging import needle
 from graftjax.studies.paging import paging_scale
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
+_MODEL = model_flag.define('gemma3-270m', paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum(
   'impl', 'xla', ['xla', 'pallas', 'xla_split'], 'Kernels (xla_split: XLA, split attention).'

@@ -33,11 +33,12 @@ determinism.pin()
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.paging import figures
 from graftjax.studies.paging import paging_scale
 from graftjax.studies.common import results
 
-_MODEL = cli.model_flag(paging_scale.TINY_270M_LAYOUT, paging_scale.MODELS, 'Model.')
+_MODEL = model_flag.define(paging_scale.TINY_270M_LAYOUT, paging_scale.MODELS, 'Model.')
 _DTYPE = flags.DEFINE_enum('dtype', 'bfloat16', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPL = flags.DEFINE_enum('impl', 'xla', ['xla', 'pallas'], 'Kernels of every op.')
 _STORE = flags.DEFINE_string(

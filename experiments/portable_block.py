@@ -24,15 +24,14 @@ from absl import flags
 
 from graftjax.models.gemma import model as gemma_model
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import impl_flags
 from graftjax.studies.store import portable_block
 from graftjax.studies.common import results
 
 _MODE = flags.DEFINE_enum('mode', None, ['deposit', 'graft'], 'Deposit here, or graft here.')
 _DIR = flags.DEFINE_string('dir', None, 'The deposit folder (store.tar, deposit.json).')
-_MODEL = flags.DEFINE_string(
-  'model', 'gemma3-270m', "gemma3-270m, tiny, '<config>:random', or a checkpoint folder."
-)
+_MODEL = model_flag.define('gemma3-270m', random=True)
 _DTYPE = flags.DEFINE_enum('dtype', 'bfloat16', ['float32', 'bfloat16'], 'Compute and cache dtype.')
 _PREFIX = flags.DEFINE_integer('prefix_tokens', 1024, 'Tokens in the block (BOS included).')
 _CONTINUATION = flags.DEFINE_integer('continuation_tokens', 32, 'Tokens after the block.')

@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 from graftjax.models.gemma import config as config_lib
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.model import profile_model
 from graftjax.studies.common import results
 
@@ -26,9 +27,7 @@ _DECODE_TOKENS = flags.DEFINE_integer('decode_tokens', 64, 'Greedy decode steps.
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 128, 'Prefill chunk.')
 _DTYPE = flags.DEFINE_enum('dtype', 'bfloat16', ['float32', 'bfloat16'], 'Compute dtype.')
 _IMPLS = flags.DEFINE_multi_enum('impl', ['xla'], list(config_lib.IMPLS), 'Kernel sets (repeat).')
-_MODEL = flags.DEFINE_enum(
-  'model', 'gemma3-270m', sorted(config_lib.NAMED_CONFIGS), 'Architecture.'
-)
+_MODEL = model_flag.define_config('gemma3-270m', 'Architecture (seeded random weights).')
 _TOP = flags.DEFINE_integer('top', 30, 'Kernels kept per phase, largest total first.')
 _OUT = flags.DEFINE_string(
   'out', 'experiments/results/profile/profile_model_cpu.json', 'Result JSON.'

@@ -29,14 +29,13 @@ from absl import flags
 
 from graftjax.models.gemma import schemes
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.position import plots
 from graftjax.studies.position import position_sweep
 from graftjax.studies.common import results
 
-_MODEL = flags.DEFINE_string(
-  'model',
-  'gemma3-270m',
-  "'gemma3-270m', 'tiny', a train_small.py checkpoint folder, or a checkpoint folder of one's own.",
+_MODEL = model_flag.define(
+  'gemma3-270m', help_text='Model (a train_small.py checkpoint folder too).'
 )
 _SCHEMES = flags.DEFINE_multi_enum(
   'scheme',

@@ -28,11 +28,12 @@ from absl import flags
 
 from graftjax.models.gemma import model as gemma_model
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.flywheel import harness
 from graftjax.studies.common import results
 from graftjax.studies.flywheel import route_calibration
 
-_MODEL = flags.DEFINE_enum('model', 'gemma3-270m', ['gemma3-270m'], 'Model of the embeddings.')
+_MODEL = model_flag.define('gemma3-270m', help_text='Model of the embeddings.')
 _TASK = flags.DEFINE_string('task', 'gsm8k', f'One of {", ".join(harness.TASKS)}, or module:Name.')
 _TEMPLATES = flags.DEFINE_string(
   'templates', '', 'gsm8k: GSM-Symbolic template ids (0-99), e.g. 0-2,4.'

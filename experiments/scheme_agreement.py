@@ -15,9 +15,11 @@ determinism.pin()
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 from graftjax.studies.position import scheme_agreement
 
+_MODEL = model_flag.define('gemma3-270m', help_text='Weights every scheme runs.')
 _SCHEMES = flags.DEFINE_multi_enum(
   'scheme',
   ['rope_f64', 'rope_relative'],
@@ -36,7 +38,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   result = scheme_agreement.experiment(
-    schemes=_SCHEMES.value, samples=_SAMPLES.value, tokens=_TOKENS.value, dtype=_DTYPE.value
+    model_name=_MODEL.value,
+    schemes=_SCHEMES.value,
+    samples=_SAMPLES.value,
+    tokens=_TOKENS.value,
+    dtype=_DTYPE.value,
   )
   results.write(_OUT.value, result)
 

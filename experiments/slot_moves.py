@@ -17,11 +17,12 @@ determinism.pin()
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.paging import paging_scale
 from graftjax.studies.common import results
 from graftjax.studies.paging import slot_moves
 
-_MODEL = cli.model_flag('gemma3-270m', paging_scale.MODELS, 'Model.')
+_MODEL = model_flag.define('gemma3-270m', paging_scale.MODELS, 'Model.')
 _IMPLS = flags.DEFINE_list('attention', ['xla', 'xla_split'], 'Attention impls (xla, xla_split).')
 _TOKENS = flags.DEFINE_integer('tokens', 40, 'Tokens of the block.')
 _CHUNK_SIZE = flags.DEFINE_integer('chunk_size', 32, 'Prefill chunk.')

@@ -109,7 +109,12 @@ COVERED = {
     {'/tmp/my_task.json': '{tmp}/my_task.json'},
   ),
   (
-    'python experiments/flywheel.py --task=graftjax.flywheel.humaneval:TASK --max_new_tokens=256'
+    'PYTHONPATH=docs/examples python experiments/flywheel.py --task=my_task:TASK'
+    ' --model=gemma3-270m --max_new_tokens=8 --recall_tokens=8 --capacity=256'
+    ' --out=/tmp/my_task_270m.json'
+  ): ('check', 'the command above on the real model: about 10 minutes on two CPU cores'),
+  (
+    'python experiments/flywheel.py --task=humaneval --problems=64 --max_new_tokens=256'
     ' --recall_tokens=160 --rows=4 --capacity=1024 --library=LIB --journal=LIB/journal.jsonl'
     ' --out=OUT'
   ): ('check', 'runs the real model on 64 problems for about an hour on a CPU'),

@@ -12,6 +12,7 @@ tested without running it.
 """
 
 import ast
+import json
 import os
 import pathlib
 import re
@@ -332,3 +333,206 @@ def test_result_paths_a_script_names_are_in_a_study_folder(path):
     assert (REPO / 'experiments' / 'results' / folder / 'study.toml').is_file(), folder
   for name in re.findall(r'experiments/results/([^/\s\'"`]+\.json)', path.read_text()):
     pytest.fail(f'{name} is outside every study folder')
+
+
+# ---------------------------------------------------------------- --model: names and folders
+
+# Scripts whose --model is no Gemma checkpoint, or that load one model only, by its reason.
+OWN_MODELS = {
+  'train_small.py': 'trains a model of its own sizes; relocation.py takes the folder it writes',
+  'reference_agreement.py': "compares with transformers and llama.cpp on the 270M's GGUF",
+}
+# Calls by which a study loads a model's weights.
+LOADS = re.compile(r'load_named\(|gemma_model\.load\(|paging_scale\.load_model\(|load_trained\(')
+RECORDS = re.compile(r'results\.model_inputs\(|harness\.result_inputs\(')
+
+
+def _study_sources(tree: ast.Module) -> str:
+  """The source of every study module `tree` imports (graftjax.studies.X import Y)."""
+  texts = []
+  for node in tree.body:
+    if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('graftjax.studies.'):
+      for alias in node.names:
+        path = REPO / node.module.replace('.', '/') / f'{alias.name}.py'
+        if path.is_file() and node.module != 'graftjax.studies.common':
+          texts.append(path.read_text())
+  return '\n'.join(texts)
+
+
+def _model_flag_call(tree: ast.Module) -> str | None:
+  """'define' or 'define_config' when `tree` defines --model with `model_flag`, else None."""
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Call) and ast.unparse(node.func).startswith('model_flag.define'):
+      return ast.unparse(node.func).split('.')[1]
+  return None
+
+
+def _model_flag_name(tree: ast.Module) -> str:
+  """The name of the flag `model_flag` defines in `tree` ('model' unless `name=` says)."""
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Call) and ast.unparse(node.func).startswith('model_flag.define'):
+      return next((k.value.value for k in node.keywords if k.arg == 'name'), 'model')
+  raise AssertionError('no model_flag flag')
+
+
+def _takes_a_folder(path: pathlib.Path) -> bool:
+  return _model_flag_call(_tree(path)) == 'define'
+
+
+MODEL_SCRIPTS = [p for p in SCRIPTS if _takes_a_folder(p)]
+
+
+@pytest.mark.parametrize('path', SCRIPTS, ids=lambda p: p.name)
+def test_every_model_flag_is_the_shared_one(path):
+  """--model comes from `model_flag` (a name or a folder, checked at parsing; or a config
+  name); a script whose study loads weights takes a folder and records its digests."""
+  tree = _tree(path)
+  if path.name in OWN_MODELS:
+    return
+  assert 'model' not in _flag_names(tree), 'define --model with graftjax.studies.common.model_flag'
+  studies = _study_sources(tree)
+  if LOADS.search(studies):
+    assert _model_flag_call(tree) == 'define', (
+      f'{path.name} loads a model: its --model takes a checkpoint folder (model_flag.define)'
+    )
+  if _model_flag_call(tree) == 'define':
+    assert RECORDS.search(studies), (
+      f"{path.name}'s result must record the weights' and tokenizer's digests"
+      ' (results.model_inputs)'
+    )
+
+
+def test_the_walk_finds_the_scripts_that_load_a_model():
+  names = {p.name for p in MODEL_SCRIPTS}
+  assert {'flywheel.py', 'relocation.py', 'route_calibration.py', 'bench_model.py'} <= names
+  assert {'scheme_agreement.py', 'needle.py', 'portable_block.py'} <= names
+  assert not names & {'kv_bytes.py', 'bench_matmul_tiles.py', 'results_page.py'}
+
+
+def _experiment(script, *flags, timeout=900):
+  return subprocess.run(
+    [sys.executable, str(REPO / 'experiments' / script), *flags],
+    cwd=REPO,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    check=False,
+  )
+
+
+@pytest.mark.slow  # one process per script, refused while parsing flags (about 5 s each)
+@pytest.mark.parametrize(
+  'path',
+  MODEL_SCRIPTS + [p for p in SCRIPTS if _model_flag_call(_tree(p)) == 'define_config'],
+  ids=lambda p: p.name,
+)
+def test_a_mistyped_folder_is_a_flag_error_naming_it(path, tmp_path):
+  typo = tmp_path / 'my-gemma-typo'
+  proc = _experiment(path.name, f'--{_model_flag_name(_tree(path))}={typo}', timeout=300)
+  assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+  assert 'Flags parsing error' in proc.stderr and str(typo) in proc.stderr
+
+
+# The flags of a short run on the tiny checkpoint folder; every script that takes a folder
+# has one (None where a run is not cheap, with the reason: its digests are checked statically).
+TINY_RUNS = {
+  # Pads its questions with ' please' to exact token counts: the fixture's small vocabulary
+  # cuts the word into several tokens and misses them.
+  'bench_answer.py': None,
+  'bench_cpu_paths.py': ['--tokens=16', '--capacity=64', '--pallas_tokens=16'],
+  'bench_graft.py': ['--prefix_tokens=16', '--chunk_size=8', '--repeats=1', '--recompute_max=16'],
+  'bench_model.py': [
+    '--prompt_tokens=16',
+    '--decode_tokens=2',
+    '--chunk_size=8',
+    '--dtype=float32',
+  ],
+  'bench_paging_context.py': [
+    '--pages=4',
+    '--page_tokens=16',
+    '--k=2',
+    '--capacity=512',
+    '--queries=2',
+    '--tier_pages=4',
+  ],
+  'bench_paging_recall.py': None,  # builds its stores and fits its routers: half an hour
+  'bench_paging_pagein.py': ['--tokens=16', '--chunk_size=8', '--repeats=1'],
+  'exactness.py': None,  # tests/graftjax/studies/common/test_checkpoint_cli.py runs it
+  'flywheel.py': None,  # tests/graftjax/studies/common/test_checkpoint_cli.py runs it
+  'needle.py': None,  # tests/graftjax/studies/common/test_checkpoint_cli.py runs it
+  'flywheel_compose.py': None,  # solves GSM-Symbolic items first: minutes on two cores
+  'invariance.py': [
+    '--samples=1',
+    '--prefix_tokens=8',
+    '--continuation_tokens=2',
+    '--chunk_sizes=1,2',
+    '--batch_sizes=1',
+  ],
+  'kernel_determinism.py': ['--samples=1', '--prefix_tokens=8', '--quick'],
+  'paging_scale.py': None,  # plans a page store over the standard library first: minutes
+  'portable_block.py': None,  # two modes over a folder: run below
+  'relocation.py': [
+    '--samples=1',
+    '--block_tokens=8',
+    '--continuation_tokens=2',
+    '--chunk_size=8',
+    '--offsets=0,3',
+    '--composition_offsets=',
+    '--scheme=rope',
+  ],
+  'route_calibration.py': ['--templates=0-3', '--unrelated=8', '--conservative=false'],
+  'scheme_agreement.py': ['--samples=1', '--tokens=8', '--scheme=rope_f64'],
+  'slot_moves.py': ['--tokens=8', '--chunk_size=8', '--capacity=64', '--slots=1'],
+}
+
+
+def test_every_script_that_takes_a_folder_has_a_tiny_run():
+  assert set(TINY_RUNS) == {p.name for p in MODEL_SCRIPTS}
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory):
+  """A tiny Gemma 3 exported as a Hugging Face folder with its own tokenizer files."""
+  from graftjax.models.gemma import config as config_lib
+  from graftjax.models.gemma import model as gemma_model
+  from graftjax.models.gemma import safetensors_io
+  from tests.models.gemma import tokenizer_files
+
+  vocab = tokenizer_files.small_vocabulary()
+  folder = tmp_path_factory.mktemp('my-gemma')
+  source = gemma_model.random(config_lib.tiny(vocab_size=vocab.vocab_size), seed=5)
+  safetensors_io.save(source.params, source.config, folder)
+  tokenizer_files.write_all(folder, vocab)
+  return folder
+
+
+def _recorded(inputs, folder):
+  from graftjax.models.gemma import model as gemma_model
+
+  loaded = gemma_model.load(weights=folder)
+  assert inputs['params_sha256'] == loaded.params_digest
+  assert inputs['tokenizer_sha256'] == loaded.tokenizer.digest()
+  assert 'gguf_sha256' not in inputs
+
+
+@pytest.mark.slow  # one experiment process each on the tiny checkpoint folder
+@pytest.mark.parametrize('script', sorted(s for s, run in TINY_RUNS.items() if run is not None))
+def test_a_script_runs_on_a_checkpoint_folder_and_records_its_digests(script, checkpoint, tmp_path):
+  out = tmp_path / 'result.json'
+  proc = _experiment(script, f'--model={checkpoint}', *TINY_RUNS[script], f'--out={out}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  _recorded(json.loads(out.read_text())['inputs'], checkpoint)
+
+
+@pytest.mark.slow  # deposit and graft: two processes on the tiny checkpoint folder
+def test_portable_block_records_the_folders_digests(checkpoint, tmp_path):
+  from graftjax.studies.store import portable_block
+
+  moved = tmp_path / 'moved'
+  flags = [f'--model={checkpoint}', '--prefix_tokens=16', '--continuation_tokens=2']
+  flags += ['--chunk_size=8', '--dtype=float32', '--impl=xla', f'--dir={moved}']
+  for mode, out in (('deposit', moved / portable_block.RECORD), ('graft', tmp_path / 'g.json')):
+    proc = _experiment('portable_block.py', f'--mode={mode}', *flags, f'--out={out}')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _recorded(json.loads(out.read_text())['inputs'], checkpoint)

@@ -218,7 +218,9 @@ def check(text: str, gold: Sequence[str]) -> verifiers.Check:
   return verifiers.Check(outcome.passed, extracted=completion_code(text), detail=outcome.cause)
 
 
-VERIFIER = verifiers.register(NAME, VERSION, check)
+VERIFIER = verifiers.register(
+  NAME, VERSION, check, gold=lambda gold: len(gold) == 1 or Problem.from_gold(gold)
+)
 for _old in (1, 2):
   verifiers.retire(
     NAME,

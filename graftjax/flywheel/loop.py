@@ -267,8 +267,10 @@ MAX_FALSE_HIT = 0.05  # the bound on false hits of every threshold fitted in a r
 def check_task(task: tasks.Task) -> tuple[list[Any], list[Any], Prompt, Any]:
   """(items, held_out, prompt, verifier) of `task`, or why it cannot run, before any model work.
 
-  The verifier is run once, on the first item's reference (its solution, else its answer),
-  so one that raises is refused here, not after the base phase.
+  Every item's gold (deposited and held out) is checked here, so a gold the verifier refuses
+  is named now, not after the base phase: the verifier runs on the first item's reference (its
+  solution, else its answer), then checks every other item's gold with its `check_gold` when
+  it has one (the code verifier's runs no sandbox), else runs on that item's reference too.
 
   Raises:
     tasks.TaskError: the task cannot be run as given, naming the cause.
@@ -304,13 +306,18 @@ def check_task(task: tasks.Task) -> tuple[list[Any], list[Any], Prompt, Any]:
     )
   if empty := [it.id for it in [*items, *held_out] if not it.question.strip()]:
     raise tasks.TaskError(f'task {task.name!r}: items with an empty question: {empty[:5]}')
-  sample = items[0]
-  with verifiers.plugin_failures(
-    f'task {task.name!r}: its verifier {verify.name} v{verify.version} fails on item'
-    f' {sample.id} (its reference answer)',
-    tasks.TaskError,
-  ):
-    verify(sample.solution if sample.solution is not None else sample.answer, sample.gold)
+  check_gold = getattr(verify, 'check_gold', None)
+  for i, item in enumerate([*items, *held_out]):
+    cheap = i > 0 and check_gold is not None
+    with verifiers.plugin_failures(
+      f'task {task.name!r}: its verifier {verify.name} v{verify.version} fails on item'
+      f' {item.id} ({"its gold" if cheap else "its reference answer"})',
+      tasks.TaskError,
+    ):
+      if cheap:
+        check_gold(item.gold)
+      else:
+        verify(item.solution if item.solution is not None else item.answer, item.gold)
   return items, held_out, prompt, verify
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fractions
+import importlib
 import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -163,6 +164,11 @@ class Numeric:
   name = 'numeric'
   version = 2
 
+  def check_gold(self, gold: Sequence[str]) -> None:
+    """Raises the `ValueError` a call would for `gold` (a part that is not one number)."""
+    for g in gold:
+      parse_number(g)
+
   def __call__(self, text: str, gold: Sequence[str]) -> Verdict:
     golds = [parse_number(g) for g in gold]
     value = extract_number(text)
@@ -181,6 +187,11 @@ class Alias:
   name = 'alias'
   version = 1
 
+  def check_gold(self, gold: Sequence[str]) -> None:
+    """Every gold alias normalises (never raises)."""
+    for g in gold:
+      normalize_text(g)
+
   def __call__(self, text: str, gold: Sequence[str]) -> Verdict:
     golds = tuple(normalize_text(g) for g in gold)
     lines = [line for line in text.splitlines() if line.strip()]
@@ -195,7 +206,9 @@ class Alias:
 
 
 class Verifier(Protocol):
-  """`verifier(text, gold) -> Verdict`, with the `name` and `version` it records."""
+  """`verifier(text, gold) -> Verdict`, with the `name` and `version` it records. It may
+  have `check_gold(gold)`, raising the `ValueError` a call would on `gold`, without the cost
+  of a call (`loop.check_task` checks every item's gold with it)."""
 
   name: str
   version: int
@@ -207,10 +220,14 @@ CheckFn = Callable[[str, Sequence[str]], 'Check | bool']
 
 
 class Registered:
-  """A verifier made by `register` from a check function."""
+  """A verifier made by `register` from a check function (and its gold check, if given)."""
 
-  def __init__(self, name: str, version: int, fn: CheckFn):
+  def __init__(
+    self, name: str, version: int, fn: CheckFn, gold: Callable[[Sequence[str]], Any] | None = None
+  ):
     self.name, self.version, self.fn = name, version, fn
+    if gold is not None:
+      self.check_gold = lambda g: gold(tuple(g))
 
   def __call__(self, text: str, gold: Sequence[str]) -> Verdict:
     found = self.fn(text, tuple(gold))
@@ -273,7 +290,9 @@ def add(verifier: Verifier) -> Verifier:
   return verifier
 
 
-def register(name: str, version: int, fn: CheckFn) -> Verifier:
+def register(
+  name: str, version: int, fn: CheckFn, *, gold: Callable[[Sequence[str]], Any] | None = None
+) -> Verifier:
   """Registers `fn(text, gold) -> Check | bool` as verifier `name` at `version`.
 
   Args:
@@ -282,13 +301,16 @@ def register(name: str, version: int, fn: CheckFn) -> Verifier:
       verdicts are re-checked by the rules that wrote them.
     fn: the check: the raw answer text and the accepted gold answers in, a
       `Check` (or just a bool) out. It must be deterministic.
+    gold: optional: `gold(gold)` raises the `ValueError` `fn` would on that gold, cheaply
+      (without running anything); then a task's items are checked with it up front, else
+      `fn` runs on each item's reference.
 
   Returns:
     The verifier: `verifier(text, gold) -> Verdict`.
   """
   if not callable(fn):
     raise VerifierError(f'verifier {name!r}: {fn!r} is not callable')
-  return add(Registered(name, version, fn))
+  return add(Registered(name, version, fn, gold))
 
 
 _RETIRED: dict[tuple[str, int], tuple[int, str]] = {}
@@ -313,8 +335,15 @@ def registered() -> list[tuple[str, int]]:
   return sorted(_REGISTRY)
 
 
+# Verifiers of the library registered by importing their module, on first use.
+_MODULES = {'code': 'graftjax.flywheel.code_verifier'}
+
+
 def get(name: str, version: int | None = None) -> Verifier:
-  """The verifier `name` at `version` (None: its newest); a `VerifierError` if unregistered."""
+  """The verifier `name` at `version` (None: its newest); a `VerifierError` if unregistered.
+  A verifier of the library ('code') is registered here if its module is not yet imported."""
+  if name in _MODULES and not any(n == name for n, _ in _REGISTRY):
+    importlib.import_module(_MODULES[name])
   versions = sorted(v for n, v in _REGISTRY if n == name)
   if not versions:
     known = sorted({n for n, _ in _REGISTRY})

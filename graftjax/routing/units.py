@@ -1,9 +1,12 @@
 """Routing units: BM25 over fixed-size windows of each page's text, a page scored by its best;
 the same units fused with the model's own embedding, the top pages reranked by the model.
 
-    router = UnitRouter(threshold=0.0, unit_words=64)
+    router = UnitRouter(threshold=None, unit_words=64)
     catalog = Catalog(path, router=router, store=store)   # routes pages of any mix of sizes
-    router = HybridRouter(model, threshold=0.0, rerank=4, rerank_rare=4)   # + 4 by rare words
+    route.calibrate(router, route.Queries(deposited=asked, unrelated=absent))  # its threshold
+    router = HybridRouter(model, threshold=None, rerank=4, rerank_rare=4)   # + 4 by rare words
+
+A threshold is fitted on labelled questions (`route.calibrate`); 0.0 abstains on nothing.
 
 Details and why: docs/paging.md, section `graftjax/routing/units.py`.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import numbers
 import pathlib
 from collections.abc import Callable, Iterator, Sequence
@@ -59,7 +63,7 @@ class UnitRouter(route_lib.BM25Router):
   def __init__(
     self,
     *,
-    threshold: float,
+    threshold: float | None,
     unit_words: int = 64,
     stride_words: int | None = None,
     k1: float = 1.5,
@@ -119,6 +123,19 @@ class UnitRouter(route_lib.BM25Router):
     held = sorted({t for t in terms if t in index.vocab_dict})
     idf = np.asarray([self._idf[index.vocab_dict[t]] for t in held])
     return [t for t, w in zip(held, idf) if w >= idf.mean()]
+
+  def rare_weights(self, query: str, texts: Sequence[str]) -> np.ndarray:
+    """For each text, the summed IDF over the units of the query's `rare_words` it holds (a
+    page naming the whole subject outweighs a note naming its first name): [len(texts)]."""
+    rare = self.rare_words(query)
+    if not rare:
+      return np.zeros(len(texts), np.float64)
+    index = self._build()
+    idf = {t: float(self._idf[index.vocab_dict[t]]) for t in rare}
+    held = self._tokens(list(texts))
+    return np.asarray(
+      [math.fsum(idf[t] for t in sorted(idf.keys() & set(terms))) for terms in held]
+    )
 
   def _rare_ranked(self, query: str) -> Iterator[tuple[int, float]]:
     """(unit index, score) by BM25 over the query's `rare_words` alone, in tie order."""
@@ -237,7 +254,11 @@ class HybridRouter(route_lib.Router):
   the words short notes repeat), so at most `rerank + rerank_rare` pages are returned.
   `rerank_weighting` 'idf' weights each query token's gain by its `token_idf` over the units
   (a name's tokens count, the words hundreds of notes repeat hardly); 'mean' weights them
-  alike (routers saved before the setting load with it).
+  alike (routers saved before the setting load with it). With `rerank_names` the candidates
+  are ordered first by the IDF of the query's rare words each holds (`UnitRouter.rare_weights`:
+  the page naming the whole subject before notes naming its first name), then by their gain
+  (routers saved before the setting load without it). Candidates are distinct pages by
+  content: a copy of a page already among them takes no place of its own.
   `entries` lists the units, keyed by their page.
   """
 
@@ -263,6 +284,7 @@ class HybridRouter(route_lib.Router):
     rerank: int = 0,
     rerank_rare: int = 0,
     rerank_weighting: str = 'idf',
+    rerank_names: bool = True,
     unit_words: int = 64,
     stride_words: int | None = None,
     k1: float = 1.5,
@@ -275,7 +297,11 @@ class HybridRouter(route_lib.Router):
     _check_rerank_rare(rerank_rare)
     _check_rerank_weighting(rerank_weighting)
     self.model, self.weight, self.rerank, self.encode = model, weight, rerank, encode
+    _check_rerank_names(rerank_names)
     self.rerank_rare, self.rerank_weighting = rerank_rare, rerank_weighting
+    self.rerank_names = rerank_names
+    self._contents: dict[str, tuple[str, ...]] = {}  # page key -> its units, in order
+    self._contents_at = 0  # entries counted in it
     self._token_df: collections.Counter[int] = collections.Counter()  # units holding each id
     self._df_units = 0  # units counted in it
     self.lexical = UnitRouter(
@@ -315,31 +341,54 @@ class HybridRouter(route_lib.Router):
     self, query: str, ranked: Iterator[tuple[int, float]]
   ) -> Iterator[tuple[int, float]]:
     """The `rerank` best pages (each by its best unit) and up to `rerank_rare` more by the
-    query's rare words, by `query_gain`, best first."""
+    query's rare words, a copy of a page already taken skipped, by `query_gain` (after the
+    IDF of the rare words each holds, with `rerank_names`), best first: (unit, gain, rank)."""
     best: dict[str, int] = {}
+    taken: set[tuple[str, ...]] = set()  # the contents of the pages in `best`
+
+    def take(index: int) -> bool:
+      key = self._entries[index][0]
+      content = self.page_contents()[key]
+      if key in best or content in taken:
+        return False
+      best[key] = index
+      taken.add(content)
+      return True
+
     for index, _ in ranked:
       if len(best) == self.rerank:
         break
-      best.setdefault(self._entries[index][0], index)
+      take(index)
     added = 0
     for index, _ in self.lexical._rare_ranked(query) if self.rerank_rare else ():
       if added == self.rerank_rare:
         break
-      if self._entries[index][0] not in best:
-        best[self._entries[index][0]] = index
-        added += 1
+      added += take(index)
     units_ = list(best.values())
     if not units_:
       return iter(())
+    texts = [self._entries[i][1] for i in units_]
+    names = self.lexical.rare_weights(query, texts) if self.rerank_names else np.zeros(len(texts))
     gains = query_gain(
       self.model,
       query,
-      [self._entries[i][1] for i in units_],
+      texts,
       chunk_size=self.dense.chunk_size,
       encode=self.encode,
       weigh=self.token_idf if self.rerank_weighting == 'idf' else None,
     )
-    return ((units_[j], float(gains[j])) for j in np.argsort(-gains, kind='stable'))
+    order = np.lexsort((-gains, -names))  # by names, then by gain; stable
+    return ((units_[j], float(gains[j]), (float(names[j]), float(gains[j]))) for j in order)
+
+  def page_contents(self) -> dict[str, tuple[str, ...]]:
+    """Each page key's units in the order stored: a page's content, as routing sees it."""
+    if self._contents_at != len(self._entries):
+      pages = collections.defaultdict(list)
+      for key, unit in self._entries:
+        pages[key].append(unit)
+      self._contents = {key: tuple(found) for key, found in pages.items()}
+      self._contents_at = len(self._entries)
+    return self._contents
 
   def token_idf(self, ids: Sequence[int]) -> np.ndarray:
     """Each token id's IDF over the units as the model's tokenizer cuts them,
@@ -360,6 +409,7 @@ class HybridRouter(route_lib.Router):
       'rerank': self.rerank,
       **({'rerank_rare': self.rerank_rare} if self.rerank_rare else {}),
       'rerank_weighting': self.rerank_weighting,
+      **({'rerank_names': True} if self.rerank_names else {}),
       'chunk_size': self.dense.chunk_size,
       'batch_size': self.dense.batch_size,
       'fingerprint': self.model.fingerprint,
@@ -402,6 +452,7 @@ class HybridRouter(route_lib.Router):
       rerank=body['rerank'],
       rerank_rare=_loaded_rerank_rare(path, body),
       rerank_weighting=_loaded_rerank_weighting(path, body),
+      rerank_names=_loaded_rerank_names(path, body),
       unit_words=body['unit_words'],
       stride_words=body['stride_words'],
       k1=body['k1'],
@@ -446,6 +497,22 @@ def _loaded_rerank_weighting(path, body: dict) -> str:
   value = body.get('rerank_weighting', 'mean')
   try:
     _check_rerank_weighting(value)
+  except ValueError as e:
+    raise route_lib.RouterFileError(f'{path}: {e}') from e
+  return value
+
+
+def _check_rerank_names(value) -> None:
+  if not isinstance(value, bool):
+    raise ValueError(f'rerank_names must be a bool, got {value!r}')
+
+
+def _loaded_rerank_names(path, body: dict) -> bool:
+  """A file's `rerank_names` (False, the rerank by gain alone, where a file from before it
+  records none)."""
+  value = body.get('rerank_names', False)
+  try:
+    _check_rerank_names(value)
   except ValueError as e:
     raise route_lib.RouterFileError(f'{path}: {e}') from e
   return value

@@ -1,5 +1,4 @@
-"""`run(main)`: absl's `app.run` for the experiments, with quiet library logs; `model_flag`,
-the `--model` flag that also takes a checkpoint folder.
+"""`run(main)`: absl's `app.run` for the experiments, with quiet library logs.
 
 absl's `app.run` raises the logging verbosity to INFO when `--verbosity` is
 not given, so every library's INFO records (orbax saving or restoring the
@@ -12,7 +11,6 @@ whatever the verbosity): the user sees progress bars, the result and where it wa
 from __future__ import annotations
 
 import logging as std_logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,20 +31,3 @@ def run(main: Callable[[Sequence[str]], Any]) -> None:
   """Parses flags and calls `main(argv)`, logging at WARNING unless --verbosity says otherwise."""
   app.call_after_init(_warning_unless_asked)
   app.run(main)
-
-
-def model_flag(default: str, names: Sequence[str], help_text: str = 'Model.') -> flags.FlagHolder:
-  """`--model`: one of `names`, or the path of a checkpoint folder (config.json and
-  safetensors, or orbax), which `model.load_named` loads with the tokenizer beside it."""
-  holder = flags.DEFINE_string(
-    'model',
-    default,
-    f'{help_text} One of {", ".join(names)}, or a checkpoint folder (config.json, weights,'
-    ' tokenizer.json or tokenizer.model).',
-  )
-  flags.register_validator(
-    'model',
-    lambda value: value in names or os.path.isdir(value),
-    message=f'--model must be one of {list(names)} or an existing checkpoint folder',
-  )
-  return holder

@@ -184,7 +184,7 @@ def experiment(
     **results.header(
       'bench_answer',
       inputs={
-        'model_fingerprint': model.fingerprint,
+        **results.model_inputs(model, model_name),
         'questions_sha256': hashlib.sha256(texts).hexdigest(),
       },
       command=command,

@@ -59,7 +59,7 @@ def format_routing(result: dict[str, Any]) -> str:
         f' [{false_hit["low"]:.1%}, {false_hit["high"]:.1%}]'
       )
     said = ''
-    if bound:
+    if bound and false_hit:  # with none held out, `held` says so once
       said = f': bounded at {bound["max_false_hit"]:.1%}' if bound['met'] else f': {bound["why"]}'
     lines.append(f'{name:>16} {role}  threshold {fit["threshold"]} fitted; {held}{said}')
   for name, why in sorted(result.get('routing_refused', {}).items()):
@@ -67,22 +67,37 @@ def format_routing(result: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
-TASKS = ('gsm8k', 'qa_wikidata')  # built in; any other task: --task=package.module:Name
+TASKS = ('gsm8k', 'qa_wikidata', 'humaneval')  # built in; any other: --task=package.module:Name
 
 
 def load_task(
-  spec: str, *, templates=(), per_template=1, pairs=60, shots=5, seed=0, unrelated=None
+  spec: str,
+  *,
+  templates=(),
+  per_template=1,
+  pairs=60,
+  shots=5,
+  seed=0,
+  unrelated=None,
+  problems=None,
 ) -> tasks.Task:
   """The task `spec` names: a built-in (`TASKS`) or 'package.module:Name'.
 
   `Name` is a `tasks.Task`, or a function of no arguments that returns one (`tasks.load`:
   any failure of the user's code is a `tasks.TaskError` naming the spec). The built-ins
-  take the other arguments (`tasks.gsm8k.task`, `tasks.qa_wikidata.task`).
+  take the other arguments (`tasks.gsm8k.task`, `tasks.qa_wikidata.task`,
+  `humaneval.task(problems)`, None: its default count).
   """
+  if problems is not None and spec != 'humaneval':
+    raise tasks.TaskError(f'problems={problems} is a count of humaneval problems, not of {spec!r}')
   if spec == 'gsm8k':
     return gsm8k.task(templates, seed=seed, per_template=per_template, unrelated=unrelated)
   if spec == 'qa_wikidata':
     return qa_wikidata.task(pairs, seed=seed, shots=shots)
+  if spec == 'humaneval':
+    from graftjax.flywheel import humaneval
+
+    return humaneval.task() if problems is None else humaneval.task(problems)
   if ':' not in spec:
     raise tasks.TaskError(f'task must be one of {TASKS} or package.module:Name, got {spec!r}')
   return tasks.load(spec)
@@ -173,6 +188,7 @@ class Settings:
   router: str = 'bm25'
   conservative: bool = False
   unrelated: int | None = None
+  problems: int | None = None
 
 
 def experiment(
@@ -212,6 +228,7 @@ def experiment(
       shots=settings.shots,
       seed=settings.budget.seed,
       unrelated=settings.unrelated,
+      problems=settings.problems,
     )
   if settings.chat:
     task = dataclasses.replace(

@@ -255,7 +255,7 @@ def experiment(
     recompute_repeats=recompute_repeats,
   )
   inputs = {
-    'model_fingerprint': model.fingerprint,
+    **results.model_inputs(model, model_name),
     'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
   }
   result = {

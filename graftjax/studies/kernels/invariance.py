@@ -325,7 +325,7 @@ def experiment(
     )
   return {
     **results.header(
-      'invariance', inputs={'model_fingerprint': model.fingerprint}, command=command
+      'invariance', inputs=results.model_inputs(model, settings.model_name), command=command
     ),
     'model': settings.model_name,
     'impl': settings.impl,

@@ -96,7 +96,7 @@ def experiment(
     )
     digests[f'model_logits_sample_{i}'] = ledger.sha256_array(np.asarray(logits))
   inputs = {
-    'model_fingerprint': model.fingerprint,
+    **results.model_inputs(model, model_name),
     'samples': [ledger.sha256_tokens(s.prefix_ids) for s in texts],
   }
   return {

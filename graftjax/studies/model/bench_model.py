@@ -143,13 +143,24 @@ def experiment(
   (`GemmaConfig.dot_precision`).
 
   Raises:
-    ValueError: for per_op without 'xla' in impls, llama.cpp with random weights, or
-      real weights of another model than gemma3-270m.
+    ValueError: for per_op without 'xla' in impls, llama.cpp with random weights or a
+      checkpoint folder, real weights of a config other than gemma3-270m, or random weights
+      of a folder.
   """
-  if settings.weights == 'real' and settings.model_name != 'gemma3-270m':
+  folder = (
+    os.path.isdir(settings.model_name) and settings.model_name not in config_lib.NAMED_CONFIGS
+  )
+  if settings.weights == 'real' and not folder and settings.model_name != 'gemma3-270m':
     raise ValueError(
-      f'real weights exist for gemma3-270m only: use --weights=random for {settings.model_name}'
+      f'real weights ship for gemma3-270m only: use --weights=random for {settings.model_name}'
+      ' or pass a checkpoint folder'
     )
+  if settings.weights == 'random' and folder:
+    raise ValueError(
+      f'--weights=random times a config by name, not the folder {settings.model_name}'
+    )
+  if settings.llamacpp_python and folder:
+    raise ValueError("llama.cpp runs gemma3-270m's GGUF: drop --llamacpp_python for a folder")
   if settings.per_op and 'xla' not in settings.impls:
     raise ValueError('--per_op compares with the XLA model: add --impl=xla')
   if settings.llamacpp_python and settings.weights == 'random':
@@ -163,7 +174,9 @@ def experiment(
       base = random_model(settings.model_name, jnp.dtype(dtype))
       prompt = random_prompt(base.config, settings.prompt_tokens)
     else:
-      base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
+      base = gemma_model.load_named(settings.model_name, dtype=jnp.dtype(dtype))
+      if base.tokenizer is None:
+        raise ValueError(f'{settings.model_name} has no tokenizer to encode the prompt with')
       if prompt is None:
         prompt = long_prompt(base.tokenizer, settings.prompt_tokens)
     base = base.with_dot_precision(settings.dot_precision)
@@ -207,7 +220,7 @@ def experiment(
   inputs = {
     'sha256_prompt_ids': ledger.sha256_tokens(prompt),
     **(
-      {'gguf_sha256': gguf_lib.expected_sha256()}
+      results.model_inputs(base, settings.model_name)
       if settings.weights == 'real'
       else {'config': settings.model_name, 'random_weights_seed': 0}
     ),

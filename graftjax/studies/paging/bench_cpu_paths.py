@@ -85,7 +85,10 @@ def experiment(
   return {
     **results.header(
       'bench_cpu_paths',
-      inputs={'sha256_token_ids': ledger.sha256_bytes(np.asarray(text, np.int32).tobytes())},
+      inputs={
+        **results.model_inputs(base, model_name),
+        'sha256_token_ids': ledger.sha256_bytes(np.asarray(text, np.int32).tobytes()),
+      },
       command=command,
     ),
     'model': model_name,

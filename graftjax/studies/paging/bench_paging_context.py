@@ -187,7 +187,7 @@ def experiment(
     'paged_equals_fresh': bool(exact and exact['byte_equal']),
   }
   inputs = {
-    'model_fingerprint': model.fingerprint,
+    **results.model_inputs(model, model_name),
     'sha256_page_ids': ledger.sha256_tokens([t for _, ids in pieces for t in ids]),
   }
   return {

@@ -169,7 +169,7 @@ def experiment(
       entry[f'page_{d}_over_llamacpp'] = per['page'] * n / state_bytes
     versus_llamacpp[str(n)] = entry
   inputs = {
-    'model_fingerprint': model.fingerprint,
+    **results.model_inputs(model, model_name),
     'sha256_ids': ledger.sha256_tokens(ids[:-1]),
   }
   if llama:

@@ -509,6 +509,41 @@ class Settings:
   needle_set: str = 'four'
 
 
+def check(settings: Settings) -> None:
+  """Refuses settings `experiment` cannot measure, before any work (each a `ValueError`
+  naming the setting): a count that leaves a rate with no trials, an overlap that is not a
+  part of a page, an unknown needle set, wording or weighting, a weight outside [0, 1]."""
+  counts = {'facts': 2, 'absent': 2, 'boundary_facts': 1, 'page_tokens': 1, 'short_pages': 0}
+  for name, least in counts.items():
+    if getattr(settings, name) < least:
+      raise ValueError(f'{name} must be at least {least}, got {getattr(settings, name)}')
+  if not settings.overlaps or not all(0 <= o < settings.page_tokens for o in settings.overlaps):
+    raise ValueError(f'overlaps must lie in [0, page_tokens), got {list(settings.overlaps)}')
+  if not settings.thresholds:
+    raise ValueError('thresholds: give at least one')
+  if settings.needle_set not in NEEDLE_SETS:
+    raise ValueError(
+      f'needle_set must be one of {sorted(NEEDLE_SETS)}, got {settings.needle_set!r}'
+    )
+  if not settings.rerank_wordings or not set(settings.rerank_wordings) <= set(WORDINGS):
+    raise ValueError(
+      f'rerank_wordings must be some of {WORDINGS}, got {list(settings.rerank_wordings)}'
+    )
+  if settings.rerank_weighting not in units_lib.RERANK_WEIGHTINGS:
+    raise ValueError(
+      f'rerank_weighting must be one of {units_lib.RERANK_WEIGHTINGS},'
+      f' got {settings.rerank_weighting!r}'
+    )
+  if not settings.recall_at or min(settings.recall_at) < 1:
+    raise ValueError(f'recall_at must be integers >= 1, got {list(settings.recall_at)}')
+  if settings.rerank < 0 or settings.rerank_rare < 0:
+    raise ValueError(
+      f'rerank and rerank_rare must be >= 0, got {settings.rerank}, {settings.rerank_rare}'
+    )
+  if not settings.weights or not all(0.0 <= w <= 1.0 for w in settings.weights):
+    raise ValueError(f'weights must lie in [0, 1], got {list(settings.weights)}')
+
+
 def experiment(
   settings: Settings,
   *,
@@ -517,7 +552,9 @@ def experiment(
   """Both measurements; the result. `router_model` (a `paging_scale.load_model` name) adds
   the hybrid arms (`model_routers`; the `rerank` fields make its `Rerank`) run with that
   model; `recall_at` the candidate counts of `candidate_recall` (of `UnitRouter`, the hybrid
-  arms' first stage); `needle_set` the routing store's templates and notes (`NEEDLE_SETS`)."""
+  arms' first stage); `needle_set` the routing store's templates and notes (`NEEDLE_SETS`).
+  The settings are checked first (`check`)."""
+  check(settings)
   model = paging_scale.load_model(settings.model_name)
   entries, questions = mixed_store(
     settings.filler,
@@ -561,7 +598,9 @@ def experiment(
       )
     )
     routed['hybrid_rerank']['seconds_all_arms'] = time.perf_counter() - t0
-    inputs['router_model_fingerprint'] = ranker.fingerprint
+    inputs.update(
+      {f'router_{k}': v for k, v in results.model_inputs(ranker, settings.router_model).items()}
+    )
   overlap = overlap_rows(
     model,
     settings.filler[settings.facts :],

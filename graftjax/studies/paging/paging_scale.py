@@ -595,7 +595,7 @@ def _result(*, model, plan, rows, sizes, page_tokens, window_slots, command, **r
     **results.header(
       'paging_scale',
       inputs={
-        'model_fingerprint': model.fingerprint,
+        **results.model_inputs(model, rest['model_name']),
         'sha256_page_ids': plan.digest(),
       },
       command=command,

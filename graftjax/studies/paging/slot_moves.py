@@ -74,7 +74,7 @@ def experiment(
     **results.header(
       'slot_moves',
       inputs={
-        'model_fingerprint': base.fingerprint,
+        **results.model_inputs(base, model_name),
         'sha256_token_ids': ledger.sha256_bytes(np.asarray(ids, np.int32).tobytes()),
       },
       command=command,

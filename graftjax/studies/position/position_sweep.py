@@ -388,7 +388,8 @@ def experiment(
     composition_offsets=composition_offsets,
     progress=lambda it: tqdm.tqdm(it, desc='relocation', unit='item'),
   )
-  head = results.header('relocation', inputs=info, command=command)
+  inputs = {**results.model_inputs(base(dtypes[0]), model), **info}
+  head = results.header('relocation', inputs=inputs, command=command)
   return {
     **head,
     'model': os.path.basename(os.path.normpath(model)),

@@ -27,6 +27,7 @@ def all_logits(model, ids) -> np.ndarray:
 
 def experiment(
   *,
+  model_name: str = 'gemma3-270m',
   schemes: list[str],
   samples: int,
   tokens: int,
@@ -34,8 +35,9 @@ def experiment(
   command: str | None = None,
   log: Callable[[str], None] = print,
 ) -> dict:
-  """Each scheme's logits against rope's on the same weights and text; the result."""
-  base = gemma_model.load('gemma3-270m', dtype=jnp.dtype(dtype))
+  """Each scheme's logits against rope's on the same weights and text (`model_name`, a name
+  `model.load_named` takes or a checkpoint folder); the result."""
+  base = gemma_model.load_named(model_name, dtype=jnp.dtype(dtype))
   chosen = corpus.text_samples(
     base.tokenizer, count=samples, prefix_tokens=tokens - 1, continuation_tokens=1
   )
@@ -48,6 +50,7 @@ def experiment(
     rows[scheme] = {**exactness.summarize(found), 'per_sample': [c.to_json() for c in found]}
     log(f'{scheme} { ({k: v for k, v in rows[scheme].items() if k != "per_sample"}) }')
   inputs = {
+    **results.model_inputs(base, model_name),
     'model_fingerprint_rope': base.fingerprint,
     'samples': [
       {'source': s.source, 'sha256_ids': ledger.sha256_tokens(ids)} for s, ids in zip(chosen, texts)

@@ -105,7 +105,10 @@ def deposit(model, *, model_name: str, settings: Settings, folder: pathlib.Path)
       tar.add(pathlib.Path(store.root) / key, arcname=key)
   result = results.header(
     'portable_block',
-    inputs={'token_ids_sha256': ledger.sha256_array(np.asarray(ids, np.int32))},
+    inputs={
+      **results.model_inputs(model, model_name),
+      'token_ids_sha256': ledger.sha256_array(np.asarray(ids, np.int32)),
+    },
   )
   result.update(
     mode='deposit',
@@ -146,7 +149,10 @@ def graft(model, *, model_name: str, folder: pathlib.Path) -> dict[str, Any]:
   grafted = _grafted(model, moved, ids, settings)
   here = determinism.record()
   there = record['determinism']
-  result = results.header('portable_block', inputs={'deposit_record': record['result_sha256']})
+  result = results.header(
+    'portable_block',
+    inputs={**results.model_inputs(model, model_name), 'deposit_record': record['result_sha256']},
+  )
   result.update(
     mode='graft',
     model=model_name,

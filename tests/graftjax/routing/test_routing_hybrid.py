@@ -97,7 +97,7 @@ def test_token_idf_counts_the_units_holding_each_token_and_follows_added_pages(t
 
 @pytest.mark.parametrize('weighting', ['idf', 'mean'])
 def test_rerank_orders_the_best_pages_by_query_gain(tiny_model, weighting):
-  router = _router(tiny_model, weight=1.0, rerank=2, rerank_weighting=weighting)
+  router = _router(tiny_model, weight=1.0, rerank=2, rerank_weighting=weighting, rerank_names=False)
   hits = router.route(QUERY, k=3)
   assert len(hits) == 2 and {h.key for h in hits} == {'other', 'fact'}  # the rerank best two
   gains = units_lib.query_gain(
@@ -246,7 +246,7 @@ def test_a_unit_router_file_with_a_setting_out_of_range_is_refused(tmp_path, fie
 
 # A mixed-size store: one long page holds the fact among filler words; short notes repeat the
 # reworded question's words and the last name (every other one the first name too), so BM25
-# ranks them first.
+# ranks them first. Each note has a word of its own (no copies: the rerank takes one of those).
 FACT = 'The locker of Bartholomew Quarshie has number 4821.'
 FILLER = ' '.join(f'word{i}' for i in range(40))
 MIXED = [
@@ -255,7 +255,7 @@ MIXED = [
   *[
     (
       f'short/{j}',
-      'Which locker belongs to Quarshie? See the locker list.' + ' Bartholomew.' * (j % 2),
+      f'Which locker belongs to Quarshie? See the locker list{j}.' + ' Bartholomew.' * (j % 2),
     )
     for j in range(12)
   ],
@@ -302,7 +302,7 @@ CROWDED = [
     for i, last in enumerate(['Abernathy', 'Vasquez', 'Yamamoto', 'Zielinski'])
   ],
   *[
-    (f'note/{j:02}', 'How well did the team do in the last game? The last game was close.')
+    (f'note/{j:02}', f'How well did the team do in the last game? The last game was close{j}.')
     for j in range(24)
   ],
   *[(f'pad/{i:03}', f'pad{i} text{i % 7} more{i % 11}') for i in range(200)],
