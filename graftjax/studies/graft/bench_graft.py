@@ -194,7 +194,7 @@ def bench_one(
   store_manifest.forget_parsed()
   first = {name: [] for name in stages}
   run.restore_fn(read, install, first)()
-  floor = restore_floor.measure(pathlib.Path(store.root) / key)
+  floor = restore_floor.measure(pathlib.Path(store.root) / key, repeats=max(3, repeats))
   restore_s = medians['read_s'] + medians['install_s']
   first_read_s = first['read_s'][0] + first['install_s'][0]
   row = {
