@@ -15,9 +15,12 @@
 # the other process needs a call of its own (SAMPLES=20 fits). A 32,768-token block of this
 # model is 29.5 GB packed (every layer's rows, the sliding layers' older ones zero) and is
 # installed on the device beside the weights: PREFIXES=32768 needs more than one H100 holds.
+# experiments/device/graft_scale.sh runs the graft bench one prefix a call at every size.
 # Writes under experiments/results/scale/.
 source experiments/device/common.sh
 study_out scale
+# jax may use 95% of the GPU: its default share (75%) leaves the 61.4 GB of weights no room.
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
 MODEL=gemma4-31b:random
 NAME=gemma4-31b
 case "${1:-}" in

@@ -7,9 +7,10 @@ For a block whose files lie under `folder` (warm in the page cache), each the fa
   file at a time in the store's pieces or in one `readinto` per file, or one thread in
   order, or in 16 MiB `read`s on one thread (the old floor's read), whichever is fastest;
 - verified read: the same in the store's pieces, each piece hashed as it lands with the hash
-  of the block's format (BLAKE3 in format 3; what a verified read must do), and with SHA-256
-  (format 2's hash) for comparison;
-- hash: the format's hash (and SHA-256) of the bytes already in memory;
+  of the block's format as a restore hashes (`store.read.chunk_hash`: BLAKE3 on every core
+  for chunks from 1 MiB; what a verified read must do), and with SHA-256 (format 2's hash)
+  for comparison;
+- hash: the format's hash so (and SHA-256) of the bytes already in memory;
 - device copy: the block's bytes into the device's memory. On a GPU, `jax.device_put` from an
   array already in pinned host memory (`memory_kind='pinned_host'`) to the device; and the
   pageable copy from a numpy array, the old floor's. On CPU the device is host memory: a
