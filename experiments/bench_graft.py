@@ -1,7 +1,7 @@
 r"""Time to first continuation token: graft a stored prefix vs recompute it.
 
-    python experiments/bench_graft.py --prefix_tokens=1024,4096,8192 --repeats=5 \
-        --recompute_repeats=1 --recompute_max=4096 \
+    python experiments/bench_graft.py --prefix_tokens=2048,4096 --repeats=15 \
+        --recompute_repeats=1 --recompute_chunks=512,2048,0 \
         --out=experiments/results/graft_speed/bench_graft_cpu.json
 
 For each prefix length N (real text from the Python standard library):
