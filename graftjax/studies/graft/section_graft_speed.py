@@ -126,6 +126,7 @@ def _stages(staged) -> list[str]:
     ' The restore: read (every chunk read and verified into staging, the copies of verified'
     ' layers dispatched meanwhile) and install (checks, the copies left, the write into the'
     ' cache), medians of the timed restores. "best restore / floor" takes the fastest restore,'
-    ' as the floor takes the fastest of its runs.'
+    ' as the floor takes the fastest of its runs (on a CPU of few cores shared with other'
+    ' work, medians move with that work).'
   )
   return [intro, '', *page.table(header, rows)]
