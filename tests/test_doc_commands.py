@@ -95,6 +95,11 @@ COVERED = {
     GPU,
   ),
   'MODEL=gemma3-1b:random bash experiments/device/portable_block.sh deposit': ('check', GPU),
+  **{
+    f'bash experiments/device/graft_scale.sh {model} {prefix}': ('check', GPU)
+    for model in ('gemma3-12b', 'gemma3-27b', 'gemma4-31b', 'gemma4-26b-a4b')
+    for prefix in (1024, 4096, 32768, 131072)
+  },
   # docs/flywheel.md
   'python -m graftjax.flywheel.rescore RESULT.json [RESULT.json ...] [--gold_from_dataset]': (
     'check',

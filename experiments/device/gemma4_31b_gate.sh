@@ -15,11 +15,14 @@
 # the other process needs a call of its own (SAMPLES=20 fits). A 32,768-token block of this
 # model is 29.5 GB packed (every layer's rows, the sliding layers' older ones zero) and is
 # installed on the device beside the weights: PREFIXES=32768 needs more than one H100 holds.
+# experiments/device/graft_scale.sh runs the graft bench one prefix a call at every size.
 # Writes under experiments/results/scale/.
 source experiments/device/common.sh
 # At jax's default 0.75 the weights leave about 2 GB: a 777-token capture ran out of memory.
 export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
 study_out scale
+# jax may use 95% of the GPU: its default share (75%) leaves the 61.4 GB of weights no room.
+export XLA_PYTHON_CLIENT_MEM_FRACTION="${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}"
 MODEL=gemma4-31b:random
 NAME=gemma4-31b
 case "${1:-}" in

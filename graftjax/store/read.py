@@ -8,6 +8,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+import blake3
 import numpy as np
 import tensorstore as ts
 
@@ -19,10 +20,16 @@ from graftjax.store import kvstore as store_kvstore
 from graftjax.store import manifest as store_manifest
 from graftjax.store import pages as store_pages
 
-# Bytes read, then hashed while they are still in cache, at a time (4 MiB: the fastest
-# verified read of 256 KiB to 4 MiB pieces on the H200's host,
+# Bytes read, then hashed, at a time: 16 MiB, so most chunk files are read in one call and
+# hashed in one (few hand-overs of the GIL between the threads; on the H200's host 256 KiB
+# pieces read slower than 4 MiB ones at 16 threads,
 # experiments/results/graft_speed/logs/blake3_pieces_probe_h200.txt).
-PIECE = 1 << 22
+PIECE = 1 << 24
+
+# A chunk of at least this many bytes is hashed on every core (BLAKE3's tree hashed by the
+# `blake3` package's threads, `max_threads=AUTO`: the same digest), so a few large chunks
+# (a global layer's keys at 32k tokens are 134 MB at 31B) do not wait on one core each.
+PARALLEL_HASH_BYTES = 1 << 20
 
 # Threads a read takes: one per this many bytes of chunks, at most one per CPU. On the H200's
 # host, 37 MB (1k tokens of gemma-3-270m in float32) read sooner on 8 or 9 threads than on 16
@@ -343,7 +350,7 @@ def _read_file(
     size = os.fstat(fd).st_size
     if size != out.size:
       raise _wrong_size(where, chunk, size, out.size, expected)
-    digest = store_manifest.new_hash(store_format)
+    digest = chunk_hash(store_format, out.size)
     done = 0
     while done < out.size:
       count = f.readinto(out[done : done + PIECE])
@@ -371,12 +378,20 @@ def _take_value(
   data = np.frombuffer(store_kvstore.value(read, f'{prefix}{chunk.path}'), np.uint8)
   if data.size != out.size:
     raise _wrong_size(where, chunk, data.size, out.size, expected)
-  digest = store_manifest.new_hash(store_format)
+  digest = chunk_hash(store_format, out.size)
   for offset in range(0, out.size, PIECE):
     piece = data[offset : offset + PIECE]
     digest.update(piece)
     out[offset : offset + piece.size] = piece
   return _checked(where, chunk, expected, digest.hexdigest())
+
+
+def chunk_hash(store_format: str, nbytes: int):
+  """A fresh hash of `store_format`'s chunk digests for a chunk of `nbytes` bytes: BLAKE3 on
+  every core from `PARALLEL_HASH_BYTES` (the digest does not depend on it), else one thread."""
+  if nbytes >= PARALLEL_HASH_BYTES and store_manifest.DIGEST_OF_FORMAT[store_format] == 'blake3':
+    return blake3.blake3(max_threads=blake3.blake3.AUTO)
+  return store_manifest.new_hash(store_format)
 
 
 def _wrong_size(where, chunk, found: int, size: int, expected: str):

@@ -373,3 +373,20 @@ def test_restore_of_a_page_needs_the_config(tiny_model, page_of_20):
     restore_lib.restore(store, key, cache, target=tiny_model.graft_target, chunk_size=4)
   plain = store.put(block)  # a plain block needs none
   restore_lib.restore(store, plain, cache, target=tiny_model.graft_target, chunk_size=4)
+
+
+def test_staging_records_the_stages_of_its_last_restore(tiny_model, deposited, monkeypatch):
+  monkeypatch.setattr(restore_lib, 'COPY_BYTES', 1)  # a copy dispatched per verified layer
+  store, key, _ = deposited
+  staging = restore_lib.Staging()
+  restore_lib.restore(
+    store,
+    key,
+    tiny_model.init_cache(capacity=CAPACITY),
+    target=tiny_model.graft_target,
+    staging=staging,
+    chunk_size=4,
+  )
+  timings = staging.timings
+  assert sorted(timings) == ['copy_dispatch_s', 'install_s', 'read_s']
+  assert 0 < timings['copy_dispatch_s'] < timings['read_s'] and timings['install_s'] > 0

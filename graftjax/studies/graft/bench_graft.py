@@ -29,6 +29,7 @@ from graftjax.models.gemma import gguf as gguf_lib
 from graftjax.models.gemma import model as gemma_model
 from graftjax.store import manifest as store_manifest
 from graftjax.studies.common import corpus
+from graftjax.studies.graft import prefill_flops
 from graftjax.studies.graft import restore_floor
 from graftjax.studies.common import results
 
@@ -67,17 +68,20 @@ class FirstToken:
     self.prefix, self.next_token = ids[: self.n], ids[self.n]
     self.capacity = -(-(self.n + 1) // chunk_size) * chunk_size + chunk_size
 
-  def logits(self, cache) -> jax.Array:
-    """Logits of the next token (a 1-token query at position n) on `cache`."""
-    return self.model.forward(
+  def logits(self, cache, model=None) -> jax.Array:
+    """Logits of the next token (a 1-token query at position n) on `cache` (of `model`)."""
+    return (model or self.model).forward(
       np.asarray([[self.next_token]]), np.asarray([[self.n]]), cache, logits='last'
     )[0]
 
-  def prefill(self):
-    _, cache = self.model.prefill(
+  def prefill(self, model=None, chunk_size: int | None = None):
+    """The prefix prefilled into a new cache by `model` (default: this run's) in chunks of
+    `chunk_size` (default: this run's)."""
+    model = model or self.model
+    _, cache = model.prefill(
       self.prefix,
-      cache=self.model.init_cache(capacity=self.capacity),
-      chunk_size=self.chunk_size,
+      cache=model.init_cache(capacity=self.capacity),
+      chunk_size=chunk_size or self.chunk_size,
       logits='none',
     )
     return cache
@@ -94,12 +98,22 @@ class FirstToken:
     )
     return block, np.asarray(self.logits(cache))
 
-  def recompute(self) -> jax.Array:
-    """New cache, prefill the prefix in chunks, forward the next token.
+  def recompute(self, chunk_size: int | None = None) -> jax.Array:
+    """New cache, prefill the prefix in chunks of `chunk_size` (default: this run's; at
+    least n: in one call), forward the next token. A ring model takes chunks of that size.
 
-    `capture` has compiled the prefill at this capacity, so no warm-up is needed.
+    `capture` has compiled the prefill at this run's chunk size and capacity.
     """
-    return self.logits(self.prefill()).block_until_ready()
+    model = self.model
+    if chunk_size and model.local_cache == 'ring':
+      model = model.with_local_cache('ring', chunk_size=chunk_size)
+    return self.logits(self.prefill(model, chunk_size), model).block_until_ready()
+
+  def recompute_chunks(self, candidates: list[int]) -> list[int]:
+    """The distinct chunk sizes `candidates` name for this prefix (0 or n and more: the
+    whole prefix in one call, n); this run's if none."""
+    sizes = [min(c, self.n) if c else self.n for c in candidates] or [self.chunk_size]
+    return list(dict.fromkeys(min(c, self.n) for c in sizes))
 
   def restore_fn(self, read, install, stages: dict[str, list[float]]):
     """A call that reads (`read()`), makes a new cache, installs (`install(cache, got)`) and
@@ -149,6 +163,7 @@ def bench_one(
   repeats: int,
   recompute_max: int,
   recompute_repeats: int | None = None,
+  recompute_chunks: tuple[int, ...] = (),
 ) -> dict:
   run = FirstToken(model, ids, chunk_size=chunk_size)
   n, capacity = run.n, run.capacity
@@ -163,17 +178,27 @@ def bench_one(
     cache, got, target=model.graft_target, chunk_size=chunk_size, donate=True
   )
   stages = {'read_s': [], 'new_cache_s': [], 'install_s': [], 'first_forward_s': []}
-  graft_s, graft_times, logits = timed(run.restore_fn(read, install, stages), repeats)
+  inside = {'read_s': [], 'copy_dispatch_s': [], 'install_s': []}  # Staging.timings
+
+  def install_timed(cache, got):
+    cache = install(cache, got)
+    for name, values in inside.items():
+      values.append(staging.timings[name])
+    return cache
+
+  graft_s, graft_times, logits = timed(run.restore_fn(read, install_timed, stages), repeats)
   medians = {k: float(np.median(v[1:])) for k, v in stages.items()}  # [0] is the warm-up
+  restores = [a + b for a, b in zip(stages['read_s'][1:], stages['install_s'][1:])]
   # Each timed restore read a manifest parsed before (by `put`): one more whose manifest
   # this process has not parsed, as a block's first read pays.
   store_manifest.forget_parsed()
   first = {name: [] for name in stages}
   run.restore_fn(read, install, first)()
-  floor = restore_floor.measure(pathlib.Path(store.root) / key)
+  floor = restore_floor.measure(pathlib.Path(store.root) / key, repeats=max(3, repeats))
   restore_s = medians['read_s'] + medians['install_s']
   first_read_s = first['read_s'][0] + first['install_s'][0]
   row = {
+    **restore_stages(floor, {k: float(np.median(v[1:])) for k, v in inside.items()}),
     'prefix_tokens': n,
     'capacity': capacity,
     'block_bytes': block_bytes,
@@ -187,25 +212,66 @@ def bench_one(
     'floor': floor,
     'floor_s': floor['floor_s'],
     'restore_over_floor': restore_s / floor['floor_s'],
+    'restore_best_s': min(restores),
+    'restore_best_over_floor': min(restores) / floor['floor_s'],
     'restore_over_verified_floor': restore_s / floor['verified_floor_s'],
     'restore_over_floor_pageable': restore_s / floor['floor_pageable_s'],
     'restore_first_read_s': first_read_s,
     'restore_first_read_over_floor': first_read_s / floor['floor_s'],
   }
   if n <= recompute_max:
-    recompute_s, recompute_times, _ = timed(
-      run.recompute, recompute_repeats or repeats, warmup=False
-    )
-    row.update(
-      recompute_first_token_s=recompute_s,
-      recompute_times_s=recompute_times,
-      speedup=recompute_s / graft_s,
-    )
+    row.update(recompute(run, recompute_chunks, recompute_repeats or repeats))
+    row['speedup'] = row['recompute_first_token_s'] / graft_s
+    row['graft_over_recompute'] = graft_s / row['recompute_first_token_s']
   else:
     row['recompute_first_token_s'] = None
     row['recompute_not_run'] = f'prefix longer than --recompute_max={recompute_max}'
   store.delete(key)
   return row
+
+
+def recompute(run: FirstToken, candidates: tuple[int, ...], repeats: int) -> dict:
+  """The recompute at each chunk size `run.recompute_chunks(candidates)` names (median of
+  `repeats` after one warm-up that compiles, none for the run's own size), the fastest
+  taken as the recompute; its prefill rate and model FLOPs (`prefill_flops`: the prefix,
+  then the next token with its logits) per second."""
+  sweep = []
+  for chunk in run.recompute_chunks(list(candidates)):
+    warmup = chunk != run.chunk_size  # the capture compiled the run's own
+    median_s, times, _ = timed(lambda c=chunk: run.recompute(c), repeats, warmup=warmup)
+    sweep.append(
+      {'chunk_size': chunk, 'one_call': chunk >= run.n, 'median_s': median_s, 'times_s': times}
+    )
+  best = min(sweep, key=lambda r: r['median_s'])
+  config = run.model.config
+  flops = prefill_flops.prefill_flops(config, run.n) + prefill_flops.prefill_flops(
+    config, 1, start=run.n, logits_tokens=1
+  )
+  return {
+    'recompute_first_token_s': best['median_s'],
+    'recompute_times_s': best['times_s'],
+    'recompute_chunk_size': best['chunk_size'],
+    'recompute_sweep': sweep,
+    'recompute_impl': config.impl_of('attention'),
+    'prefill_tokens_per_s': run.n / best['median_s'],
+    'model_flops': flops,
+    'model_flops_per_s': flops / best['median_s'],
+  }
+
+
+def restore_stages(floor: dict, inside: dict[str, float]) -> dict:
+  """The floor's stages and the restore's, side by side (seconds): `stages_s`."""
+  return {
+    'stages_s': {
+      'floor_read': floor['read_s'],
+      'floor_copy': floor['copy_s'],
+      'hash': floor['hash_s'],
+      'verified_read': floor['verified_read_s'],
+      'restore_read': inside['read_s'],
+      'restore_copy_dispatch': inside['copy_dispatch_s'],
+      'restore_install': inside['install_s'],
+    }
+  }
 
 
 def llamacpp_peer(python: str, prefixes: list[list[int]], next_token: int) -> dict:
@@ -235,6 +301,7 @@ def experiment(
   llamacpp_python: str | None,
   recompute_repeats: int | None = None,
   local_cache: str = 'full',
+  recompute_chunks: tuple[int, ...] = (),
   command: str | None = None,
 ) -> dict:
   """Graft vs recompute for every prefix length (and llama.cpp's restore); the result.
@@ -253,7 +320,13 @@ def experiment(
     repeats=repeats,
     recompute_max=recompute_max,
     recompute_repeats=recompute_repeats,
+    recompute_chunks=tuple(recompute_chunks),
   )
+  device = jax.devices()[0]
+  peak, no_peak = prefill_flops.peak_flops(device.device_kind, device.platform)
+  for row in rows:
+    if 'model_flops_per_s' in row:
+      row['mfu'] = None if peak is None else row['model_flops_per_s'] / peak
   inputs = {
     **results.model_inputs(model, model_name),
     'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
@@ -264,6 +337,10 @@ def experiment(
     'dtype': dtype,
     'chunk_size': chunk_size,
     'local_cache': local_cache,
+    'recompute_chunks': list(recompute_chunks),
+    'bf16_dense_peak_flops': peak,
+    'mfu_note': no_peak
+    or 'model FLOPs (prefill_flops.py) of the fastest recompute over the dense bfloat16 peak',
     'rows': rows,
   }
   if llamacpp_python:
@@ -283,14 +360,22 @@ def experiment(
 
 
 def format_rows(result: dict) -> str:
-  """One line per prefix length: graft (restore against its floor), recompute, llama.cpp."""
-  return '\n'.join(
-    f'N={row["prefix_tokens"]:>6}  graft {row["graft_first_token_s"]:.3f}s'
-    f' (restore {row["restore_s"]:.3f}s, {row["restore_over_floor"]:.1f}x'
-    f' its floor {row["floor_s"]:.3f}s,'
-    f' {row.get("restore_over_verified_floor", float("nan")):.1f}x verified,'
-    f' first read {row.get("restore_first_read_over_floor", float("nan")):.1f}x)'
-    f'  recompute {row["recompute_first_token_s"] or float("nan"):.3f}s'
-    f'  llama.cpp restore {row.get("llamacpp_restore_first_token_s", float("nan")):.3f}s'
-    for row in result['rows']
-  )
+  """One line per prefix length: graft against recompute, block bytes, restore against its
+  floor, llama.cpp."""
+  nan = float('nan')
+  lines = []
+  for row in result['rows']:
+    mfu = row.get('mfu')
+    lines.append(
+      f'N={row["prefix_tokens"]:>6}  graft {row["graft_first_token_s"]:.3f}s'
+      f' / recompute {row["recompute_first_token_s"] or nan:.3f}s'
+      f' = {row.get("graft_over_recompute", nan):.3f}'
+      f' (chunk {row.get("recompute_chunk_size")},'
+      f' MFU {"n/a" if mfu is None else f"{mfu:.1%}"})'
+      f'  block {row["block_bytes"] / 1e9:.3f} GB'
+      f'  restore {row["restore_s"]:.3f}s = {row["restore_over_floor"]:.2f}x'
+      f' its floor {row["floor_s"]:.3f}s (best {row.get("restore_best_over_floor", nan):.2f}x,'
+      f' first read {row.get("restore_first_read_over_floor", nan):.2f}x)'
+      f'  llama.cpp restore {row.get("llamacpp_restore_first_token_s", nan):.3f}s'
+    )
+  return '\n'.join(lines)

@@ -7,9 +7,10 @@ For a block whose files lie under `folder` (warm in the page cache), each the fa
   file at a time in the store's pieces or in one `readinto` per file, or one thread in
   order, or in 16 MiB `read`s on one thread (the old floor's read), whichever is fastest;
 - verified read: the same in the store's pieces, each piece hashed as it lands with the hash
-  of the block's format (BLAKE3 in format 3; what a verified read must do), and with SHA-256
-  (format 2's hash) for comparison;
-- hash: the format's hash (and SHA-256) of the bytes already in memory;
+  of the block's format as a restore hashes (`store.read.chunk_hash`: BLAKE3 on every core
+  for chunks from 1 MiB; what a verified read must do), and with SHA-256 (format 2's hash)
+  for comparison;
+- hash: the format's hash so (and SHA-256) of the bytes already in memory;
 - device copy: the block's bytes into the device's memory. On a GPU, `jax.device_put` from an
   array already in pinned host memory (`memory_kind='pinned_host'`) to the device; and the
   pageable copy from a numpy array, the old floor's. On CPU the device is host memory: a
@@ -50,8 +51,9 @@ def _fastest(fn: Callable[[], object], repeats: int) -> float:
 
 
 def _read_into(path: pathlib.Path, out: np.ndarray, new_hash, piece: int) -> None:
+  """`path` read into `out` in `piece`s, each hashed as it lands if `new_hash(nbytes)`."""
   with open(path, 'rb', buffering=0) as f:
-    digest = new_hash() if new_hash else None
+    digest = new_hash(out.size) if new_hash else None
     done = 0
     while done < out.size:
       count = f.readinto(out[done : done + piece])
@@ -69,7 +71,8 @@ def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
   memory = np.ones(nbytes, np.uint8)  # touched: no page faults while timed
   places = [memory[a:b] for a, b in zip(starts, starts[1:])]
   store_format = json.loads((folder / store_manifest.MANIFEST).read_text())['format']
-  new_hash = lambda: store_manifest.new_hash(store_format)
+  new_hash = lambda nbytes: store_read.chunk_hash(store_format, nbytes)  # as a restore does
+  sha256 = lambda nbytes: hashlib.sha256()
   threads = os.cpu_count() or 1
   pieces = (store_read.PIECE, max(sizes))
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
@@ -88,11 +91,11 @@ def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
     )
     verified = {
       name: min(_fastest(lambda p=p, h=h: read(h, p), repeats) for p in (False, True))
-      for name, h in (('format', new_hash), ('sha256', hashlib.sha256))
+      for name, h in (('format', new_hash), ('sha256', sha256))
     }
     verified_read_s = verified['format']
     hash_s = _fastest(lambda: hash_all(new_hash), repeats)
-    sha256_hash_s = _fastest(lambda: hash_all(hashlib.sha256), repeats)
+    sha256_hash_s = _fastest(lambda: hash_all(sha256), repeats)
   sequential_read_s = _fastest(lambda: read_sequential(files), repeats)
   read_s = min(into_s, sequential_read_s)
   device = jax.devices()[0]
@@ -120,7 +123,7 @@ def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
 
 
 def _hashed(new_hash, data: np.ndarray) -> bytes:
-  digest = new_hash()
+  digest = new_hash(data.size)
   digest.update(data)
   return digest.digest()
 

@@ -22,6 +22,7 @@ def test_bench_graft_smoke(tmp_path, local_cache):
       '--prefix_tokens=40,96',
       '--chunk_size=32',
       '--repeats=1',
+      '--recompute_chunks=16,0',
       f'--local_cache={local_cache}',
       f'--out={out}',
     ],
@@ -33,9 +34,33 @@ def test_bench_graft_smoke(tmp_path, local_cache):
   result = ledger.verify_result(out)
   assert [row['prefix_tokens'] for row in result['rows']] == [40, 96]
   assert result['local_cache'] == local_cache
+  assert result['bf16_dense_peak_flops'] is None and 'CPU' in result['mfu_note']
   for row in result['rows']:
     assert row['graft_logits_equal_recompute']
     stages = row['graft_stages_median_s']
     assert row['restore_s'] == stages['read_s'] + stages['install_s']
     assert row['restore_over_floor'] > 0 and row['speedup'] > 0
     assert row['restore_first_read_over_floor'] > 0
+    assert 0 < row['restore_best_s'] <= row['restore_s']
+    assert row['restore_best_over_floor'] == row['restore_best_s'] / row['floor_s']
+    assert set(row['stages_s']) == {
+      'floor_read',
+      'floor_copy',
+      'hash',
+      'verified_read',
+      'restore_read',
+      'restore_copy_dispatch',
+      'restore_install',
+    }
+    # the prefix in chunks of 16, then in one call; the fastest is the recompute
+    sweep = row['recompute_sweep']
+    assert [(r['chunk_size'], r['one_call']) for r in sweep] == [
+      (16, False),
+      (row['prefix_tokens'], True),
+    ]
+    best = min(sweep, key=lambda r: r['median_s'])
+    assert row['recompute_chunk_size'] == best['chunk_size']
+    assert row['recompute_first_token_s'] == best['median_s']
+    assert row['graft_over_recompute'] == row['graft_first_token_s'] / best['median_s']
+    assert row['prefill_tokens_per_s'] == row['prefix_tokens'] / best['median_s']
+    assert row['model_flops'] > 0 and row['mfu'] is None
