@@ -592,6 +592,51 @@ def _check_ring_holds(
     )
 
 
+def prefix(block: KVBlock, stop: int, *, target: target_lib.GraftTarget) -> KVBlock:
+  """The block of `block`'s first `stop` tokens, compact: what a continuation from inside
+  `block` (right after its token stop - 1) needs, cut out of it without the cache.
+
+  A compact block captured with keep='needed' holds only the last min(n, W - 1) rows of
+  its sliding-window layers: a continuation from inside it needs rows it dropped, so such a
+  prefix is refused (only stop = n is served); a block captured with keep='span' holds every
+  row and serves every prefix.
+
+  Raises:
+    GraftError: `stop` not in [1, n]; a block of layout 2 or 3, or of another model than
+      `target`; or the block does not hold the rows of its sliding-window layers that a
+      continuation after token stop - 1 sees.
+  """
+  meta, n = block.meta, len(block)
+  if not _is_int(stop) or not 1 <= stop <= n:
+    raise GraftError(f'a prefix of a block of {n} tokens ends in [1, {n}], got {stop!r}')
+  if not meta.compact:
+    raise GraftError(
+      f'block of layout {meta.layout_version} (every row, zeros where a ring dropped them):'
+      ' capture it again to cut a prefix'
+    )
+  if meta.model_fingerprint != target.fingerprint:
+    raise GraftError('block was captured from another model than the target')
+  tail, rows = kept_rows(target, block.num_layers, stop)
+  if tail != meta.tail_layers:
+    raise GraftError(f"block tail layers {list(meta.tail_layers)} != the model's {list(tail)}")
+  held = n - meta.tail_rows  # the first row its tail layers hold
+  if tail and stop - rows < held:
+    raise GraftError(
+      f'a continuation after token {stop - 1} of this compact block sees rows'
+      f' [{stop - rows}, {stop}) of its sliding-window layers, and the block holds only'
+      f' [{held}, {n}) (the last min(n, W - 1) rows a continuation after its end sees);'
+      " continuing from inside a block needs every row: capture it with keep='span'"
+    )
+  tails = {}
+  if tail:
+    first = stop - rows - held
+    tails = {name: getattr(block, name)[:, first : first + rows] for name in ('k_tail', 'v_tail')}
+  cut = dataclasses.replace(meta, token_ids=meta.token_ids[:stop], tail_rows=rows)
+  return block.replace(
+    k=block.k[:, :stop], v=block.v[:, :stop], positions=block.positions[:stop], meta=cut, **tails
+  )
+
+
 def relocate(block: KVBlock, first_position: int, *, model) -> KVBlock:
   """`block` moved so its first token sits at `first_position`.
 
