@@ -115,8 +115,9 @@ class BlockMeta:
       last `tail_rows` rows only the block holds (in k_tail, v_tail): the
       sliding-window layers. () when every layer is held whole.
     tail_rows: (layout 4) rows held of each tail layer: min(n, W - 1) as
-      captured (`keep='needed'`), n with `keep='span'`, fewer in a page that
-      serves only later queries (`paging.pages`). 0 without tail layers.
+      captured (`keep='needed'`), n with `keep='span'`, fewer (down to 0: then
+      no tail arrays) in a page that serves only later queries (`paging.pages`).
+      0 without tail layers.
     layout_version: version of the block layout: by default 4
       (`LAYOUT_VERSION`) when `chunk_size` is recorded, else 2.
   """
@@ -280,10 +281,10 @@ def _check_meta_fields(fields: dict[str, Any]) -> None:
       raise BlockMetaError('tail_layers', f'expected distinct ascending layers, got {tail!r}')
   if {'tail_layers', 'tail_rows', 'token_ids'} <= set(fields):
     n, rows = len(fields['token_ids']), fields['tail_rows']
-    if (rows > 0) != bool(fields['tail_layers']) or rows > n:
+    if (rows and not fields['tail_layers']) or rows > n:
       raise BlockMetaError(
         'tail_rows',
-        f'{rows} rows of tail layers {list(fields["tail_layers"])}: expected 1 .. n = {n}'
+        f'{rows} rows of tail layers {list(fields["tail_layers"])}: expected 0 .. n = {n}'
         ' with tail layers, 0 without',
       )
   if {'start', 'capacity', 'token_ids'} <= set(fields):
@@ -315,7 +316,7 @@ class KVBlock:
     positions: [n] int32 positions of the span's tokens.
     meta: provenance and compatibility metadata (static: not a leaf).
     k_tail: [Lt, r, Kt, Ht] keys of the last r = `meta.tail_rows` rows of each of
-      `meta.tail_layers`, or None without tail layers.
+      `meta.tail_layers`, or None without tail layers (or rows).
     v_tail: values of the tail, as k_tail.
   """
 
@@ -340,8 +341,11 @@ class KVBlock:
     if tuple(self.positions.shape) != (n,):
       raise ValueError(f'positions must be [{n}], got {self.positions.shape}')
     tail, r = self.meta.tail_layers, self.meta.tail_rows
+    tail = tail if r else ()  # a page may keep no row of its tail layers: no tail arrays
     if (self.k_tail is None) != (self.v_tail is None) or (self.k_tail is None) != (not tail):
-      raise ValueError(f'k_tail and v_tail must be given exactly for tail layers {list(tail)}')
+      raise ValueError(
+        f'k_tail and v_tail must be given exactly for tail layers {list(tail)} of {r} rows (> 0)'
+      )
     if tail and not all(_is_array(a) for a in (self.k_tail, self.v_tail)):
       return
     if tail and (
@@ -737,7 +741,7 @@ def _check_compact_shapes(cache: cache_lib.KVCache, block: KVBlock) -> None:
     ('k_tail', 'v_tail', meta.tail_layers, meta.tail_rows),
   )
   for k_name, v_name, layers, rows in groups:
-    if not layers:
+    if not layers or not rows:
       continue
     shapes = {cache.layer_shape(i) for i in layers}
     for name in (k_name, v_name):
@@ -1034,7 +1038,7 @@ def _graft_compact(cache: cache_lib.KVCache, block: KVBlock, *, donate: bool) ->
   )
   k, v = (jnp.asarray(_pad_rows(a, extra=extra)) for a in (block.k, block.v))
   tails = ()
-  if meta.tail_layers:
+  if block.k_tail is not None:
     tail_extra = install_bucket(r, start=start + n - r, capacity=cache.capacity) - r
     tails = tuple(jnp.asarray(_pad_rows(a, extra=tail_extra)) for a in (block.k_tail, block.v_tail))
   if not bool(_all_finite(k, v, *tails)):
@@ -1069,13 +1073,13 @@ def install_compact(
   [Lw, m, K, H] (the whole layers) and positions [m] (and the segment) at slots
   [start, start + n), the first r of k_tail, v_tail [Lt, mt, Kt, Ht] at slots
   [start + n - r, start + n) of the tail layers (`meta` says n, r, start, the layers; None
-  without tail layers). Each of k, v, k_tail, v_tail may be a sequence of parts, layers in
+  without tail layers or rows: their slots keep what they hold). Each of k, v, k_tail, v_tail may be a sequence of parts, layers in
   order."""
   parts = lambda a: tuple(a) if isinstance(a, (tuple, list)) else (a,)
   n, r = len(meta.token_ids), meta.tail_rows
   whole = tuple(i for i in range(layers) if i not in meta.tail_layers)
   write = _install_compact_donating if donate else _install_compact
-  tails = (parts(k_tail), parts(v_tail)) if meta.tail_layers else ((), ())
+  tails = (parts(k_tail), parts(v_tail)) if k_tail is not None else ((), ())
   return write(
     cache,
     parts(k),
@@ -1087,7 +1091,7 @@ def install_compact(
     np.int32(n),
     np.int32(r),
     whole=whole,
-    tail=meta.tail_layers,
+    tail=meta.tail_layers if k_tail is not None else (),
   )
 
 

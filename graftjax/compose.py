@@ -347,7 +347,7 @@ def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBloc
   """
   moved = blocks.relocate(block, placement.position, model=model)
   meta = dataclasses.replace(moved.meta, start=placement.slot, segment=placement.segment)
-  return blocks.KVBlock(k=moved.k, v=moved.v, positions=moved.positions, meta=meta)
+  return moved.replace(meta=meta)
 
 
 def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:

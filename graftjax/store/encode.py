@@ -41,7 +41,7 @@ def block_files(
     store_manifest.check_meta(meta_json)  # before key_for, which would narrow what it hashes
     if not meta.token_ids:
       raise store_errors.MalformedError('cannot store an empty block')
-    names = ('k', 'v', 'k_tail', 'v_tail') if block.k_tail is not None else ('k', 'v')
+    names = ('k', 'v', 'k_tail', 'v_tail') if block.k_tail is not None else ('k', 'v')  # r > 0
     arrays = {name: _little_endian(getattr(block, name), name) for name in names}
     arrays['positions'] = _int32_positions(block.positions)
     _check_rows(arrays, meta)
@@ -137,7 +137,7 @@ def _check_rows(arrays: dict[str, np.ndarray], meta: blocks.BlockMeta) -> None:
   k_tail, v_tail (exactly where `meta` names tail layers) [Lt, r, Kt, Ht], its tail's rows."""
   n = len(meta.token_ids)
   expected = {'k': ('L', n), 'v': ('L', n)}
-  if meta.tail_layers or 'k_tail' in arrays:
+  if meta.tail_rows or 'k_tail' in arrays:
     expected.update(
       {name: (len(meta.tail_layers), meta.tail_rows) for name in ('k_tail', 'v_tail')}
     )

@@ -262,7 +262,7 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   names = list(ARRAY_NAMES)
   tail = meta.tail_layers
   expected_rows = {}
-  if tail:  # a compact block's tail: the last tail_rows rows of each tail layer
+  if meta.tail_rows:  # a compact block's tail: the last tail_rows rows of each tail layer
     names = list(PAGE_ARRAY_NAMES)
     expected_rows = {'k_tail': (len(tail), meta.tail_rows), 'v_tail': (len(tail), meta.tail_rows)}
   if paged and meta.compact:
