@@ -123,8 +123,9 @@ def test_a_block_is_refused_by_a_model_of_another_layout():
 
 @pytest.mark.parametrize('name', STRUCTURES)
 @pytest.mark.parametrize('layout', ['full', 'ring'])
-def test_capture_checks_token_ids_against_the_packed_rows(name, layout):
-  """Layer 0's values lead each packed row (value norm applied): a wrong token id is named."""
+def test_capture_checks_token_ids_against_the_captured_rows(name, layout):
+  """Layer 0 (sliding) holds the last W - 1 = 7 rows' values (value norm applied): a wrong
+  token id among them is named."""
   m = _model(name, layout)
   cache = _prefilled(m)
   capture = lambda ids: blocks.capture(
