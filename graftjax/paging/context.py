@@ -356,7 +356,11 @@ class PagedContext:
         )
     times['check'] = time.perf_counter() - start
     start = time.perf_counter()
-    cache = jax.block_until_ready(compose.install(self.model, placed, capacity=self.capacity))
+    cache = jax.block_until_ready(
+      compose.install(
+        self.model, placed, capacity=self.capacity, query_position=layout.next_position
+      )
+    )
     times['install'] = time.perf_counter() - start
     return Context(
       cache=cache,
