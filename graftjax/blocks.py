@@ -543,7 +543,8 @@ def check_tokens(block: KVBlock, target: target_lib.GraftTarget) -> None:
   """Raises GraftError unless the block's first-layer value rows are those of its token ids.
 
   A value row of the first layer depends on its token alone, so `target.first_values`
-  recomputes it; rows a ring dropped (zeros) are skipped. Does nothing where the target
+  recomputes it; rows a ring dropped (zeros, in blocks of layout 3) are skipped, and of a
+  compact block whose first layer slides only its last `tail_rows` rows are held to check. Does nothing where the target
   cannot compute them (`first_values` None), or for a block spread over processes (each
   holds some kv heads only: `store.sharded`).
   """

@@ -39,11 +39,13 @@ wraps) standing for 'full'. The cache holds the layers that compute keys and
 values; a model layer that reuses another's (Gemma 4's kv sharing) reads
 that layer's rows and has none of its own.
 
-Rows leave and enter such a cache packed (`slice_rows`, `write_rows`): a
-slot's keys of every layer, each flattened to K_l * H_l values and
-concatenated in layer order, as one row [1, n, 1, F] (F = sum of K_l H_l),
-so blocks, stores and restores keep their [L, n, K, H] arrays whatever the
-model. `row_shape` says which form a cache takes.
+Rows leave a cache by groups of layers of one shape (`layer_rows`: the rows
+a compact block keeps, read straight out of the full-size arrays or the ring)
+and enter it the same way (`write_span`, then `write_layer_rows`). Blocks of
+layout 3 (graftjax/blocks.py) enter packed (`write_rows`): a slot's keys of
+every layer, each flattened to K_l * H_l values and concatenated in layer
+order, as one row [1, n, 1, F] (F = sum of K_l H_l); `row_shape` says which
+form such a block takes.
 """
 
 from __future__ import annotations
@@ -306,38 +308,6 @@ def ring_first_slot(cache: KVCache) -> int:
   if not cache.ring_layers:
     return 0
   return max(0, int(cache.length) - cache.ring_capacity)
-
-
-def slice_rows(cache: KVCache, start: int, stop: int, batch_index: int = 0):
-  """(k, v, positions) of slots [start, stop) of one batch row.
-
-  Returns k, v as [L, n, K, H] (every model layer, in order) and positions
-  as [n]. Ring layers give zeros for the slots older than `ring_first_slot`.
-  """
-  full_k = cache.k[:, batch_index, start:stop]
-  full_v = cache.v[:, batch_index, start:stop]
-  if not cache.ring_layers:
-    return full_k, full_v, cache.positions[batch_index, start:stop]
-  slots = jnp.arange(start, stop, dtype=jnp.int32)
-  held = (slots >= ring_first_slot(cache))[None, :, None, None]
-  index = slots % cache.ring_capacity
-
-  def ring_rows(ring):
-    rows = jnp.take(ring[:, batch_index], index, axis=1)  # [Lr, n, K, H]
-    return jnp.where(held, rows, jnp.zeros((), rows.dtype))
-
-  ring_k, ring_v = ring_rows(cache.ring_k), ring_rows(cache.ring_v)
-  order = [cache.where(layer) for layer in range(cache.num_layers)]
-  if cache.packed:  # each layer's [n, K, H] as [n, K * H], concatenated: [1, n, 1, F]
-    n = stop - start
-    pick = lambda full, ring: jnp.concatenate(
-      [(ring if kind == 'ring' else full)[i].reshape(n, -1) for kind, i in order], axis=-1
-    )[None, :, None]
-  else:
-    pick = lambda full, ring: jnp.stack(
-      [(ring if kind == 'ring' else full)[i] for kind, i in order]
-    )
-  return pick(full_k, ring_k), pick(full_v, ring_v), cache.positions[batch_index, start:stop]
 
 
 def layer_rows(cache: KVCache, layers, start: int, stop: int, batch_index: int = 0):
