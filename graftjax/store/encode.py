@@ -47,10 +47,10 @@ def block_files(
     _check_rows(arrays, meta)
     blocks.check_positions(arrays['positions'], meta)
     layout = None
-    if page_layout is not None and meta.compact:
+    if page_layout is not None and meta.tail_layers:
       raise store_errors.MalformedError(
-        f'a block of layout {meta.layout_version} holds only the rows it keeps (its tail'
-        ' layers and rows); it takes no page_layout'
+        f'a block with tail layers {list(meta.tail_layers)} holds only the rows it keeps;'
+        ' it takes no page_layout (only a block that holds every row of every layer does)'
       )
     if page_layout is not None:
       layout = store_pages.checked_layout(page_layout, arrays['k'].shape[0], len(meta.token_ids))
@@ -146,7 +146,7 @@ def _check_rows(arrays: dict[str, np.ndarray], meta: blocks.BlockMeta) -> None:
     if shape is None or len(shape) != 4 or shape[1] != rows or layers not in ('L', shape[0]):
       raise store_errors.MalformedError(
         f'{name} is {None if shape is None else list(shape)}: expected [{layers}, {rows}, K, H],'
-        ' the rows its metadata says'
+        ' one row per token id of its metadata (the last tail_rows of a tail layer)'
       )
   for a, b in (('k', 'v'), ('k_tail', 'v_tail')):
     if a in arrays and arrays[a].shape != arrays[b].shape:

@@ -265,10 +265,10 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   if meta.tail_rows:  # a compact block's tail: the last tail_rows rows of each tail layer
     names = list(PAGE_ARRAY_NAMES)
     expected_rows = {'k_tail': (len(tail), meta.tail_rows), 'v_tail': (len(tail), meta.tail_rows)}
-  if paged and meta.compact:
+  if paged and tail:
     raise store_errors.MalformedError(
-      f'page_layout beside meta.layout_version {meta.layout_version}: a compact block records'
-      ' its rows in its metadata (tail_layers, tail_rows)'
+      f'page_layout beside meta.tail_layers {list(tail)}: a compact block records its rows'
+      ' in its metadata (tail_layers, tail_rows)'
     )
   if paged:
     _check_object(manifest['page_layout'], {'rows'}, 'page_layout')
