@@ -1,9 +1,10 @@
 """KV blocks: a captured span of cache state, and grafting it back.
 
-`capture(cache, span, target=...)` copies the keys and values of every layer
-(global and sliding-window alike) for slots [start, stop) of one batch row
-(from a cache whose sliding-window layers keep a ring, the rows a later query
-can see there, the rest zeros),
+`capture(cache, span, target=...)` copies, for slots [start, stop) of one batch
+row, the rows a continuation right after the span can attend to (compact: every
+row of a global layer, the last min(n, W - 1) rows of a sliding-window layer,
+read straight out of a ring where the cache keeps one; `keep='span'` keeps
+every row of every layer, for callers that continue from inside the block),
 with their positions and the metadata needed to refuse a wrong restore: the
 model (`target`, a `GraftTarget` the model hands out), the tokens, and the
 cache shape and attention segment the block was computed under. `graft(cache,
@@ -38,8 +39,13 @@ from graftjax.models import target as target_lib
 # 2: BlockMeta records capacity, batch_size and segment (chunk_size optional: 0, left out
 #    of the JSON form and the key, when not recorded).
 # 3: chunk_size is always recorded (> 0). Blocks of layout 2 are still read, with their keys.
-LAYOUT_VERSION = 3
-READ_LAYOUTS = (2, 3)
+# 4: compact: k, v hold the layers kept whole, k_tail, v_tail the last `tail_rows` rows of
+#    `tail_layers` (unpacked, each group of one (K, H)). Layouts 2 and 3 held every row of
+#    every layer (zeros where a ring had dropped them; Gemma 4's layers packed in one row):
+#    still read and grafted.
+LAYOUT_VERSION = 4
+READ_LAYOUTS = (2, 3, 4)
+KEEP = ('needed', 'span')
 
 _INT32_MAX = 2**31 - 1
 # Installs are compiled for row counts that are multiples of this.
@@ -74,8 +80,10 @@ class Span:
   stop: int
 
   def __post_init__(self):
+    if not (_is_int(self.start) and _is_int(self.stop)):
+      raise GraftError(f'a span is two ints, got [{self.start!r}, {self.stop!r})')
     if self.start < 0 or self.stop < self.start:
-      raise ValueError(f'bad span [{self.start}, {self.stop})')
+      raise GraftError(f'bad span [{self.start}, {self.stop})')
 
   def __len__(self) -> int:
     return self.stop - self.start
@@ -103,7 +111,14 @@ class BlockMeta:
       it). Always recorded in layout 3; 0 in a block of layout 2 that does not
       record it, and then left out of the JSON form (and so of the key), so
       such blocks keep their keys.
-    layout_version: version of the block layout: by default 3
+    tail_layers: (layout 4) the cached layers (indices into the cache's layers) whose
+      last `tail_rows` rows only the block holds (in k_tail, v_tail): the
+      sliding-window layers. () when every layer is held whole.
+    tail_rows: (layout 4) rows held of each tail layer: min(n, W - 1) as
+      captured (`keep='needed'`), n with `keep='span'`, fewer (down to 0: then
+      no tail arrays) in a page that serves only later queries (`paging.pages`).
+      0 without tail layers.
+    layout_version: version of the block layout: by default 4
       (`LAYOUT_VERSION`) when `chunk_size` is recorded, else 2.
   """
 
@@ -118,17 +133,38 @@ class BlockMeta:
   first_position: int = 0
   shift: int = 0
   chunk_size: int = 0
+  tail_layers: tuple[int, ...] = ()
+  tail_rows: int = 0
   layout_version: int | None = None
 
   def __post_init__(self):
     if isinstance(self.token_ids, list):
       object.__setattr__(self, 'token_ids', tuple(self.token_ids))
+    if isinstance(self.tail_layers, list):
+      object.__setattr__(self, 'tail_layers', tuple(self.tail_layers))
     if self.layout_version is None:
       version = LAYOUT_VERSION if self.chunk_size else 2
       object.__setattr__(self, 'layout_version', version)
     _check_meta_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
     if self.layout_version >= 3 and self.chunk_size == 0:
       raise BlockMetaError('chunk_size', f'layout {self.layout_version} records it (> 0), got 0')
+    if self.layout_version < 4 and (self.tail_layers or self.tail_rows):
+      raise BlockMetaError(
+        'tail_layers', f'layout {self.layout_version} holds every row of every layer'
+      )
+
+  @property
+  def compact(self) -> bool:
+    """Whether the block is of layout 4 (k, v hold its whole layers, k_tail, v_tail its tail)."""
+    return self.layout_version >= 4
+
+  def rows(self, num_layers: int) -> tuple[tuple[int, int], ...]:
+    """(first_row, stop_row) of the span's n rows held for each of `num_layers` cached layers."""
+    n = len(self.token_ids)
+    return tuple(
+      (n - self.tail_rows, n) if layer in self.tail_layers else (0, n)
+      for layer in range(num_layers)
+    )
 
   def to_json(self) -> dict[str, Any]:
     """Every field (token ids as a list), less those at their `UNRECORDED` value."""
@@ -138,6 +174,8 @@ class BlockMeta:
       if not is_unrecorded(f.name, getattr(self, f.name))
     }
     out['token_ids'] = list(self.token_ids)
+    if 'tail_layers' in out:
+      out['tail_layers'] = list(self.tail_layers)
     return out
 
   @classmethod
@@ -163,25 +201,34 @@ class BlockMeta:
     unknown = sorted(set(data) - set(names), key=str)
     if unknown:
       raise BlockMetaError(str(unknown[0]), f'unknown field (fields: {names})')
-    optional = UNRECORDED if data.get('layout_version') == 2 else {}
+    optional = UNRECORDED if data.get('layout_version') == 2 else _TAIL_UNRECORDED
     missing = [name for name in names if name not in data and name not in optional]
     if missing:
       raise BlockMetaError(missing[0], 'missing')
     token_ids = data['token_ids']
     if not isinstance(token_ids, list):
       raise BlockMetaError('token_ids', f'expected a list, got {type(token_ids).__name__}')
-    return cls(**{**data, 'token_ids': tuple(token_ids)})
+    tail_layers = data.get('tail_layers', [])
+    if not isinstance(tail_layers, list):
+      raise BlockMetaError('tail_layers', f'expected a list, got {type(tail_layers).__name__}')
+    return cls(**{**data, 'token_ids': tuple(token_ids), 'tail_layers': tuple(tail_layers)})
 
 
-# Fields left out of the JSON form at this value (it means "not recorded", in a block of
-# layout 2 only); a missing one reads back as it there. The key rule: blocks of layout 2
-# keep the JSON form, and so the key, they had before the field existed.
-UNRECORDED = {'chunk_size': 0}
+# Fields left out of the JSON form at this value (it means "not recorded": chunk_size in a
+# block of layout 2, the tail of one that holds every row); a missing one reads back as it
+# there. The key rule: blocks of layouts 2 and 3 keep the JSON form, and so the key, they had
+# before the field existed.
+_TAIL_UNRECORDED = {'tail_layers': (), 'tail_rows': 0}
+UNRECORDED = {'chunk_size': 0, **_TAIL_UNRECORDED}
 
 
 def is_unrecorded(name: str, value: Any) -> bool:
   """Whether field `name` holds its `UNRECORDED` value (and is left out of the JSON form)."""
-  return name in UNRECORDED and _is_int(value) and value == UNRECORDED[name]
+  if name not in UNRECORDED:
+    return False
+  if name == 'tail_layers':
+    return isinstance(value, tuple) and value == ()
+  return _is_int(value) and value == UNRECORDED[name]
 
 
 _STR_FIELDS = ('model_fingerprint', 'dtype', 'position_scheme')
@@ -194,6 +241,7 @@ _INT_FIELDS = {
   'first_position': 0,
   'shift': -_INT32_MAX,
   'chunk_size': 0,
+  'tail_rows': 0,
   'layout_version': 0,
 }
 
@@ -225,6 +273,20 @@ def _check_meta_fields(fields: dict[str, Any]) -> None:
         (i, t) for i, t in enumerate(token_ids) if not _is_int(t) or not 0 <= t <= _INT32_MAX
       )
       raise BlockMetaError('token_ids', f'item {i}: expected an int in [0, 2^31), got {t!r}')
+  if 'tail_layers' in fields:
+    tail = fields['tail_layers']
+    if not isinstance(tail, tuple) or not all(_is_int(i) and 0 <= i <= _INT32_MAX for i in tail):
+      raise BlockMetaError('tail_layers', f'expected a tuple of layer indices, got {tail!r}')
+    if list(tail) != sorted(set(tail)):
+      raise BlockMetaError('tail_layers', f'expected distinct ascending layers, got {tail!r}')
+  if {'tail_layers', 'tail_rows', 'token_ids'} <= set(fields):
+    n, rows = len(fields['token_ids']), fields['tail_rows']
+    if (rows and not fields['tail_layers']) or rows > n:
+      raise BlockMetaError(
+        'tail_rows',
+        f'{rows} rows of tail layers {list(fields["tail_layers"])}: expected 0 .. n = {n}'
+        ' with tail layers, 0 without',
+      )
   if {'start', 'capacity', 'token_ids'} <= set(fields):
     stop = fields['start'] + len(fields['token_ids'])
     if stop > fields['capacity']:
@@ -246,18 +308,24 @@ class KVBlock:
   """Captured cache state of one span: a pytree whose metadata is static.
 
   Attributes:
-    k: [L, n, K, H] keys of the span, every layer that caches them; packed as
-      [1, n, 1, F] for a model whose layers cache different shapes (Gemma 4:
-      `cache.KVCache.row_shape`).
+    k: [Lw, n, K, H] keys of the span's every row in the layers held whole (layout 4: the
+      cache's layers but `meta.tail_layers`, in order). In layouts 2 and 3 every cached
+      layer, [L, n, K, H], packed as [1, n, 1, F] for a model whose layers cache different
+      shapes (Gemma 4: `cache.KVCache.row_shape`), zeros where a ring had dropped rows.
     v: values of the span, as k.
     positions: [n] int32 positions of the span's tokens.
     meta: provenance and compatibility metadata (static: not a leaf).
+    k_tail: [Lt, r, Kt, Ht] keys of the last r = `meta.tail_rows` rows of each of
+      `meta.tail_layers`, or None without tail layers (or rows).
+    v_tail: values of the tail, as k_tail.
   """
 
   k: np.ndarray | jax.Array
   v: np.ndarray | jax.Array
   positions: np.ndarray | jax.Array
   meta: BlockMeta = struct.field(pytree_node=False)
+  k_tail: np.ndarray | jax.Array | None = None
+  v_tail: np.ndarray | jax.Array | None = None
 
   def __post_init__(self):
     if not isinstance(self.meta, BlockMeta):
@@ -272,6 +340,38 @@ class KVBlock:
       raise ValueError(f'k must be [L, n={n}, K, H] for {n} token ids, got {self.k.shape}')
     if tuple(self.positions.shape) != (n,):
       raise ValueError(f'positions must be [{n}], got {self.positions.shape}')
+    tail, r = self.meta.tail_layers, self.meta.tail_rows
+    tail = tail if r else ()  # a page may keep no row of its tail layers: no tail arrays
+    if (self.k_tail is None) != (self.v_tail is None) or (self.k_tail is None) != (not tail):
+      raise ValueError(
+        f'k_tail and v_tail must be given exactly for tail layers {list(tail)} of {r} rows (> 0)'
+      )
+    if tail and not all(_is_array(a) for a in (self.k_tail, self.v_tail)):
+      return
+    if tail and (
+      tuple(self.k_tail.shape) != tuple(self.v_tail.shape)
+      or len(self.k_tail.shape) != 4
+      or tuple(self.k_tail.shape[:2]) != (len(tail), r)
+    ):
+      raise ValueError(
+        f'k_tail, v_tail must be [{len(tail)}, r={r}, K, H] for tail layers {list(tail)},'
+        f' got {self.k_tail.shape} and {self.v_tail.shape}'
+      )
+
+  @property
+  def num_layers(self) -> int:
+    """Cached layers the block covers (in layouts 2 and 3, packed rows count as one)."""
+    return self.k.shape[0] + len(self.meta.tail_layers)
+
+  @property
+  def whole_layers(self) -> tuple[int, ...]:
+    """The cached layers k and v hold, every row (all of them in layouts 2 and 3)."""
+    return tuple(i for i in range(self.num_layers) if i not in self.meta.tail_layers)
+
+  @property
+  def layout(self) -> tuple[tuple[int, int], ...]:
+    """(first_row, stop_row) of the span's rows held for each cached layer."""
+    return self.meta.rows(self.num_layers)
 
   @property
   def span(self) -> Span:
@@ -281,12 +381,17 @@ class KVBlock:
     return len(self.meta.token_ids)
 
   def arrays(self) -> dict[str, np.ndarray]:
-    """The block's arrays as host numpy arrays, by name."""
-    return {
-      'k': np.asarray(self.k),
-      'v': np.asarray(self.v),
-      'positions': np.asarray(self.positions, np.int32),
-    }
+    """The block's arrays as host numpy arrays, by name (k_tail, v_tail where it has them)."""
+    out = {'k': np.asarray(self.k), 'v': np.asarray(self.v)}
+    if self.k_tail is not None:
+      out.update(k_tail=np.asarray(self.k_tail), v_tail=np.asarray(self.v_tail))
+    return {**out, 'positions': np.asarray(self.positions, np.int32)}
+
+  def nbytes(self) -> int:
+    """Bytes of its arrays: k, v (and tails) and int32 positions."""
+    size = lambda a: int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize
+    kv = [self.k, self.v] + ([self.k_tail, self.v_tail] if self.k_tail is not None else [])
+    return sum(map(size, kv)) + 4 * len(self)
 
 
 def capture(
@@ -297,8 +402,21 @@ def capture(
   target: target_lib.GraftTarget,
   chunk_size: int,
   batch_index: int = 0,
+  keep: str = 'needed',
 ) -> KVBlock:
-  """Copies slots `span` of row `batch_index` out of `cache` as a block.
+  """Copies the rows of slots `span` of row `batch_index` of `cache` that a continuation
+  needs out of it as a block (layout 4, compact).
+
+  keep='needed' (the default) keeps what a continuation right after the span
+  attends to: every row of a global layer (in k, v), the last min(n, W - 1) rows
+  of a sliding-window layer (in k_tail, v_tail; `target.windows` says which
+  layers slide, and W: a query at p sees keys at p - W < q <= p). keep='span'
+  keeps every row of every layer (sliding-window layers still in the tail
+  arrays, of n rows), for a caller that continues from inside the block
+  (`prefix`). A model whose target names no windows keeps every row whole.
+  kv-sharing layers (Gemma 4) cache nothing, so a block holds nothing of them.
+  Only the kept rows are read out of the cache (a ring's straight from the
+  ring, in slot order): no other row is made, on the device or the host.
 
   The block records the cache's capacity and batch size, the span's
   attention segment and `chunk_size`: the tokens per forward call of the
@@ -311,9 +429,11 @@ def capture(
     GraftError: if the span is empty, unwritten, holds empty slots, mixes
       attention segments, or holds positions that are not consecutive; or
       the cache is not of `target`'s dtype; or its ring layers no longer
-      hold the span's last W - 1 rows; or `chunk_size` is not a positive
-      int; or the captured rows are not those of `token_ids`.
+      hold the rows kept; or `chunk_size` is not a positive int; or `keep` is
+      not one of `KEEP`; or the captured rows are not those of `token_ids`.
   """
+  if keep not in KEEP:
+    raise GraftError(f'keep must be one of {KEEP}, got {keep!r}')
   if not _is_int(chunk_size) or chunk_size <= 0:
     raise GraftError(
       f"chunk_size must be a positive int (the prefill's tokens per forward call), got"
@@ -336,8 +456,9 @@ def capture(
     raise GraftError(f'batch_index={batch_index} outside a batch of {cache.batch_size}')
   if jnp.dtype(cache.dtype).name != target.dtype:
     raise GraftError(f'cache dtype {jnp.dtype(cache.dtype).name} != model dtype {target.dtype}')
-  _check_ring_holds(cache, span)
-  k, v, positions = cache_lib.slice_rows(cache, span.start, span.stop, batch_index)
+  tail, rows = kept_rows(target, cache.num_layers, len(span), keep)
+  _check_ring_holds(cache, span, tail, rows)
+  positions = cache.positions[batch_index, span.start : span.stop]
   host_positions = np.asarray(positions)
   if np.any(host_positions < 0):
     raise GraftError(f'span [{span.start}, {span.stop}) holds empty slots')
@@ -365,10 +486,50 @@ def capture(
     segment=int(segments[0]),
     first_position=int(host_positions[0]),
     chunk_size=chunk_size,
+    tail_layers=tail,
+    tail_rows=rows,
   )
-  block = KVBlock(k=k, v=v, positions=positions, meta=meta)
+  whole = tuple(i for i in range(cache.num_layers) if i not in tail)
+  for group in (whole, tail):
+    shapes = {cache.layer_shape(i) for i in group}
+    if len(shapes) > 1:
+      raise GraftError(
+        f'layers {list(group)} cache rows of shapes {sorted(shapes)}: a block holds each group'
+        " of layers (whole, tail) in one array; the model's target must name its windows"
+      )
+  k, v = cache_lib.layer_rows(cache, whole, span.start, span.stop, batch_index)
+  tails = {}
+  if tail:
+    tails = dict(
+      zip(
+        ('k_tail', 'v_tail'),
+        cache_lib.layer_rows(cache, tail, span.stop - rows, span.stop, batch_index),
+      )
+    )
+  block = KVBlock(k=k, v=v, positions=positions, meta=meta, **tails)
   check_tokens(block, target)
   return block
+
+
+def kept_rows(
+  target: target_lib.GraftTarget, num_layers: int, n: int, keep: str = 'needed'
+) -> tuple[tuple[int, ...], int]:
+  """(tail layers, rows kept of each) of a block of n rows captured with `keep`: the
+  sliding-window layers of `target.windows` and min(n, W - 1) (n for keep='span'); ((), 0)
+  where the target names no windows or no layer slides."""
+  windows = target.windows
+  if not windows:
+    return (), 0
+  if len(windows) != num_layers:
+    raise GraftError(f'the target names {len(windows)} windows for a cache of {num_layers} layers')
+  tail = tuple(i for i, w in enumerate(windows) if w is not None)
+  if not tail:
+    return (), 0
+  sizes = {windows[i] for i in tail}
+  if len(sizes) > 1:
+    raise GraftError(f'sliding-window layers of several windows {sorted(sizes)}: one W expected')
+  (window,) = sizes
+  return tail, n if keep == 'span' else max(1, min(n, window - 1))
 
 
 # Largest relative difference (L2 over a row) between a captured first-layer value row and
@@ -382,23 +543,29 @@ def check_tokens(block: KVBlock, target: target_lib.GraftTarget) -> None:
   """Raises GraftError unless the block's first-layer value rows are those of its token ids.
 
   A value row of the first layer depends on its token alone, so `target.first_values`
-  recomputes it; rows a ring dropped (zeros) are skipped. Does nothing where the target
+  recomputes it; rows a ring dropped (zeros, in blocks of layout 3) are skipped, and of a
+  compact block whose first layer slides only its last `tail_rows` rows are held to check. Does nothing where the target
   cannot compute them (`first_values` None), or for a block spread over processes (each
   holds some kv heads only: `store.sharded`).
   """
   if target.first_values is None:
     return
-  if isinstance(block.v, jax.Array) and not block.v.is_fully_addressable:
+  # [n, K * H] of layer 0: its own array (a compact block's tail holds its last rows), or the
+  # first K * H of a packed row [1, n, 1, F].
+  in_tail = 0 in block.meta.tail_layers
+  source = block.v_tail if in_tail else block.v
+  if isinstance(source, jax.Array) and not source.is_fully_addressable:
     return
-  values = np.asarray(block.v, np.float32)
-  # [n, K * H] of layer 0: its own array, or the first K * H of a packed row [1, n, 1, F].
   width = int(np.prod(np.shape(target.first_values(np.zeros(1, np.int32)))))
-  captured = values[0].reshape(len(block), -1)[:, :width]
-  kept = np.flatnonzero(np.any(captured != 0, axis=1))
-  if kept.size == 0:
+  first = len(block) - block.meta.tail_rows if in_tail else 0
+  values = np.asarray(source[0], np.float32)
+  captured = values.reshape(values.shape[0], -1)[:, :width]
+  nonzero = np.flatnonzero(np.any(captured != 0, axis=1))
+  if nonzero.size == 0:
     return
+  kept = first + nonzero
   ids = np.asarray(block.meta.token_ids, np.int32)[kept]
-  rows = captured[kept]
+  rows = captured[nonzero]
   expected = np.asarray(target.first_values(ids), np.float32).reshape(kept.size, width)
   scale = np.maximum(np.linalg.norm(expected, axis=1), np.finfo(np.float32).tiny)
   error = np.linalg.norm(rows - expected, axis=1) / scale
@@ -411,23 +578,68 @@ def check_tokens(block: KVBlock, target: target_lib.GraftTarget) -> None:
     )
 
 
-def _check_ring_holds(cache: cache_lib.KVCache, span: Span) -> None:
+def _check_ring_holds(
+  cache: cache_lib.KVCache, span: Span, tail: tuple[int, ...], rows: int
+) -> None:
   """Raises GraftError unless the ring layers of `cache` (if any) still hold the rows of
-  `span` that a continuation right after it sees: its last W - 1 (all, if fewer).
-
-  Older rows of the span are captured as zeros: no later query sees them (a page
-  drops them too, `paging.pages`).
-  """
+  `span` the block keeps: its last `rows` of a tail layer, all of a layer kept whole."""
   if not cache.ring_layers:
     return
-  needed = max(span.start, span.stop - (cache.ring_window - 1))
+  whole = any(layer not in tail for layer in cache.ring_layers)
+  needed = span.start if whole else span.stop - rows
   first = cache_lib.ring_first_slot(cache)
   if needed < first:
     raise GraftError(
       f'span [{span.start}, {span.stop}): the ring of {cache.ring_capacity} slots now holds'
-      f' slots [{first}, {int(cache.length)}) of its sliding-window layers, but a continuation'
-      f' after the span sees slots [{needed}, {span.stop}); capture it before writing further'
+      f' slots [{first}, {int(cache.length)}) of its sliding-window layers, but the block keeps'
+      f' slots [{needed}, {span.stop}) (a continuation after the span sees its last W - 1 ='
+      f' {cache.ring_window - 1}); capture it before writing further'
     )
+
+
+def prefix(block: KVBlock, stop: int, *, target: target_lib.GraftTarget) -> KVBlock:
+  """The block of `block`'s first `stop` tokens, compact: what a continuation from inside
+  `block` (right after its token stop - 1) needs, cut out of it without the cache.
+
+  A compact block captured with keep='needed' holds only the last min(n, W - 1) rows of
+  its sliding-window layers: a continuation from inside it needs rows it dropped, so such a
+  prefix is refused (only stop = n is served); a block captured with keep='span' holds every
+  row and serves every prefix.
+
+  Raises:
+    GraftError: `stop` not in [1, n]; a block of layout 2 or 3, or of another model than
+      `target`; or the block does not hold the rows of its sliding-window layers that a
+      continuation after token stop - 1 sees.
+  """
+  meta, n = block.meta, len(block)
+  if not _is_int(stop) or not 1 <= stop <= n:
+    raise GraftError(f'a prefix of a block of {n} tokens ends in [1, {n}], got {stop!r}')
+  if not meta.compact:
+    raise GraftError(
+      f'block of layout {meta.layout_version} (every row, zeros where a ring dropped them):'
+      ' capture it again to cut a prefix'
+    )
+  if meta.model_fingerprint != target.fingerprint:
+    raise GraftError('block was captured from another model than the target')
+  tail, rows = kept_rows(target, block.num_layers, stop)
+  if tail != meta.tail_layers:
+    raise GraftError(f"block tail layers {list(meta.tail_layers)} != the model's {list(tail)}")
+  held = n - meta.tail_rows  # the first row its tail layers hold
+  if tail and stop - rows < held:
+    raise GraftError(
+      f'a continuation after token {stop - 1} of this compact block sees rows'
+      f' [{stop - rows}, {stop}) of its sliding-window layers, and the block holds only'
+      f' [{held}, {n}) (the last min(n, W - 1) rows a continuation after its end sees);'
+      " continuing from inside a block needs every row: capture it with keep='span'"
+    )
+  tails = {}
+  if tail:
+    first = stop - rows - held
+    tails = {name: getattr(block, name)[:, first : first + rows] for name in ('k_tail', 'v_tail')}
+  cut = dataclasses.replace(meta, token_ids=meta.token_ids[:stop], tail_rows=rows)
+  return block.replace(
+    k=block.k[:, :stop], v=block.v[:, :stop], positions=block.positions[:stop], meta=cut, **tails
+  )
 
 
 def relocate(block: KVBlock, first_position: int, *, model) -> KVBlock:
@@ -445,11 +657,24 @@ def relocate(block: KVBlock, first_position: int, *, model) -> KVBlock:
     raise GraftError(f'cannot move a block to negative position {first_position}')
   delta = int(first_position) - int(np.asarray(block.positions)[0])
   meta = dataclasses.replace(block.meta, shift=block.meta.shift + delta)
-  return KVBlock(
-    k=model.relocate_keys(block.k, delta),
-    v=block.v,
+  if not meta.compact:
+    return KVBlock(
+      k=model.relocate_keys(block.k, delta),
+      v=block.v,
+      positions=jnp.asarray(block.positions) + delta,
+      meta=meta,
+    )
+  tails = {}
+  if meta.tail_layers:
+    tails = {
+      'k_tail': model.relocate_keys(block.k_tail, delta, layers=meta.tail_layers),
+      'v_tail': block.v_tail,
+    }
+  return block.replace(
+    k=model.relocate_keys(block.k, delta, layers=block.whole_layers),
     positions=jnp.asarray(block.positions) + delta,
     meta=meta,
+    **tails,
   )
 
 
@@ -482,6 +707,10 @@ def check_compatible(
   n = len(block)
   if n == 0:
     raise GraftError('empty block: grafting it would do nothing')
+  if meta.compact:
+    _check_compact_shapes(cache, block)
+    check_positions(block.positions, meta)
+    return
   layers, kv_heads, head_dim = cache.row_shape()
   rows = (layers, n, kv_heads, head_dim)
   for name in ('k', 'v'):
@@ -494,6 +723,35 @@ def check_compatible(
         f' [{layers}, n={n}, {kv_heads}, {head_dim}]'
       )
   check_positions(block.positions, meta)
+
+
+def _check_compact_shapes(cache: cache_lib.KVCache, block: KVBlock) -> None:
+  """Raises GraftError unless a compact block's arrays are the rows of `cache`'s layers its
+  metadata says: k, v [Lw, n, K, H] of the whole layers, k_tail, v_tail [Lt, r, Kt, Ht]."""
+  meta = block.meta
+  if block.num_layers != cache.num_layers or any(i >= cache.num_layers for i in meta.tail_layers):
+    raise GraftError(
+      f'block holds {block.num_layers} layers (tail layers {list(meta.tail_layers)}), this'
+      f' cache {cache.num_layers}: this cache takes other rows'
+    )
+  groups = (
+    ('k', 'v', block.whole_layers, len(block)),
+    ('k_tail', 'v_tail', meta.tail_layers, meta.tail_rows),
+  )
+  for k_name, v_name, layers, rows in groups:
+    if not layers or not rows:
+      continue
+    shapes = {cache.layer_shape(i) for i in layers}
+    for name in (k_name, v_name):
+      array = getattr(block, name)
+      if jnp.dtype(array.dtype).name != meta.dtype:
+        raise GraftError(f'block {name} is {array.dtype} but its metadata says {meta.dtype}')
+      expected = {(len(layers), rows, *shape) for shape in shapes}
+      if tuple(array.shape) not in expected:
+        raise GraftError(
+          f'block {name} is {tuple(array.shape)}, this cache takes'
+          f' {sorted(expected)} for layers {list(layers)}'
+        )
 
 
 def check_positions(positions, meta: BlockMeta) -> None:
@@ -538,10 +796,13 @@ def check_graft(
   allow_other_shape: bool = False,
   allow_ring_gap: bool = False,
   chunk_size: int | None = None,
+  query_position: int | None = None,
 ) -> None:
   """Raises GraftError naming the first reason `graft` would refuse `block` (see there)."""
   check_compatible(cache, block, target=target)
   meta = block.meta
+  if meta.compact and target.windows:
+    check_page(block, block.layout, target.windows, query_position=query_position)
   if meta.shift and not allow_shifted:
     raise GraftError(
       f'block was moved by {meta.shift} positions; pass'
@@ -622,7 +883,7 @@ def page_exact_from(
   layers keep fewer than W - 1 (`windows`: W per layer, None for a global layer)."""
   meta = block.meta
   end = meta.first_position + meta.shift + len(block)
-  if layout is None:
+  if layout is None or not max(first for first, _ in layout):
     return end
   needed = max((w - 1 for w in windows if w is not None), default=0)
   kept = len(block) - max(first for first, _ in layout)
@@ -644,7 +905,7 @@ def check_page(
   `page_exact_from`. A plain block (`layout` None) passes. `paging.pages.install`
   and `restore.install` both check a page with this.
   """
-  layers = block.k.shape[0]
+  layers = block.num_layers
   if layers != len(windows):
     raise PageError(f'block has {layers} layers, the model {len(windows)}')
   if layout is None:
@@ -690,9 +951,17 @@ def graft(
   allow_other_shape: bool = False,
   allow_ring_gap: bool = False,
   chunk_size: int | None = None,
+  query_position: int | None = None,
   donate: bool = False,
 ) -> cache_lib.KVCache:
   """Installs `block` at its own slots, positions and segment in every batch row.
+
+  A compact block (layout 4) writes its whole layers' rows at its slots, its
+  tail layers' last rows at the last slots (the slots before them keep what
+  they hold: no query after the block sees them), into either local layout.
+  One whose tail keeps fewer than min(n, W - 1) rows (a page) is exact only
+  for queries from `page_exact_from` on: it is refused unless
+  `query_position` (the first query's) is at least that (`check_page`).
 
   With `donate=True` the input cache's buffers are reused for the result
   (the block is written in place, as `Gemma.forward` does with its cache);
@@ -728,7 +997,10 @@ def graft(
     allow_other_shape=allow_other_shape,
     allow_ring_gap=allow_ring_gap,
     chunk_size=chunk_size,
+    query_position=query_position,
   )
+  if block.meta.compact:
+    return _graft_compact(cache, block, donate=donate)
   n, start = len(block), block.meta.start
   extra = install_bucket(n, start=start, capacity=cache.capacity) - n
   rows = functools.partial(_pad_rows, extra=extra)
@@ -753,16 +1025,107 @@ def graft(
 _NAN = ' (a NaN or infinity in any row turns every logit that attends to the block NaN)'
 
 
+def _graft_compact(cache: cache_lib.KVCache, block: KVBlock, *, donate: bool) -> cache_lib.KVCache:
+  """Writes a checked compact block into `cache` (`install_compact`), its rows padded to
+  `install_bucket`s (its whole rows at its start, its tail at its last slots)."""
+  meta = block.meta
+  n, start, r = len(block), meta.start, meta.tail_rows
+  extra = install_bucket(n, start=start, capacity=cache.capacity) - n
+  positions = np.pad(
+    np.asarray(block.positions, np.int32), (0, extra), constant_values=cache_lib.EMPTY_POSITION
+  )
+  k, v = (jnp.asarray(_pad_rows(a, extra=extra)) for a in (block.k, block.v))
+  tails = ()
+  if block.k_tail is not None:
+    tail_extra = install_bucket(r, start=start + n - r, capacity=cache.capacity) - r
+    tails = tuple(jnp.asarray(_pad_rows(a, extra=tail_extra)) for a in (block.k_tail, block.v_tail))
+  if not bool(_all_finite(k, v, *tails)):
+    raise GraftError(f'{_first_nonfinite(block)}: a block holds finite keys and values only' + _NAN)
+  k_tail, v_tail = tails or (None, None)
+  return install_compact(
+    cache,
+    k,
+    v,
+    k_tail,
+    v_tail,
+    jnp.asarray(positions),
+    meta=meta,
+    layers=block.num_layers,
+    donate=donate,
+  )
+
+
+def install_compact(
+  cache: cache_lib.KVCache,
+  k,
+  v,
+  k_tail,
+  v_tail,
+  positions,
+  *,
+  meta: BlockMeta,
+  layers: int,
+  donate: bool,
+) -> cache_lib.KVCache:
+  """Writes a compact block's rows, unchecked (call `check_graft` first): the first n of k, v
+  [Lw, m, K, H] (the whole layers) and positions [m] (and the segment) at slots
+  [start, start + n), the first r of k_tail, v_tail [Lt, mt, Kt, Ht] at slots
+  [start + n - r, start + n) of the tail layers (`meta` says n, r, start, the layers; None
+  without tail layers or rows: their slots keep what they hold). Each of k, v, k_tail, v_tail may be a sequence of parts, layers in
+  order."""
+  parts = lambda a: tuple(a) if isinstance(a, (tuple, list)) else (a,)
+  n, r = len(meta.token_ids), meta.tail_rows
+  whole = tuple(i for i in range(layers) if i not in meta.tail_layers)
+  write = _install_compact_donating if donate else _install_compact
+  tails = (parts(k_tail), parts(v_tail)) if k_tail is not None else ((), ())
+  return write(
+    cache,
+    parts(k),
+    parts(v),
+    *tails,
+    positions,
+    np.int32(meta.segment),
+    np.int32(meta.start),
+    np.int32(n),
+    np.int32(r),
+    whole=whole,
+    tail=meta.tail_layers if k_tail is not None else (),
+  )
+
+
+def _install_compact_rows(
+  cache, k, v, k_tail, v_tail, positions, segment, start, n, r, *, whole, tail
+):
+  cache = cache_lib.write_span(cache, positions, segment, start, n)
+  join = lambda parts: jnp.concatenate(parts, axis=0)
+  if whole:
+    cache = cache_lib.write_layer_rows(cache, join(k), join(v), whole, start, n)
+  if tail:
+    cache = cache_lib.write_layer_rows(cache, join(k_tail), join(v_tail), tail, start + n - r, r)
+  return cache
+
+
+_install_compact = jax.jit(_install_compact_rows, static_argnames=('whole', 'tail'))
+_install_compact_donating = jax.jit(
+  _install_compact_rows, static_argnames=('whole', 'tail'), donate_argnums=0
+)
+
+
 @jax.jit
-def _all_finite(k, v) -> jax.Array:
-  return jnp.isfinite(k).all() & jnp.isfinite(v).all()
+def _all_finite(*arrays) -> jax.Array:
+  return functools.reduce(jnp.logical_and, [jnp.isfinite(a).all() for a in arrays])
 
 
 def _first_nonfinite(block: KVBlock) -> str:
   """'block k[l, i, h, d] is value' for the first NaN or infinity of a block that holds one
   (in k, else in v)."""
-  k = np.asarray(block.k)
-  name, array = ('v', np.asarray(block.v)) if np.isfinite(k).all() else ('k', k)
+  arrays = block.arrays()
+  name = next(
+    name
+    for name in ('k', 'v', 'k_tail', 'v_tail')
+    if name in arrays and not np.isfinite(arrays[name]).all()
+  )
+  array = arrays[name]
   where = np.unravel_index(int(np.argmax(~np.isfinite(array))), array.shape)
   return f'block {name}[{", ".join(map(str, where))}] is {array[where]}'
 

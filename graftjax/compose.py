@@ -173,7 +173,7 @@ def compose(
   page = check_model(model, page)
   stored = [store.get(key) for key in keys]
   placed, layout = place(model, stored, capacity=capacity, page=page, slots=slots, keys=keys)
-  return install(model, placed, capacity=capacity), layout
+  return install(model, placed, capacity=capacity, query_position=layout.next_position), layout
 
 
 def check_model(model, page: int | None = None, *, capacity: int | None = None) -> int:
@@ -333,9 +333,13 @@ def _common_chunk(target, stored: Sequence[blocks.KVBlock], names: Sequence[str]
   return next(iter(chunks.values()), None)
 
 
-def install(model, placed: Sequence[blocks.KVBlock], *, capacity: int) -> cache_lib.KVCache:
-  """A fresh cache of `capacity` slots with the blocks `place` returned grafted in."""
-  return _install(model, model.init_cache(capacity=capacity), placed)
+def install(
+  model, placed: Sequence[blocks.KVBlock], *, capacity: int, query_position: int | None = None
+) -> cache_lib.KVCache:
+  """A fresh cache of `capacity` slots with the blocks `place` returned grafted in; blocks
+  that keep fewer sliding-window rows than W - 1 (pages) only for a first query at
+  `query_position` far enough (`blocks.graft`)."""
+  return _install(model, model.init_cache(capacity=capacity), placed, query_position)
 
 
 def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBlock:
@@ -347,10 +351,10 @@ def _placed(model, block: blocks.KVBlock, placement: Placement) -> blocks.KVBloc
   """
   moved = blocks.relocate(block, placement.position, model=model)
   meta = dataclasses.replace(moved.meta, start=placement.slot, segment=placement.segment)
-  return blocks.KVBlock(k=moved.k, v=moved.v, positions=moved.positions, meta=meta)
+  return moved.replace(meta=meta)
 
 
-def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:
+def _install(model, cache: cache_lib.KVCache, placed, query_position=None) -> cache_lib.KVCache:
   target = model.graft_target
   chunk = _common_chunk(target, placed, [f'#{i}' for i in range(len(placed))])
   for block in placed:
@@ -361,6 +365,7 @@ def _install(model, cache: cache_lib.KVCache, placed) -> cache_lib.KVCache:
       allow_shifted=True,
       allow_ring_gap=True,  # the layout passed `check_ring_window` (`place`)
       chunk_size=chunk,  # the one every block records: a context of blocks alone
+      query_position=query_position,
       donate=True,
     )
   return cache

@@ -119,18 +119,19 @@ class Staged:
   """A block read into a `Staging`, verified, ready to install.
 
   Attributes:
-    block: the block; k, v [L, n, K, H] and positions [n] are views of the
-      staging buffers (for a page, zeros in the rows it does not keep).
-    layout: the page layout, or None for a plain block.
-    rows: the rows staged per layer, m >= n (rows n..m are not installed).
+    block: the block; its arrays (k, v [L, n, K, H], a compact block's k_tail,
+      v_tail [Lt, r, Kt, Ht], positions [n]) are views of the staging buffers (for a
+      page of layout 3, zeros in the rows it does not keep).
+    layout: the page layout of a page of layout 3, or None.
+    rows: the rows staged per array, m >= n (rows n..m are not installed), by name.
     staging: where it lies.
-    copies: k, v and positions already on the device, by name: k and v each as
+    copies: the arrays already on the device, by name: k and v (and tails) each as
       parts [L_i, m, K, H], layers in order (sum of L_i = L); positions as ([m],).
   """
 
   block: blocks.KVBlock
   layout: tuple[tuple[int, int], ...] | None
-  rows: int
+  rows: dict[str, int]
   staging: Staging
   copies: dict[str, tuple[jax.Array, ...]] = dataclasses.field(default_factory=dict)
 
@@ -147,29 +148,35 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
   Raises:
     store.StoreError: if the block is missing or does not verify.
   """
-  sizes, parts, copied = {}, {'k': [], 'v': [], 'positions': []}, {'k': 0, 'v': 0, 'positions': 0}
-  total = lambda name: 1 if name == 'positions' else sizes['layers']  # layers to copy
+  rows, layers, layer_bytes = {}, {}, {}
+  parts = {name: [] for name in _ARRAYS}
+  copied = dict.fromkeys(_ARRAYS, 0)
 
   def into(meta: blocks.BlockMeta, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    num_layers, n, kv_heads, head_dim = shapes['k']
-    sizes['m'] = m = blocks.install_bucket(n, start=meta.start, capacity=capacity)
-    sizes['layers'] = num_layers
-    sizes['layer_bytes'] = m * kv_heads * head_dim * np.dtype(meta.dtype).itemsize
-    out = {
-      name: staging.buffer(name, (num_layers, m, kv_heads, head_dim), meta.dtype)[:, :n]
-      for name in ('k', 'v')
-    }
+    n = shapes['positions'][0]
+    rows['positions'] = m = blocks.install_bucket(n, start=meta.start, capacity=capacity)
+    layers['positions'] = 1
+    out = {}
+    for name, shape in shapes.items():
+      if name == 'positions':
+        continue
+      # A compact block's tail lands at its last slots: padded within the capacity from there.
+      first = meta.start + n - shape[1]
+      rows[name] = bucket = blocks.install_bucket(shape[1], start=first, capacity=capacity)
+      layers[name] = shape[0]
+      layer_bytes[name] = bucket * int(np.prod(shape[2:])) * np.dtype(meta.dtype).itemsize
+      out[name] = staging.buffer(name, (shape[0], bucket, *shape[2:]), meta.dtype)[:, : shape[1]]
     positions = staging.buffer('positions', (m,), np.int32)
     positions[n:] = cache_lib.EMPTY_POSITION
     return {**out, 'positions': positions[:n]}
 
   def copy(name: str, stop: int | None) -> None:
-    stop = total(name) if stop is None else stop
+    stop = layers[name] if stop is None else stop
     start = copied[name]
-    if stop < total(name) and (stop - start) * sizes['layer_bytes'] < COPY_BYTES:
+    if stop < layers[name] and (stop - start) * layer_bytes[name] < COPY_BYTES:
       return
     t0 = time.perf_counter()
-    parts[name].append(staging.to_device(name, sizes['m'], slice(start, stop)))
+    parts[name].append(staging.to_device(name, rows[name], slice(start, stop)))
     copied[name] = stop
     staging.timings['copy_dispatch_s'] += time.perf_counter() - t0
 
@@ -177,8 +184,11 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
   t0 = time.perf_counter()
   block, layout = store.get_page(key, into=into, on_verified=copy)
   staging.timings['read_s'] = time.perf_counter() - t0
-  copies = {name: tuple(parts[name]) for name in parts if copied[name] == total(name)}
-  return Staged(block=block, layout=layout, rows=sizes['m'], staging=staging, copies=copies)
+  copies = {name: tuple(parts[name]) for name in rows if copied[name] == layers[name]}
+  return Staged(block=block, layout=layout, rows=rows, staging=staging, copies=copies)
+
+
+_ARRAYS = ('k', 'v', 'k_tail', 'v_tail', 'positions')
 
 
 def install(
@@ -215,19 +225,43 @@ def install(
     allow_shifted=allow_shifted,
     allow_other_shape=allow_other_shape,
     chunk_size=chunk_size,
-  )
-  # Fewer rows than staged only if this cache is smaller than `read` was told; still >= n.
-  m = min(staged.rows, cache.capacity - block.meta.start)
-  copied = staged.copies if m == staged.rows else {}
-  k, v, (positions,) = (
-    copied.get(name) or (staged.staging.to_device(name, m),) for name in ('k', 'v', 'positions')
+    query_position=query_position,
   )
   meta = block.meta
-  cache = jax.block_until_ready(
-    blocks.install_rows(
-      cache, k, v, positions, segment=meta.segment, start=meta.start, n=len(block), donate=donate
+  arrays = {}
+  for name, staged_rows in staged.rows.items():
+    # Fewer rows than staged only if this cache is smaller than `read` was told; still enough.
+    first = (
+      meta.start if name in ('k', 'v', 'positions') else meta.start + len(block) - meta.tail_rows
     )
-  )
+    m = min(staged_rows, cache.capacity - first)
+    copied = staged.copies.get(name) if m == staged_rows else None
+    arrays[name] = copied or (staged.staging.to_device(name, m),)
+  (positions,) = arrays['positions']
+  if meta.compact:
+    written = blocks.install_compact(
+      cache,
+      arrays['k'],
+      arrays['v'],
+      arrays.get('k_tail'),
+      arrays.get('v_tail'),
+      positions,
+      meta=meta,
+      layers=block.num_layers,
+      donate=donate,
+    )
+  else:
+    written = blocks.install_rows(
+      cache,
+      arrays['k'],
+      arrays['v'],
+      positions,
+      segment=meta.segment,
+      start=meta.start,
+      n=len(block),
+      donate=donate,
+    )
+  cache = jax.block_until_ready(written)
   staged.staging.landed()  # the cache is ready, so every copy it was written from landed
   staged.staging.timings['install_s'] = time.perf_counter() - t0
   return cache

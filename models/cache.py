@@ -39,11 +39,13 @@ wraps) standing for 'full'. The cache holds the layers that compute keys and
 values; a model layer that reuses another's (Gemma 4's kv sharing) reads
 that layer's rows and has none of its own.
 
-Rows leave and enter such a cache packed (`slice_rows`, `write_rows`): a
-slot's keys of every layer, each flattened to K_l * H_l values and
-concatenated in layer order, as one row [1, n, 1, F] (F = sum of K_l H_l),
-so blocks, stores and restores keep their [L, n, K, H] arrays whatever the
-model. `row_shape` says which form a cache takes.
+Rows leave a cache by groups of layers of one shape (`layer_rows`: the rows
+a compact block keeps, read straight out of the full-size arrays or the ring)
+and enter it the same way (`write_span`, then `write_layer_rows`). Blocks of
+layout 3 (graftjax/blocks.py) enter packed (`write_rows`): a slot's keys of
+every layer, each flattened to K_l * H_l values and concatenated in layer
+order, as one row [1, n, 1, F] (F = sum of K_l H_l); `row_shape` says which
+form such a block takes.
 """
 
 from __future__ import annotations
@@ -308,36 +310,83 @@ def ring_first_slot(cache: KVCache) -> int:
   return max(0, int(cache.length) - cache.ring_capacity)
 
 
-def slice_rows(cache: KVCache, start: int, stop: int, batch_index: int = 0):
-  """(k, v, positions) of slots [start, stop) of one batch row.
-
-  Returns k, v as [L, n, K, H] (every model layer, in order) and positions
-  as [n]. Ring layers give zeros for the slots older than `ring_first_slot`.
-  """
-  full_k = cache.k[:, batch_index, start:stop]
-  full_v = cache.v[:, batch_index, start:stop]
-  if not cache.ring_layers:
-    return full_k, full_v, cache.positions[batch_index, start:stop]
+def layer_rows(cache: KVCache, layers, start: int, stop: int, batch_index: int = 0):
+  """(k, v) [len(layers), n, K, H]: the rows of slots [start, stop) of one batch row in each of
+  `layers` (layers of this cache, ascending, all of one (K, H)), read straight out of the
+  full-size arrays or the ring (slot s at ring index s mod R, in slot order); only these
+  rows are made. The caller checks that a ring still holds them (`ring_first_slot`)."""
+  layers = tuple(layers)
+  where = [cache.where(layer) for layer in layers]
   slots = jnp.arange(start, stop, dtype=jnp.int32)
-  held = (slots >= ring_first_slot(cache))[None, :, None, None]
-  index = slots % cache.ring_capacity
 
-  def ring_rows(ring):
-    rows = jnp.take(ring[:, batch_index], index, axis=1)  # [Lr, n, K, H]
-    return jnp.where(held, rows, jnp.zeros((), rows.dtype))
-
-  ring_k, ring_v = ring_rows(cache.ring_k), ring_rows(cache.ring_v)
-  order = [cache.where(layer) for layer in range(cache.num_layers)]
-  if cache.packed:  # each layer's [n, K, H] as [n, K * H], concatenated: [1, n, 1, F]
-    n = stop - start
-    pick = lambda full, ring: jnp.concatenate(
-      [(ring if kind == 'ring' else full)[i].reshape(n, -1) for kind, i in order], axis=-1
-    )[None, :, None]
-  else:
-    pick = lambda full, ring: jnp.stack(
-      [(ring if kind == 'ring' else full)[i] for kind, i in order]
+  def rows(full, ring):
+    kinds = {kind for kind, _ in where}
+    if kinds == {'full'}:
+      return full[jnp.asarray([i for _, i in where], jnp.int32), batch_index, start:stop]
+    index = slots % cache.ring_capacity
+    if kinds == {'ring'}:
+      picked = ring[jnp.asarray([i for _, i in where], jnp.int32), batch_index]
+      return jnp.take(picked, index, axis=1)
+    return jnp.stack(
+      [
+        full[i, batch_index, start:stop]
+        if kind == 'full'
+        else jnp.take(ring[i, batch_index], index, axis=0)
+        for kind, i in where
+      ]
     )
-  return pick(full_k, ring_k), pick(full_v, ring_v), cache.positions[batch_index, start:stop]
+
+  return rows(cache.k, cache.ring_k), rows(cache.v, cache.ring_v)
+
+
+def write_span(cache: KVCache, positions, segment, start, n) -> KVCache:
+  """Writes the first n of positions [m] (and `segment`) at slots [start, start+n) of every row,
+  ring slots included; `length` becomes start + n. Keys and values are left as they are
+  (`write_layer_rows` writes them). n and start may be traced."""
+  m = positions.shape[0]
+  keep = jnp.arange(m) < n
+  segments = jnp.broadcast_to(segment, (1, m)).astype(jnp.int32)
+
+  def write(old, new):
+    current = jax.lax.dynamic_slice(old, (0, start), (old.shape[0], m))
+    merged = jnp.where(keep[None], jnp.broadcast_to(new, current.shape), current)
+    return jax.lax.dynamic_update_slice(old, merged.astype(old.dtype), (0, start))
+
+  out = {
+    'positions': write(cache.positions, positions[None]),
+    'segments': write(cache.segments, segments),
+    'length': jnp.asarray(start + n, jnp.int32),
+  }
+  if cache.ring_layers:
+    out.update(
+      ring_positions=ring_put(cache.ring_positions, positions[None], start, axis=1, n=n),
+      ring_segments=ring_put(cache.ring_segments, segments, start, axis=1, n=n),
+    )
+  return cache.replace(**out)
+
+
+def write_layer_rows(cache: KVCache, k, v, layers: tuple[int, ...], start, n) -> KVCache:
+  """Writes the first n of k, v [len(layers), m, K, H] at slots [start, start+n) of `layers`
+  (static) in every row: a full-size layer's slots [start+n, start+m) keep what they hold, a
+  ring's indices no row lands on too (`ring_put`). Positions are `write_span`'s. n and start
+  may be traced; start + m <= S."""
+  m = k.shape[1]
+  keep = (jnp.arange(m) < n)[None, :, None, None]
+  arrays = {name: getattr(cache, name) for name in ('k', 'v', 'ring_k', 'ring_v')}
+  for j, layer in enumerate(layers):
+    kind, i = cache.where(layer)
+    for name, rows in (('k', k[j]), ('v', v[j])):
+      name = f'ring_{name}' if kind == 'ring' else name
+      old = arrays[name]
+      rows = rows.astype(old.dtype)[None]  # [1, m, K, H], broadcast over the batch
+      if kind == 'ring':
+        arrays[name] = old.at[i].set(ring_put(old[i], rows, start, axis=1, n=n))
+        continue
+      index = (i, 0, start, 0, 0)
+      current = jax.lax.dynamic_slice(old, index, (1, old.shape[1], m, *old.shape[3:]))
+      merged = jnp.where(keep[None], jnp.broadcast_to(rows[None], current.shape), current)
+      arrays[name] = jax.lax.dynamic_update_slice(old, merged, index)
+  return cache.replace(**arrays)
 
 
 def unpack_rows(cache: KVCache, rows: jax.Array) -> list[jax.Array]:

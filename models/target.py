@@ -50,6 +50,11 @@ class GraftTarget:
       canonical JSON form), 'weights': digest, 'tokenizer': digest or 'none',
       'local_cache': the sliding-window layers' cache layout}. Not compared (the
       fingerprint says it); remembered by fingerprint for `describe_other_model`.
+    windows: W of each layer that caches keys and values (the cache's layers, in
+      order), None for a global layer; a query at position p of a layer of window
+      W sees keys at positions p - W < q <= p, so a continuation right after a
+      block sees its last W - 1 rows there. `capture` keeps only those rows; ()
+      where the model does not say (then every row is kept).
   """
 
   fingerprint: str
@@ -62,6 +67,7 @@ class GraftTarget:
     default=None, compare=False, repr=False
   )
   identity: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
+  windows: tuple[int | None, ...] = ()
 
   def __post_init__(self):
     for name in ('fingerprint', 'position_scheme', 'dtype'):
@@ -70,6 +76,9 @@ class GraftTarget:
     object.__setattr__(self, 'kernels', tuple((str(op), str(i)) for op, i in self.kernels))
     object.__setattr__(self, 'chunk_invariant', bool(self.chunk_invariant))
     object.__setattr__(self, 'split_invariant', bool(self.split_invariant))
+    object.__setattr__(self, 'windows', tuple(self.windows))
+    if any(w is not None and (type(w) is not int or w <= 0) for w in self.windows):
+      raise ValueError(f'windows must be positive ints or None, got {self.windows}')
     if self.identity is not None:
       _remember(self)
 

@@ -56,7 +56,10 @@ class _Held:
 
 
 def _compact(block: blocks.KVBlock, layout: pages.Layout | None) -> dict[str, np.ndarray]:
-  """The rows `layout` keeps, as copies: k/v rows from `first` grouped by first row, positions."""
+  """The rows `layout` keeps, as copies: k/v rows from `first` grouped by first row, positions;
+  a compact block's own arrays."""
+  if block.meta.compact:
+    return {name: np.array(a) for name, a in block.arrays().items()}
   k, v = np.asarray(block.k), np.asarray(block.v)
   out = {'positions': np.array(block.positions, np.int32)}
   groups: dict[int, list[int]] = {}
@@ -69,7 +72,9 @@ def _compact(block: blocks.KVBlock, layout: pages.Layout | None) -> dict[str, np
 
 
 def _expand(arrays: dict[str, np.ndarray], held: _Held) -> blocks.KVBlock:
-  """The full block (zeros in the rows not kept) from `_compact`'s arrays."""
+  """The block from `_compact`'s arrays (for a block of layout 3, zeros in the rows not kept)."""
+  if held.meta.compact:
+    return blocks.KVBlock(meta=held.meta, **arrays)
   n = len(held.meta.token_ids)
   layout = held.layout or ((0, n),) * arrays['k@0'].shape[0]
   any_k = next(a for name, a in arrays.items() if name.startswith('k@'))
@@ -351,7 +356,11 @@ class PagedContext:
         )
     times['check'] = time.perf_counter() - start
     start = time.perf_counter()
-    cache = jax.block_until_ready(compose.install(self.model, placed, capacity=self.capacity))
+    cache = jax.block_until_ready(
+      compose.install(
+        self.model, placed, capacity=self.capacity, query_position=layout.next_position
+      )
+    )
     times['install'] = time.perf_counter() - start
     return Context(
       cache=cache,

@@ -25,8 +25,9 @@ PageError = blocks.PageError
 
 
 def windows(config: config_lib.GemmaConfig) -> tuple[int | None, ...]:
-  """W of each layer of `config`, None for a global layer (what `blocks.check_page` takes)."""
-  return tuple(config.window(layer) for layer in range(config.num_layers))
+  """W of each layer of `config` that caches keys and values (a block's layers), None for a
+  global layer (what `blocks.check_page` takes)."""
+  return tuple(config.window(layer) for layer in config.cached_layers)
 
 
 def local_rows_needed(config: config_lib.GemmaConfig) -> int:
@@ -55,23 +56,29 @@ def page_layout(
 
 @dataclasses.dataclass(frozen=True)
 class Page:
-  """A block and the rows of it that are kept.
+  """A block and the rows of it that are kept: one form with blocks.
 
   Attributes:
-    block: the block, its rows not kept set to zero (so `blocks.graft`
-      installs it as it is).
-    layout: (first_row, stop_row) per layer, or None (every row: a block).
+    block: the block. A compact block (layout 4) holds only the rows it keeps
+      (its tail layers' last `tail_rows`); a page of block layout 3 read from a
+      store holds zeros in the rows its `layout` does not keep.
+    layout: for a page of block layout 3, (first_row, stop_row) per layer;
+      None otherwise (a compact block records its rows in its metadata).
   """
 
   block: blocks.KVBlock
   layout: Layout | None
 
   @property
+  def rows(self) -> Layout:
+    """(first_row, stop_row) of the rows kept of each cached layer."""
+    return self.layout if self.layout is not None else self.block.layout
+
+  @property
   def local_rows(self) -> int | None:
     """Rows kept of the trimmed layers (None: none trimmed)."""
-    if self.layout is None:
-      return None
-    return len(self.block) - max(first for first, _ in self.layout)
+    first = max(first for first, _ in self.rows)
+    return len(self.block) - first if first else None
 
   @property
   def end_position(self) -> int:
@@ -81,7 +88,7 @@ class Page:
 
   def first_exact_position(self, config: config_lib.GemmaConfig) -> int:
     """The smallest query position for which this page attends as the full block does."""
-    return blocks.page_exact_from(self.block, self.layout, windows(config))
+    return blocks.page_exact_from(self.block, self.rows, windows(config))
 
   def nbytes(self) -> int:
     """Bytes of k, v and positions that the page keeps (its payload on disk)."""
@@ -89,7 +96,10 @@ class Page:
 
 
 def payload_bytes(block: blocks.KVBlock, layout: Layout | None) -> int:
-  """Bytes of the rows `layout` keeps of `block` (k, v and int32 positions)."""
+  """Bytes of the rows `layout` keeps of `block` (k, v and int32 positions); a compact
+  block's own bytes (`layout` None)."""
+  if block.meta.compact:
+    return block.nbytes()
   _, n, kv_heads, head_dim = block.k.shape
   row = kv_heads * head_dim * jnp.dtype(block.k.dtype).itemsize
   rows = block.k.shape[0] * n if layout is None else sum(stop - first for first, stop in layout)
@@ -99,8 +109,13 @@ def payload_bytes(block: blocks.KVBlock, layout: Layout | None) -> int:
 def to_page(
   block: blocks.KVBlock, config: config_lib.GemmaConfig, *, local_rows: int | None = None
 ) -> Page:
-  """`block` as a page: global layers whole, local layers' last `local_rows` (default W - 1)."""
+  """`block` as a page: global layers whole, local layers' last `local_rows` (default W - 1).
+
+  A compact block is cut to a tail of `local_rows` (a block of layout 4 again, its own key);
+  one of layout 3 keeps its rows, zeroed where not kept, under a page layout."""
   _check_layers(block, config)
+  if block.meta.compact:
+    return Page(block=_cut_tail(block, config, local_rows), layout=None)
   layout = page_layout(config, len(block), local_rows=local_rows)
   if layout is None:
     return Page(block=block, layout=None)
@@ -120,7 +135,7 @@ def check_page(page: Page, config: config_lib.GemmaConfig, *, query_position: in
   with fewer than W - 1 local rows, `query_position` must be given and at
   least `first_exact_position` (`blocks.check_page`, which `restore` uses too).
   """
-  blocks.check_page(page.block, page.layout, windows(config), query_position=query_position)
+  blocks.check_page(page.block, page.rows, windows(config), query_position=query_position)
 
 
 def install(
@@ -140,7 +155,9 @@ def install(
   allow_other_shape, donate (as `blocks.graft`).
   """
   check_page(page, config, query_position=query_position)
-  return blocks.graft(cache, page.block, target=target, **graft_kwargs)
+  return blocks.graft(
+    cache, page.block, target=target, query_position=query_position, **graft_kwargs
+  )
 
 
 def put(store: store_lib.BlockStore, page: Page) -> str:
@@ -229,6 +246,22 @@ def cut(
 
 
 def _check_layers(block: blocks.KVBlock, config: config_lib.GemmaConfig) -> None:
-  layers = block.k.shape[0]
-  if layers != config.num_layers:
-    raise PageError(f'block has {layers} layers, the model {config.num_layers}')
+  layers, cached = block.num_layers, len(config.cached_layers)
+  if layers != cached:
+    raise PageError(f'block has {layers} layers, the model {cached}')
+
+
+def _cut_tail(
+  block: blocks.KVBlock, config: config_lib.GemmaConfig, local_rows: int | None
+) -> blocks.KVBlock:
+  """A compact block with its tail cut to its last `local_rows` rows (default W - 1)."""
+  r = local_rows_needed(config) if local_rows is None else local_rows
+  if r < 0:
+    raise ValueError(f'local_rows must be >= 0, got {r}')
+  meta = block.meta
+  if not meta.tail_layers or r >= meta.tail_rows:
+    return block
+  tails = {'k_tail': None, 'v_tail': None}
+  if r:
+    tails = {name: getattr(block, name)[:, meta.tail_rows - r :] for name in tails}
+  return block.replace(meta=dataclasses.replace(meta, tail_rows=r), **tails)

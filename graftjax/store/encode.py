@@ -41,14 +41,17 @@ def block_files(
     store_manifest.check_meta(meta_json)  # before key_for, which would narrow what it hashes
     if not meta.token_ids:
       raise store_errors.MalformedError('cannot store an empty block')
-    arrays = {
-      'k': _little_endian(block.k, 'k'),
-      'v': _little_endian(block.v, 'v'),
-      'positions': _int32_positions(block.positions),
-    }
+    names = ('k', 'v', 'k_tail', 'v_tail') if block.k_tail is not None else ('k', 'v')  # r > 0
+    arrays = {name: _little_endian(getattr(block, name), name) for name in names}
+    arrays['positions'] = _int32_positions(block.positions)
     _check_rows(arrays, meta)
     blocks.check_positions(arrays['positions'], meta)
     layout = None
+    if page_layout is not None and meta.tail_layers:
+      raise store_errors.MalformedError(
+        f'a block with tail layers {list(meta.tail_layers)} holds only the rows it keeps;'
+        ' it takes no page_layout (only a block that holds every row of every layer does)'
+      )
     if page_layout is not None:
       layout = store_pages.checked_layout(page_layout, arrays['k'].shape[0], len(meta.token_ids))
       arrays = store_pages.page_arrays(arrays, layout)
@@ -130,16 +133,26 @@ def _by_array(
 
 
 def _check_rows(arrays: dict[str, np.ndarray], meta: blocks.BlockMeta) -> None:
-  """Raises MalformedError unless k, v hold [L, n, K, H], one row per token id of `meta`."""
+  """Raises MalformedError unless k, v hold [L, n, K, H], one row per token id of `meta`, and
+  k_tail, v_tail (exactly where `meta` names tail layers) [Lt, r, Kt, Ht], its tail's rows."""
   n = len(meta.token_ids)
-  for name in ('k', 'v'):
-    shape = arrays[name].shape
-    if len(shape) != 4 or shape[1] != n:
+  expected = {'k': ('L', n), 'v': ('L', n)}
+  if meta.tail_rows or 'k_tail' in arrays:
+    expected.update(
+      {name: (len(meta.tail_layers), meta.tail_rows) for name in ('k_tail', 'v_tail')}
+    )
+  for name, (layers, rows) in expected.items():
+    shape = arrays[name].shape if name in arrays else None
+    if shape is None or len(shape) != 4 or shape[1] != rows or layers not in ('L', shape[0]):
       raise store_errors.MalformedError(
-        f'{name} is {list(shape)}: expected [L, {n}, K, H], one row per token id of its metadata'
+        f'{name} is {None if shape is None else list(shape)}: expected [{layers}, {rows}, K, H],'
+        ' one row per token id of its metadata (the last tail_rows of a tail layer)'
       )
-  if arrays['k'].shape != arrays['v'].shape:
-    raise store_errors.MalformedError(f'k {list(arrays["k"].shape)} != v {list(arrays["v"].shape)}')
+  for a, b in (('k', 'v'), ('k_tail', 'v_tail')):
+    if a in arrays and arrays[a].shape != arrays[b].shape:
+      raise store_errors.MalformedError(
+        f'{a} {list(arrays[a].shape)} != {b} {list(arrays[b].shape)}'
+      )
 
 
 def _little_endian(array: Any, name: str) -> np.ndarray:

@@ -208,11 +208,14 @@ def meta_json(meta: blocks.BlockMeta) -> dict[str, Any]:
 
 def _fields(meta: blocks.BlockMeta) -> dict[str, Any]:
   """`meta`'s fields but token_ids, less those at their unrecorded value (as `to_json`)."""
-  return {
+  fields = {
     f.name: getattr(meta, f.name)
     for f in dataclasses.fields(meta)
     if f.name != 'token_ids' and not blocks.is_unrecorded(f.name, getattr(meta, f.name))
   }
+  if 'tail_layers' in fields:
+    fields['tail_layers'] = list(fields['tail_layers'])
+  return fields
 
 
 def check_manifest(manifest: Any) -> blocks.BlockMeta:
@@ -257,6 +260,16 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
   entries = manifest['arrays']
   n = len(meta.token_ids)
   names = list(ARRAY_NAMES)
+  tail = meta.tail_layers
+  expected_rows = {}
+  if meta.tail_rows:  # a compact block's tail: the last tail_rows rows of each tail layer
+    names = list(PAGE_ARRAY_NAMES)
+    expected_rows = {'k_tail': (len(tail), meta.tail_rows), 'v_tail': (len(tail), meta.tail_rows)}
+  if paged and tail:
+    raise store_errors.MalformedError(
+      f'page_layout beside meta.tail_layers {list(tail)}: a compact block records its rows'
+      ' in its metadata (tail_layers, tail_rows)'
+    )
   if paged:
     _check_object(manifest['page_layout'], {'rows'}, 'page_layout')
     rows = manifest['page_layout']['rows']
@@ -299,13 +312,9 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
       raise store_errors.MalformedError(
         f'arrays.positions.shape is {shape}, expected [{n}] for {n} token ids'
       )
-    if name in store_chunks.LAYERED and not paged and (len(shape) != 4 or shape[1] != n):
+    if name in ('k', 'v') and not paged and (len(shape) != 4 or shape[1] != n):
       raise store_errors.MalformedError(f'arrays.{name}.shape is {shape}, expected [L, {n}, K, H]')
-    if (
-      name in store_chunks.LAYERED
-      and paged
-      and (len(shape) != 4 or tuple(shape[:2]) != expected_rows[name])
-    ):
+    if name in expected_rows and (len(shape) != 4 or tuple(shape[:2]) != expected_rows[name]):
       layers, rows_kept = expected_rows[name]
       raise store_errors.MalformedError(
         f'arrays.{name}.shape is {shape}, expected [{layers}, {rows_kept}, K, H] by page_layout'
@@ -318,7 +327,7 @@ def check_manifest(manifest: Any) -> blocks.BlockMeta:
       raise store_errors.MalformedError(
         f'arrays.v_tail.shape {shape} != arrays.k_tail.shape {entries["k_tail"]["shape"]}'
       )
-    if name == 'k_tail' and shape[2:] != entries['k']['shape'][2:]:
+    if name == 'k_tail' and paged and shape[2:] != entries['k']['shape'][2:]:
       raise store_errors.MalformedError(
         f'arrays.k_tail.shape {shape} and arrays.k.shape differ in [K, H]'
       )

@@ -277,6 +277,9 @@ def _destinations(
   dtype = store_chunks.DTYPES[meta.dtype]
   shapes = {'k': tuple(k_shape), 'v': tuple(k_shape), 'positions': (k_shape[1],)}
   dtypes = {'k': dtype, 'v': dtype, 'positions': store_chunks.DTYPES['int32']}
+  if layout is None and 'k_tail' in entries:  # a compact block's tail, as stored
+    shapes.update({name: tuple(entries[name]['shape']) for name in ('k_tail', 'v_tail')})
+    dtypes.update(k_tail=dtype, v_tail=dtype)
   if into is not None:
     arrays = into(meta, shapes)
     for name, shape in shapes.items():

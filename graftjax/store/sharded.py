@@ -731,6 +731,13 @@ def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
   n = len(meta.token_ids)
   if not n:
     raise store_lib.InvalidBlockError(root, 'cannot store an empty block')
+  if block.k_tail is not None:
+    raise store_lib.InvalidBlockError(
+      root,
+      f'block holds the last {meta.tail_rows} rows of tail layers {list(meta.tail_layers)}'
+      ' (compact): this store writes every row of every layer; capture it with a target'
+      ' that names no windows, or store it in a BlockStore',
+    )
   if meta.dtype not in store_lib.KV_DTYPES:
     raise store_lib.InvalidBlockError(
       root, f'cannot store k/v of dtype {meta.dtype!r}; only {store_lib.KV_DTYPES}'

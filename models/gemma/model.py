@@ -182,6 +182,7 @@ class Gemma:
       split_invariant=registry.get('attention', self.config.impl_of('attention')).split_invariant,
       first_values=self.first_values,
       identity=self.fingerprint_inputs,
+      windows=tuple(self.config.window(i) for i in self.config.cached_layers),
     )
 
   def first_values(self, token_ids) -> np.ndarray:
@@ -218,9 +219,13 @@ class Gemma:
     """
     return dataclasses.replace(self, config=self.config.with_impl(impl, **per_op))
 
-  def relocate_keys(self, k: jax.Array, delta: int) -> jax.Array:
+  def relocate_keys(
+    self, k: jax.Array, delta: int, *, layers: tuple[int, ...] | None = None
+  ) -> jax.Array:
     """Cached keys k [L, n, K, H] (packed [1, n, 1, F] for a model whose layers cache different
-    shapes, `cache.row_shape`) as if their tokens sat `delta` positions later.
+    shapes, `cache.row_shape`) as if their tokens sat `delta` positions later. With `layers`
+    (indices into `config.cached_layers`), k [len(layers), n, K, H] holds those layers' keys,
+    unpacked (a compact block's, `blocks.KVBlock`).
 
     Under schemes with absolute keys (`rope`, `rope_f64`) each layer's keys
     are re-rotated by delta (R(delta) R(p) k, the K-shift of llama.cpp and
@@ -230,9 +235,10 @@ class Gemma:
     config = self.config
     if schemes.get(config.position_scheme).keys != schemes.Keys.ABSOLUTE:
       return k
-    layers = config.cached_layers
-    if config.uniform_kv:
-      per_layer = [jnp.asarray(k[i]) for i in layers]
+    packed = layers is None and not config.uniform_kv
+    layers = config.cached_layers if layers is None else [config.cached_layers[i] for i in layers]
+    if not packed:
+      per_layer = [jnp.asarray(k[j]) for j in range(len(layers))]
     else:
       sizes = [config.kv_heads_of(i) * config.head_dim_of(i) for i in layers]
       parts = jnp.split(jnp.asarray(k)[0, :, 0], np.cumsum(sizes)[:-1], axis=-1)
@@ -251,7 +257,7 @@ class Gemma:
       )
       for rows, i in zip(per_layer, layers)
     ]
-    if config.uniform_kv:
+    if not packed:
       return jnp.stack(moved)
     n = moved[0].shape[0]
     return jnp.concatenate([rows.reshape(n, -1) for rows in moved], axis=-1)[None, :, None]

@@ -12,6 +12,7 @@ the metadata the roundtrip's block has, and process 1 kills itself (SIGKILL) aft
 writing its first chunk of the deposit.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -102,7 +103,7 @@ def main():
     cache,
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
-    target=model.graft_target,
+    target=dataclasses.replace(model.graft_target, windows=()),  # every row: this store's form
     chunk_size=CHUNK,
     batch_index=batch - 1,  # with data: the row process 1 holds
   )

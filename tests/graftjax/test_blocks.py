@@ -26,7 +26,7 @@ def prefilled(model, ids=PREFIX, chunk_size=4):
   return cache
 
 
-def captured(model, cache=None, chunk_size=4):
+def captured(model, cache=None, chunk_size=4, keep='needed'):
   """The prefix's block, from `cache` (prefilled in chunks of `chunk_size`)."""
   cache = prefilled(model, chunk_size=chunk_size) if cache is None else cache
   return blocks.capture(
@@ -35,6 +35,7 @@ def captured(model, cache=None, chunk_size=4):
     token_ids=PREFIX,
     target=model.graft_target,
     chunk_size=chunk_size,
+    keep=keep,
   )
 
 
@@ -48,12 +49,23 @@ def graft_into_new(model, block, capacity=CAPACITY, chunk_size=4):
 
 
 def test_graft_reproduces_the_captured_cache_bit_for_bit(tiny_model):
+  """keep='span': every row; the default: every row a continuation sees, zeros before."""
   cache = prefilled(tiny_model)
-  restored = graft_into_new(tiny_model, captured(tiny_model, cache))
+  restored = graft_into_new(tiny_model, captured(tiny_model, cache, keep='span'))
   for name in ('k', 'v', 'positions', 'segments', 'length'):
     assert (
       np.asarray(getattr(restored, name)).tobytes() == np.asarray(getattr(cache, name)).tobytes()
     ), name
+  restored = graft_into_new(tiny_model, captured(tiny_model, cache))
+  seen = PREFIX.size - (tiny_model.config.sliding_window - 1)
+  for layer in range(tiny_model.config.num_layers):
+    first = 0 if tiny_model.config.window(layer) is None else seen
+    for name in ('k', 'v'):
+      got, want = (np.asarray(getattr(c, name))[layer, 0] for c in (restored, cache))
+      assert got[first:].tobytes() == want[first:].tobytes(), (name, layer)
+      assert not got[:first].any(), (name, layer)
+  for name in ('positions', 'segments', 'length'):
+    assert np.array_equal(getattr(restored, name), getattr(cache, name)), name
 
 
 @pytest.mark.slow
@@ -96,8 +108,9 @@ def test_block_from_another_chunk_schedule_is_not_byte_equal(tiny_model):
 def test_graft_covers_sliding_window_layers(tiny_model):
   block = captured(tiny_model)
   local_layers = [i for i in range(tiny_model.config.num_layers) if tiny_model.config.window(i)]
-  assert local_layers and block.k.shape[0] == tiny_model.config.num_layers
-  assert all(float(jnp.abs(block.k[i]).sum()) > 0 for i in local_layers)
+  assert local_layers and block.meta.tail_layers == tuple(local_layers)
+  assert block.num_layers == tiny_model.config.num_layers
+  assert all(float(jnp.abs(block.k_tail[i]).sum()) > 0 for i in range(len(local_layers)))
 
 
 @pytest.mark.parametrize(
@@ -187,7 +200,7 @@ def test_the_model_hands_out_its_graft_target():
 def test_block_is_a_pytree_with_static_metadata(tiny_model):
   block = captured(tiny_model)
   leaves, treedef = jax.tree.flatten(block)
-  assert len(leaves) == 3  # k, v, positions; meta is static
+  assert len(leaves) == 5  # k, v, positions, k_tail, v_tail; meta is static
   zeroed = jax.tree.map(jnp.zeros_like, block)
   assert isinstance(zeroed, blocks.KVBlock) and zeroed.meta == block.meta
   assert not np.any(np.asarray(zeroed.k))
@@ -218,7 +231,7 @@ def test_v_of_another_shape_is_refused(tiny_model):
   block = captured(tiny_model)
   bad = block.replace()
   object.__setattr__(bad, 'v', block.v[:, :-1])
-  with pytest.raises(blocks.GraftError, match=r'block v is \(6, 11, 1, 16\)'):
+  with pytest.raises(blocks.GraftError, match=r'block v is \(1, 11, 1, 16\)'):
     graft_into_new(tiny_model, bad)
 
 
@@ -389,7 +402,7 @@ def test_metadata_from_json_checks_every_field(tiny_model, edit, field):
 def test_metadata_of_another_layout_is_named_so(tiny_model):
   data = {'layout_version': 1, 'start': 0}
   with pytest.raises(
-    blocks.UnsupportedLayoutError, match=r'layout version 1, this code reads \(2, 3\)'
+    blocks.UnsupportedLayoutError, match=r'layout version 1, this code reads \(2, 3, 4\)'
   ):
     blocks.BlockMeta.from_json(data)
   with pytest.raises(blocks.BlockMetaError, match="field 'meta'"):
@@ -411,20 +424,25 @@ def test_blocks_of_any_length_share_compiled_installs(tiny_model):
     ),
     capacity,
   )
-  before = blocks._install._cache_size()
+  before = blocks._install_compact._cache_size()
   for n in (3, 7, 11):
     _, cache = tiny_model.prefill(
       PREFIX[:n], cache=tiny_model.init_cache(capacity=capacity), chunk_size=4, logits='none'
     )
     block = blocks.capture(
-      cache, blocks.Span(0, n), token_ids=PREFIX[:n], target=tiny_model.graft_target, chunk_size=4
+      cache,
+      blocks.Span(0, n),
+      token_ids=PREFIX[:n],
+      target=tiny_model.graft_target,
+      chunk_size=4,
+      keep='span',
     )
     restored = graft_into_new(tiny_model, block, capacity)
     for name in ('k', 'v', 'positions', 'segments', 'length'):
       assert (
         np.asarray(getattr(restored, name)).tobytes() == np.asarray(getattr(cache, name)).tobytes()
       )
-  assert blocks._install._cache_size() == before
+  assert blocks._install_compact._cache_size() == before
 
 
 def test_padded_install_keeps_what_the_slots_after_the_block_hold(tiny_model):
@@ -440,9 +458,7 @@ def test_padded_install_keeps_what_the_slots_after_the_block_hold(tiny_model):
 def test_a_block_on_the_device_and_its_host_copy_install_the_same_bytes(tiny_model):
   block = captured(tiny_model)
   assert isinstance(block.k, jax.Array)  # captured from a cache on the device: padded there
-  on_host = blocks.KVBlock(
-    k=np.asarray(block.k), v=np.asarray(block.v), positions=block.positions, meta=block.meta
-  )
+  on_host = jax.tree.map(np.asarray, block)
   from_device, from_host = graft_into_new(tiny_model, block), graft_into_new(tiny_model, on_host)
   for name in ('k', 'v', 'positions', 'segments', 'length'):
     assert (
@@ -474,25 +490,32 @@ def test_layout_3_records_the_chunk_size_and_layout_2_keeps_its_form(tiny_model)
   block = captured(tiny_model)
   assert block.meta.to_json()['chunk_size'] == 4
   assert blocks.BlockMeta.from_json(block.meta.to_json()) == block.meta
-  old = dataclasses.replace(block.meta, chunk_size=0, layout_version=2)
+  old = dataclasses.replace(block.meta, chunk_size=0, layout_version=2, tail_layers=(), tail_rows=0)
   assert 'chunk_size' not in old.to_json() and old.to_json()['layout_version'] == 2
   assert blocks.BlockMeta.from_json(old.to_json()) == old
   unversioned = {k: v for k, v in block.meta.to_json().items() if k != 'layout_version'}
-  unversioned['chunk_size'] = 0
+  unversioned.update(chunk_size=0, tail_layers=(), tail_rows=0)
   assert blocks.BlockMeta(**unversioned).layout_version == 2  # made without one: layout 2
   stripped = {k: v for k, v in block.meta.to_json().items() if k != 'chunk_size'}
   with pytest.raises(blocks.BlockMetaError, match="field 'chunk_size': missing"):
     blocks.BlockMeta.from_json(stripped)
-  with pytest.raises(blocks.BlockMetaError, match="field 'chunk_size': layout 3 records it"):
+  with pytest.raises(blocks.BlockMetaError, match="field 'chunk_size': layout 4 records it"):
     dataclasses.replace(block.meta, chunk_size=0)
 
 
 def test_block_of_another_prefill_chunk_size_needs_consent_under_xla_kernels(tiny_model):
   """Fails on the code before: a block grafted with no chunk size given, or one that records
   none, passed; it is not byte-exact (test_block_from_another_chunk_schedule_is_not_byte_equal)."""
-  block = captured(tiny_model, chunk_size=1)
-  new = lambda: tiny_model.init_cache(capacity=CAPACITY)
   target = tiny_model.graft_target
+  # Every row of every layer in k, v (a target naming no windows): the form of layout 2.
+  block = blocks.capture(
+    prefilled(tiny_model, chunk_size=1),
+    blocks.Span(0, PREFIX.size),
+    token_ids=PREFIX,
+    target=dataclasses.replace(target, windows=()),
+    chunk_size=1,
+  )
+  new = lambda: tiny_model.init_cache(capacity=CAPACITY)
 
   with pytest.raises(blocks.GraftError) as refused:
     blocks.graft(new(), block, target=target, chunk_size=4)
@@ -523,15 +546,15 @@ def test_block_of_another_prefill_chunk_size_needs_consent_under_xla_kernels(tin
 
 
 @pytest.mark.parametrize('bad', [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize('name', ['k', 'v'])
+@pytest.mark.parametrize('name', ['k', 'v', 'k_tail', 'v_tail'])
 def test_graft_refuses_a_block_holding_nan_or_inf(tiny_model, bad, name):
   """Fails on the code before: graft installed it (the store's `put` refused it)."""
   block = captured(tiny_model)
   array = np.array(getattr(block, name))
-  array[3, 5, 0, 7] = bad
+  array[0, 5, 0, 7] = bad
   poisoned = dataclasses.replace(block, **{name: array})
   cache = tiny_model.init_cache(capacity=CAPACITY)
-  with pytest.raises(blocks.GraftError, match=rf'block {name}\[3, 5, 0, 7\] is -?(nan|inf)'):
+  with pytest.raises(blocks.GraftError, match=rf'block {name}\[0, 5, 0, 7\] is -?(nan|inf)'):
     blocks.graft(cache, poisoned, target=tiny_model.graft_target, chunk_size=4)
   on_device = dataclasses.replace(block, **{name: jnp.asarray(array)})
   with pytest.raises(blocks.GraftError, match='finite keys and values only'):
@@ -551,7 +574,8 @@ def test_capture_checks_token_ids_against_the_captured_rows(tiny_model):
   )
   assert capture(PREFIX).meta.token_ids == tuple(PREFIX.tolist())
   shifted = np.concatenate([PREFIX[1:], PREFIX[:1]])  # off by one: the usual slicing slip
-  with pytest.raises(blocks.GraftError, match='slot 0 holds the state of another token'):
+  # The first layer slides: a compact block holds its last W - 1 = 7 rows, from slot 5.
+  with pytest.raises(blocks.GraftError, match='slot 5 holds the state of another token'):
     capture(shifted)
   one_wrong = PREFIX.copy()
   one_wrong[7] = (one_wrong[7] + 1) % 256
@@ -572,8 +596,8 @@ def test_token_check_holds_for_bfloat16_and_every_chunk_schedule():
   for dtype in (jnp.float32, jnp.bfloat16):
     m = gemma_model.tiny(dtype=dtype)
     for chunk in (1, 3, 12):
-      block = captured(m, chunk_size=chunk)
-      captured_v = np.asarray(block.v[0], np.float32).reshape(PREFIX.size, -1)
+      block = captured(m, chunk_size=chunk, keep='span')
+      captured_v = np.asarray(block.v_tail[0], np.float32).reshape(PREFIX.size, -1)
       expected = np.asarray(m.first_values(PREFIX), np.float32).reshape(PREFIX.size, -1)
       error = np.linalg.norm(captured_v - expected, axis=1) / np.linalg.norm(expected, axis=1)
       assert error.max() < blocks.TOKEN_TOLERANCE / 10

@@ -76,7 +76,11 @@ def test_graft_and_restore_then_continue_are_byte_equal_to_fresh(name, layout, t
   m = _model(name, layout)
   fresh = _continued(m, _prefilled(m))
   block = _captured(m)
-  assert block.k.shape == (1, PREFIX.size) + m.init_cache(capacity=CAPACITY).row_shape()[1:]
+  cache = m.init_cache(capacity=CAPACITY)
+  whole = [i for i in range(cache.num_layers) if i not in block.meta.tail_layers]
+  assert block.k.shape == (len(whole), PREFIX.size, *cache.layer_shape(whole[0]))
+  assert block.meta.tail_layers == cache.ring_layers  # the sliding layers, their last W - 1 rows
+  assert block.k_tail.shape == (len(cache.ring_layers), 7, *cache.layer_shape(0))
   grafted = blocks.graft(
     m.init_cache(capacity=CAPACITY), block, target=m.graft_target, chunk_size=4
   )
@@ -95,12 +99,12 @@ def test_graft_and_restore_then_continue_are_byte_equal_to_fresh(name, layout, t
 
 
 def test_a_graft_is_not_byte_equal_when_the_block_is_damaged():
-  """The byte test can fail: one flipped key in the packed rows changes the continuation."""
+  """The byte test can fail: one flipped key of the global layer changes the continuation."""
   m = _model('tiny-gemma4-31b')
   fresh = _continued(m, _prefilled(m))
   block = _captured(m)
   k = np.asarray(block.k).copy()
-  k[0, 3, 0, 5 * 2 * 16] += 1.0  # slot 3's first key value of layer 5 (global), packed last
+  k[0, 3, 0, 0] += 1.0  # slot 3's first key value of layer 5 (global, the only whole layer)
   grafted = blocks.graft(
     m.init_cache(capacity=CAPACITY), block.replace(k=k), target=m.graft_target, chunk_size=4
   )
@@ -119,8 +123,9 @@ def test_a_block_is_refused_by_a_model_of_another_layout():
 
 @pytest.mark.parametrize('name', STRUCTURES)
 @pytest.mark.parametrize('layout', ['full', 'ring'])
-def test_capture_checks_token_ids_against_the_packed_rows(name, layout):
-  """Layer 0's values lead each packed row (value norm applied): a wrong token id is named."""
+def test_capture_checks_token_ids_against_the_captured_rows(name, layout):
+  """Layer 0 (sliding) holds the last W - 1 = 7 rows' values (value norm applied): a wrong
+  token id among them is named."""
   m = _model(name, layout)
   cache = _prefilled(m)
   capture = lambda ids: blocks.capture(

@@ -65,7 +65,7 @@ def test_restore_then_continue_is_byte_equal_to_fresh(tiny_model, deposited, don
 
 
 def _corrupt(store, key):
-  chunk = os.path.join(store.root, key, 'v', 'c.2.0.0.0')
+  chunk = os.path.join(store.root, key, 'v_tail', 'c.2.0.0.0')  # layer 2's last W - 1 rows
   data = bytearray(open(chunk, 'rb').read())
   data[5] ^= 1
   with open(chunk, 'wb') as f:
@@ -153,7 +153,7 @@ def test_one_staging_restores_blocks_of_other_sizes_as_graft_does(tiny_model, de
 def test_install_into_a_smaller_cache_than_read_was_told(tiny_model, deposited):
   store, key, _ = deposited
   staged = restore_lib.read(store, key, restore_lib.Staging(), capacity=64)
-  assert staged.rows == 64  # PREFIX.size rounded up to blocks.INSTALL_BUCKET
+  assert staged.rows['k'] == 64  # PREFIX.size rounded up to blocks.INSTALL_BUCKET
   cache = restore_lib.install(
     tiny_model.init_cache(capacity=CAPACITY),
     staged,
@@ -207,14 +207,14 @@ def test_staging_zeroes_a_pages_dropped_rows_over_stale_bytes(tiny_model, tmp_pa
   block = blocks.capture(
     cache, blocks.Span(0, ids.size), token_ids=ids, target=tiny_model.graft_target, chunk_size=4
   )
-  page = pages.to_page(block, tiny_model.config)
-  assert page.layout is not None
+  page = pages.to_page(block, tiny_model.config, local_rows=4)
+  assert (page.block.meta.tail_rows, page.layout) == (4, None)
   store = store_lib.BlockStore(tmp_path / 'store')
   staging = restore_lib.Staging()
   restore_lib.read(store, store.put(block), staging, capacity=CAPACITY)  # fills every row
   staged = restore_lib.read(store, pages.put(store, page), staging, capacity=CAPACITY)
-  assert staged.layout == page.layout
-  for name in ('k', 'v', 'positions'):
+  assert staged.layout is None
+  for name in ('k', 'v', 'k_tail', 'v_tail', 'positions'):
     assert (
       np.asarray(getattr(staged.block, name)).tobytes()
       == np.asarray(getattr(page.block, name)).tobytes()
@@ -255,22 +255,22 @@ def test_read_copies_layers_of_k_and_v_to_the_device_as_they_verify(
 ):
   """Layer by layer (a copy per layer at copy_bytes=1), or whole arrays: the same bytes."""
   store, key, _ = deposited
-  layers = tiny_model.config.num_layers
+  arrays = store.get(key).arrays()
+  layers = {name: a.shape[0] for name, a in arrays.items() if name != 'positions'}
   assert _reported(store, key) == [
     ('positions', None),
-    *[('k', i + 1) for i in range(layers)],
-    *[('v', i + 1) for i in range(layers)],
+    *[(name, i + 1) for name in ('k', 'v', 'k_tail', 'v_tail') for i in range(layers[name])],
   ]
 
   monkeypatch.setattr(restore_lib, 'COPY_BYTES', copy_bytes)
   staged = restore_lib.read(store, key, restore_lib.Staging(), capacity=CAPACITY)
-  assert sorted(staged.copies) == ['k', 'positions', 'v']
+  assert sorted(staged.copies) == sorted(arrays)
   (positions,) = staged.copies['positions']
   assert np.asarray(positions)[: PREFIX.size].tobytes() == staged.block.positions.tobytes()
-  for name in ('k', 'v'):
+  for name, count in layers.items():
     parts = staged.copies[name]
-    assert [part.shape[0] for part in parts] == ([1] * layers if copy_bytes == 1 else [layers])
-    rows = np.concatenate([np.asarray(part) for part in parts])[:, : PREFIX.size]
+    assert [part.shape[0] for part in parts] == ([1] * count if copy_bytes == 1 else [count])
+    rows = np.concatenate([np.asarray(part) for part in parts])[:, : arrays[name].shape[1]]
     assert rows.tobytes() == np.asarray(getattr(staged.block, name)).tobytes()
 
   ids = np.random.default_rng(5).integers(3, 256, 20).astype(np.int32)
@@ -282,16 +282,14 @@ def test_read_copies_layers_of_k_and_v_to_the_device_as_they_verify(
       cache, blocks.Span(0, ids.size), token_ids=ids, target=tiny_model.graft_target, chunk_size=4
     ),
     tiny_model.config,
+    local_rows=3,
   )
   page_key = pages.put(store, page)
-  # a page's k once its tails are in place too, whole
-  assert _reported(store, page_key) == [('positions', None), ('k', None), ('v', None)]
   staged = restore_lib.read(store, page_key, restore_lib.Staging(), capacity=CAPACITY)
-  for name in ('k', 'v'):
-    (whole,) = staged.copies[name]
-    assert (
-      np.asarray(whole)[:, : ids.size].tobytes() == np.asarray(getattr(page.block, name)).tobytes()
-    )
+  for name in ('k', 'v', 'k_tail', 'v_tail'):
+    rows = np.concatenate([np.asarray(part) for part in staged.copies[name]])
+    kept = np.asarray(getattr(page.block, name))
+    assert rows[:, : kept.shape[1]].tobytes() == kept.tobytes()
 
 
 def test_restore_from_layer_by_layer_copies_is_byte_equal_to_fresh(
@@ -313,14 +311,13 @@ def test_restore_from_layer_by_layer_copies_is_byte_equal_to_fresh(
 
 def test_a_damaged_layer_is_never_reported_verified(tiny_model, deposited):
   store, key, _ = deposited
-  _corrupt(store, key)  # v's layer 2
+  _corrupt(store, key)  # v_tail's layer 2
   verified = []
   with pytest.raises(store_lib.CorruptBlockError, match=key):
     store.get_page(key, on_verified=lambda name, stop: verified.append((name, stop)))
-  # read in that order, v last: v's layers before the damaged one at most
-  layers = tiny_model.config.num_layers
-  assert verified[: 1 + layers] == [('positions', None), *[('k', i + 1) for i in range(layers)]]
-  assert all(stop <= 2 for _, stop in verified[1 + layers :])
+  # read in that order, v_tail last: its layers before the damaged one at most
+  assert ('v_tail', 3) not in verified and ('v_tail', 5) not in verified
+  assert all(stop <= 2 for name, stop in verified if name == 'v_tail')
 
 
 @pytest.fixture
@@ -365,13 +362,15 @@ def test_restore_refuses_the_pages_page_in_refuses_with_its_words(
       )
 
 
-def test_restore_of_a_page_needs_the_config(tiny_model, page_of_20):
+def test_restore_of_a_page_needs_the_query_position(tiny_model, page_of_20):
+  """A page (a compact block of fewer than W - 1 tail rows) is checked against the target's
+  windows: refused without the first query's position; a block that keeps W - 1 needs none."""
   store, block = page_of_20
-  key = pages.put(store, pages.to_page(block, tiny_model.config))
+  key = pages.put(store, pages.to_page(block, tiny_model.config, local_rows=3))
   cache = tiny_model.init_cache(capacity=CAPACITY + 8)
-  with pytest.raises(pages.PageError, match="is a page .*pass the model's config"):
+  with pytest.raises(pages.PageError, match='pass query_position'):
     restore_lib.restore(store, key, cache, target=tiny_model.graft_target, chunk_size=4)
-  plain = store.put(block)  # a plain block needs none
+  plain = store.put(block)  # a block as captured needs none
   restore_lib.restore(store, plain, cache, target=tiny_model.graft_target, chunk_size=4)
 
 

@@ -8,8 +8,11 @@ with `jax.eval_shape`, nothing allocated; Gemma 4's kv-shared layers cache
 nothing, its global layers their own kv heads and head size, and its K=V
 layers still two arrays, keys and values differing by their norms and
 rotary) under each layout, per cached
-token, against the global layers' own bytes; and the slots (one row, or
-tokens over all rows) that fit a device of `device_bytes` beside the weights.
+token, against the global layers' own bytes; the bytes of a block of as
+many tokens, as blocks were (every row of every layer) and compact (what
+`blocks.capture` keeps: a global layer's every row, a sliding layer's last
+W - 1); and the slots (one row, or tokens over all rows) that fit a device of
+`device_bytes` beside the weights.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from graftjax import blocks
 from graftjax.models import cache as cache_lib
+from graftjax.models import target as target_lib
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as model_lib
 from graftjax.models.gemma import ops
@@ -99,6 +104,29 @@ def global_bytes_per_token(config: config_lib.GemmaConfig, dtype=jnp.bfloat16) -
   return 2 * sum(per_layer) * jnp.dtype(dtype).itemsize
 
 
+def block_bytes(config: config_lib.GemmaConfig, n: int, dtype=jnp.bfloat16) -> dict[str, int]:
+  """{'full', 'compact'}: bytes of a block of n tokens (k, v and int32 positions) holding every
+  row of every cached layer (block layout 3), and holding the rows `blocks.capture` keeps (the
+  tail rows `blocks.kept_rows` gives for the model's windows)."""
+  itemsize = jnp.dtype(dtype).itemsize
+  layers = config.cached_layers
+  row = [2 * config.kv_heads_of(i) * config.head_dim_of(i) * itemsize for i in layers]
+  target = target_lib.GraftTarget(
+    fingerprint='',
+    position_scheme=config.position_scheme,
+    dtype=jnp.dtype(dtype).name,
+    kernels=(),
+    chunk_invariant=False,
+    windows=tuple(config.window(i) for i in layers),
+  )
+  tail, rows = blocks.kept_rows(target, len(layers), n)
+  kept = [rows if j in tail else n for j in range(len(layers))]
+  return {
+    'full': n * sum(row) + 4 * n,
+    'compact': sum(r * b for r, b in zip(kept, row)) + 4 * n,
+  }
+
+
 def fitting_slots(
   config: config_lib.GemmaConfig,
   *,
@@ -156,6 +184,7 @@ def config_rows(
       config, capacity, chunk_size=settings.chunk_size, multiple=settings.multiple
     )
     row['full_over_ring'] = row['full']['kv_bytes'] / row['ring']['kv_bytes']
+    row['block_bytes'] = block_bytes(config, capacity, dtype)
     per_capacity.append(row)
   slots = {
     local: (fitting_slots(config, local=local, free_bytes=free, **sizes) if free > 0 else 0)
@@ -236,12 +265,13 @@ def markdown(result: dict[str, Any]) -> str:
   lines = [
     f'KV cache bytes per cached token ({settings["dtype"]}, one batch row; rings take chunks of'
     f' up to {settings["chunk_size"]} tokens, R rounded to {settings["multiple"]}). "vs global":'
-    " against the global layers' own bytes per token. Slots: the capacity whose cache fits"
-    f' {settings["device_bytes"] / 1e9:g} GB beside the weights.',
+    " against the global layers' own bytes per token. Block: a block of capacity tokens,"
+    ' every row of every layer (full) or the rows a continuation sees (compact). Slots: the'
+    f' capacity whose cache fits {settings["device_bytes"] / 1e9:g} GB beside the weights.',
     '',
     '| config | capacity | ring R | full B/token | ring B/token | full vs global'
-    ' | ring vs global | full / ring |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ' | ring vs global | full / ring | block, full | block, compact |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ]
   for entry in result['configs']:
     for row in entry['capacities']:
@@ -250,7 +280,8 @@ def markdown(result: dict[str, Any]) -> str:
         f'| {entry["name"]} | {row["capacity"]:,} | {row["ring_capacity"] or "-"}'
         f' | {full["kv_bytes_per_token"]:,.0f} | {ring["kv_bytes_per_token"]:,.0f}'
         f' | {full["kv_vs_global_layers"]:.3f} | {ring["kv_vs_global_layers"]:.3f}'
-        f' | {row["full_over_ring"]:.2f} |'
+        f' | {row["full_over_ring"]:.2f} | {_size(row["block_bytes"]["full"])}'
+        f' | {_size(row["block_bytes"]["compact"])} |'
       )
   lines += ['', '| config | weights (GB) | slots that fit, full | slots that fit, ring |']
   lines.append('| --- | ---: | ---: | ---: |')
@@ -261,3 +292,8 @@ def markdown(result: dict[str, Any]) -> str:
       f' | {slots["ring"]:,} |'
     )
   return '\n'.join(lines) + '\n'
+
+
+def _size(nbytes: int) -> str:
+  """Bytes for a table: in GB from 1 GB, else MB."""
+  return f'{nbytes / 1e9:.2f} GB' if nbytes >= 1e9 else f'{nbytes / 1e6:.2f} MB'

@@ -22,11 +22,14 @@ def render(results: list[page.Result]) -> list[str]:
             f'{cap["ring"]["kv_vs_global_layers"]:.3f}',
             f'{c["slots_that_fit"]["full"]:,}',
             f'{c["slots_that_fit"]["ring"]:,}',
+            *(f'{cap["block_bytes"][kind] / 1e9:.3f}' for kind in ('full', 'compact')),
           ]
         )
     out += [
       f'{page.cite(r)}: {s["dtype"]}, one batch row; ring chunks of up to {s["chunk_size"]}'
-      f' tokens; slots that fit {s["device_bytes"] / 1e9:.0f} GB beside the weights.',
+      f' tokens; slots that fit {s["device_bytes"] / 1e9:.0f} GB beside the weights. A block of'
+      ' capacity tokens holds every row of every layer (full, as blocks were) or the rows a'
+      ' continuation sees (compact: a global layer every row, a sliding one its last W - 1).',
       '',
       *page.table(
         (
@@ -38,6 +41,8 @@ def render(results: list[page.Result]) -> list[str]:
           'ring vs the global layers own',
           'slots that fit, full',
           'slots that fit, ring',
+          'block GB, full',
+          'block GB, compact',
         ),
         rows,
       ),

@@ -99,6 +99,9 @@ class Library:
     self.catalog.add(key, text, **fields)
     return key
 
+  def page(self, key):
+    return pages.get(self.store, key)
+
   def context(self, **kwargs):
     return context_lib.PagedContext(
       self.model, self.store, self.catalog, capacity=CAPACITY, **kwargs
@@ -140,8 +143,10 @@ def test_routed_pages_are_byte_equal_to_fresh_block_attention_prefill(library):
   assert set(opened.keys) == {library.keys[n] for n in ('river', 'stone', 'orchard')}
   assert [p.slot for p in opened.layout.placements] == [0, 256, 512]
   assert [p.segment for p in opened.layout.placements] == [1, 2, 3]
-  # The pages really are trimmed: local layers keep W - 1 rows, the rest installed as zeros.
-  assert all(e.page_layout is not None for e in opened.entries)
+  # The pages really are trimmed: local layers keep W - 1 rows (compact blocks, no page
+  # layout), the rest installed as zeros.
+  assert all(e.page_layout is None for e in opened.entries)
+  assert all(p.block.meta.tail_rows == WINDOW - 1 for p in map(library.page, opened.keys))
   first = opened.layout.placements[0]
   k = np.asarray(opened.cache.k)[0, 0, first.slot : first.stop]
   assert not k[: first.length - (WINDOW - 1)].any() and k[-(WINDOW - 1) :].any()
@@ -170,7 +175,10 @@ def test_a_page_short_of_the_window_is_refused_where_the_query_sees_its_zeros(li
   # Installed anyway (past the check), the logits differ from the fresh prefill's.
   stored = [pages.get(library.store, key).block for key in keys]
   placed, layout = compose.place(library.model, stored, capacity=CAPACITY, keys=keys)
-  cache = compose.install(library.model, placed, capacity=CAPACITY)
+  # (graft checks the page too: told of a later first query, it installs it)
+  cache = compose.install(
+    library.model, placed, capacity=CAPACITY, query_position=layout.next_position + 1
+  )
   bypass = context_lib.Context(
     cache, layout, (), None, tuple(b.meta.token_ids for b in stored), {}, 0
   )
@@ -218,10 +226,16 @@ def test_a_page_of_another_layout_is_refused_naming_it(damaged, captured, no_ins
   text, block = captured['harbor']
   config = damaged.model.config
   n = len(block)
-  # Keeps local layer 0 whole and trims the others, global layer 5 among them.
-  layout = ((0, n),) + ((n - 7, n),) * (config.num_layers - 1)
-  assert config.window(config.num_layers - 1) is None
-  key = damaged.add('harbor-global-trimmed', text, pages.Page(block=block, layout=layout))
+  # Keeps local layer 0 whole (zeros) and the last 7 rows of the others, global layer 5 among them.
+  assert config.window(config.num_layers - 1) is None and block.meta.tail_rows == 7
+  trimmed = block.replace(
+    k=np.zeros((1, n, *block.k.shape[2:]), np.float32),
+    v=np.zeros((1, n, *block.v.shape[2:]), np.float32),
+    k_tail=np.concatenate([np.asarray(block.k_tail)[1:], np.asarray(block.k)[:, -7:]]),
+    v_tail=np.concatenate([np.asarray(block.v_tail)[1:], np.asarray(block.v)[:, -7:]]),
+    meta=dataclasses.replace(block.meta, tail_layers=(1, 2, 3, 4, 5)),
+  )
+  key = damaged.add('harbor-global-trimmed', text, pages.Page(block=trimmed, layout=None))
   with pytest.raises(pages.PageError, match=r'harbor-global-trimmed.*global layer 5'):
     damaged.context().assemble([damaged.keys['river'], key])
 
@@ -230,9 +244,8 @@ def test_a_page_whose_catalogued_layout_is_not_the_stored_one_is_refused(
   damaged, captured, no_install
 ):
   text, block = captured['harbor']
-  key = damaged.add(
-    'harbor-miscatalogued', text, pages.to_page(block, damaged.model.config), page_layout=None
-  )
+  page = pages.to_page(block, damaged.model.config)
+  key = damaged.add('harbor-miscatalogued', text, page, page_layout=page.rows)
   with pytest.raises(context_lib.PagedContextError, match=r'harbor-miscatalogued.*catalog says'):
     damaged.context().assemble([damaged.keys['river'], key])
 
@@ -283,7 +296,7 @@ def test_a_page_changed_in_host_memory_is_refused_and_evicted(damaged, no_instal
   tier = context_lib.HostTier(damaged.store, max_bytes=1 << 20)
   key = damaged.keys['river']
   tier.get(key)
-  held = tier._held[key].arrays['v@0']
+  held = tier._held[key].arrays['v']
   held.flat[0] += 1.0
   with pytest.raises(store_lib.CorruptBlockError, match=f'host tier/{key}'):
     damaged.context(tier=tier).assemble([damaged.keys['stone'], key])
@@ -305,9 +318,9 @@ def test_host_tier_is_a_byte_bounded_lru(library):
   page = one.get(keys[0])
   size = one.nbytes
   stored, layout = library.store.get_page(keys[0])
-  assert layout == page.layout and size < stored.k.nbytes + stored.v.nbytes  # kept rows only
+  assert layout == page.layout and size == stored.nbytes()  # kept rows only, as stored
   hit = one.get(keys[0])
-  for name in ('k', 'v', 'positions'):
+  for name in ('k', 'v', 'k_tail', 'v_tail', 'positions'):
     assert digest(getattr(hit.block, name)) == digest(getattr(stored, name))
   # Room for two of these pages: the least recently used one goes.
   tier = context_lib.HostTier(library.store, max_bytes=2 * size + size // 2)

@@ -1,5 +1,6 @@
 """Pages: a continuation after an installed page is byte-equal to one after the full block."""
 
+import dataclasses
 import hashlib
 import os
 
@@ -35,11 +36,17 @@ def _sha(logits) -> str:
 
 
 def _block(model):
+  """The full block: every row of every layer (keep='span'), which pages are cut from."""
   _, cache = model.prefill(
     PREFIX, cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
   )
   return blocks.capture(
-    cache, blocks.Span(0, N), token_ids=PREFIX, target=model.graft_target, chunk_size=CHUNK
+    cache,
+    blocks.Span(0, N),
+    token_ids=PREFIX,
+    target=model.graft_target,
+    chunk_size=CHUNK,
+    keep='span',
   )
 
 
@@ -48,9 +55,15 @@ def _continue(model, cache, start=N):
   return logits
 
 
-def _after(model, block, start=N):
+def _after(model, block, start=N, query_position=None):
+  """The continuation at `start` after `block` grafted; `query_position` passed to graft (a
+  page that serves later queries only is grafted for an earlier one by saying a later one)."""
   cache = blocks.graft(
-    model.init_cache(capacity=CAPACITY), block, target=model.graft_target, chunk_size=CHUNK
+    model.init_cache(capacity=CAPACITY),
+    block,
+    target=model.graft_target,
+    chunk_size=CHUNK,
+    query_position=query_position,
   )
   return _sha(_continue(model, cache, start))
 
@@ -84,11 +97,10 @@ def test_page_then_continue_is_byte_equal_to_full_block(dtype):
   model = _model(dtype)
   block = _block(model)
   page = pages.to_page(block, model.config)
-  assert page.layout == ((N - 7, N),) * 2 + ((0, N),) + ((N - 7, N),) * 2 + ((0, N),)
-  assert page.local_rows == WINDOW - 1
-  # The page really dropped rows: the local layers' first rows are zero.
-  assert not np.asarray(page.block.k)[0, : N - 7].any()
-  assert np.asarray(block.k)[0, : N - 7].any()
+  assert page.rows == ((N - 7, N),) * 2 + ((0, N),) + ((N - 7, N),) * 2 + ((0, N),)
+  assert page.local_rows == WINDOW - 1 and page.layout is None
+  # The page really dropped rows: its local layers hold their last 7 only.
+  assert page.block.k_tail.shape[1] == 7 and block.k_tail.shape[1] == N
   cache = _install(model, page)
   assert _sha(_continue(model, cache)) == _after(model, block)
 
@@ -101,7 +113,7 @@ def test_one_row_too_many_trimmed_is_not_byte_equal():
   with pytest.raises(pages.PageError, match='exact from position 25'):
     _install(model, short, query_position=N)
   # ... and rightly so: grafted anyway, the first query sees a zeroed row.
-  assert _after(model, short.block) != _after(model, block)
+  assert _after(model, short.block, query_position=N + 1) != _after(model, block)
 
 
 def test_a_page_of_fewer_rows_is_exact_for_queries_far_enough():
@@ -115,7 +127,8 @@ def test_a_page_of_fewer_rows_is_exact_for_queries_far_enough():
     cache = _install(model, page, query_position=start)
     assert _sha(_continue(model, cache, start)) == _after(model, block, start)
     # One position earlier, the first query sees a dropped row.
-    assert _after(model, page.block, start - 1) != _after(model, block, start - 1)
+    early = _after(model, page.block, start - 1, query_position=start)
+    assert early != _after(model, block, start - 1)
 
 
 @pytest.mark.slow
@@ -134,11 +147,11 @@ def test_stored_page_round_trip_is_smaller_and_exact(tmp_path):
   store = store_lib.BlockStore(tmp_path / 'store')
   block_key = store.put(block)
   key = pages.put(store, page)
-  assert key != block_key and key == store_lib.key_for(block.meta, page.layout)
+  assert key != block_key and key == store_lib.key_for(page.block.meta)
   assert sorted(store.list()) == sorted([key, block_key])
   back = pages.get(store, key)
-  assert back.layout == page.layout
-  for name in ('k', 'v', 'positions'):
+  assert back.layout is None and back.rows == page.rows
+  for name in ('k', 'v', 'k_tail', 'v_tail', 'positions'):
     assert np.asarray(getattr(back.block, name)).tobytes() == (
       np.asarray(getattr(page.block, name)).tobytes()
     )
@@ -191,6 +204,14 @@ def test_store_refuses_layouts_that_are_not_pages(tmp_path):
     ((0, N),) * 3 + ((3, N), (4, N), (3, N)),  # two tail lengths
     ((0, N),) * 5,  # a layer missing
   ]
+  # A page layout applies to blocks of layout 3 only (every row of every layer in k, v).
+  block = block.replace(
+    k=np.zeros((6, N, 1, 16), np.float32),
+    v=np.zeros((6, N, 1, 16), np.float32),
+    k_tail=None,
+    v_tail=None,
+    meta=dataclasses.replace(block.meta, tail_layers=(), tail_rows=0, layout_version=3),
+  )
   for layout in bad:
     with pytest.raises(store_lib.InvalidBlockError, match='page_layout'):
       store.put(block, page_layout=layout)
@@ -214,7 +235,7 @@ def test_a_stored_page_records_its_chunk_size_and_page_in_holds_the_caller_to_it
   store = store_lib.BlockStore(tmp_path / 'store')
   key = pages.put(store, pages.to_page(_block(model), model.config))
   got = pages.get(store, key)
-  assert got.layout is not None and got.block.meta.chunk_size == CHUNK
+  assert got.local_rows == WINDOW - 1 and got.block.meta.chunk_size == CHUNK
   kwargs = {'target': model.graft_target, 'config': model.config}
   for chunk_size, match in (
     (None, 'no chunk size in force'),

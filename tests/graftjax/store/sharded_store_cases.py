@@ -42,7 +42,7 @@ def _run(model):
     cache,
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
-    target=model.graft_target,
+    target=dataclasses.replace(model.graft_target, windows=()),  # every row: this store's form
     chunk_size=CHUNK,
   )
   return ids, block, np.asarray(fresh)

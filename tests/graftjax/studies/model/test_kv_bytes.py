@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from graftjax import blocks
 from graftjax import ledger
 from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
@@ -70,3 +71,24 @@ def test_ring_meets_the_12b_goal_at_32k():
     pytest.skip('no gemma3-12b config in models/gemma/config.py yet')
   (entry,) = kv_bytes.table(['gemma3-12b'], capacities=(32768,))['configs']
   assert entry['capacities'][0]['ring']['kv_vs_global_layers'] <= 1.2
+
+
+@pytest.mark.parametrize('name', ['tiny', 'tiny-gemma4-31b', 'tiny-gemma4-e2b'])
+def test_block_bytes_are_those_of_a_captured_block(name):
+  """The compact column is what `blocks.capture` keeps; the full one every row of every layer."""
+  m = gemma_model.random(config_lib.get_config(name), seed=3)
+  ids = np.arange(3, 23, dtype=np.int32)
+  _, cache = m.prefill(ids, cache=m.init_cache(capacity=32), chunk_size=4, logits='none')
+  span = blocks.Span(0, ids.size)
+  capture = lambda keep: blocks.capture(
+    cache, span, token_ids=ids, target=m.graft_target, chunk_size=4, keep=keep
+  )
+  got = kv_bytes.block_bytes(m.config, ids.size, jnp.float32)
+  assert got == {'full': capture('span').nbytes(), 'compact': capture('needed').nbytes()}
+
+
+def test_a_compact_31b_block_of_32k_tokens_fits_3_6_gb():
+  """Gemma 4 31B, bfloat16, 32k tokens: 50 sliding layers' last W - 1 rows and 10 global
+  layers' every row, about 3.52 GB, where every row of every layer is 29.5 GB."""
+  sizes = kv_bytes.block_bytes(config_lib.get_config('gemma4-31b'), 32768)
+  assert sizes['compact'] <= 3.6e9 < sizes['full']
