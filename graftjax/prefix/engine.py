@@ -157,7 +157,7 @@ class Engine:
     if sync:
       self.sync()
     steps, found, reasons = self._lookup(ids)
-    wanted = [b for step in steps for b in step.entry.blocks]
+    wanted = [tiers_lib.name(s.entry.key, b) for s in steps for b in s.entry.blocks]
     with self.tiers.pinned(wanted):
       before = dict(self.tiers.read_bytes)
       grafts, used = self._fetch(steps, ids, reasons)
@@ -249,7 +249,7 @@ class Engine:
       if key not in self.index.entries:
         block = spans.capture(cache, start, tokens, target=self.target, chunk_size=self.chunk_size)
         content = spans.content_key(block)
-        if not self.tiers.put(content, block):
+        if not self.tiers.put(tiers_lib.name(key, content), block):
           reasons.append(f'span at {start} not stored: no tier budget takes its bytes')
           return stored
         entry = index_lib.Entry(key, parent, start, tuple(int(t) for t in tokens), [])
@@ -310,7 +310,7 @@ class Engine:
       block, tier = None, None
       for content in list(entry.blocks):
         try:
-          block, tier = self.tiers.get(content)
+          block, tier = self.tiers.get(tiers_lib.name(entry.key, content))
           if block is None:
             reasons.append(f'span at {entry.start} ({content[:12]}…) is gone from every tier')
             self.index.remove(entry.key, content)
@@ -330,14 +330,11 @@ class Engine:
       used.append((entry.start, step.rows, tier))
     return out, used
 
-  def _deleted(self, content: str) -> None:
-    """The store tier evicted `content`: say so in the log, so no index offers it."""
-    for entry in list(self.index.entries.values()):
-      if content in entry.blocks:
-        self.index.remove(entry.key, content)
-        self.log.append(
-          {'op': 'delete', 'domain': self.domain.digest, 'key': entry.key, 'block': content}
-        )
+  def _deleted(self, name: str) -> None:
+    """The store tier evicted span `name`: say so in the log, so no index offers it."""
+    chain, content = name.split('/')
+    self.index.remove(chain, content)
+    self.log.append({'op': 'delete', 'domain': self.domain.digest, 'key': chain, 'block': content})
 
 
 def _cut(steps: list[index_lib.Step], length: int) -> list[index_lib.Step]:

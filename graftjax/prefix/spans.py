@@ -11,6 +11,7 @@ inside it) is `keeps_every_row`.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax
 import numpy as np
@@ -114,22 +115,51 @@ def to_host(block: Block) -> Block:
   return Block(k=arrays['k'], v=arrays['v'], positions=arrays['positions'], meta=block.meta)
 
 
-def put(store: store_lib.BlockStore, block: Block) -> str:
-  """Stores the span (a no-op if stored with the same bytes); returns its content key."""
-  return store.put(block)
+class SpanStore:
+  """Spans in a `BlockStore`, each under its chained key.
 
+  A block's content key (`store.key_for`) names its tokens and slots, not the prefix
+  before them: two prompts that differ early and agree later give spans of the same
+  tokens at the same slots with other rows. So each span lives in a store of its own
+  chained key, `.prefix/spans/<key>/` under the store's root (the span log beside it in
+  `.prefix/log/`), and is named there by its content key.
+  """
 
-def get(store: store_lib.BlockStore, key: str) -> Block:
-  """The span under `key`, every byte checked (`BlockStore.get`)."""
-  return store.get(key)
+  def __init__(self, store: store_lib.BlockStore):
+    self.store = store
+    self._opened: dict[str, store_lib.BlockStore] = {}
 
+  def _at(self, chain: str) -> store_lib.BlockStore:
+    found = self._opened.get(chain)
+    if found is None:
+      if self.store._local is not None:
+        root = os.path.join(self.store._local, '.prefix', 'spans', chain)
+      else:
+        root = self.store._kv / f'.prefix/spans/{chain}/'
+      found = self._opened[chain] = store_lib.BlockStore(root, read_only=self.store.read_only)
+    return found
 
-def delete(store: store_lib.BlockStore, key: str) -> None:
-  """Removes the span under `key`; a span already gone is not an error."""
-  try:
-    store.delete(key)
-  except store_lib.MissingBlockError:
-    pass
+  def put(self, chain: str, block: Block) -> str:
+    """Stores the span (a no-op if stored with the same bytes); returns its content key."""
+    return self._at(chain).put(block)
+
+  def get(self, chain: str, content: str) -> Block:
+    """The span, every byte checked (`BlockStore.get`)."""
+    return self._at(chain).get(content)
+
+  def delete(self, chain: str, content: str) -> None:
+    """Removes the span; one already gone is not an error."""
+    try:
+      self._at(chain).delete(content)
+    except store_lib.MissingBlockError:
+      pass
+
+  def __contains__(self, name: tuple[str, str]) -> bool:
+    chain, content = name
+    return content in self._at(chain)
+
+  def list(self, chain: str) -> list[str]:
+    return self._at(chain).list()
 
 
 def log_kvstore(store: store_lib.BlockStore):

@@ -4,7 +4,7 @@ Each tier has a byte budget (None: unbounded) and keeps its spans in LRU order. 
 in use is pinned (`Tiers.pinned`) and never evicted; a span evicted from a tier moves to
 the next slower one that lacks it (the last tier, the shared store, deletes it and says
 so in the span log). A span enters or leaves a tier whole, under the tier's lock, so no
-reader ever sees part of one. Spans are named by their blocks' content keys.
+reader ever sees part of one. A span is named `<chained key>/<content key>` (`name`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ import contextlib
 import threading
 
 from graftjax.prefix import spans
+
+
+def name(chain: str, content: str) -> str:
+  """A span's name in the tiers: its chained key and its block's content key."""
+  return f'{chain}/{content}'
 
 
 class MemoryTier:
@@ -53,16 +58,16 @@ class MemoryTier:
 
 
 class StoreTier:
-  """Spans in a `BlockStore` (a local disk's, or the shared one): LRU order and bytes are
-  this process's view (spans it put or read)."""
+  """Spans in a `BlockStore` (a local disk's, or the shared one; `spans.SpanStore`): LRU order
+  and bytes are this process's view (spans it put or read)."""
 
   def __init__(self, name: str, store, budget: int | None):
-    self.name, self.store, self.budget = name, store, budget
+    self.name, self.store, self.budget = name, spans.SpanStore(store), budget
     self._sizes: collections.OrderedDict[str, int] = collections.OrderedDict()
     self.used = 0
 
   def __contains__(self, key: str) -> bool:
-    return key in self._sizes or key in self.store
+    return key in self._sizes or tuple(key.split('/')) in self.store
 
   def keys(self) -> list[str]:
     return list(self._sizes)
@@ -71,7 +76,7 @@ class StoreTier:
     """The span, every byte checked; None if the store lacks it. Raises StoreError if it is
     there but does not verify."""
     try:
-      block = spans.get(self.store, key)
+      block = self.store.get(*key.split('/'))
     except spans.MissingError:
       self._forget(key)
       return None
@@ -79,13 +84,14 @@ class StoreTier:
     return block
 
   def put(self, key: str, block: spans.Block) -> None:
-    stored = spans.put(self.store, block)
-    if stored != key:
+    chain, content = key.split('/')
+    stored = self.store.put(chain, block)
+    if stored != content:
       raise ValueError(f'span stored as {stored[:12]}…, expected {key[:12]}…')
     self._note(key, spans.nbytes(block))
 
   def drop(self, key: str) -> None:
-    spans.delete(self.store, key)
+    self.store.delete(*key.split('/'))
     self._forget(key)
 
   def size_of(self, key: str) -> int:

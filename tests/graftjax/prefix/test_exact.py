@@ -50,6 +50,8 @@ def test_under_xla_token_granular_hits_would_not_be_exact():
 
 
 def test_a_batch_shares_its_lookups_and_each_prompt_is_exact():
+  """The last two prompts hold the same tokens at [16, 20) after different prefixes: each
+  keeps its own span (a block's content key names its tokens, not what came before)."""
   m = cases.model('tiny')
   prompts = [cases.diverging(cases.IDS, s) for s in (20, 13, 9)]
   engine = cases.engine(m)
