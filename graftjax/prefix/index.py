@@ -33,10 +33,6 @@ class Entry:
   token_ids: tuple[int, ...]
   blocks: list[str]
 
-  @property
-  def stop(self) -> int:
-    return self.start + len(self.token_ids)
-
   def record(self, block: str, domain: str) -> dict:
     """The log record saying this span of `domain` is stored as `block`."""
     return {

@@ -97,11 +97,6 @@ def nbytes(block: Block) -> int:
   return int(sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape)) for a in _arrays(block)))
 
 
-def rows_bytes(block: Block) -> int:
-  """Bytes of k and v per row (token) of the span."""
-  return (nbytes(block) - 4 * len(block)) // max(len(block), 1)
-
-
 def to_device(block: Block, device=None) -> Block:
   """The span with its arrays on `device` (default: the first)."""
   device = device or jax.devices()[0]

@@ -53,9 +53,6 @@ class MemoryTier:
     if block is not None:
       self.used -= spans.nbytes(block)
 
-  def size_of(self, key: str) -> int:
-    return spans.nbytes(self._spans[key])
-
 
 class StoreTier:
   """Spans in a `BlockStore` (a local disk's, or the shared one; `spans.SpanStore`): LRU order
@@ -93,9 +90,6 @@ class StoreTier:
   def drop(self, key: str) -> None:
     self.store.delete(*key.split('/'))
     self._forget(key)
-
-  def size_of(self, key: str) -> int:
-    return self._sizes[key]
 
   def _note(self, key: str, size: int) -> None:
     if key not in self._sizes:

@@ -3,6 +3,7 @@ length, under the Pallas kernels (any token) and under XLA (rounded to the chunk
 
 import numpy as np
 import pytest
+from graftjax.models.gemma import sampler
 
 import prefix_cases as cases
 
@@ -70,3 +71,18 @@ def test_pallas_hits_are_exact_whatever_the_chunk_size(chunk_size):
   out = engine.prefill(cases.IDS, deposit=False)
   assert out.hit == 11
   assert out.logits.tobytes() == cases.cold(m).tobytes()
+
+
+def test_generate_deposits_its_answer_and_the_next_turn_reuses_it_exactly():
+  """Under Pallas a decode step computes a prefill's bits: the answer's rows are spans too."""
+  m = cases.model('tiny')
+  engine = cases.engine(m)
+  first = engine.generate(cases.IDS[:12], max_new_tokens=4, stop_ids=())
+  turn = np.concatenate([cases.IDS[:12], first['tokens'], [7, 8]]).astype(np.int32)
+  second = engine.generate(turn, max_new_tokens=4, stop_ids=(), keep_logits=True)
+  assert second['prefill'].hit == 12 + 3  # the prompt and every answer token but the last
+  cold = sampler.generate(
+    m, turn, max_new_tokens=4, capacity=cases.CAPACITY, stop_ids=(), keep_logits=True
+  )
+  assert second['tokens'] == cold['tokens']
+  assert second['logits'].tobytes() == cold['logits'].tobytes()

@@ -45,9 +45,11 @@ def test_a_log_record_naming_another_models_span_is_caught_by_the_spans_own_meta
   cases.engine(other, store).prefill(cases.IDS)
   engine = cases.engine(m, store)
   writer = log_lib.SpanLog(spans.log_kvstore(store))
+  held = spans.SpanStore(store)
   parent = keys.ROOT
   for record in sorted(writer.read_new(), key=lambda r: r['start']):
     key = engine.index.key(parent, record['token_ids'])
+    held.put(key, held.get(record['key'], record['block']))  # the other model's rows
     writer.append({**record, 'domain': engine.domain.digest, 'parent': parent, 'key': key})
     parent = key
   out = engine.prefill(cases.IDS, deposit=False)
