@@ -4,9 +4,9 @@ and the logits' SHA-256 with reuse against a cold prefill.
     result = prefix_reuse.experiment(Settings(model='tiny', fewshot=2, turns=2, questions=2))
 
 Each workload runs through one `prefix.Engine` over a fresh `file` store, request by request
-in order; before each request a cold prefill runs once untimed (it compiles every chunk shape
-both paths run; a graft's install of a row count not seen before still compiles inside the
-timed reuse). Per request:
+in order; before each request the engine prefills it once untimed without depositing (it
+compiles every program both timed paths run: the graft's installs and checks for its row
+counts, and the chunk shapes, which a cold prefill on the same grid shares). Per request:
 the stored prefix found (token granular), the hit grafted (under kernels that are not
 chunk-invariant rounded down to the chunk grid), first-token time with reuse (lookup, fetch,
 graft, prefill of the rest, logits on the host) and without (a cold prefill on the same chunk
@@ -97,7 +97,7 @@ def _run(model, requests, settings: Settings) -> list[dict[str, Any]]:
       chunk_size=settings.chunk_size,
     )
     for ids in requests:
-      _cold(model, ids, settings)  # compiles
+      engine.prefill(ids, deposit=False)  # compiles
       cold, cold_s = _cold(model, ids, settings)
       out = engine.prefill(ids)
       found = out.found
