@@ -78,7 +78,8 @@ def render(results: list[page.Result]) -> list[str]:
       f' of each workload finds nothing). Hits end at {grid}; the anchor rounds the stored'
       f' prefix found down to {cfg["anchor_grid"]:,} tokens. First-token time: the call to'
       f" the last token's logits on the host, cold = a prefill on the same chunk grid and"
-      f' capacity, both after an untimed prefill of the same prompt through the engine (compiles). Spans keep every row:'
+      f' capacity, both after an untimed prefill of the same prompt through the engine'
+      f' (compiles). Spans keep every row:'
       f' with spans of {sw["span"]} <= W - 1 = {sw["window"] - 1} a compact span is the same'
       f' {sw["span_bytes"]["compact"] / 1e6:.1f} MB, while a {cfg["anchor_grid"]:,}-token span'
       f' would keep {sw["anchor_grid_span_bytes"]["all_rows"] / 1e6:.1f} MB against'
