@@ -51,6 +51,6 @@ def test_the_section_renders_the_committed_result():
   result = results_page.Result('prefix_reuse/prefix_reuse_cpu.json', data)
   lines = section_prefix_reuse.render([result])
   requests = sum(len(w['requests']) for w in data['workloads'].values())
-  assert sum(line.startswith('| ') for line in lines) == 1 + requests
+  assert sum(line.startswith('| ') for line in lines) == 2 + requests  # header, rule, rows
   assert data['summary']['logits_equal'] == data['summary']['requests']
   assert 'logits equal in' in section_prefix_reuse.finding([result])
