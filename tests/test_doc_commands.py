@@ -84,6 +84,7 @@ COVERED = {
       'scale.sh gate',
       'scale.sh tiles',
       'scale.sh decode',
+      'prefix_reuse.sh',
     )
   },
   'PREFIXES=1024,4096 bash experiments/device/scale.sh graft': ('check', GPU),
@@ -130,6 +131,7 @@ COVERED = {
   # docs/examples/
   'python docs/examples/kerple_log.py': ('run', {}),
   'python docs/examples/logged_attention.py': ('run', {}),
+  'python docs/examples/prefix_reuse.py': ('run', {}),
 }
 
 # Commands that must run in this order, each after the one before (the second reads the first's
