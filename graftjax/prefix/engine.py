@@ -326,7 +326,7 @@ class Engine:
       if block is None:
         reasons.append(f'hit ends at {entry.start}')
         break
-      out.append(spans.leading(block, step.rows))
+      out.append(spans.leading(block, step.rows, target=self.target))
       used.append((entry.start, step.rows, tier))
     return out, used
 

@@ -10,11 +10,9 @@ inside it) is `keeps_every_row`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import jax
-import numpy as np
 
 from graftjax import blocks
 from graftjax import store as store_lib
@@ -31,19 +29,25 @@ def content_key(block: Block) -> str:
 
 
 def capture(cache, start: int, token_ids, *, target, chunk_size: int) -> Block:
-  """Slots [start, start + len(token_ids)) of batch row 0 of `cache` as a span."""
+  """Slots [start, start + len(token_ids)) of batch row 0 of `cache` as a span.
+
+  A span keeps every row of every cached layer (`keep='span'`), so a continuation may
+  start after any of its tokens (`leading`); for spans of at most W - 1 tokens that is
+  the compact form itself.
+  """
   span = blocks.Span(int(start), int(start) + len(token_ids))
-  return blocks.capture(cache, span, token_ids=token_ids, target=target, chunk_size=chunk_size)
+  return blocks.capture(
+    cache, span, token_ids=token_ids, target=target, chunk_size=chunk_size, keep='span'
+  )
 
 
-def leading(block: Block, m: int) -> Block:
+def leading(block: Block, m: int, *, target) -> Block:
   """The span's first m rows (0 < m <= len(block)): a block of its first m tokens."""
   if not 0 < m <= len(block):
     raise ValueError(f'leading rows {m} of a span of {len(block)}')
   if m == len(block):
     return block
-  meta = dataclasses.replace(block.meta, token_ids=block.meta.token_ids[:m])
-  return Block(k=block.k[:, :m], v=block.v[:, :m], positions=block.positions[:m], meta=meta)
+  return blocks.prefix(block, m, target=target)
 
 
 def keeps_every_row(model, n: int) -> bool:
@@ -93,21 +97,19 @@ def graft(cache, block: Block, *, target, chunk_size: int):
 
 
 def nbytes(block: Block) -> int:
-  """Bytes of the span's k, v and positions."""
-  return int(sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape)) for a in _arrays(block)))
+  """Bytes of the span's arrays (k, v, their tails, positions)."""
+  return block.nbytes()
 
 
 def to_device(block: Block, device=None) -> Block:
   """The span with its arrays on `device` (default: the first)."""
   device = device or jax.devices()[0]
-  k, v, positions = (jax.device_put(a, device) for a in _arrays(block))
-  return Block(k=k, v=v, positions=positions, meta=block.meta)
+  return block.replace(**{name: jax.device_put(a, device) for name, a in block.arrays().items()})
 
 
 def to_host(block: Block) -> Block:
   """The span with its arrays as host numpy arrays."""
-  arrays = block.arrays()
-  return Block(k=arrays['k'], v=arrays['v'], positions=arrays['positions'], meta=block.meta)
+  return block.replace(**block.arrays())
 
 
 class SpanStore:
@@ -160,7 +162,3 @@ class SpanStore:
 def log_kvstore(store: store_lib.BlockStore):
   """The kvstore under the store's root that holds the span log (`.prefix/log/`)."""
   return store._kv / '.prefix/log/'
-
-
-def _arrays(block: Block):
-  return block.k, block.v, block.positions
