@@ -128,6 +128,12 @@ class _Layout:
     return f'{name}/c.{layer}.0.{group}.0'
 
 
+def _axis_size(mesh, axes) -> int:
+  """Devices along mesh axis `axes` (a name or a tuple of names)."""
+  axes = axes if isinstance(axes, tuple) else (axes,)
+  return int(np.prod([mesh.shape[a] for a in axes]))
+
+
 def _blake3(data: bytes) -> str:
   return blake3.blake3(data).hexdigest()
 
@@ -479,7 +485,11 @@ class ShardedStore:
     sharding = cache.k.sharding
     if isinstance(sharding, NamedSharding):
       spec = tuple(sharding.spec) + (None,) * (5 - len(sharding.spec))
-      sharding = NamedSharding(sharding.mesh, P(None, None, spec[3], None))
+      heads = spec[3]
+      stored = self._manifest(self._checked_key(key))[2]['k'].heads
+      if heads is not None and stored % _axis_size(sharding.mesh, heads):
+        heads = None  # a packed block (one row of every layer's heads): read whole
+      sharding = NamedSharding(sharding.mesh, P(None, None, heads, None))
     else:
       sharding = NamedSharding(
         jax.sharding.Mesh(np.asarray(list(cache.k.devices())[:1]), ('one',)), P()
