@@ -24,10 +24,10 @@ import os
 
 os.environ.setdefault('NCCL_NVLS_ENABLE', '0')  # no NVLink multicast (docs/device.md)
 
+import jax
 from absl import app
 from absl import flags
 
-from graftjax import ledger
 from graftjax.studies.common import cli
 from graftjax.studies.common import results
 from graftjax.studies.sharding import compare
@@ -63,16 +63,6 @@ _OUT = flags.DEFINE_string(
 )
 
 
-def default_out(result) -> str:
-  """experiments/results/sharding/sharded_<mode>_<model>_<gpu>x<N>.json (gpu: h100, h200, cpu)."""
-  import re
-
-  words = re.split(r'[\s_-]+', result['mesh']['device_kind'].lower())
-  kind = next((w for w in words if re.search(r'\d', w)), words[0] or 'device')
-  n = result['mesh']['model']
-  return f'experiments/results/sharding/sharded_{result["mode"]}_{result["model"]}_{kind}x{n}.json'
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -80,23 +70,10 @@ def main(argv):
   if _MODE.value == 'compare':
     if not (_SHARDED.value and _SINGLE.value and _OUT.value):
       raise app.UsageError('--mode=compare needs --sharded, --single and --out')
-    sharded, single = (ledger.verify_result(p) for p in (_SHARDED.value, _SINGLE.value))
-    report = compare.compare(sharded, single)
+    report = compare.experiment(_SHARDED.value, _SINGLE.value, command=command)
     print(report)
-    results.write(
-      _OUT.value,
-      {
-        **results.header('sharded_compare', command=command),
-        'mode': 'compare',
-        'sharded': {'path': _SHARDED.value, 'result_sha256': sharded['result_sha256']},
-        'single_device': {'path': _SINGLE.value, 'result_sha256': single['result_sha256']},
-        'mesh': sharded['mesh'],
-        **report,
-      },
-    )
+    results.write(_OUT.value, report)
     return
-  import jax
-
   settings = tensor_parallel.Settings(
     model=_MODEL.value,
     model_devices=_MODEL_DEVICES.value or jax.device_count(),
@@ -117,7 +94,7 @@ def main(argv):
   )
   result = tensor_parallel.experiment(settings, mode=_MODE.value, command=command)
   print(tensor_parallel.format_summary(result))
-  results.write(_OUT.value or default_out(result), result)
+  results.write(_OUT.value or tensor_parallel.default_out(result), result)
 
 
 if __name__ == '__main__':

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from graftjax import ledger
 from graftjax.errors import GraftjaxError
 from graftjax.models.gemma import config as config_lib
+from graftjax.studies.common import results
 
 
 class CompareError(GraftjaxError, ValueError):
@@ -114,4 +116,17 @@ def compare(sharded: dict[str, Any], single: dict[str, Any]) -> dict[str, Any]:
     'expected_equal': not reductions and schedule_same,
     # None where no sample of one run is in the other: nothing was compared.
     'as_expected': (not differing) == (not reductions and schedule_same) if matched else None,
+  }
+
+
+def experiment(sharded_path: str, single_path: str, *, command: str) -> dict[str, Any]:
+  """`compare` of two verified result files, with the header and both files' digests."""
+  sharded, single = (ledger.verify_result(p) for p in (sharded_path, single_path))
+  return {
+    **results.header('sharded_compare', command=command),
+    'mode': 'compare',
+    'sharded': {'path': sharded_path, 'result_sha256': sharded['result_sha256']},
+    'single_device': {'path': single_path, 'result_sha256': single['result_sha256']},
+    'mesh': sharded['mesh'],
+    **compare(sharded, single),
   }

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -438,3 +439,12 @@ def format_summary(result: dict[str, Any]) -> str:
         f' {r["first_token_byte_equal"]}, restore bytes per device {r["restore_bytes_per_device"]}'
       )
   return '\n'.join(lines)
+
+
+def default_out(result: dict[str, Any]) -> str:
+  """experiments/results/sharding/sharded_<mode>_<model>_<gpu>x<N>.json (gpu: h100, h200, cpu:
+  the first word of the device kind with a digit in it, as experiments/device/common.sh)."""
+  words = re.split(r'[\s_-]+', result['mesh']['device_kind'].lower())
+  kind = next((w for w in words if re.search(r'\d', w)), words[0] or 'device')
+  n = result['mesh']['model']
+  return f'experiments/results/sharding/sharded_{result["mode"]}_{result["model"]}_{kind}x{n}.json'
