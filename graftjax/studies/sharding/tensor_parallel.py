@@ -203,7 +203,7 @@ def run_gate(model, samples, schedule, store) -> dict[str, Any]:
 
 def _restore_request(model, settings, samples, keys, store_root, workdir) -> dict[str, Any]:
   return {
-    'settings': {**dataclasses.asdict(settings), 'impl': model.config.impl_of('attention')},
+    'settings': dataclasses.asdict(settings),
     'model_fingerprint': model.fingerprint,
     'store': str(store_root),
     'schedule': dataclasses.asdict(schedule_of(settings)),
