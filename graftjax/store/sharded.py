@@ -421,6 +421,11 @@ class ShardedStore:
   ) -> tuple[blocks.KVBlock, store_pages.Layout | None]:
     """(block, page_layout) under `key`: as `read`, with the rows each layer keeps (None for
     a plain block)."""
+    return self._read_page(key, sharding)
+
+  def _read_page(self, key, sharding, *, whole_if_indivisible: bool = False):
+    """`read_page`; with `whole_if_indivisible`, a block whose stored kv heads the sharding's
+    split does not divide (a packed block: one row of every layer's heads) is read whole."""
     key = self._checked_key(key)
     manifest, meta, layouts, rows = self._manifest(key)
     if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
@@ -437,6 +442,11 @@ class ShardedStore:
       )
     fetched: dict[str, np.ndarray] = {}  # chunk path -> its [rows, c, H], read once
     whole = layouts['k']
+    heads = sharding.spec[2] if len(sharding.spec) > 2 else None
+    if (
+      whole_if_indivisible and heads is not None and whole.heads % _axis_size(sharding.mesh, heads)
+    ):
+      sharding = NamedSharding(sharding.mesh, P(None, None, None, None))
     layers = whole.layers if rows is None else len(rows)
     shape = (layers, n, whole.heads, whole.head_dim)
     parts = _parts(rows, layers, n)
@@ -474,9 +484,11 @@ class ShardedStore:
     """`blocks.graft` of the block under `key` into `cache`, reading only its shards.
 
     The block is read in the cache's own split of kv heads (`cache.k`'s
-    sharding), so each device receives exactly the heads it holds. A page is
-    first checked against the model's `windows` (W per layer, None for a global
-    layer) and the first query's position (`blocks.check_page`).
+    sharding), so each device receives exactly the heads it holds; a block whose
+    stored heads that split does not divide (Gemma 4's packed block) is read whole
+    on each device. A page is first checked against the model's `windows` (W per
+    layer, None for a global layer) and the first query's position
+    (`blocks.check_page`).
 
     Raises:
       blocks.PageError: a page without `windows`, or one that drops rows a query sees.
@@ -485,16 +497,12 @@ class ShardedStore:
     sharding = cache.k.sharding
     if isinstance(sharding, NamedSharding):
       spec = tuple(sharding.spec) + (None,) * (5 - len(sharding.spec))
-      heads = spec[3]
-      stored = self._manifest(self._checked_key(key))[2]['k'].heads
-      if heads is not None and stored % _axis_size(sharding.mesh, heads):
-        heads = None  # a packed block (one row of every layer's heads): read whole
-      sharding = NamedSharding(sharding.mesh, P(None, None, heads, None))
+      sharding = NamedSharding(sharding.mesh, P(None, None, spec[3], None))
     else:
       sharding = NamedSharding(
         jax.sharding.Mesh(np.asarray(list(cache.k.devices())[:1]), ('one',)), P()
       )
-    block, rows = self.read_page(key, sharding)
+    block, rows = self._read_page(key, sharding, whole_if_indivisible=True)
     try:
       if rows is not None:
         if windows is None:
