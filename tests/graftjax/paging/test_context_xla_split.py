@@ -59,7 +59,12 @@ def prefill_alone(model, ids, capacity=CAPACITY):
     ids, cache=model.init_cache(capacity=capacity), chunk_size=CHUNK, logits='none'
   )
   return blocks.capture(
-    cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target, chunk_size=CHUNK
+    cache,
+    blocks.Span(0, len(ids)),
+    token_ids=ids,
+    target=model.graft_target,
+    chunk_size=CHUNK,
+    keep='span',  # every row: the whole cache compares equal
   )
 
 
