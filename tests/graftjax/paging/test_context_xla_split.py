@@ -59,7 +59,12 @@ def prefill_alone(model, ids, capacity=CAPACITY):
     ids, cache=model.init_cache(capacity=capacity), chunk_size=CHUNK, logits='none'
   )
   return blocks.capture(
-    cache, blocks.Span(0, len(ids)), token_ids=ids, target=model.graft_target, chunk_size=CHUNK
+    cache,
+    blocks.Span(0, len(ids)),
+    token_ids=ids,
+    target=model.graft_target,
+    chunk_size=CHUNK,
+    keep='span',  # every row: the whole cache compares equal
   )
 
 
@@ -183,8 +188,20 @@ def test_blocks_of_other_chunk_sizes_are_not_composed(model, captured):
   )
   with pytest.raises(compose.ComposeError, match=f'#0: {CHUNK}, #1: {2 * CHUNK}'):
     compose.place(model, [river, stone], capacity=CAPACITY)
+  every_row = {}  # a block of layout 2: every row of every layer in k, v
+  for name in ('k', 'v'):
+    rows = np.empty((river.num_layers, *np.shape(getattr(river, name))[1:]), np.float32)
+    rows[list(river.whole_layers)] = getattr(river, name)
+    rows[list(river.meta.tail_layers)] = getattr(river, f'{name}_tail')  # every row: keep='span'
+    every_row[name] = rows
   unrecorded = dataclasses.replace(
-    river, meta=dataclasses.replace(river.meta, chunk_size=0, layout_version=2)
+    river,
+    **every_row,
+    k_tail=None,
+    v_tail=None,
+    meta=dataclasses.replace(
+      river.meta, chunk_size=0, layout_version=2, tail_layers=(), tail_rows=0
+    ),
   )
   with pytest.raises(compose.ComposeError, match='#0: none recorded'):
     compose.place(model, [unrecorded], capacity=CAPACITY)
