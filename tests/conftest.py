@@ -11,6 +11,7 @@ import concurrent.futures
 import inspect
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 
@@ -132,10 +133,68 @@ def pytest_collection_modifyitems(config, items):
   """Markers the fast tier deselects, found from what a test uses: `real_model` for a test
   taking the real-model fixture, `subprocess` for one that starts processes (the test
   function's own code, or a fixture that starts a server, taken by name or asked for with
-  `request.getfixturevalue`). `slow` is written on the test."""
+  `request.getfixturevalue`). `slow` is written on the test.
+
+  Then the `slow` tests go first, each file's in their order: with two workers the run ends
+  on short tests, not with one worker busy on a long one while the other idles."""
   del config
   for item in items:
     if _uses(item, ('real_model',)):
       item.add_marker(pytest.mark.real_model)
     if _starts_processes(item):
       item.add_marker(pytest.mark.subprocess)
+  items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+
+
+# The suite's time by file: wall seconds (setup, call and teardown of every test) and CPU
+# seconds (this process and the processes it waited for), summed per file, printed at the end.
+_CPU_KEY = pytest.StashKey[float]()
+_TOP_FILES = 25
+
+
+def _cpu_seconds() -> float:
+  own, children = (
+    resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+  )
+  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+  """Each phase's report carries its CPU seconds (in `user_properties`, which reach xdist's
+  controller): from the end of the previous phase, or the test's start, to this one's end."""
+  started = item.stash.get(_CPU_KEY, None)
+  now = _cpu_seconds()
+  item.stash[_CPU_KEY] = now
+  outcome = yield
+  if started is not None:
+    outcome.get_result().user_properties.append(('cpu_s', now - started))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  del nextitem
+  item.stash[_CPU_KEY] = _cpu_seconds()
+  yield
+
+
+_FILE_TIMES: dict[str, list[float]] = {}  # file -> [wall seconds, CPU seconds]
+
+
+def pytest_runtest_logreport(report):
+  totals = _FILE_TIMES.setdefault(report.nodeid.split('::')[0], [0.0, 0.0])
+  totals[0] += report.duration
+  totals[1] += sum(value for name, value in report.user_properties if name == 'cpu_s')
+
+
+def pytest_terminal_summary(terminalreporter):
+  if not _FILE_TIMES:
+    return
+  rows = sorted(_FILE_TIMES.items(), key=lambda row: -row[1][0])
+  wall, cpu = (sum(totals[i] for _, totals in rows) for i in (0, 1))
+  write = terminalreporter.write_line
+  terminalreporter.section(f'time by file (top {_TOP_FILES} of {len(rows)})')
+  write(f'{"wall s":>9} {"cpu s":>9}  file')
+  for path, (file_wall, file_cpu) in rows[:_TOP_FILES]:
+    write(f'{file_wall:9.1f} {file_cpu:9.1f}  {path}')
+  write(f'{wall:9.1f} {cpu:9.1f}  all {len(rows)} files (test time summed over workers)')

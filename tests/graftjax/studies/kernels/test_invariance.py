@@ -15,6 +15,7 @@ import pytest
 from graftjax.studies.common import corpus
 from graftjax.studies.kernels import invariance
 from graftjax import ledger
+from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
 RNG = np.random.default_rng(21)
@@ -23,55 +24,51 @@ SAMPLE = corpus.TextSample(
   prefix_ids=tuple(int(t) for t in RNG.integers(3, 256, 17)),
   continuation_ids=tuple(int(t) for t in RNG.integers(3, 256, 6)),
 )
-# The Pallas interpreter runs a kernel call slowly: a shorter sample that still spans two
-# chunks of 7 and, one token at a time, a dozen calls.
+# Compiling the model for the Pallas interpreter is what costs (each chunk and batch shape
+# is one program, about linear in the layers): a shorter sample that still spans two chunks
+# of 7 and, one token at a time, a dozen calls.
 SHORT = dataclasses.replace(
   SAMPLE, prefix_ids=SAMPLE.prefix_ids[:10], continuation_ids=SAMPLE.continuation_ids[:3]
 )
+# The tiny model cut to one sliding-window layer and one global one: both kinds of attention,
+# a third of the six layers' programs to compile.
+LAYERS = (config_lib.AttentionType.LOCAL_SLIDING, config_lib.AttentionType.GLOBAL)
 
 
-def cells(impl, tmp_path, dot_precision='highest', sample=SAMPLE):
-  model = gemma_model.tiny(impl=impl).with_dot_precision(dot_precision)
+def cells(impl, tmp_path, dot_precision='highest', sample=SHORT, chunk_sizes=(1, 7)):
+  model = gemma_model.tiny(impl=impl, attention_types=LAYERS).with_dot_precision(dot_precision)
   return invariance.run_invariance(
     model=model,
     samples=[sample],
-    chunk_sizes=(1, 7),
+    chunk_sizes=chunk_sizes,
     batch_sizes=(1, 3),
     capacity=64,
     store_root=tmp_path / impl,
-  )['cells']
+  )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('dot_precision', ['highest', 'bf16x3'])
 def test_pallas_grafted_equals_single_pass(tmp_path, dot_precision):
-  for cell in cells('pallas', tmp_path, dot_precision, sample=SHORT):
+  for cell in cells('pallas', tmp_path, dot_precision)['cells']:
     assert cell['samples_byte_equal'] == 1, cell
     assert cell['rows_kl_max'] == 0.0
 
 
 @pytest.mark.slow
 def test_xla_grafted_differs_from_single_pass(tmp_path):
-  found = cells('xla', tmp_path)
+  found = cells('xla', tmp_path)['cells']
   assert any(cell['samples_byte_equal'] == 0 for cell in found)
   assert all(cell['rows_argmax_agreement'] == 1.0 for cell in found)
 
 
 @pytest.mark.slow
 def test_per_sample_records_carry_the_single_pass_digest(tmp_path):
-  model = gemma_model.tiny(impl='pallas')
-  result = invariance.run_invariance(
-    model=model,
-    samples=[SAMPLE],
-    chunk_sizes=(7,),
-    batch_sizes=(2,),
-    capacity=64,
-    store_root=tmp_path,
-  )
-  (record,) = result['samples']
-  (cell,) = record['cells']
-  assert cell['rows'] == 2 and cell['rows_byte_equal'] == 2
-  assert cell['sha256_rows'] == [record['sha256_single_pass']]
+  # The programs of the Pallas test's chunks of 7: compiled once where both run in one process.
+  (record,) = cells('pallas', tmp_path, chunk_sizes=(7,))['samples']
+  for cell, batch_size in zip(record['cells'], (1, 3), strict=True):
+    assert cell['rows'] == batch_size and cell['rows_byte_equal'] == batch_size
+    assert cell['sha256_rows'] == [record['sha256_single_pass']]
 
 
 def _command(*flags):
@@ -83,14 +80,16 @@ def _command(*flags):
 def test_shards_merge_into_the_unsharded_table(tmp_path, run_together):
   common = [
     '--samples=3',
-    '--prefix_tokens=12',
-    '--continuation_tokens=4',
-    '--chunk_sizes=1,5',
+    '--prefix_tokens=8',
+    '--continuation_tokens=2',
+    '--chunk_sizes=1,4',
     '--batch_sizes=1,2',
   ]
   paths = [tmp_path / f'{name}.json' for name in ('whole', 'a', 'b', 'merged')]
-  runs = run_together(
-    _command(*common, f'--out={paths[0]}'),
+  # The whole run first, then the two shards together: where the run has a persistent
+  # compilation cache (`make test`), the shards read the whole run's programs from it.
+  runs = run_together(_command(*common, f'--out={paths[0]}'))
+  runs += run_together(
     _command(*common, '--shard=0', '--num_shards=2', f'--out={paths[1]}'),
     _command(*common, '--shard=1', '--num_shards=2', f'--out={paths[2]}'),
   )
