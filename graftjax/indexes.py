@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
@@ -229,10 +230,44 @@ def is_empty_file(path: str | os.PathLike[str]) -> bool:
 # mis-set prefix or another store lists what it holds), and neither is a direct read of the
 # key alone: a store at the wrong root answers "absent" for every block it never held. A row
 # is removed on per-key evidence only: its block's key answers absent on two direct reads,
-# and `BlockStore.delete` left its tombstone under it, or the caller vouches for the
+# and the deleter left a tombstone under it (`delete_block`), or the caller vouches for the
 # store (`allow_removing_all`, `allow_fewer_rows`).
 
 _READS_IN_FLIGHT = 16  # manifest reads kept in flight at once (an object store's latency)
+TOMBSTONES = '.tombstones/'  # where `delete_block` leaves them: no block key, so never listed
+
+
+def _kvstore(store: store_lib.BlockStore):
+  return store._kv  # noqa: SLF001 - BlockStore keeps its kvstore to itself; tombstones sit beside
+
+
+def delete_block(store: store_lib.BlockStore, key: str) -> None:
+  """Deletes the block under `key` and leaves its tombstone, written before the deletion: the
+  evidence on which a sync or rebuild of any index of the store removes the block's rows.
+
+  Raises:
+    CatalogFileError: the tombstone cannot be written; the block is not deleted.
+    store.StoreError: as `BlockStore.delete` (the block is missing, the store read-only...).
+  """
+  body = json.dumps({'deleted': key, 'by': f'pid {os.getpid()} on {socket.gethostname()}'})
+  try:
+    _kvstore(store).write(f'{TOMBSTONES}{key}', body.encode()).result()
+  except ValueError as e:
+    raise CatalogFileError(f'{store.root}', f'cannot write the tombstone of {key}: {e}') from e
+  store.delete(key)
+
+
+def tombstoned(store: store_lib.BlockStore, keys: Sequence[str]) -> set[str]:
+  """Those of `keys` that `delete_block` left a tombstone under (a failed read: none)."""
+
+  def has(key: str) -> bool:
+    try:
+      return _kvstore(store).read(f'{TOMBSTONES}{key}').result().state == 'value'
+    except ValueError:
+      return False
+
+  with concurrent.futures.ThreadPoolExecutor(_READS_IN_FLIGHT) as pool:
+    return {key for key, found in zip(keys, pool.map(has, keys)) if found}
 
 
 def missing(store: store_lib.BlockStore, keys: Sequence[str]) -> list[str]:
@@ -262,7 +297,7 @@ def gone(store: store_lib.BlockStore, keys: Sequence[str], *, vouched: bool) -> 
   absent = missing(store, keys)
   if vouched:
     return absent
-  marked = store.tombstoned(absent)
+  marked = tombstoned(store, absent)
   return [key for key in absent if key in marked]
 
 
@@ -318,7 +353,7 @@ def check_complete(
 ) -> None:
   """Raises unless every row of the index in place (`in_place`: row name -> block key) is in
   the `rebuilt` one (row names), or names a block known to be gone (`gone`: unlisted, absent
-  on two direct reads, and tombstoned by `BlockStore.delete`).
+  on two direct reads, and tombstoned by `delete_block`).
 
   Raises:
     RemovalRefusedError: naming the first rows the rebuild would lose whose blocks are not
@@ -339,6 +374,6 @@ def check_complete(
       f'{index}: the rebuilt index lacks {len(kept)} rows of the one in place whose blocks'
       f' are not known to be gone (e.g. {", ".join(kept[:3])}): the one in place is kept'
       ' (are deposit records or descriptions missing, or was the block deleted without'
-      ' BlockStore.delete, which leaves its tombstone? pass allow_fewer_rows=True to'
+      ' indexes.delete_block, which leaves its tombstone? pass allow_fewer_rows=True to'
       ' replace it all the same)'
     )

@@ -12,7 +12,7 @@ indexes do alike is done here once:
   version or other columns is refused (the schema's `damaged` error: rebuild it);
 - sync (`_sync`): the store listed, rows removed only on per-key evidence that their blocks
   are gone (`indexes.unlisted`: unlisted, absent on two direct reads of the manifest, and
-  tombstoned by `BlockStore.delete`; a listing alone, or a store at the wrong root that
+  tombstoned by `indexes.delete_block`; a listing alone, or a store at the wrong root that
   answers absent for blocks it never held, removes nothing), what is new read, and the changes
   applied in one transaction against what is in the file then, so that syncs of one file from
   several processes at once all succeed;

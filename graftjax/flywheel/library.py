@@ -270,7 +270,7 @@ class Library(sqlite_index.SqliteIndex):
 
     The new catalog is written only if it holds a
     row of every item the one in place holds, but those whose blocks are known to be gone
-    (unlisted, missing on two reads, tombstoned by `BlockStore.delete`): a missing
+    (unlisted, missing on two reads, tombstoned by `indexes.delete_block`): a missing
     `records/` folder never empties a catalog. The check and the write hold the lock writers
     take, in the file in place; a file that is not a catalog of this schema is replaced.
 
@@ -325,7 +325,7 @@ class Library(sqlite_index.SqliteIndex):
 
     A row is removed only on per-key evidence that its block is gone: the listing lacks it,
     two direct reads of its manifest report it missing, and its deleter left a tombstone
-    (`BlockStore.delete`); any other row is kept (`kept`): a store at the wrong root
+    (`indexes.delete_block`); any other row is kept (`kept`): a store at the wrong root
     answers missing for every block it never held. If the store lists none of the
     catalogued blocks (an unmounted disk, an unreachable bucket), nothing is changed and
     `RemovalRefusedError` says so, unless `allow_removing_all` (the caller vouches for the

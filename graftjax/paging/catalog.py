@@ -235,7 +235,7 @@ class Catalog(sqlite_index.SqliteIndex):
 
     The new catalog is written only if it holds a
     row of every key the one in place holds, but those whose blocks are known to be gone
-    (unlisted, missing on two reads, tombstoned by `BlockStore.delete`): the texts live
+    (unlisted, missing on two reads, tombstoned by `indexes.delete_block`): the texts live
     only in the catalog. The check and the write hold the lock writers take, in the file in
     place (`SqliteIndex._replace`); a file that is not a catalog of this schema is replaced.
 
@@ -276,7 +276,7 @@ class Catalog(sqlite_index.SqliteIndex):
 
     A row is removed (and never routed again) only on per-key evidence that its block is
     gone: the listing lacks it, two direct reads of its manifest report it missing, and its
-    deleter left a tombstone (`BlockStore.delete`). Any other row whose block the listing
+    deleter left a tombstone (`indexes.delete_block`). Any other row whose block the listing
     lacks is kept (`kept`): a store at the wrong root answers missing for every block it
     never held. If the store lists none of the catalogued blocks (an unmounted disk, an
     unreachable bucket, another store), nothing is changed and `RemovalRefusedError` says

@@ -9,10 +9,7 @@ and what each guarantee rests on, is specified in docs/store_format.md.
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
 import os
-import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,11 +28,6 @@ _RECOVER = (
   'To recover: `verify(key)` the stored block, `quarantine(key)` it if it is the wrong one'
   ' (it is moved aside, not deleted), then `put` the right block again'
 )
-
-
-# Where `delete` leaves its tombstones: not a block key, so never listed as a block.
-TOMBSTONES = '.tombstones/'
-_TOMBSTONE_READS = 16  # tombstone reads kept in flight at once (an object store's latency)
 
 
 class BlockStore:
@@ -239,9 +231,7 @@ class BlockStore:
     """Removes the block under `key`; it vanishes from view at once.
 
     On an object store only the block read here is removed: its manifest at the
-    generation read, then the payload it named. A tombstone, `.tombstones/<key>`, is
-    written first: the evidence on which an index of the store removes the block's rows
-    (`tombstoned`); a listing that lacks a key is none.
+    generation read, then the payload it named.
 
     Raises:
       InvalidKeyError, MissingBlockError, UnsafePathError, ReadOnlyStoreError,
@@ -250,32 +240,10 @@ class BlockStore:
     """
     self._checked_key(key)
     self._check_writable()
-    self._tombstone(key)
     if self._local is None:
       store_commit.delete_kvstore(self._kv, self._where(key), key)
     else:
       store_commit.delete_local(self._staging, self._where(key), key)
-
-  def tombstoned(self, keys: Sequence[str]) -> set[str]:
-    """Those of `keys` that `delete` left a tombstone under (a failed read counts as none)."""
-
-    def has(key: str) -> bool:
-      try:
-        return self._kv.read(f'{TOMBSTONES}{key}').result().state == 'value'
-      except ValueError:
-        return False
-
-    with concurrent.futures.ThreadPoolExecutor(_TOMBSTONE_READS) as pool:
-      return {key for key, found in zip(keys, pool.map(has, keys)) if found}
-
-  def _tombstone(self, key: str) -> None:
-    body = json.dumps({'deleted': key, 'by': f'pid {os.getpid()} on {socket.gethostname()}'})
-    try:
-      self._kv.write(f'{TOMBSTONES}{key}', body.encode()).result()
-    except ValueError as e:
-      raise store_errors.StoreIOError(
-        f'{self.root}: cannot write the tombstone of {key}, so it is not deleted: {e}'
-      ) from e
 
   def gc(self, *, grace_seconds: float = store_commit.GRACE_SECONDS) -> int:
     """Removes what deposits and deletions that failed or died left; returns how many.

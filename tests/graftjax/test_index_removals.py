@@ -3,7 +3,6 @@ evidence (unlisted, absent on two direct reads of the block's manifest, and tomb
 deleter), never on a listing or a store at the wrong root; a rebuild writes the index only when
 it is at least as complete; two syncs of one file at once both succeed."""
 
-import os
 import shutil
 import sqlite3
 import threading
@@ -112,7 +111,7 @@ def test_a_manifest_read_that_fails_is_not_evidence(synced, monkeypatch):
 
   monkeypatch.setattr(store, 'list', lambda: [k for k in listed if k not in keys[:2]])
   monkeypatch.setattr(store, 'read_meta', read)
-  store.delete(keys[1])  # gone for real: unlisted, missing, tombstoned
+  indexes.delete_block(store, keys[1])  # gone for real: unlisted, missing, tombstoned
   with catalog_lib.Catalog(path, store=store) as catalog:
     done = catalog.sync(describe)
     assert done.removed == (keys[1],) and done.kept == (keys[0],)
@@ -142,7 +141,7 @@ def test_a_rebuild_that_would_lose_rows_keeps_the_catalog(synced):
 
 def test_a_rebuild_drops_the_rows_of_blocks_that_are_gone(synced):
   store, path, keys = synced
-  store.delete(keys[0])
+  indexes.delete_block(store, keys[0])
   with catalog_lib.Catalog.rebuild(path, store, describe) as catalog:
     assert catalog.keys() == keys[1:]
 
@@ -180,26 +179,16 @@ def test_a_rebuild_against_a_root_that_lists_one_of_five_blocks_keeps_the_catalo
 
 def test_a_block_deleted_without_a_tombstone_keeps_its_row_until_vouched_for(synced):
   store, path, keys = synced
-  store.delete(keys[0])
-  # As a writer of before tombstones deleted it: the block gone, no tombstone.
-  os.remove(os.path.join(store.root, store_lib.blockstore.TOMBSTONES, keys[0]))
+  store.delete(keys[0])  # a plain deletion: no tombstone
   with catalog_lib.Catalog(path, store=store) as catalog:
     assert catalog.sync(describe).kept == (keys[0],) and catalog.keys() == keys
     assert catalog.sync(describe, allow_removing_all=True).removed == (keys[0],)
     assert catalog.keys() == keys[1:]
 
 
-def test_delete_leaves_the_tombstone_a_sync_removes_the_row_on(synced):
-  store, path, keys = synced
-  store.delete(keys[0])
-  assert store.tombstoned(keys) == {keys[0]}
-  with catalog_lib.Catalog(path, store=store) as catalog:
-    assert catalog.sync(describe).removed == (keys[0],)
-
-
 def test_a_tombstone_of_a_block_put_again_removes_nothing(synced):
   store, path, keys = synced
-  store.delete(keys[0])
+  indexes.delete_block(store, keys[0])
   assert store.put(make_block(0)) == keys[0]  # deposited again after its deletion
   with catalog_lib.Catalog(path, store=store) as catalog:
     done = catalog.sync(describe)
@@ -289,7 +278,7 @@ def test_a_library_rebuild_without_its_records_keeps_the_catalog(library):
 def test_a_library_rebuild_drops_the_rows_of_blocks_that_are_gone(library):
   opened = library_lib.Library(library, shape=SHAPE)
   first, second = opened.entries()
-  opened.store.delete(first.key)
+  indexes.delete_block(opened.store, first.key)
   opened.close()
   rebuilt = library_lib.Library.rebuild(library, shape=SHAPE)
   assert rebuilt.entries() == [second] and rebuilt.rebuilt['records_without_block'] == [first.key]
@@ -301,7 +290,6 @@ def test_a_library_sync_against_a_root_that_lists_one_of_its_blocks_removes_no_r
     first, second = opened.entries()
     before = _rows(library / 'catalog.db', 'deposits')
     opened.store.delete(second.key)  # a root that lists one block: no tombstone of the other
-    os.remove(os.path.join(opened.store.root, store_lib.blockstore.TOMBSTONES, second.key))
     done = opened.sync()
     assert done.removed == () and done.kept == (second.key,)
     assert opened.entries() == [first, second]
