@@ -169,7 +169,7 @@ def _exactness(model, library, keys, question, setup, page, name):
   )
   texts = [library.store.get(key).meta.token_ids for key in keys]
   fresh = compose_lib.fresh_layout(model, texts, layout, chunk_size=setup.chunk_size)
-  cache_equal = _cache_digest(cache) == _cache_digest(fresh)
+  cache_equal = _cache_digest(model, cache, layout) == _cache_digest(model, fresh, layout)
   logits, cache = _query(model, cache, layout, question, 'recall', setup.chunk_size)
   fresh_logits, _ = _query(model, fresh, layout, question, 'recall', setup.chunk_size)
   digests = [ledger.sha256_bytes(np.asarray(x).tobytes()) for x in (logits, fresh_logits)]
@@ -187,9 +187,18 @@ def _exactness(model, library, keys, question, setup, page, name):
   return check, (cache, layout, logits)
 
 
-def _cache_digest(cache) -> str:
-  """SHA-256 over the cache's k, v, positions, segments and length bytes."""
-  parts = (cache.k, cache.v, cache.positions, cache.segments, cache.length)
+def _cache_digest(model, cache, layout) -> str:
+  """SHA-256 over the cache's k, v, positions, segments and length bytes, in the rows a
+  query after `layout` sees: a sliding-window layer's rows at positions before
+  next_position - (W - 1) are zeroed (a compact block does not hold them)."""
+  config = model.config
+  hidden = np.asarray(cache.positions) < layout.next_position - (config.sliding_window - 1)
+  k, v = np.array(cache.k), np.array(cache.v)  # [L, B, S, K, H]
+  for layer in range(k.shape[0]):
+    if config.window(layer) is not None:
+      k[layer][hidden] = 0
+      v[layer][hidden] = 0
+  parts = (k, v, cache.positions, cache.segments, cache.length)
   return ledger.sha256_bytes(b''.join(np.asarray(a).tobytes() for a in parts))
 
 

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from graftjax import blocks
 from graftjax.flywheel import answer as answer_lib
 from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import tasks
@@ -155,9 +156,19 @@ def test_the_padded_deposit_holds_the_rows_of_the_plain_prefill(text_model, libr
   ids = text_model.tokenizer.encode(entry.text)
   cache = text_model.init_cache(capacity=SHAPE.capacity)
   _, cache = text_model.prefill(ids, cache=cache, chunk_size=SHAPE.chunk_size, logits='none')
-  plain = np.asarray(cache.k)[:, 0, : len(ids)]
-  np.testing.assert_allclose(np.asarray(block.k), plain, rtol=1e-5, atol=1e-5)
-  np.testing.assert_array_equal(np.asarray(block.positions), np.arange(len(ids)))
+  plain = blocks.capture(
+    cache,
+    blocks.Span(0, len(ids)),
+    token_ids=ids,
+    target=text_model.graft_target,
+    chunk_size=SHAPE.chunk_size,
+  )
+  kept, expected = block.arrays(), plain.arrays()  # the same compact rows of every layer
+  assert kept.keys() == expected.keys()
+  for name in ('k', 'v', 'k_tail', 'v_tail'):
+    if name in kept:
+      np.testing.assert_allclose(kept[name], expected[name], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(kept['positions'], np.arange(len(ids)))
 
 
 def test_query_chunks_near_capacity_take_few_widths():

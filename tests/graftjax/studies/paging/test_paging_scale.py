@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from graftjax import store as store_lib
 from graftjax.paging import catalog as catalog_lib
 from graftjax.studies.common import corpus
 from graftjax.studies.paging import figures
@@ -69,8 +70,9 @@ def test_a_second_run_resumes_without_adding_or_remeasuring(grown):
   assert again['builds'] == [] and again['rows'] == first['rows']
   with catalog_lib.Catalog(folder / catalog_lib.FILENAME) as catalog:
     assert len(catalog) == 8
-    entry = catalog.get(catalog.keys()[0])
-    assert entry.page_layout is not None  # local_rows=0: a global-layers-only page
+    key = catalog.keys()[0]
+  meta = store_lib.BlockStore(folder).get(key).meta  # local_rows=0: a global-layers-only page
+  assert meta.compact and meta.tail_layers and meta.tail_rows == 0
 
 
 def test_a_run_past_its_deadline_stops_and_says_so(tmp_path, grown):
