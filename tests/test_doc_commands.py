@@ -91,7 +91,6 @@ COVERED = {
   'PREFIXES=32768 bash experiments/device/scale.sh graft': ('check', GPU),
   'SAMPLES=4 bash experiments/device/scale.sh kernels': ('check', GPU),
   'bash experiments/device/gemma4_31b_gate.sh gate': ('check', GPU),
-  'bash experiments/device/sharded_31b.sh gate': ('check', GPU),
   'MODEL=gemma3-27b:random PREFIXES=1024,4096 bash experiments/device/scale.sh graft': (
     'check',
     GPU,

@@ -128,12 +128,6 @@ class _Layout:
     return f'{name}/c.{layer}.0.{group}.0'
 
 
-def _axis_size(mesh, axes) -> int:
-  """Devices along mesh axis `axes` (a name or a tuple of names)."""
-  axes = axes if isinstance(axes, tuple) else (axes,)
-  return int(np.prod([mesh.shape[a] for a in axes]))
-
-
 def _blake3(data: bytes) -> str:
   return blake3.blake3(data).hexdigest()
 
@@ -421,11 +415,6 @@ class ShardedStore:
   ) -> tuple[blocks.KVBlock, store_pages.Layout | None]:
     """(block, page_layout) under `key`: as `read`, with the rows each layer keeps (None for
     a plain block)."""
-    return self._read_page(key, sharding)
-
-  def _read_page(self, key, sharding, *, whole_if_indivisible: bool = False):
-    """`read_page`; with `whole_if_indivisible`, a block whose stored kv heads the sharding's
-    split does not divide (a packed block: one row of every layer's heads) is read whole."""
     key = self._checked_key(key)
     manifest, meta, layouts, rows = self._manifest(key)
     if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
@@ -442,11 +431,6 @@ class ShardedStore:
       )
     fetched: dict[str, np.ndarray] = {}  # chunk path -> its [rows, c, H], read once
     whole = layouts['k']
-    heads = sharding.spec[2] if len(sharding.spec) > 2 else None
-    if (
-      whole_if_indivisible and heads is not None and whole.heads % _axis_size(sharding.mesh, heads)
-    ):
-      sharding = NamedSharding(sharding.mesh, P(None, None, None, None))
     layers = whole.layers if rows is None else len(rows)
     shape = (layers, n, whole.heads, whole.head_dim)
     parts = _parts(rows, layers, n)
@@ -484,11 +468,9 @@ class ShardedStore:
     """`blocks.graft` of the block under `key` into `cache`, reading only its shards.
 
     The block is read in the cache's own split of kv heads (`cache.k`'s
-    sharding), so each device receives exactly the heads it holds; a block whose
-    stored heads that split does not divide (Gemma 4's packed block) is read whole
-    on each device. A page is first checked against the model's `windows` (W per
-    layer, None for a global layer) and the first query's position
-    (`blocks.check_page`).
+    sharding), so each device receives exactly the heads it holds. A page is
+    first checked against the model's `windows` (W per layer, None for a global
+    layer) and the first query's position (`blocks.check_page`).
 
     Raises:
       blocks.PageError: a page without `windows`, or one that drops rows a query sees.
@@ -502,7 +484,7 @@ class ShardedStore:
       sharding = NamedSharding(
         jax.sharding.Mesh(np.asarray(list(cache.k.devices())[:1]), ('one',)), P()
       )
-    block, rows = self._read_page(key, sharding, whole_if_indivisible=True)
+    block, rows = self.read_page(key, sharding)
     try:
       if rows is not None:
         if windows is None:

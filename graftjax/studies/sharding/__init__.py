@@ -1,1 +1,0 @@
-"""Tensor parallel on one host's devices: the gate, invariance, restore and a bench on a mesh."""
