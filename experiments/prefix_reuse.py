@@ -13,11 +13,12 @@ to --anchor_grid tokens. The work is in graftjax/studies/prefix/prefix_reuse.py.
 from absl import app
 from absl import flags
 from graftjax.studies.common import cli
+from graftjax.studies.common import model_flag
 from graftjax.studies.common import results
 from graftjax.studies.prefix import prefix_reuse
 
 _DEFAULTS = prefix_reuse.Settings()
-_MODEL = flags.DEFINE_string('model', _DEFAULTS.model, 'Model (model.load_named).')
+_MODEL = model_flag.define(_DEFAULTS.model, random=True)
 _IMPL = flags.DEFINE_enum('impl', _DEFAULTS.impl, ['xla', 'pallas'], 'Kernels for every op.')
 _DTYPE = flags.DEFINE_enum('dtype', _DEFAULTS.dtype, ['float32', 'bfloat16'], 'Dtype.')
 _SPAN = flags.DEFINE_integer('span', _DEFAULTS.span, 'Tokens per stored span.')

@@ -472,6 +472,7 @@ TINY_RUNS = {
   'kernel_determinism.py': ['--samples=1', '--prefix_tokens=8', '--quick'],
   'paging_scale.py': None,  # plans a page store over the standard library first: minutes
   'portable_block.py': None,  # two modes over a folder: run below
+  'prefix_reuse.py': None,  # an 8-shot GSM8K context first; tests/graftjax/prefix/test_study.py
   'relocation.py': [
     '--samples=1',
     '--block_tokens=8',

@@ -302,7 +302,6 @@ def experiment(
   recompute_repeats: int | None = None,
   local_cache: str = 'full',
   recompute_chunks: tuple[int, ...] = (),
-  command: str | None = None,
 ) -> dict:
   """Graft vs recompute for every prefix length (and llama.cpp's restore); the result.
 
@@ -332,7 +331,7 @@ def experiment(
     'sha256_prefix_ids': ledger.sha256_tokens(ids[:-1]),
   }
   result = {
-    **results.header('bench_graft', inputs=inputs, command=command),
+    **results.header('bench_graft', inputs=inputs),
     'model': model_name,
     'dtype': dtype,
     'chunk_size': chunk_size,
