@@ -24,6 +24,7 @@ class FenceTokenizer:
 
   def __init__(self, inner):
     self.inner = inner
+    self.vocab_size = inner.vocab_size
 
   def encode(self, text, *, add_bos=True):
     pieces = text.split('```')
