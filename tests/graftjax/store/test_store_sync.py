@@ -125,7 +125,7 @@ def test_sync_on_s3_gets_only_the_new_manifests(request, tmp_path):
     proxy.close()
 
 
-def test_a_block_deleted_in_the_store_leaves_the_index_on_sync(spec, tmp_path):
+def test_a_block_deleted_with_its_tombstone_leaves_the_index_on_sync(spec, tmp_path):
   path = unique_path()
   store = store_lib.BlockStore(spec(path))
   keys = [store.put(make_block(i)) for i in range(3)]
@@ -133,7 +133,7 @@ def test_a_block_deleted_in_the_store_leaves_the_index_on_sync(spec, tmp_path):
   with catalog_lib.Catalog(tmp_path / 'c.sqlite', store=store) as catalog:
     catalog.sync(describe)
     assert [e.key for e, _ in catalog.route(gone_text)] == [keys[1]]
-    store.delete(keys[1])
+    indexes.delete_block(store, keys[1])
     synced = catalog.sync(describe)
     assert synced.removed == (keys[1],) and synced.read == 0
     assert keys[1] not in catalog and catalog.keys() == sorted([keys[0], keys[2]])
@@ -244,7 +244,7 @@ def test_a_library_sync_drops_rows_of_deleted_blocks(text_model, spec, tmp_path)
   kept, gone = deposit(text_model, a, 1), deposit(text_model, a, 2)
   b = library_lib.Library(root, shape=SHAPE, index=tmp_path / 'b.db')
   b.sync()
-  a.store.delete(gone.key)
+  indexes.delete_block(a.store, gone.key)
   synced = b.sync()
   assert synced.removed == (gone,) and b.entries() == [kept]
   again = b.sync()  # its record is read again, and found without its block
