@@ -5,17 +5,22 @@ transformers 5.25 writes a Gemma 4 config.json with `per_layer_config` (each glo
 `num_global_key_value_heads`. For each size's structure at reduced width (E2B: kv sharing,
 per-layer inputs, the double-wide MLP; E4B; 31B: K=V global layers with their own kv heads;
 26B-A4B: the same with a mixture of experts) this script builds a `Gemma4ForCausalLM` from a
-`Gemma4TextConfig`, draws every weight from a seeded normal at scales that make the logits
-O(1) (transformers' own init gives logits too small to tell models apart), saves it with
-`save_pretrained` (config.json, generation_config.json, model.safetensors) under
-tests/fixtures/gemma4_saved/<case>/, and records its float32 eager logits beside it as
-<case>.json (`parity_cases.record`), with whether the logits are bit-identical under
-`use_bidirectional_attention='vision'` (`meta.vision_logits_equal`). `tests/models/gemma/test_hf_config_saved.py` loads each
-folder with `model.load` and compares; it needs no torch.
+`Gemma4TextConfig` and saves it with `save_pretrained` under tests/fixtures/gemma4_saved/<case>/
+(config.json, generation_config.json, model.safetensors). It then replaces model.safetensors by
+the seeded weights of `seeded_weights` for the same header (scales that make the logits O(1);
+transformers' own init gives logits too small to tell models apart), loads the folder with
+`from_pretrained` as a user would (no key missing, unexpected or of another shape; every
+loaded tensor equal to the file's), records its float32 eager logits as <case>.json
+(`parity_cases.record`) with whether they are bit-identical under
+`use_bidirectional_attention='vision'` (`meta.vision_logits_equal`), writes the header, seed
+and file digest as <case>/weights_header.json, and deletes the weights: no weights are
+committed. `tests/models/gemma/test_hf_config_saved.py` rebuilds each folder with
+`seeded_weights.rebuild`, checks the digest, loads it with `model.load` and compares; it needs
+no torch.
 
 The global head width (32) differs from the sliding one (16) and from the 512 a reader
 assumes when it misses `per_layer_config`. Run from the repository root in an environment
-with torch (CPU) and transformers 5.25 (~1 min on 2 cores):
+with torch (CPU), transformers 5.25 and numpy (~1 min on 2 cores):
 
     REFENV/bin/python scripts/reference/make_gemma4_saved_fixture.py reference tests/fixtures/gemma4_saved
 """
@@ -28,6 +33,7 @@ import sys
 
 import numpy as np
 import parity_cases
+import seeded_weights
 
 SEED = 20_261_207
 TOKENS = 40
@@ -100,42 +106,44 @@ CASES = {
 }
 
 
-def _randomize(model, generator) -> None:
-  """Every parameter from a seeded normal: matrices at 1/sqrt(fan-in), embeddings at 1,
-  vectors (norm weights, scales, layer scalars) at 1 + N(0, 0.2)."""
+def _check_loaded(hf, loading: dict, folder: pathlib.Path) -> None:
+  """Every tensor of the file is loaded as written, and nothing is missing or left over."""
+  import safetensors.torch
   import torch
 
-  for name, p in sorted(model.named_parameters()):
-    noise = torch.randn(p.shape, generator=generator, dtype=torch.float32)
-    if p.ndim <= 1:
-      value = 1.0 + 0.2 * noise
-    elif 'embed' in name:
-      value = noise
-    else:
-      value = noise / float(p.shape[-1]) ** 0.5
-    with torch.no_grad():
-      p.copy_(value)
+  problems = {k: v for k, v in loading.items() if v}
+  assert not problems, f'{folder}: {problems}'
+  state = hf.state_dict()
+  for name, tensor in safetensors.torch.load_file(folder / seeded_weights.WEIGHTS_FILE).items():
+    assert torch.equal(state[name], tensor), f'{folder}: {name} is not the seeded tensor'
 
 
 def reference(out: pathlib.Path) -> None:
-  """Saves each case with `save_pretrained` under `out` and records its logits there."""
+  """Saves each case with `save_pretrained` under `out`, with seeded weights, and records
+  its logits there; the weights are deleted, their header kept."""
   import torch
   import transformers
 
   torch.set_grad_enabled(False)
-  versions = {'transformers': transformers.__version__, 'torch': torch.__version__}
+  versions = {
+    'transformers': transformers.__version__,
+    'torch': torch.__version__,
+    'numpy': np.__version__,
+  }
   for name, keywords in CASES.items():
     config = transformers.Gemma4TextConfig(**keywords)
     config._attn_implementation = 'eager'
-    hf = transformers.Gemma4ForCausalLM(config).eval()
-    _randomize(hf, torch.Generator().manual_seed(SEED))
     folder = out / name
-    hf.save_pretrained(folder)
+    transformers.Gemma4ForCausalLM(config).save_pretrained(folder)
+    weights = folder / seeded_weights.WEIGHTS_FILE
+    tensors = seeded_weights.header_of(weights)
+    sha256 = seeded_weights.write(weights, tensors, SEED)
     tokens = parity_cases.case_tokens(TOKENS, config.vocab_size, SEED)
     # From the saved folder, as a user would load it.
-    saved = transformers.Gemma4ForCausalLM.from_pretrained(
-      folder, dtype=torch.float32, attn_implementation='eager'
-    ).eval()
+    saved, loading = transformers.Gemma4ForCausalLM.from_pretrained(
+      folder, dtype=torch.float32, attn_implementation='eager', output_loading_info=True
+    )
+    _check_loaded(saved.eval(), loading, folder)
     ids = torch.from_numpy(tokens.astype(np.int64))[None]
     logits = saved(ids, use_cache=False).logits[0]
     # Every published Gemma 4 sets use_bidirectional_attention='vision': text-only logits
@@ -150,7 +158,10 @@ def reference(out: pathlib.Path) -> None:
     recorded = parity_cases.record(name, folder, logits.numpy(), seed=SEED, versions=versions)
     case.unlink()
     recorded['meta']['vision_logits_equal'] = vision_equal
+    recorded['meta']['weights_sha256'] = sha256
     parity_cases.write(out, name, recorded)
+    seeded_weights.record(folder, tensors, SEED, sha256)
+    weights.unlink()
 
 
 if __name__ == '__main__':

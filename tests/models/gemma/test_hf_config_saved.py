@@ -6,11 +6,14 @@ The fixtures (tests/fixtures/gemma4_saved/, made by
 scripts/reference/make_gemma4_saved_fixture.py with torch, which these tests do not need)
 are each size's structure at width 32 with a global head width of 32 (sliding 16): E2B (kv
 sharing, per-layer inputs, double-wide MLP), E4B, 31B (K=V, its own global kv heads),
-26B-A4B (the same, with experts); every weight drawn at random, the logits O(10).
+26B-A4B (the same, with experts). They hold no weights: each folder's weights_header.json
+(tensor names, dtypes, shapes, seed, digest) rebuilds its model.safetensors
+(scripts/reference/seeded_weights.py, numpy only), the very file transformers loaded for the
+recorded logits (O(10)).
 """
 
 import dataclasses
-import functools
+import importlib.util
 import json
 import pathlib
 
@@ -19,9 +22,21 @@ import pytest
 from graftjax.models.gemma import hf_config, model
 from graftjax.models.gemma import params as params_lib
 
-_FIXTURES = pathlib.Path(__file__).resolve().parents[2] / 'fixtures' / 'gemma4_saved'
+_ROOT = pathlib.Path(__file__).resolve().parents[3]
+_FIXTURES = _ROOT / 'tests' / 'fixtures' / 'gemma4_saved'
 TOLERANCE = 2e-3  # as test_gemma4_parity
 CASES = ('e2b_like', 'e4b_like', '31b_like', '26b_a4b_like')
+
+
+def _seeded_weights():
+  path = _ROOT / 'scripts' / 'reference' / 'seeded_weights.py'
+  spec = importlib.util.spec_from_file_location('seeded_weights', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+seeded_weights = _seeded_weights()
 
 
 def _fixture(name):
@@ -32,9 +47,36 @@ def _fixture(name):
   return data
 
 
-@functools.lru_cache(maxsize=None)
-def _loaded(name):
-  return model.load(weights=_FIXTURES / name)
+@pytest.fixture(scope='module')
+def saved(tmp_path_factory):
+  """name -> the case's folder with its weights rebuilt, made once per module."""
+  folders = {}
+
+  def folder(name):
+    if name not in folders:
+      out, written, recorded = seeded_weights.rebuild(
+        _FIXTURES / name, tmp_path_factory.mktemp(name)
+      )
+      assert written == recorded == _fixture(name)['meta']['weights_sha256'], (
+        f'{name}: the rebuilt weights are not those transformers was given (numpy changed?)'
+      )
+      folders[name] = out
+    return folders[name]
+
+  return folder
+
+
+@pytest.fixture(scope='module')
+def loaded(saved):
+  """name -> the model `model.load` reads from the rebuilt folder, loaded once per module."""
+  models = {}
+
+  def load(name):
+    if name not in models:
+      models[name] = model.load(weights=saved(name))
+    return models[name]
+
+  return load
 
 
 def _max_diff(m, fx):
@@ -49,18 +91,34 @@ def _max_diff(m, fx):
   return float(max(subset, top)), agree
 
 
-def test_the_fixtures_are_what_transformers_saves():
+def test_the_fixtures_are_what_transformers_saves_less_the_weights():
   for name in CASES:
     raw = json.loads((_FIXTURES / name / 'config.json').read_text())
     assert raw['transformers_version'].startswith('5.25')
     assert 'per_layer_config' in raw and 'global_head_dim' not in raw
-    assert (_FIXTURES / name / 'model.safetensors').stat().st_size < 1 << 20
+    assert sorted(p.name for p in (_FIXTURES / name).iterdir()) == sorted(
+      (*seeded_weights.COPIED, seeded_weights.HEADER_FILE)
+    )
 
 
 @pytest.mark.parametrize('name', CASES)
-def test_a_saved_folder_loads_and_matches_transformers(name):
+def test_the_rebuilt_weights_have_the_recorded_header(name, saved):
+  header = json.loads((_FIXTURES / name / seeded_weights.HEADER_FILE).read_text())
+  rebuilt = saved(name) / seeded_weights.WEIGHTS_FILE
+  assert seeded_weights.header_of(rebuilt) == header['tensors']
+  assert rebuilt.stat().st_size < 1 << 20
+
+
+def test_control_another_seed_gives_another_file(tmp_path):
+  header = json.loads((_FIXTURES / '31b_like' / seeded_weights.HEADER_FILE).read_text())
+  other = seeded_weights.write(tmp_path / 'w.safetensors', header['tensors'], header['seed'] + 1)
+  assert other != header['sha256']
+
+
+@pytest.mark.parametrize('name', CASES)
+def test_a_saved_folder_loads_and_matches_transformers(name, loaded):
   fx = _fixture(name)
-  m = _loaded(name)
+  m = loaded(name)
   assert m.config.head_dim_of(m.config.num_layers - 1) == 32 != m.config.head_dim
   assert fx['positions'].max() >= m.config.sliding_window  # the tokens run past the window
   max_diff, agree = _max_diff(m, fx)
@@ -68,8 +126,8 @@ def test_a_saved_folder_loads_and_matches_transformers(name):
   assert agree == 1.0
 
 
-def test_the_structure_of_each_saved_size_is_read():
-  e2b, e4b, big, moe = (_loaded(n).config for n in CASES)
+def test_the_structure_of_each_saved_size_is_read(loaded):
+  e2b, e4b, big, moe = (loaded(n).config for n in CASES)
   assert e2b.num_kv_shared_layers == 4 and e2b.per_layer_input_dim == 8
   assert e2b.double_wide_shared_mlp and e4b.num_kv_shared_layers == 4
   assert big.k_eq_v(5) and big.kv_heads_of(5) == 1 and big.kv_heads_of(0) == 2
@@ -81,8 +139,8 @@ def test_the_structure_of_each_saved_size_is_read():
   'name, change',
   [('31b_like', {'global_rotary_fraction': 1.0}), ('e2b_like', {'value_norm': False})],
 )
-def test_control_a_changed_model_breaks_the_tolerance(name, change):
-  m = _loaded(name)
+def test_control_a_changed_model_breaks_the_tolerance(name, change, loaded):
+  m = loaded(name)
   broken = dataclasses.replace(m, config=m.config.replace(**change))
   max_diff, _ = _max_diff(broken, _fixture(name))
   assert max_diff > TOLERANCE
