@@ -4,8 +4,10 @@ transformers 5.25 writes a Gemma 4 config.json with `per_layer_config` (each glo
 `head_dim` and, where it differs, `num_key_value_heads`) in place of `global_head_dim` /
 `num_global_key_value_heads`. For each size's structure at reduced width (E2B: kv sharing,
 per-layer inputs, the double-wide MLP; E4B; 31B: K=V global layers with their own kv heads;
-26B-A4B: the same with a mixture of experts) this script builds a `Gemma4ForCausalLM` from a
-`Gemma4TextConfig` and saves it with `save_pretrained` under tests/fixtures/gemma4_saved/<case>/
+26B-A4B: the same with a mixture of experts; the structure of transformers' own
+`Gemma4TextConfig()` defaults, whose multimodal `Gemma4Config()` it writes whole as
+tests/fixtures/gemma4_transformers_defaults.json) this script builds a `Gemma4ForCausalLM`
+from a `Gemma4TextConfig` and saves it with `save_pretrained` under tests/fixtures/gemma4_saved/<case>/
 (config.json, generation_config.json, model.safetensors). It then replaces model.safetensors by
 the seeded weights of `seeded_weights` for the same header (scales that make the logits O(1);
 transformers' own init gives logits too small to tell models apart), loads the folder with
@@ -103,7 +105,19 @@ CASES = {
     top_k_experts=2,
     moe_intermediate_size=16,
   ),
+  # transformers' own `Gemma4TextConfig()` defaults (recorded whole in DEFAULTS): per-layer
+  # inputs without kv sharing, no final soft-capping, 2 query heads per kv head everywhere.
+  'defaults_like': dict(
+    _COMMON,
+    num_hidden_layers=6,
+    layer_types=_types(6, 5),
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    hidden_size_per_layer_input=8,
+    final_logit_softcapping=None,
+  ),
 }
+DEFAULTS = 'gemma4_transformers_defaults.json'
 
 
 def _check_loaded(hf, loading: dict, folder: pathlib.Path) -> None:
@@ -130,6 +144,8 @@ def reference(out: pathlib.Path) -> None:
     'torch': torch.__version__,
     'numpy': np.__version__,
   }
+  # The multimodal config transformers makes with no arguments, every field written.
+  (out.parent / DEFAULTS).write_text(transformers.Gemma4Config().to_json_string(use_diff=False))
   for name, keywords in CASES.items():
     config = transformers.Gemma4TextConfig(**keywords)
     config._attn_implementation = 'eager'

@@ -6,7 +6,8 @@ The fixtures (tests/fixtures/gemma4_saved/, made by
 scripts/reference/make_gemma4_saved_fixture.py with torch, which these tests do not need)
 are each size's structure at width 32 with a global head width of 32 (sliding 16): E2B (kv
 sharing, per-layer inputs, double-wide MLP), E4B, 31B (K=V, its own global kv heads),
-26B-A4B (the same, with experts). They hold no weights: each folder's weights_header.json
+26B-A4B (the same, with experts), and the structure of transformers' own
+`Gemma4TextConfig()` defaults (test_hf_config_defaults.py). They hold no weights: each folder's weights_header.json
 (tensor names, dtypes, shapes, seed, digest) rebuilds its model.safetensors
 (scripts/reference/seeded_weights.py, numpy only), the very file transformers loaded for the
 recorded logits (O(10)).
@@ -25,7 +26,8 @@ from graftjax.models.gemma import params as params_lib
 _ROOT = pathlib.Path(__file__).resolve().parents[3]
 _FIXTURES = _ROOT / 'tests' / 'fixtures' / 'gemma4_saved'
 TOLERANCE = 2e-3  # as test_gemma4_parity
-CASES = ('e2b_like', 'e4b_like', '31b_like', '26b_a4b_like')
+SIZES = ('e2b_like', 'e4b_like', '31b_like', '26b_a4b_like')
+CASES = (*SIZES, 'defaults_like')  # and transformers' own Gemma4TextConfig() defaults
 
 
 def _seeded_weights():
@@ -127,7 +129,7 @@ def test_a_saved_folder_loads_and_matches_transformers(name, loaded):
 
 
 def test_the_structure_of_each_saved_size_is_read(loaded):
-  e2b, e4b, big, moe = (loaded(n).config for n in CASES)
+  e2b, e4b, big, moe = (loaded(n).config for n in SIZES)
   assert e2b.num_kv_shared_layers == 4 and e2b.per_layer_input_dim == 8
   assert e2b.double_wide_shared_mlp and e4b.num_kv_shared_layers == 4
   assert big.k_eq_v(5) and big.kv_heads_of(5) == 1 and big.kv_heads_of(0) == 2
@@ -137,7 +139,11 @@ def test_the_structure_of_each_saved_size_is_read(loaded):
 
 @pytest.mark.parametrize(
   'name, change',
-  [('31b_like', {'global_rotary_fraction': 1.0}), ('e2b_like', {'value_norm': False})],
+  [
+    ('31b_like', {'global_rotary_fraction': 1.0}),
+    ('e2b_like', {'value_norm': False}),
+    ('defaults_like', {'final_logit_softcap': 30.0}),
+  ],
 )
 def test_control_a_changed_model_breaks_the_tolerance(name, change, loaded):
   m = loaded(name)
