@@ -122,12 +122,17 @@ def config_from_hf(raw: dict) -> config_lib.GemmaConfig:
   """The GemmaConfig of a Gemma 3 or Gemma 4 config.json (dict).
 
   Raises:
-    CheckpointError: for a key this model does not implement, or a value
-      of the wrong type or out of range (named).
+    CheckpointError: for a key this model does not implement (quantized weights
+      among them), or a value of the wrong type or out of range (named).
   """
   text = raw.get('text_config', raw) if isinstance(raw, dict) else None
   if not isinstance(text, dict):
     raise params_lib.CheckpointError(f'config.json: expected an object, got {type(raw).__name__}')
+  for where in (raw, text):
+    quant = where.get('quantization_config')
+    if quant:
+      method = quant.get('quant_method') if isinstance(quant, dict) else quant
+      raise _error('quantization_config', method, 'quantized weights are not implemented')
   try:
     if is_gemma4_file(raw) or is_gemma4_file(text):
       return _gemma4_from_text(text)

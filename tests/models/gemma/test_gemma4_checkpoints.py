@@ -125,6 +125,33 @@ def test_multimodal_text_model_loads_and_towers_and_shared_kv_tensors_are_ignore
   assert _same(back.params, m.params)
 
 
+@pytest.mark.parametrize('where', ['top level', 'text_config'])
+def test_a_quantized_checkpoint_is_refused_naming_its_quantization(where, tmp_path):
+  config = config_lib.tiny_gemma4_e2b()
+  folder = safetensors_io.save(gemma_model.random(config, seed=6).params, config, tmp_path / 'q')
+  tensors = load_file(folder / 'model.safetensors')
+  # compressed-tensors' packed 4-bit layout: int32 words and a scale in place of the weight.
+  for name in [n for n in tensors if n.endswith('q_proj.weight')]:
+    out, inner = tensors.pop(name).shape
+    tensors[name.replace('.weight', '.weight_packed')] = np.zeros((out, inner // 8), np.int32)
+    tensors[name.replace('.weight', '.weight_scale')] = np.ones((out, 1), np.float32)
+  save_file(tensors, str(folder / 'model.safetensors'))
+  text = hf_config.config_to_hf(config)
+  quant = {'quant_method': 'compressed-tensors', 'format': 'pack-quantized'}
+  raw = {'model_type': 'gemma4', 'text_config': text, 'quantization_config': quant}
+  if where == 'text_config':
+    raw = dict(text, quantization_config=quant)
+  (folder / 'config.json').write_text(json.dumps(raw))
+  with pytest.raises(params_lib.CheckpointError, match='quantization_config') as e:
+    gemma_model.load(weights=folder)
+  assert "'compressed-tensors'" in str(e.value)
+
+
+def test_an_empty_quantization_config_is_no_quantization():
+  raw = dict(hf_config.config_to_hf(config_lib.tiny_gemma4_e2b()), quantization_config=None)
+  assert hf_config.config_from_hf(raw) == config_lib.tiny_gemma4_e2b()
+
+
 def test_gemma4_norms_are_stored_as_they_act():
   """transformers' Gemma4RMSNorm multiplies by its weight (Gemma 3's by 1 + weight)."""
   config = config_lib.tiny_gemma4_31b()
