@@ -499,12 +499,16 @@ class ShardedStore:
     """(block, page_layout) under `key`: as `read`, with the rows each layer keeps (None for
     a plain block)."""
     key = self._checked_key(key)
-    if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
-      raise store_lib.InvalidBlockError(
-        self._where(key), f'a block splits only kv heads; sharding {sharding.spec} splits more'
-      )
-    heads = sharding.spec[2] if len(sharding.spec) > 2 else None
-    return self._read(key, lambda source, stored, meta: _dividing(sharding.mesh, heads, stored))
+
+    def split(source, heads, meta):  # after the manifest is read: a missing block is named so
+      if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
+        raise store_lib.InvalidBlockError(
+          self._where(key), f'a block splits only kv heads; sharding {sharding.spec} splits more'
+        )
+      axis = sharding.spec[2] if len(sharding.spec) > 2 else None
+      return _dividing(sharding.mesh, axis, heads)
+
+    return self._read(key, split)
 
   def _read(self, key: str, split) -> tuple[blocks.KVBlock, store_pages.Layout | None]:
     """`read_page` with each of the block's arrays in the sharding `split(name, kv heads,
