@@ -136,6 +136,10 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
   halved = block.replace(v_tail=block.v_tail.astype('bfloat16'))
   with pytest.raises(store_lib.InvalidBlockError, match=r'block v_tail is bfloat16\[5, 7, 1, 16\]'):
     store.put(halved)
+  v_tail = np.array(block.v_tail)
+  v_tail[1, 3, 0, 2] = np.nan
+  with pytest.raises(store_lib.InvalidBlockError, match=r'v_tail\[1, 3, 0, 2\] is nan'):
+    store.put(block.replace(v_tail=v_tail))
   assert store.list() == []
   key = store.put(block)
   other = sharding.shard_model(gemma_model.tiny(seed=1), sharding.make_mesh(1, 1))
@@ -153,6 +157,10 @@ def test_refusals_name_the_block_and_the_cause(captured, tmp_path):
     )
   manifest = tmp_path / key / 'manifest.json'
   data = json.loads(manifest.read_text())
+  paged = {**data, 'page_layout': {'rows': [[0, PREFIX]] * 5 + [[1, PREFIX]]}}
+  manifest.write_text(json.dumps(paged))
+  with pytest.raises(store_lib.CorruptBlockError, match='page_layout beside meta.tail_layers'):
+    store.read(key, model.layout(1).block)
   data['meta']['start'] = 1
   manifest.write_text(json.dumps(data))
   with pytest.raises(store_lib.CorruptBlockError, match='metadata hashes to'):
