@@ -5,11 +5,12 @@ Started by test_sharded_processes.py, twice (process 0 and 1), each with 2 host 
     python tests/graftjax/sharded_pair.py <process_id> <port> <root> <out.json> [roundtrip|die]
 
 `roundtrip`: prefill, capture (a compact block: the global layer whole, the sliding layers'
-last W - 1 rows), `ShardedStore.put`, restore into a fresh sharded cache, continue; writes what it saw to out.json. `data`: the same with the processes along the
-'data' axis (a batch of two rows, one a process, each row split over its two devices by
-kv heads), capturing the row process 1 holds. `die`: deposits a block of random rows under
-the metadata the roundtrip's block has, and process 1 kills itself (SIGKILL) after
-writing its first chunk of the deposit.
+last W - 1 rows), `ShardedStore.put`, restore into a fresh sharded cache, continue; writes
+what it saw to out.json. `data`: the same with the processes along the 'data' axis (a batch
+of two rows, one a process, each row split over its two devices by kv heads), capturing the
+row process 1 holds. `die`: deposits a compact block of random rows under the metadata the
+roundtrip's block has, and process 1 kills itself (SIGKILL) after writing its first chunk of
+the deposit.
 """
 
 import json
