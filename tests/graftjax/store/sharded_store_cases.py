@@ -229,6 +229,15 @@ def test_a_compact_block_splits_each_array_by_its_own_kv_heads(name, layout, way
     ids[PREFIX:], cache=ours, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   assert np.asarray(out).tobytes() == fresh.tobytes()
+  # On an object store (memory here): the payload under the deposit's own prefix, format 5.
+  memory = sharded_store.ShardedStore(ts.KvStore.open('memory://blocks/').result())
+  assert memory.put(block) == key
+  assert json.loads(memory._manifest_bytes(key))['format'] == sharded_store.PREFIXED_FORMAT
+  again = memory.restore(
+    key, model.init_cache(capacity=CAPACITY), target=model.graft_target, chunk_size=CHUNK
+  )
+  for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(theirs), strict=True):
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
   # Read onto one device: the block store's block, array for array.
   one = sharding.make_mesh(1, 1)
   got = store.read(key, jax.sharding.NamedSharding(one, jax.sharding.PartitionSpec()))
