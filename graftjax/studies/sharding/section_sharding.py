@@ -37,7 +37,8 @@ def finding(results: list[page.Result]) -> str:
 def render(results: list[page.Result]) -> list[str]:
   out = [
     'Gemma with seeded random weights (seed 0) tensor-parallel over a 1 x N mesh of one'
-    " host's devices (models/gemma/sharding.py); blocks go through ShardedStore.",
+    " host's devices (models/gemma/sharding.py); compact blocks go through ShardedStore, each"
+    ' array split by its own kv heads.',
     '',
   ]
   rows = []
@@ -80,6 +81,7 @@ def render(results: list[page.Result]) -> list[str]:
       f'{row["graft_median_s"]:.3f}',
       f'{row["speedup"]:.1f}x',
       page.yes(row['first_token_byte_equal']),
+      f'{row["block_bytes"]:,}',
       f'{max(row["restore_bytes_per_device"]):,}',
     ]
     for r in _mode(results, 'bench')
@@ -94,6 +96,7 @@ def render(results: list[page.Result]) -> list[str]:
       'graft s',
       'speed-up',
       'first token equal',
+      'block bytes (compact)',
       'restore bytes per device (max)',
     )
     out += ['**first token after a graft vs recompute**', '', *page.table(header, rows), '']

@@ -79,3 +79,24 @@ def test_the_page_renders_a_gate_and_a_comparison():
   assert 'sharding/sharded_gate.json' in text and 'a.py' in text
   assert section_sharding.finding(results).startswith('gate 1/1 on 1 x 8 of 8')
   assert 'No run yet' in '\n'.join(section_sharding.render([]))
+
+
+def test_the_page_renders_a_bench_with_its_block_bytes():
+  row = {
+    'prefix_tokens': 4096,
+    'recompute_median_s': 0.9,
+    'graft_median_s': 0.1,
+    'speedup': 9.0,
+    'first_token_byte_equal': True,
+    'block_bytes': 1_234_567,
+    'restore_bytes_per_device': [600_000, 634_407],
+  }
+  bench = {
+    **_sharded(2, []),
+    'mode': 'bench',
+    'result_sha256': 'f' * 64,
+    'determinism': {'device_kind': 'NVIDIA H100', 'jax_version': '0'},
+    'rows': [row],
+  }
+  text = '\n'.join(section_sharding.render([page.Result('sharding/sharded_bench.json', bench)]))
+  assert '1,234,567' in text and '634,407' in text and '9.0x' in text
