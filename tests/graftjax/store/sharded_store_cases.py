@@ -192,8 +192,7 @@ GEMMA4 = {'num_kv_heads': 4, 'num_global_kv_heads': 2}  # 4 sliding, 2 global kv
   [
     ('tiny', 'full', 2),
     ('tiny', 'ring', 2),
-    ('tiny-gemma4-31b', 'full', 2),
-    ('tiny-gemma4-31b', 'ring', 2),
+    ('tiny-gemma4-31b', 'full', 2),  # every array split
     ('tiny-gemma4-31b', 'ring', 4),  # the global layer's 2 kv heads replicated over 4 devices
   ],
 )
