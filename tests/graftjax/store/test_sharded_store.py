@@ -271,21 +271,28 @@ def test_a_compact_block_of_either_local_cache_is_the_block_stores(name, layout,
   assert np.asarray(out).tobytes() == np.asarray(fresh).tobytes()
 
 
-def test_a_compact_block_cut_to_fewer_rows_restores_for_later_queries(captured, tmp_path):
-  """A compact block whose tail keeps 2 rows (`pages.to_page`): stored as it is, grafted
-  only for a first query far enough (the query position reaches `graft`)."""
+@pytest.mark.parametrize('rows', [2, 0])
+def test_a_compact_block_cut_to_fewer_rows_restores_for_later_queries(captured, rows, tmp_path):
+  """A compact block whose tail keeps 2 rows, or none (then no tail arrays), as
+  `pages.to_page` cuts it: stored as it is, grafted only for a first query far enough (the
+  query position reaches `graft`), as the block store restores it."""
   model, _, block, _ = captured
-  cut = pages.to_page(block, model.config, local_rows=2).block
-  assert cut.meta.tail_rows == 2
+  cut = pages.to_page(block, model.config, local_rows=rows).block
+  assert cut.meta.tail_rows == rows and (cut.k_tail is None) == (rows == 0)
   store = sharded_store.ShardedStore(tmp_path)
   key = store.put(cut)
-  assert store_lib.BlockStore(tmp_path).get(key).meta == cut.meta
+  plain = store_lib.BlockStore(tmp_path)
+  assert plain.get(key).meta == cut.meta
   cache = model.init_cache(capacity=CAPACITY)
   with pytest.raises(blocks.PageError):
     store.restore(key, cache, target=model.graft_target, chunk_size=CHUNK, query_position=PREFIX)
   far = blocks.page_exact_from(cut, cut.layout, _windows(model))
-  got = store.restore(key, cache, target=model.graft_target, chunk_size=CHUNK, query_position=far)
-  assert int(got.length) == PREFIX
+  ours = store.restore(key, cache, target=model.graft_target, chunk_size=CHUNK, query_position=far)
+  theirs = restore_lib.restore(
+    plain, key, cache, target=model.graft_target, chunk_size=CHUNK, query_position=far
+  )
+  for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 
 def test_on_eight_host_devices(eight_host_devices):
