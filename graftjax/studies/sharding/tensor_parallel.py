@@ -17,7 +17,10 @@ Modes, one a call (experiments/device/sharded_31b.sh):
             and continues: byte-equal to this process's fresh continuation
   bench     first token after a graft (`ShardedStore.read` + `blocks.graft` +
             one token) vs recompute (prefill + one token), at each prefix
-            length; per-device restore bytes
+            length; the block's bytes and the bytes each device holds of it
+Blocks are compact (a global layer's every row, a sliding layer's last W - 1), captured
+from a full-size or ring local cache (`Settings.local_cache`); `ShardedStore` splits each
+of their arrays by its own kv heads (Gemma 4's global and sliding layers differ).
 """
 
 from __future__ import annotations
