@@ -91,6 +91,11 @@ COVERED = {
   'PREFIXES=32768 bash experiments/device/scale.sh graft': ('check', GPU),
   'SAMPLES=4 bash experiments/device/scale.sh kernels': ('check', GPU),
   'bash experiments/device/gemma4_31b_gate.sh gate': ('check', GPU),
+  **{
+    f'bash experiments/device/sharded_31b.sh {mode}': ('check', GPU)
+    for mode in ('gate', 'kernels', 'restore', 'bench', 'compare')
+  },
+  'DEVICES=2 bash experiments/device/sharded_31b.sh gate': ('check', GPU),
   'MODEL=gemma3-27b:random PREFIXES=1024,4096 bash experiments/device/scale.sh graft': (
     'check',
     GPU,

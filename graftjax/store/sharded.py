@@ -1,17 +1,20 @@
 """Blocks of a sharded cache: each process writes and reads only its devices' kv heads.
 
 `ShardedStore(root)` keeps blocks in the block store's layout (docs/store_format.md,
-docs/sharding.md) with k and v chunked along the kv heads as the cache is split:
+docs/sharding.md) with each k/v array chunked along the kv heads as the cache is split:
 
-    <key>/k/c.<l>.0.<j>.0   layer l, kv heads [j * c, (j + 1) * c)   (chunk_shape [1, n, c, H])
+    <key>/k/c.<l>.0.<j>.0        layer l, kv heads [j * c, (j + 1) * c)   (chunk_shape [1, n, c, H])
+    <key>/k_tail/c.<l>.0.<j>.0   a compact block's tail layer l, its last r rows  ([1, r, ct, Ht])
 
-c is the number of kv heads one device holds. A block whose heads are not split
-(c = K) is written in the block store's own format, byte for byte what
-`BlockStore.put` writes, and either store reads it. A split block's manifest
-names `FORMAT` and is format 4 otherwise.
+c is the number of kv heads one device holds of that array (k, v of the layers a compact
+block keeps whole, k_tail, v_tail of its sliding-window layers: Gemma 4's two groups have
+their own kv heads and head size, and each splits by its own). A block none of whose
+arrays is split (c = K for each) is written in the block store's own format, byte for byte
+what `BlockStore.put` writes, and either store reads it. A split block's manifest names
+`FORMAT` and is format 4 otherwise.
 
 `put` is collective: every process of a `jax.distributed` job calls it with the
-same block (a global jax.Array). Each process writes the chunks of the shards it
+same block (global jax.Arrays). Each process writes the chunks of the shards it
 holds (replica 0 only) and reads them back, the processes exchange the chunks'
 digests, and process 0 publishes the block: on a local root it renames the
 staged folder into place; on other kvstores every chunk lies under the
@@ -25,11 +28,11 @@ raises ConflictingBlockError naming both payloads' digests.
 `read` and `restore` read, on each process, only the chunks overlapping the
 heads its devices hold, each checked against its digest; `reads` counts them.
 
-A page (`put(block, page_layout=...)`, as `BlockStore.put` takes one) keeps its
-whole layers in k, v and the trimmed layers' last rows in k_tail, v_tail, each
-chunked along the kv heads the same way; `read` gives it back as a block with
-zeros in the rows not kept, and `restore` checks it against the model's windows
-first (`blocks.check_page`).
+A page (`put(block, page_layout=...)`, as `BlockStore.put` takes one, of a block that
+holds every row of every layer) keeps its whole layers in k, v and the trimmed layers'
+last rows in k_tail, v_tail, each chunked along the kv heads the same way; `read` gives it
+back as a block with zeros in the rows not kept, and `restore` checks it against the
+model's windows first (`blocks.check_page`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -71,6 +75,7 @@ PREFIXED_FORMAT = 'graftjax.blockstore/5-kv-heads'
 FORMATS = (store_lib.FORMAT, FORMAT, store_lib.PREFIXED_FORMAT, PREFIXED_FORMAT)
 _PREFIXED = (store_lib.PREFIXED_FORMAT, PREFIXED_FORMAT)
 _KV = ('k', 'v')
+_TAILS = ('k_tail', 'v_tail')
 _DIGEST = 'chunk_blake3'
 _ARRAY_DIGEST = 'blake3'
 
@@ -85,17 +90,26 @@ class Reads:
 
 @dataclasses.dataclass(frozen=True)
 class _Part:
-  """One stored array of a block: rows [first, n) of `layers` of the block's k or v."""
+  """One stored array of a block: rows [first, ...) of `layers` of the block's array `source`
+  (k, v, k_tail or v_tail)."""
 
   source: str
   layers: tuple[int, ...]
   first: int
 
 
-def _parts(rows: store_pages.Layout | None, layers: int, n: int) -> dict[str, _Part]:
-  """The arrays a block (rows None) or a page stores, by name (a page's as `page_arrays`)."""
+def _parts(
+  meta: blocks.BlockMeta, rows: store_pages.Layout | None, layers: int, n: int
+) -> dict[str, _Part]:
+  """The arrays a block (rows None) or a page stores, by name (a page's as `page_arrays`):
+  `layers` is the number of layers of the block's k (of a page, of every layer). A compact
+  block's tail arrays are stored as they are."""
   if rows is None:
-    return {name: _Part(name, tuple(range(layers)), 0) for name in _KV}
+    parts = {name: _Part(name, tuple(range(layers)), 0) for name in _KV}
+    if meta.tail_layers and meta.tail_rows:
+      tail = tuple(range(len(meta.tail_layers)))
+      parts.update({f'{name}_tail': _Part(f'{name}_tail', tail, 0) for name in _KV})
+    return parts
   whole = tuple(i for i, (first, _) in enumerate(rows) if first == 0)
   tail = tuple(i for i, (first, _) in enumerate(rows) if first != 0)
   first = rows[tail[0]][0]
@@ -103,6 +117,11 @@ def _parts(rows: store_pages.Layout | None, layers: int, n: int) -> dict[str, _P
   if first < n:
     parts.update({f'{name}_tail': _Part(name, tail, first) for name in _KV})
   return parts
+
+
+def _sources(block: blocks.KVBlock) -> tuple[str, ...]:
+  """The block's k/v arrays: k, v, and k_tail, v_tail where it has them."""
+  return _KV + (_TAILS if block.k_tail is not None else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +174,57 @@ def _block_spec(array: jax.Array) -> tuple[NamedSharding | None, int]:
   heads = sharding.spec[2] if len(sharding.spec) > 2 else None
   target = NamedSharding(sharding.mesh, P(None, None, heads, None))
   return target, target.shard_shape(array.shape)[2]
+
+
+def _part_layout(shape, part: _Part, per_chunk: int, dtype: str) -> _Layout:
+  """How `part` of a source array of `shape` [L, rows, K, H] is stored, c kv heads a chunk."""
+  return _Layout(len(part.layers), shape[1] - part.first, shape[2], shape[3], per_chunk, dtype)
+
+
+def _axis_size(mesh, axes) -> int:
+  """Devices along mesh axis `axes` (a name or a tuple of names)."""
+  axes = axes if isinstance(axes, tuple) else (axes,)
+  return int(np.prod([mesh.shape[a] for a in axes]))
+
+
+def _dividing(mesh, axis, heads: int) -> NamedSharding:
+  """An array [L, rows, K, H] of `heads` kv heads on `mesh`: K split over mesh axis `axis`
+  where that divides it, else replicated."""
+  if axis is not None and heads % _axis_size(mesh, axis):
+    axis = None
+  return NamedSharding(mesh, P(None, None, axis, None))
+
+
+def _cache_split(cache: cache_lib.KVCache, source: str, heads: int, meta) -> NamedSharding:
+  """Where `restore` reads a block's array `source` (of `heads` kv heads) for `cache`: split as
+  the kv heads of the cache array that holds its layers (k, or the ring's ring_k), where
+  that split divides them (`_dividing`); one device for a cache that is not sharded."""
+  layers = meta.tail_layers if source in _TAILS else None
+  if layers is None:  # k, v: the layers kept whole (every layer, but a compact block's tail)
+    layers = [i for i in range(cache.num_layers) if i not in meta.tail_layers] or [0]
+  kind, _ = cache.where(layers[0])
+  array = cache.ring_k if kind == 'ring' else cache.k
+  sharding = getattr(array, 'sharding', None)
+  if not isinstance(sharding, NamedSharding):
+    return NamedSharding(jax.sharding.Mesh(np.asarray(list(array.devices())[:1]), ('one',)), P())
+  spec = tuple(sharding.spec) + (None,) * (5 - len(sharding.spec))
+  return _dividing(sharding.mesh, spec[3], heads)
+
+
+def _source_shapes(parts: dict[str, _Part], layouts: dict[str, _Layout]) -> dict[str, tuple]:
+  """The shape [L, rows, K, H] of each of a block's arrays (k, v, k_tail, v_tail) read back
+  from its stored `parts`: a page's k, v of every layer and row, the rest as stored."""
+  shapes = {}
+  for name, part in parts.items():
+    layout = layouts[name]
+    layers, rows, heads, width = shapes.get(part.source, (0, 0, layout.heads, layout.head_dim))
+    shapes[part.source] = (
+      max(layers, max(part.layers) + 1),
+      max(rows, part.first + layout.rows),
+      heads,
+      width,
+    )
+  return shapes
 
 
 class ShardedStore:
@@ -223,24 +293,33 @@ class ShardedStore:
       raise store_lib.ReadOnlyStoreError(self.root, 'the store was opened read-only')
     meta = block.meta
     positions = _checked_block(block, self.root)  # on every process, before anything is written
-    layers, n, heads, head_dim = block.k.shape
+    layers, n = block.k.shape[:2]
+    if page_layout is not None and meta.tail_layers:
+      raise store_lib.InvalidBlockError(
+        self.root,
+        f'cannot store the page: a block with tail layers {list(meta.tail_layers)} holds only'
+        ' the rows it keeps; it takes no page_layout (only a block that holds every row of'
+        ' every layer does)',
+      )
     try:
       rows = None if page_layout is None else store_pages.checked_layout(page_layout, layers, n)
     except store_errors.MalformedError as e:
       raise store_lib.InvalidBlockError(self.root, f'cannot store the page: {e}') from e
     key = store_lib.key_for(meta, rows)
     where = self._where(key)
-    sharding, per_chunk = _block_spec(block.k)
-    parts = _parts(rows, layers, n)
+    specs = {source: _block_spec(getattr(block, source)) for source in _sources(block)}
+    parts = _parts(meta, rows, layers, n)
     layouts = {
-      name: _Layout(len(part.layers), n - part.first, heads, head_dim, per_chunk, meta.dtype)
+      name: _part_layout(getattr(block, part.source).shape, part, specs[part.source][1], meta.dtype)
       for name, part in parts.items()
     }
-    shards = {source: _own_shards(getattr(block, source), sharding) for source in _KV}
+    shards = {
+      source: _own_shards(getattr(block, source), spec) for source, (spec, _) in specs.items()
+    }
     _agree(_nonfinite(shards, parts), store_lib.InvalidBlockError, self.root)
-    groups = heads // per_chunk
     digests = {
-      name: np.zeros((len(part.layers), groups, 32), np.uint8) for name, part in parts.items()
+      name: np.zeros((layout.layers, layout.groups, 32), np.uint8)
+      for name, layout in layouts.items()
     }
     own = []  # (path in the block, bytes, BLAKE3 hex) of each chunk this process writes
     for source, held in shards.items():
@@ -248,6 +327,7 @@ class ShardedStore:
         for name, part in parts.items():
           if part.source != source:
             continue
+          per_chunk = layouts[name].per_chunk
           for layer, group, chunk in _part_chunks(data, lo, part, per_chunk):
             digest = blake3.blake3(chunk).digest()
             digests[name][layer, group] = np.frombuffer(digest, np.uint8)
@@ -255,14 +335,15 @@ class ShardedStore:
     digests = _combine(digests, where)
     files, manifest = _block_files(key, meta, layouts, positions, digests, rows)
     if self._manifest_bytes(key) is not None:
-      self._check_same(key, manifest, block, rows, sharding)
+      self._check_same(key, manifest, block, rows, specs)
       _barrier(f'sharded put {key} stored')
       return key
     data = None
     if self._local is None:  # format 5: every value under this deposit's own prefix
       data = _agreed_data_id()
       prefix = f'{key}/{data}/'
-      manifest['format'] = PREFIXED_FORMAT if groups > 1 else store_lib.PREFIXED_FORMAT
+      split = manifest['format'] == FORMAT
+      manifest['format'] = PREFIXED_FORMAT if split else store_lib.PREFIXED_FORMAT
       manifest['data'] = data
     else:
       prefix = f'.tmp/{key}.{_agreed_token()}.sharded/'
@@ -287,7 +368,7 @@ class ShardedStore:
     _barrier(f'sharded put {key} published')
     if self._manifest_bytes(key) is None:
       raise store_lib.StoreIOError(where, 'the deposit finished but no manifest is in place')
-    self._check_same(key, manifest, block, rows, sharding)
+    self._check_same(key, manifest, block, rows, specs)
     return key
 
   def _read_back(self, prefix: str, written: list[tuple[str, str]]) -> str | None:
@@ -348,7 +429,7 @@ class ShardedStore:
     else:
       store_commit.discard(self._kv, key, data)
 
-  def _check_same(self, key, manifest, block, rows, sharding) -> None:
+  def _check_same(self, key, manifest, block, rows, specs) -> None:
     """Raises ConflictingBlockError unless the block published under `key` holds the
     payload `manifest` describes (`block`'s): by array digests where both are chunked
     alike, else by reading the stored block's bytes (collective)."""
@@ -363,7 +444,7 @@ class ShardedStore:
       same = all(ours[name][_ARRAY_DIGEST] == theirs[name][_ARRAY_DIGEST] for name in ours)
       how = ''
     else:
-      same = self._same_bytes(key, block, rows, sharding)
+      same = self._same_bytes(key, block, rows, specs)
       how = ' (chunked under another kv-head split; the bytes compared)'
     if not same:
       raise store_lib.ConflictingBlockError(
@@ -373,19 +454,18 @@ class ShardedStore:
         ' (`BlockStore.quarantine`), then put the right one',
       )
 
-  def _same_bytes(self, key, block, rows, sharding) -> bool:
+  def _same_bytes(self, key, block, rows, specs) -> bool:
     """Whether the stored block's kept rows are `block`'s, each process comparing the
-    shards it holds (the verdict agreed by all)."""
-    read_in = sharding or NamedSharding(
-      jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('one',)), P()
-    )
-    stored, _ = self.read_page(key, read_in)
+    shards it holds (the verdict agreed by all); `specs` are `_block_spec` of each of the
+    block's arrays."""
+    one = NamedSharding(jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('one',)), P())
+    stored, _ = self._read(key, lambda source, *_: specs[source][0] or one)
     layers, n = block.k.shape[:2]
     differs = None
-    for source in _KV:
-      theirs = dict(_own_shards(getattr(stored, source), sharding))
-      for lo, data in _own_shards(getattr(block, source), sharding):
-        for part in _parts(rows, layers, n).values():
+    for source, (spec, _) in specs.items():
+      theirs = dict(_own_shards(getattr(stored, source), spec))
+      for lo, data in _own_shards(getattr(block, source), spec):
+        for part in _parts(block.meta, rows, layers, n).values():
           kept = np.s_[list(part.layers), part.first :]
           if part.source == source and data[kept].tobytes() != theirs[lo][kept].tobytes():
             differs = f'{source}: kv heads from {lo} differ'
@@ -398,11 +478,14 @@ class ShardedStore:
   # ---- reading -------------------------------------------------------------
 
   def read(self, key: str, sharding: NamedSharding) -> blocks.KVBlock:
-    """The block under `key` with k, v [L, n, K, H] as global arrays in `sharding`.
+    """The block under `key` with its arrays (k, v [L, n, K, H]; a compact block's k_tail,
+    v_tail [Lt, r, Kt, Ht] too) as global arrays in `sharding`.
 
-    Each process reads the chunks overlapping the kv heads its devices hold
-    in `sharding`, each chunk once (devices holding the same heads share
-    it), checking each against its digest; positions are read by every process.
+    Each array's kv heads split as `sharding` says where its split divides them, and are
+    replicated over it where it does not (Gemma 4's global layers hold fewer kv heads than
+    its sliding ones), as `sharding.layout` splits a cache. Each process reads the chunks
+    overlapping the kv heads its devices hold, each chunk once (devices holding the same
+    heads share it), checking each against its digest; positions are read by every process.
     For a page, the rows it does not keep are zeros (see `read_page`).
 
     Raises:
@@ -416,11 +499,21 @@ class ShardedStore:
     """(block, page_layout) under `key`: as `read`, with the rows each layer keeps (None for
     a plain block)."""
     key = self._checked_key(key)
+
+    def split(source, heads, meta):  # after the manifest is read: a missing block is named so
+      if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
+        raise store_lib.InvalidBlockError(
+          self._where(key), f'a block splits only kv heads; sharding {sharding.spec} splits more'
+        )
+      axis = sharding.spec[2] if len(sharding.spec) > 2 else None
+      return _dividing(sharding.mesh, axis, heads)
+
+    return self._read(key, split)
+
+  def _read(self, key: str, split) -> tuple[blocks.KVBlock, store_pages.Layout | None]:
+    """`read_page` with each of the block's arrays in the sharding `split(name, kv heads,
+    meta)` gives it (name: k, v, k_tail or v_tail)."""
     manifest, meta, layouts, rows = self._manifest(key)
-    if tuple(sharding.spec[:2]) not in ((), (None,), (None, None)):
-      raise store_lib.InvalidBlockError(
-        self._where(key), f'a block splits only kv heads; sharding {sharding.spec} splits more'
-      )
     n = len(meta.token_ids)
     positions = np.frombuffer(self._chunk(key, manifest, 'positions', 0, 'positions/c.0'), '<i4')
     if not np.array_equal(positions, meta.first_position + meta.shift + np.arange(n)):
@@ -430,29 +523,27 @@ class ShardedStore:
         f' {meta.first_position} + shift {meta.shift} and count up',
       )
     fetched: dict[str, np.ndarray] = {}  # chunk path -> its [rows, c, H], read once
-    whole = layouts['k']
-    layers = whole.layers if rows is None else len(rows)
-    shape = (layers, n, whole.heads, whole.head_dim)
-    parts = _parts(rows, layers, n)
+    layers = layouts['k'].layers if rows is None else len(rows)
+    parts = _parts(meta, rows, layers, n)
+    shapes = _source_shapes(parts, layouts)
+    dtype = _dtype(meta.dtype)
 
     def piece(index, source):
-      lo, hi, _ = index[2].indices(whole.heads)
-      out = np.zeros((layers, n, hi - lo, whole.head_dim), _dtype(whole.dtype))
+      shape = shapes[source]
+      lo, hi, _ = index[2].indices(shape[2])
+      out = np.zeros((shape[0], shape[1], hi - lo, shape[3]), dtype)
       for name, part in parts.items():
         if part.source == source:
           got = self._heads(key, manifest, layouts[name], name, lo, hi, fetched)
           out[list(part.layers), part.first :] = got
       return out[index[0], index[1], :, index[3]]
 
-    arrays = {
-      name: jax.make_array_from_callback(
-        shape, sharding, lambda index, name=name: piece(index, name)
+    arrays = {}
+    for source, shape in shapes.items():
+      arrays[source] = jax.make_array_from_callback(
+        shape, split(source, shape[2], meta), lambda index, source=source: piece(index, source)
       )
-      for name in _KV
-    }
-    block = blocks.KVBlock(
-      k=arrays['k'], v=arrays['v'], positions=positions.astype(np.int32), meta=meta
-    )
+    block = blocks.KVBlock(positions=positions.astype(np.int32), meta=meta, **arrays)
     return block, rows
 
   def restore(
@@ -467,24 +558,19 @@ class ShardedStore:
   ) -> cache_lib.KVCache:
     """`blocks.graft` of the block under `key` into `cache`, reading only its shards.
 
-    The block is read in the cache's own split of kv heads (`cache.k`'s
-    sharding), so each device receives exactly the heads it holds. A page is
-    first checked against the model's `windows` (W per layer, None for a global
-    layer) and the first query's position (`blocks.check_page`).
+    Each of the block's arrays is read in the split of kv heads of the cache array that
+    holds its layers (`cache.k` or the ring's `cache.ring_k`: a compact block's whole
+    layers and its tail may lie in either), so each device receives exactly the heads it
+    holds; where that split does not divide the stored heads (a packed block of layout 3)
+    the array is read whole onto each device. A page is first checked against the
+    model's `windows` (W per layer, None for a global layer) and the first query's position
+    (`blocks.check_page`).
 
     Raises:
       blocks.PageError: a page without `windows`, or one that drops rows a query sees.
       blocks.GraftError, and the store's errors as `read`.
     """
-    sharding = cache.k.sharding
-    if isinstance(sharding, NamedSharding):
-      spec = tuple(sharding.spec) + (None,) * (5 - len(sharding.spec))
-      sharding = NamedSharding(sharding.mesh, P(None, None, spec[3], None))
-    else:
-      sharding = NamedSharding(
-        jax.sharding.Mesh(np.asarray(list(cache.k.devices())[:1]), ('one',)), P()
-      )
-    block, rows = self.read_page(key, sharding)
+    block, rows = self._read(key, functools.partial(_cache_split, cache))
     try:
       if rows is not None:
         if windows is None:
@@ -493,7 +579,9 @@ class ShardedStore:
             " model's windows to check that its layers keep what a query sees"
           )
         blocks.check_page(block, rows, windows, query_position=query_position)
-      return blocks.graft(cache, block, target=target, **graft_options)
+      return blocks.graft(
+        cache, block, target=target, query_position=query_position, **graft_options
+      )
     except blocks.GraftError as e:  # the same kind of error, naming the block
       raise type(e)(f'{self._where(key)}: {e}') from e
 
@@ -627,7 +715,7 @@ def _block_files(key, meta, layouts, positions, digests, rows) -> tuple[dict[str
   }
   files['positions/zarr.json'] = _zarr_json('int32', [n], [n])
   manifest = {
-    'format': store_lib.FORMAT if layouts['k'].groups == 1 else FORMAT,
+    'format': FORMAT if any(layout.groups > 1 for layout in layouts.values()) else store_lib.FORMAT,
     'key': key,
     'layout_version': meta.layout_version,
     'meta': meta.to_json(),
@@ -726,29 +814,29 @@ def _part_chunks(data: np.ndarray, lo: int, part: _Part, per_chunk: int):
 
 def _checked_block(block: blocks.KVBlock, root: str) -> np.ndarray:
   """The block's positions as little-endian int32 [n]; InvalidBlockError unless it is storable
-  exactly: a dtype the store keeps, k and v [L, n, K, H] of it, positions as its metadata says."""
+  exactly: a dtype the store keeps, k and v [L, n, K, H] of it (a compact block's k_tail, v_tail
+  [len(tail_layers), tail_rows, Kt, Ht]), positions as its metadata says."""
   meta = block.meta
   n = len(meta.token_ids)
   if not n:
     raise store_lib.InvalidBlockError(root, 'cannot store an empty block')
-  if block.k_tail is not None:
-    raise store_lib.InvalidBlockError(
-      root,
-      f'block holds the last {meta.tail_rows} rows of tail layers {list(meta.tail_layers)}'
-      ' (compact): this store writes every row of every layer; capture it with a target'
-      ' that names no windows, or store it in a BlockStore',
-    )
   if meta.dtype not in store_lib.KV_DTYPES:
     raise store_lib.InvalidBlockError(
       root, f'cannot store k/v of dtype {meta.dtype!r}; only {store_lib.KV_DTYPES}'
     )
-  for name in _KV:
+  for name in _sources(block):
     array = getattr(block, name)
-    if np.dtype(array.dtype).name != meta.dtype or len(array.shape) != 4 or array.shape[1] != n:
+    layers, rows = ('L', n) if name in _KV else (len(meta.tail_layers), meta.tail_rows)
+    if (
+      np.dtype(array.dtype).name != meta.dtype
+      or len(array.shape) != 4
+      or array.shape[1] != rows
+      or layers not in ('L', array.shape[0])
+    ):
       raise store_lib.InvalidBlockError(
         root,
         f'block {name} is {np.dtype(array.dtype).name}{list(array.shape)}, its metadata'
-        f' says {meta.dtype}[L, {n}, K, H]',
+        f' says {meta.dtype}[{layers}, {rows}, K, H]',
       )
   positions = np.asarray(block.positions)
   expected = meta.first_position + meta.shift + np.arange(n, dtype=np.int64)
@@ -795,26 +883,37 @@ def _checked_layouts(
   (ValueError)."""
   n = len(meta.token_ids)
   entries = manifest['arrays']
-  k = entries['k']
-  shape, chunk_shape = k['shape'], k['chunk_shape']
-  if len(shape) != 4 or len(chunk_shape) != 4:
+  shape = entries['k']['shape']
+  if len(shape) != 4:
     raise ValueError(f'arrays.k.shape {shape}, expected [L, rows, K, H]')
   rows = None
   layers = shape[0]
   if 'page_layout' in manifest:
+    if meta.tail_layers:
+      raise ValueError(
+        f'page_layout beside meta.tail_layers {list(meta.tail_layers)}: a compact block'
+        ' records its rows in its metadata'
+      )
     layers = len(manifest['page_layout']['rows'])
     rows = store_pages.checked_layout(manifest['page_layout']['rows'], layers, n)
-  parts = _parts(rows, layers, n)
+  parts = _parts(meta, rows, layers, n)
   if set(entries) != {*parts, 'positions'}:
     raise ValueError(f'arrays {sorted(entries)}, expected {sorted({*parts, "positions"})}')
-  per_chunk, heads, head_dim = chunk_shape[2], shape[2], shape[3]
-  if per_chunk <= 0 or heads % per_chunk:
-    raise ValueError(f'arrays.k.chunk_shape {chunk_shape} does not tile {shape} by kv heads')
   layouts = {}
   for name, part in parts.items():
-    layout = _Layout(len(part.layers), n - part.first, heads, head_dim, per_chunk, meta.dtype)
+    # v is stored as k, v_tail as k_tail; a page's tail in k's heads.
+    reference = entries['k_tail' if part.source in _TAILS else 'k']
+    ref_shape, chunk_shape = reference['shape'], reference['chunk_shape']
+    if len(ref_shape) != 4 or len(chunk_shape) != 4:
+      raise ValueError(f'arrays.{name}: shape {ref_shape}, chunk_shape {chunk_shape}')
+    per_chunk, heads = chunk_shape[2], ref_shape[2]
+    if per_chunk <= 0 or heads % per_chunk:
+      raise ValueError(f'chunk_shape {chunk_shape} does not tile {ref_shape} by kv heads')
+    source_rows = meta.tail_rows if part.source in _TAILS else n
+    stored = (0, source_rows, heads, ref_shape[3])
+    layout = _part_layout(stored, part, per_chunk, meta.dtype)
     entry = entries[name]
-    want = [1, layout.rows, per_chunk, head_dim]
+    want = [1, layout.rows, per_chunk, layout.head_dim]
     if entry['shape'] != list(layout.shape) or entry['chunk_shape'] != want:
       raise ValueError(
         f'arrays.{name} is {entry["shape"]}/{entry["chunk_shape"]}, expected'
@@ -830,10 +929,11 @@ def _checked_layouts(
     if store_lib.array_digest(meta.dtype, entry['shape'], digests) != entry[_ARRAY_DIGEST]:
       raise ValueError(f'arrays.{name}.blake3 does not match its chunk digests')
     layouts[name] = layout
-  if manifest['format'] in (store_lib.FORMAT, store_lib.PREFIXED_FORMAT) and (
-    layouts['k'].groups != 1
-  ):
-    raise ValueError(f'format {store_lib.FORMAT} keeps every kv head in a chunk: {chunk_shape}')
+  split = [name for name, layout in layouts.items() if layout.groups != 1]
+  if manifest['format'] in (store_lib.FORMAT, store_lib.PREFIXED_FORMAT) and split:
+    raise ValueError(
+      f'format {manifest["format"]} keeps every kv head in a chunk: arrays {split} are split'
+    )
   positions = entries['positions']
   if positions['shape'] != [n] or positions['dtype'] != 'int32' or len(positions[_DIGEST]) != 1:
     raise ValueError(f'arrays.positions is {positions["dtype"]}{positions["shape"]}')

@@ -184,6 +184,8 @@ class Layout:
     ring_layers, ring_window: of a 'ring' cache (`KVCache`): its ring k/v split
       as k/v do, its ring positions and segments as positions do; () and 0 for
       the 'full' layout.
+    ring_splits_heads: whether ring k/v split their kv heads (None: as k/v do); differs
+      where the ring caches another head count (Gemma 4: 16 sliding, 4 global kv heads).
   """
 
   mesh: Mesh
@@ -191,6 +193,7 @@ class Layout:
   batch: bool
   ring_layers: tuple[int, ...] = ()
   ring_window: int = 0
+  ring_splits_heads: bool | None = None
 
   def sharding(self, spec: P) -> NamedSharding:
     return NamedSharding(self.mesh, spec)
@@ -210,9 +213,11 @@ class Layout:
     kv = self.sharding(kv_spec(self.splits_heads, self.batch))
     ring = {}
     if self.ring_layers:
+      ring_splits = self.splits_heads if self.ring_splits_heads is None else self.ring_splits_heads
+      ring_kv = self.sharding(kv_spec(ring_splits, self.batch))
       ring = {
-        'ring_k': kv,
-        'ring_v': kv,
+        'ring_k': ring_kv,
+        'ring_v': ring_kv,
         'ring_positions': self.rows,
         'ring_segments': self.rows,
         'ring_layers': self.ring_layers,
@@ -236,13 +241,19 @@ def layout(
   ring_layers: tuple[int, ...] = (),
   ring_window: int = 0,
 ) -> Layout:
+  """The layout of `config`'s caches; k/v and a ring each split by their own kv heads (the
+  full layers' and the ring's, `config.kv_heads_of`), or, with no ring, by `num_kv_heads`."""
   mesh = check_mesh(mesh)
+  full = [i for i in config.cached_layers if i not in ring_layers]
+  heads = config.kv_heads_of(full[0]) if ring_layers and full else config.num_kv_heads
+  ring_heads = config.kv_heads_of(ring_layers[0]) if ring_layers else heads
   return Layout(
     mesh=mesh,
-    splits_heads=cache_splits_heads(config, mesh),
+    splits_heads=_split(heads, mesh.shape[MODEL]),
     batch=_split(batch_size, mesh.shape[DATA]),
     ring_layers=tuple(ring_layers),
     ring_window=ring_window,
+    ring_splits_heads=_split(ring_heads, mesh.shape[MODEL]),
   )
 
 

@@ -4,15 +4,15 @@ Started by test_sharded_processes.py, twice (process 0 and 1), each with 2 host 
 
     python tests/graftjax/sharded_pair.py <process_id> <port> <root> <out.json> [roundtrip|die]
 
-`roundtrip`: prefill, capture, `ShardedStore.put`, restore into a fresh sharded cache,
-continue; writes what it saw to out.json. `data`: the same with the processes along the
-'data' axis (a batch of two rows, one a process, each row split over its two devices by
-kv heads), capturing the row process 1 holds. `die`: deposits a block of random rows under
-the metadata the roundtrip's block has, and process 1 kills itself (SIGKILL) after
-writing its first chunk of the deposit.
+`roundtrip`: prefill, capture (a compact block: the global layer whole, the sliding layers'
+last W - 1 rows), `ShardedStore.put`, restore into a fresh sharded cache, continue; writes
+what it saw to out.json. `data`: the same with the processes along the 'data' axis (a batch
+of two rows, one a process, each row split over its two devices by kv heads), capturing the
+row process 1 holds. `die`: deposits a compact block of random rows under the metadata the
+roundtrip's block has, and process 1 kills itself (SIGKILL) after writing its first chunk of
+the deposit.
 """
 
-import dataclasses
 import json
 import os
 import signal
@@ -52,11 +52,16 @@ def _bytes_read() -> int:
 
 
 def _random_block(model, token_ids):
-  """A block of random rows split as a capture from the model's cache would be."""
-  config = model.config
-  shape = (config.num_layers, len(token_ids), config.num_kv_heads, config.head_dim)
-  rows = np.random.default_rng(1).normal(size=shape).astype(np.float32)
-  placed = sharding.put(rows, model.layout(1).block)
+  """A compact block of random rows split as a capture from the model's cache would be."""
+  config, n = model.config, len(token_ids)
+  tail, r = blocks.kept_rows(model.graft_target, config.num_layers, n)
+  rng = np.random.default_rng(1)
+
+  def placed(layers, rows):
+    shape = (layers, rows, config.num_kv_heads, config.head_dim)
+    return sharding.put(rng.normal(size=shape).astype(np.float32), model.layout(1).block)
+
+  k, k_tail = placed(config.num_layers - len(tail), n), placed(len(tail), r)
   meta = blocks.BlockMeta(
     model_fingerprint=model.fingerprint,
     token_ids=tuple(int(t) for t in token_ids),
@@ -65,8 +70,10 @@ def _random_block(model, token_ids):
     position_scheme=model.position_scheme,
     capacity=CAPACITY,
     chunk_size=CHUNK,  # as `capture` records it: the key of the whole deposit
+    tail_layers=tail,
+    tail_rows=r,
   )
-  return blocks.KVBlock(k=placed, v=placed, positions=np.arange(len(token_ids)), meta=meta)
+  return blocks.KVBlock(k=k, v=k, k_tail=k_tail, v_tail=k_tail, positions=np.arange(n), meta=meta)
 
 
 def main():
@@ -96,16 +103,16 @@ def main():
     return
   cache = model.init_cache(batch_size=batch, capacity=CAPACITY)
   _, cache = model.prefill(ids[:PREFIX], cache=cache, chunk_size=CHUNK, logits='none')
-  fresh, cache = model.prefill(
-    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
-  )
   block = blocks.capture(
     cache,
     blocks.Span(0, PREFIX),
     token_ids=ids[:PREFIX],
-    target=dataclasses.replace(model.graft_target, windows=()),  # every row: this store's form
+    target=model.graft_target,
     chunk_size=CHUNK,
     batch_index=batch - 1,  # with data: the row process 1 holds
+  )
+  fresh, cache = model.prefill(
+    ids[PREFIX:], cache=cache, chunk_size=CHUNK, start_position=PREFIX, logits='all'
   )
   result = {'process': PROCESS_ID, 'devices': jax.device_count(), 'key': None}
   with open(OUT, 'w') as f:  # the key, before the deposit starts
@@ -121,9 +128,16 @@ def main():
     chunk_size=CHUNK,
   )
   ts_bytes = _bytes_read() - before
+  # The rows the block holds: its whole layers' every slot, its tail layers' last r.
+  kept = [
+    (list(block.whole_layers), 0),
+    (list(block.meta.tail_layers), PREFIX - block.meta.tail_rows),
+  ]
   cache_equal = all(
-    np.asarray(a.data)[:, :, :PREFIX].tobytes() == np.asarray(b.data)[:, :, :PREFIX].tobytes()
+    np.asarray(a.data)[layers, :, first:PREFIX].tobytes()
+    == np.asarray(b.data)[layers, :, first:PREFIX].tobytes()
     for name in ('k', 'v')
+    for layers, first in kept
     for a, b in zip(
       getattr(restored, name).addressable_shards,
       getattr(cache, name).addressable_shards,
@@ -144,7 +158,10 @@ def main():
     reads_bytes=store.reads.bytes,
     tensorstore_bytes_read=ts_bytes,
     manifest_bytes=os.path.getsize(manifest),
-    block_kv_bytes=2 * block.k.size * block.k.dtype.itemsize,
+    block_kv_bytes=sum(
+      a.size * a.dtype.itemsize for a in (block.k, block.v, block.k_tail, block.v_tail)
+    ),
+    tail_rows=block.meta.tail_rows,
     positions_bytes=PREFIX * 4,
     heads_held=heads_held,
     rows_held=rows_held,

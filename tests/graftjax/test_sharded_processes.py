@@ -1,5 +1,5 @@
 """Two processes on this machine form one mesh (jax.distributed, CPU collectives):
-a block deposited from the pair is restored into the pair byte-equal, each process
+a compact block (its sliding layers' last W - 1 rows in k_tail, v_tail) deposited from the pair is restored into the pair byte-equal, each process
 writing and reading only its own kv heads (the processes along 'model') or a batch row
 held by one process (along 'data'); a process killed mid-deposit leaves no block."""
 
@@ -125,6 +125,8 @@ def test_deposit_from_the_pair_restores_into_the_pair_byte_equal(pair_runs):
 
 def test_each_process_writes_and_reads_only_its_kv_heads(pair_runs):
   p0, p1 = pair_runs['results']
+  assert p0['tail_rows'] > 0  # a compact block: its tail arrays are split as k, v are
+  assert {w.split('/')[0] for w in p0['written'] if '/c.' in w} >= {'k', 'v', 'k_tail', 'v_tail'}
   # 8 kv heads over 4 devices, 2 a device and 2 devices a process: chunks of 2 heads.
   assert p0['heads_held'] == [[0, 2], [2, 4]] and p1['heads_held'] == [[4, 6], [6, 8]]
   kv = lambda written: {w for w in written if w[0] in 'kv' and '/c.' in w}
