@@ -20,6 +20,9 @@ the block's bytes and the restore over its floor, with the stages of both
 touched memory plus the copy into the device (pinned host-to-device on a
 GPU, a memcpy on CPU), the same verified with the block's hash as a restore
 hashes (BLAKE3 on every core), and the old pageable floor.
+The floor and the restore are also timed in turns, round by round, and set
+median against median (`restore_floor.side_by_side`, `side_by_side` in each row):
+on a CPU shared with other work both sides then meet the same load.
 Making the cache and the first forward are costs recompute pays as well.
 With `--llamacpp_python`, llama.cpp's own `llama_state_seq_load_file`
 restore and its prefill of the same tokens run as the peer (CPU, in that

@@ -50,19 +50,37 @@ class Staging:
   `read` returns are views of it, valid until the next `read` into this
   staging. One restore at a time.
 
+  `early_copies` says whether `read` copies verified layers to the device while
+  later ones are still read (`COPY_BYTES` at a time). By default only off the
+  host CPU: there XLA takes a staging buffer without copying it, so an early
+  `device_put` overlaps nothing and costs only its dispatch (70-120 us each on
+  the 2-core CPU, 1.7-2.2 ms of a 2k-token restore of gemma-3-270m, on the cores
+  that read and hash; the read stage took 0.5-2.7 ms less without them, the
+  whole restore within that machine's noise:
+  experiments/results/graft_speed/logs/restore_install_probe_cpu.txt); the install
+  then takes each array whole.
+
   Attributes:
     device: the device restores install into.
     memory: 'pinned_host' or 'host' (numpy memory).
+    early_copies: whether `read` copies verified layers to the device as they verify.
     timings: seconds of the last restore through it, by stage: 'read_s' (`read`: every
       chunk read and verified, the copies of verified layers dispatched meanwhile),
       'copy_dispatch_s' (of it, dispatching those copies), 'install_s' (`install`:
       its checks, the copies left, the write into the cache and the wait for all).
   """
 
-  def __init__(self, device: jax.Device | None = None, *, memory: str = 'auto'):
+  def __init__(
+    self,
+    device: jax.Device | None = None,
+    *,
+    memory: str = 'auto',
+    early_copies: bool | None = None,
+  ):
     if memory not in ('auto', 'host', 'pinned_host'):
       raise ValueError(f"memory must be 'auto', 'host' or 'pinned_host', got {memory!r}")
     self.device = device or jax.devices()[0]
+    self.early_copies = self.device.platform != 'cpu' if early_copies is None else early_copies
     offers = self.device.platform != 'cpu' and 'pinned_host' in _memory_kinds(self.device)
     if memory == 'pinned_host' and not offers:
       raise ValueError(f'device {self.device} offers no pinned_host memory')
@@ -141,9 +159,9 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
 
   Rows are staged as `blocks.graft` pads them (to a multiple of
   `blocks.INSTALL_BUCKET`, within the capacity), so installs of any length
-  share a few compiled programs. Layers of k and v are copied to the device
-  as they verify, `COPY_BYTES` or more at a time, and positions once verified
-  (`Staged.copies`).
+  share a few compiled programs. With `staging.early_copies`, layers of k and v
+  are copied to the device as they verify, `COPY_BYTES` or more at a time, and
+  positions once verified (`Staged.copies`).
 
   Raises:
     store.StoreError: if the block is missing or does not verify.
@@ -182,7 +200,7 @@ def read(store: store_lib.BlockStore, key: str, staging: Staging, *, capacity: i
 
   staging.timings = {'copy_dispatch_s': 0.0}
   t0 = time.perf_counter()
-  block, layout = store.get_page(key, into=into, on_verified=copy)
+  block, layout = store.get_page(key, into=into, on_verified=copy if staging.early_copies else None)
   staging.timings['read_s'] = time.perf_counter() - t0
   copies = {name: tuple(parts[name]) for name in rows if copied[name] == layers[name]}
   return Staged(block=block, layout=layout, rows=rows, staging=staging, copies=copies)

@@ -263,7 +263,8 @@ def test_read_copies_layers_of_k_and_v_to_the_device_as_they_verify(
   ]
 
   monkeypatch.setattr(restore_lib, 'COPY_BYTES', copy_bytes)
-  staged = restore_lib.read(store, key, restore_lib.Staging(), capacity=CAPACITY)
+  staging = restore_lib.Staging(early_copies=True)
+  staged = restore_lib.read(store, key, staging, capacity=CAPACITY)
   assert sorted(staged.copies) == sorted(arrays)
   (positions,) = staged.copies['positions']
   assert np.asarray(positions)[: PREFIX.size].tobytes() == staged.block.positions.tobytes()
@@ -285,7 +286,9 @@ def test_read_copies_layers_of_k_and_v_to_the_device_as_they_verify(
     local_rows=3,
   )
   page_key = pages.put(store, page)
-  staged = restore_lib.read(store, page_key, restore_lib.Staging(), capacity=CAPACITY)
+  staged = restore_lib.read(
+    store, page_key, restore_lib.Staging(early_copies=True), capacity=CAPACITY
+  )
   for name in ('k', 'v', 'k_tail', 'v_tail'):
     rows = np.concatenate([np.asarray(part) for part in staged.copies[name]])
     kept = np.asarray(getattr(page.block, name))
@@ -302,7 +305,30 @@ def test_restore_from_layer_by_layer_copies_is_byte_equal_to_fresh(
     key,
     tiny_model.init_cache(capacity=CAPACITY),
     target=tiny_model.graft_target,
-    staging=restore_lib.Staging(),
+    staging=restore_lib.Staging(early_copies=True),
+    chunk_size=4,
+  )
+  grafted, _ = continued(tiny_model, cache)
+  assert np.asarray(grafted).tobytes() == fresh.tobytes()
+
+
+def test_on_cpu_read_copies_nothing_early_and_install_takes_whole_arrays(
+  tiny_model, deposited, monkeypatch
+):
+  """On the host CPU XLA takes a staging buffer without copying it: a copy per verified
+  layer overlaps nothing there and costs its dispatch, so none is made while reading."""
+  monkeypatch.setattr(restore_lib, 'COPY_BYTES', 1)
+  store, key, fresh = deposited
+  staging = restore_lib.Staging()
+  assert staging.early_copies == (staging.device.platform != 'cpu')
+  if staging.device.platform != 'cpu':
+    pytest.skip('early copies are off on the host CPU only')
+  staged = restore_lib.read(store, key, staging, capacity=CAPACITY)
+  assert staged.copies == {} and staging.timings['copy_dispatch_s'] == 0.0
+  cache = restore_lib.install(
+    tiny_model.init_cache(capacity=CAPACITY),
+    staged,
+    target=tiny_model.graft_target,
     chunk_size=4,
   )
   grafted, _ = continued(tiny_model, cache)
@@ -377,7 +403,7 @@ def test_restore_of_a_page_needs_the_query_position(tiny_model, page_of_20):
 def test_staging_records_the_stages_of_its_last_restore(tiny_model, deposited, monkeypatch):
   monkeypatch.setattr(restore_lib, 'COPY_BYTES', 1)  # a copy dispatched per verified layer
   store, key, _ = deposited
-  staging = restore_lib.Staging()
+  staging = restore_lib.Staging(early_copies=True)
   restore_lib.restore(
     store,
     key,

@@ -19,10 +19,15 @@ For a block whose files lie under `folder` (warm in the page cache), each the fa
 floor = read + device copy (pinned on a GPU); verified floor = verified read + device copy;
 pageable floor = the old definition, bytes over a one-thread read bandwidth plus a pageable
 host-to-device copy. docs/store_format.md, "Restoring into a cache", says why.
+
+`side_by_side` times the floor's stages and a restore in turns, round by round, and takes
+the median of each: on a CPU shared with other work both sides then meet the same load
+(`measure`'s fastest-of floors meet the quietest moment of theirs).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
 import json
@@ -32,6 +37,7 @@ import time
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from graftjax import restore
@@ -136,6 +142,112 @@ def read_sequential(files: list[pathlib.Path]) -> None:
         pass
 
 
+def side_by_side(
+  folder: pathlib.Path, restore: Callable[[], dict[str, float]], *, repeats: int
+) -> dict:
+  """The floor of the block under `folder` and a restore of it, timed in turns.
+
+  Each of `repeats` rounds (after one untimed) times once each floor stage: 'read' (the
+  files into touched memory on one thread per CPU, each a file at a time in the store's
+  pieces), 'read_one_thread' (the same on one thread), 'copy' (`device_copy`'s copy of the
+  block's bytes), 'hash' (every file hashed as a restore hashes it, on one thread per CPU),
+  'hash_one_thread' (every byte with the format's one-thread hash: a core's hash rate),
+  'verified_read' and 'xla_write' (as many bytes written in place by XLA's
+  `dynamic_update_slice` into a donated device array: what an install's write can reach, not
+  part of the floor); and calls `restore()` once, which returns its stages' seconds by name.
+  Odd rounds run the restore first, so neither side always follows the other.
+
+  Returns:
+    rounds; median_s: the median of each floor stage (floor_<stage>), of each restore stage
+    (restore_<stage>), of 'floor' (per round: the faster read + copy) and of 'restore' (per
+    round: the sum of its stages); restore_over_floor (median over median); rates_Bps: the
+    block's bytes over the medians of read, read_one_thread, copy, hash_one_thread and
+    xla_write.
+  """
+  files = sorted(p for p in folder.rglob('*') if p.is_file())
+  sizes = [p.stat().st_size for p in files]
+  nbytes = sum(sizes)
+  starts = np.cumsum([0, *sizes])
+  memory = np.ones(nbytes, np.uint8)  # touched: no page faults while timed
+  places = [memory[a:b] for a, b in zip(starts, starts[1:])]
+  store_format = json.loads((folder / store_manifest.MANIFEST).read_text())['format']
+  new_hash = lambda size: store_read.chunk_hash(store_format, size)
+  one_thread = lambda size: store_manifest.new_hash(store_format)
+  jobs = list(zip(files, places))
+  device = jax.devices()[0]
+  copy, copy_kind = _copy_call(nbytes, device)
+  # XLA's in-place write of as many bytes (rows of 1 KiB) into a donated buffer of twice as
+  # many, made before each round: what an install's `dynamic_update_slice` can reach.
+  rows = max(1, nbytes // 1024)
+  update = jax.device_put(np.ones((rows, 256), np.float32), device)
+  write = jax.jit(lambda t, u, s: jax.lax.dynamic_update_slice(t, u, (s, 0)), donate_argnums=0)
+  targets = []
+  with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    calls = {
+      'read': lambda: list(pool.map(lambda job: _read_into(*job, None, store_read.PIECE), jobs)),
+      'read_one_thread': lambda: [_read_into(*job, None, store_read.PIECE) for job in jobs],
+      'copy': copy,
+      'hash': lambda: list(pool.map(lambda place: _hashed(new_hash, place), places)),
+      'hash_one_thread': lambda: [_hashed(one_thread, place) for place in places],
+      'verified_read': lambda: list(
+        pool.map(lambda job: _read_into(*job, new_hash, store_read.PIECE), jobs)
+      ),
+      'xla_write': lambda: write(targets.pop(), update, np.int32(rows // 2)),
+    }
+    floor, theirs = collections.defaultdict(list), collections.defaultdict(list)
+    for round_ in range(repeats + 1):
+      targets.append(jax.block_until_ready(jnp.zeros((2 * rows, 256), jnp.float32, device=device)))
+      timed = {}
+      for side in ('restore', 'floor') if round_ % 2 else ('floor', 'restore'):
+        if side == 'restore':
+          timed.update({f'restore_{name}': s for name, s in restore().items()})
+          continue
+        for name, call in calls.items():
+          t0 = time.perf_counter()
+          jax.block_until_ready(call())
+          timed[f'floor_{name}'] = time.perf_counter() - t0
+      if round_:  # the first is untimed
+        for name, s in timed.items():
+          (theirs if name.startswith('restore_') else floor)[name].append(s)
+  floor['floor'] = [
+    min(a, b) + c
+    for a, b, c in zip(floor['floor_read'], floor['floor_read_one_thread'], floor['floor_copy'])
+  ]
+  restore_names = list(theirs)
+  theirs['restore'] = [sum(stages) for stages in zip(*(theirs[n] for n in restore_names))]
+  median = {name: float(np.median(s)) for name, s in {**floor, **theirs}.items()}
+  return {
+    'rounds': repeats,
+    'floor_bytes': nbytes,
+    'copy_kind': copy_kind,
+    'median_s': median,
+    'restore_over_floor': median['restore'] / median['floor'],
+    'rates_Bps': {
+      name: nbytes / median[f'floor_{name}']
+      for name in ('read', 'read_one_thread', 'copy', 'hash_one_thread', 'xla_write')
+    },
+  }
+
+
+def _copy_call(nbytes: int, device: jax.Device) -> tuple[Callable[[], object], str]:
+  """A call that copies `nbytes` into `device` memory as fast as it can be, and its kind:
+  a memcpy between touched buffers on CPU, from pinned host memory on a GPU that offers it,
+  else pageable."""
+  host = np.ones(nbytes, np.uint8)
+  if device.platform == 'cpu':
+    target = np.zeros(nbytes, np.uint8)
+    return lambda: np.copyto(target, host), 'memcpy'
+  kinds = {memory.kind for memory in device.addressable_memories()}
+  if 'pinned_host' not in kinds:
+    return lambda: jax.device_put(host, device), 'pageable_host_to_device'
+  sharding = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
+  pinned = jax.block_until_ready(jax.device_put(host, sharding))
+  return (
+    lambda: jax.device_put(pinned, restore.device_memory(device)),
+    'pinned_host_to_device',
+  )
+
+
 def device_copy(nbytes: int, device: jax.Device, *, repeats: int = 3) -> dict:
   """The fastest copy of `nbytes` into `device` memory: pinned (GPU) or memcpy (CPU).
 
@@ -143,26 +255,12 @@ def device_copy(nbytes: int, device: jax.Device, *, repeats: int = 3) -> dict:
     copy_s, copy_kind ('pinned_host_to_device', 'memcpy' or 'pageable_host_to_device' where
     the device offers no pinned memory) and pageable_copy_s (None on CPU).
   """
+  copy, kind = _copy_call(nbytes, device)
+  copy_s = _fastest(copy, repeats)
+  if kind == 'memcpy':
+    return {'copy_s': copy_s, 'copy_kind': kind, 'pageable_copy_s': None}
+  if kind == 'pageable_host_to_device':
+    return {'copy_s': copy_s, 'copy_kind': kind, 'pageable_copy_s': copy_s}
   host = np.ones(nbytes, np.uint8)
-  if device.platform == 'cpu':
-    target = np.zeros(nbytes, np.uint8)
-    return {
-      'copy_s': _fastest(lambda: np.copyto(target, host), repeats),
-      'copy_kind': 'memcpy',
-      'pageable_copy_s': None,
-    }
   pageable_s = _fastest(lambda: jax.device_put(host, device), repeats)
-  kinds = {memory.kind for memory in device.addressable_memories()}
-  if 'pinned_host' not in kinds:
-    return {
-      'copy_s': pageable_s,
-      'copy_kind': 'pageable_host_to_device',
-      'pageable_copy_s': pageable_s,
-    }
-  sharding = jax.sharding.SingleDeviceSharding(device, memory_kind='pinned_host')
-  pinned = jax.block_until_ready(jax.device_put(host, sharding))
-  return {
-    'copy_s': _fastest(lambda: jax.device_put(pinned, restore.device_memory(device)), repeats),
-    'copy_kind': 'pinned_host_to_device',
-    'pageable_copy_s': pageable_s,
-  }
+  return {'copy_s': copy_s, 'copy_kind': kind, 'pageable_copy_s': pageable_s}

@@ -16,6 +16,19 @@ STAGES = (
   ('restore_install', 'restore: install'),
 )
 
+# Rows timed side by side (`restore_floor.side_by_side`): medians, in milliseconds.
+SIDE_BY_SIDE = (
+  ('floor_read', 'floor: read'),
+  ('floor_read_one_thread', 'floor: read, one thread'),
+  ('floor_copy', 'floor: copy'),
+  ('floor_hash_one_thread', 'hash on one core'),
+  ('floor_verified_read', 'verified read'),
+  ('restore_read', 'restore: read'),
+  ('restore_install', 'restore: install'),
+  ('floor', 'floor'),
+  ('restore', 'restore'),
+)
+
 
 def render(results: list[page.Result]) -> list[str]:
   rows = []
@@ -79,7 +92,15 @@ def render(results: list[page.Result]) -> list[str]:
   staged = [(r, row) for r in results for row in r.data['rows'] if 'stages_s' in row]
   if not staged:
     return [intro, ''] + page.table(header, rows)
-  return [intro, '', *page.table(header, rows), '', *_stages(staged)]
+  paired = [(r, row) for r, row in staged if 'side_by_side' in row]
+  return [
+    intro,
+    '',
+    *page.table(header, rows),
+    '',
+    *_stages(staged),
+    *(['', *_side_by_side(paired)] if paired else []),
+  ]
 
 
 def _stages(staged) -> list[str]:
@@ -128,5 +149,50 @@ def _stages(staged) -> list[str]:
     ' cache), medians of the timed restores. "best restore / floor" takes the fastest restore,'
     ' as the floor takes the fastest of its runs (on a CPU of few cores shared with other'
     ' work, medians move with that work).'
+  )
+  return [intro, '', *page.table(header, rows)]
+
+
+def _side_by_side(paired) -> list[str]:
+  """Rows whose floor and restore were timed in turns: the medians of each stage, the restore
+  over its floor, and the read and install over the floor's read and copy."""
+  rows = []
+  for r, row in paired:
+    median = row['side_by_side']['median_s']
+    ratio = row['side_by_side']['restore_over_floor']
+    read = min(median['floor_read'], median['floor_read_one_thread'])
+    rows.append(
+      [
+        page.cite(r),
+        r.device.split(',')[0],
+        f'{row["prefix_tokens"]:,}',
+        row['side_by_side']['rounds'],
+        *(f'{1e3 * median[name]:.2f}' for name, _ in SIDE_BY_SIDE),
+        f'{ratio:.2f}',
+        *(page.yes(ratio <= goal) for goal in RESTORE_GOALS),
+        f'{median["restore_read"] / read:.2f}',
+        f'{median["restore_install"] / median["floor_copy"]:.2f}',
+        f'{median["floor_hash_one_thread"] / median["floor"]:.2f}',
+      ]
+    )
+  header = (
+    'file',
+    'device',
+    'prefix tokens',
+    'rounds',
+    *(f'{label} ms' for _, label in SIDE_BY_SIDE),
+    'restore / floor',
+    *(f'within {goal:g}x' for goal in RESTORE_GOALS),
+    'restore read / floor read',
+    'install / floor copy',
+    'one-core hash / floor',
+  )
+  intro = (
+    'The same blocks with the floor and the restore timed in turns (`restore_floor.side_by_side`):'
+    ' each round times every floor stage once and one restore (a new cache made untimed), the'
+    ' order alternating; medians per stage. Floor = the faster read (all threads or one) + copy,'
+    ' round by round. "one-core hash / floor" is what hashing every byte costs one core against'
+    ' the whole floor: where the cores are busy with other work, a verified restore cannot come'
+    ' nearer its floor than 1 plus that.'
   )
   return [intro, '', *page.table(header, rows)]

@@ -52,6 +52,16 @@ def test_bench_graft_smoke(tmp_path, local_cache):
       'restore_copy_dispatch',
       'restore_install',
     }
+    # the floor and the restore timed in turns: medians of each stage, set side by side
+    side = row['side_by_side']
+    median = side['median_s']
+    assert side['rounds'] == 3 and row['restore_over_floor_side_by_side'] == (
+      median['restore'] / median['floor']
+    )
+    assert {'restore_read', 'restore_install', 'floor_hash_one_thread', 'floor_xla_write'} <= set(
+      median
+    )
+    assert all(rate > 0 for rate in side['rates_Bps'].values())
     # the prefix in chunks of 16, then in one call; the fastest is the recompute
     sweep = row['recompute_sweep']
     assert [(r['chunk_size'], r['one_call']) for r in sweep] == [
