@@ -129,17 +129,27 @@ def test_the_padded_query_computes_what_the_plain_one_does(text_model, library):
   np.testing.assert_allclose(padded.first_logits, np.asarray(plain[0]), rtol=1e-4, atol=1e-4)
 
 
-def test_padding_stays_within_the_library_capacity(text_model, tmp_path):
+def test_padding_stays_within_the_library_capacity(text_model, library):
   """A query whose bucket would not fit is padded only as far as the capacity allows."""
-  library = library_lib.Library(tmp_path, shape=library_lib.Shape(capacity=120, chunk_size=64))
-  entry = deposit(text_model, library, LONGER)  # 69 + 47 + 3 = 119 slots: no room for 64
-  out = ask(text_model, library, entry, LONGER, max_new_tokens=3)
+  # 206 + 47 + 3 = 256 slots: room for the query's 47 tokens, not for its bucket of 48.
+  it = item(3, LONGER.question, LONGER.answer)
+  entry = library.deposit(
+    text_model,
+    item=it,
+    verifier=last_word,
+    solution='x' * 136 + ' it is 5',
+    source='reference',
+    tokens_spent=0,
+  )
+  assert entry.block_tokens + 47 + 3 == SHAPE.capacity
+  out = ask(text_model, library, entry, it, max_new_tokens=3)
+  assert out.query_tokens == 47
   prompted = answer_lib.answer_prompted(
-    text_model, library, entry, LONGER.question, mode='recall', max_new_tokens=3
+    text_model, library, entry, it.question, mode='recall', max_new_tokens=3
   )
   assert out.first_logits.tobytes() == prompted.first_logits.tobytes()
   with pytest.raises(ValueError, match='exceed'):
-    ask(text_model, library, entry, LONGER, max_new_tokens=5)
+    ask(text_model, library, entry, it, max_new_tokens=5)
 
 
 def test_a_deposit_of_a_new_length_in_the_same_bucket_compiles_nothing(text_model, library):
@@ -195,10 +205,12 @@ def test_a_sweep_of_rooms_near_capacity_compiles_a_few_shapes(text_model, tmp_pa
   assert n % 16 == 1
   probe = library_lib.Library(tmp_path / 'probe', shape=SHAPE)
   start = deposit(text_model, probe, LONGER).block_tokens
-  # Block k holds start + 1 + extra + k tokens, so rooms run from n + 15 down to n.
-  shape = library_lib.Shape(capacity=-(-(start + n + 19) // 16) * 16, chunk_size=16)
+  # Block k holds start + 1 + extra + k tokens, so rooms run from n + 15 down to n. The
+  # capacity is the other tests': the sweep shares their compiled programs.
+  shape = SHAPE
   library = library_lib.Library(tmp_path / 'near', shape=shape)
   extra = shape.capacity - (start + n + 19)
+  assert extra >= 0
   entries = []
   for k in range(16):
     it = item(100 + k, LONGER.question, '5')
