@@ -223,7 +223,7 @@ def test_gc_reclaims_what_a_dead_writer_staged_and_keeps_what_a_manifest_names(b
 
 
 # The stress test: writers and deleters on a few keys, each key with two payloads.
-_KEYS, _WRITERS, _DELETERS, _SECONDS, _GRACE = 6, 4, 2, 10.0, 2.0
+_KEYS, _WRITERS, _DELETERS, _SECONDS, _GRACE = 6, 4, 2, 4.0, 2.0
 
 
 @pytest.mark.slow
