@@ -34,7 +34,7 @@ def grown(tmp_path_factory):
     dtype='float32',
     impl='xla',
     store_dir=folder,
-    page_tokens=48,
+    page_tokens=32,  # one chunk: one prefill shape per batch size
     local_rows=0,
     window_slots=256,
     sizes=[8, 3],  # measured smallest first, whatever the order given
@@ -54,7 +54,7 @@ def test_result_holds_the_summary_the_results_page_reads(grown):
   _, _, result = grown
   s = result['summary']
   assert s['complete'] and s['window_slots'] == 256
-  assert s['stored_tokens'] == 8 * 48 and set(s['access_latency_s']) == {'3', '8'}
+  assert s['stored_tokens'] == 8 * 32 and set(s['access_latency_s']) == {'3', '8'}
   assert all(v > 0 for v in s['access_latency_s'].values())
   assert s['install_byte_exact'] is False  # xla: the install crosses cache shapes
   assert s['bytes_on_disk'] > 0 and s['live_array_bytes']['8'] > 0
@@ -100,8 +100,9 @@ def test_figure_is_written_beside_the_result(tmp_path, grown):
 @pytest.mark.slow
 def test_batched_pages_are_byte_equal_to_pages_made_alone_under_invariant_kernels():
   model = paging_scale.load_model('tiny', dtype='float32', impl='pallas')
-  plan = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=40, num_pages=3, seed=0)
-  kwargs = dict(capacity=paging_scale.prefill_capacity(40), chunk_size=32, local_rows=0)
+  # Two chunks of one width: the second reads the cache the first wrote, one shape per batch.
+  plan = paging_scale.plan_pages(corpus.ByteTokenizer(), page_tokens=32, num_pages=2, seed=0)
+  kwargs = dict(capacity=paging_scale.prefill_capacity(32), chunk_size=16, local_rows=0)
   together = paging_scale.make_pages(model, plan.ids, **kwargs)
   for row, page in zip(plan.ids, together):
     (alone,) = paging_scale.make_pages(model, row[None], **kwargs)
@@ -129,7 +130,7 @@ def test_a_plan_made_alone_is_the_plan_the_run_uses(tmp_path, grown):
     dtype='float32',
     impl='xla',
     store_dir=tmp_path / 's',
-    page_tokens=48,
+    page_tokens=32,
     num_pages=8,
     seed=0,
   )
