@@ -28,20 +28,24 @@ def _paths(value, where=()):
       yield from _paths(v, (*where, i))
 
 
-def _replaced(result, path, value):
-  out = copy.deepcopy(result)
-  node = out
+def _along(result, path):
+  """A copy of `result` whose containers along `path` are new, the rest shared with
+  `result`; and the container `path[-1]` indexes in the copy."""
+  out = node = copy.copy(result)
   for k in path[:-1]:
+    node[k] = copy.copy(node[k])
     node = node[k]
+  return out, node
+
+
+def _replaced(result, path, value):
+  out, node = _along(result, path)
   node[path[-1]] = value
   return out
 
 
 def _removed(result, path):
-  out = copy.deepcopy(result)
-  node = out
-  for k in path[:-1]:
-    node = node[k]
+  out, node = _along(result, path)
   del node[path[-1]]
   return out
 
@@ -87,6 +91,7 @@ def test_any_field_of_any_type_or_missing_is_a_problem_never_a_traceback():
         silent.append(f'{path} = {what}')
   assert not crashed, '\n'.join(crashed[:40]) + f'\n({len(crashed)} in all)'
   assert not silent, '\n'.join(silent[:40]) + f'\n({len(silent)} in all)'
+  assert clean == test_rescore.make_result()  # the changed copies shared it untouched
 
 
 def _signed(tmp_path, change):
