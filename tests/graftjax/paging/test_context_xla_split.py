@@ -54,9 +54,9 @@ def model():
   )
 
 
-def prefill_alone(model, ids, capacity=CAPACITY):
+def prefill_alone(model, ids):
   _, cache = model.prefill(
-    ids, cache=model.init_cache(capacity=capacity), chunk_size=CHUNK, logits='none'
+    ids, cache=model.init_cache(capacity=CAPACITY), chunk_size=CHUNK, logits='none'
   )
   return blocks.capture(
     cache,
@@ -158,12 +158,14 @@ def test_a_block_moved_by_less_than_a_split_is_not_exact(model, captured):
     pytest.skip('on this machine the split-straddling block happened to round alike')
 
 
-def test_refusals_off_the_split_invariant_path(model, library):
+def test_refusals_off_the_split_invariant_path(model, library, captured):
   store, catalog, keys = library
   with pytest.raises(compose.ComposeError, match='splits anchored at absolute slots'):
     context_lib.PagedContext(model.with_impl('xla'), store, catalog, capacity=CAPACITY)
-  # XLA rows depend on the cache's shape: a page computed in another capacity is refused.
-  other = prefill_alone(model, ids_of(TEXTS['river']), capacity=2 * CAPACITY)
+  # XLA rows depend on the cache's shape: a page computed in another capacity is refused (the
+  # capacity a block records is the one it was captured in: blocks' own tests check that).
+  river = captured['river']
+  other = dataclasses.replace(river, meta=dataclasses.replace(river.meta, capacity=2 * CAPACITY))
   with pytest.raises(compose.ComposeError, match='computed in a cache of 2048 slots'):
     compose.place(model, [other], capacity=CAPACITY)
 
@@ -172,20 +174,10 @@ def test_blocks_of_other_chunk_sizes_are_not_composed(model, captured):
   """Off the chunk-invariant kernels a row's bits depend on its chunk: blocks of two chunk
   sizes have no one fresh reference (fails on the code before: they were composed), nor has
   a block that records none."""
-  river = captured['river']
-  _, cache = model.prefill(
-    ids_of(TEXTS['stone']),
-    cache=model.init_cache(capacity=CAPACITY),
-    chunk_size=2 * CHUNK,
-    logits='none',
-  )
-  stone = blocks.capture(
-    cache,
-    blocks.Span(0, len(ids_of(TEXTS['stone']))),
-    token_ids=ids_of(TEXTS['stone']),
-    target=model.graft_target,
-    chunk_size=2 * CHUNK,
-  )
+  river, stone = captured['river'], captured['stone']
+  # A block records the chunk it was prefilled in (blocks' own tests check that): the stone
+  # block as if prefilled in chunks of 2 * CHUNK.
+  stone = dataclasses.replace(stone, meta=dataclasses.replace(stone.meta, chunk_size=2 * CHUNK))
   with pytest.raises(compose.ComposeError, match=f'#0: {CHUNK}, #1: {2 * CHUNK}'):
     compose.place(model, [river, stone], capacity=CAPACITY)
   every_row = {}  # a block of layout 2: every row of every layer in k, v
