@@ -348,7 +348,11 @@ class FaultyProxy:
     self._server = Server((HOST, 0), Handler)
     self._server.daemon_threads = True
     self.url = f'http://{HOST}:{self._server.server_address[1]}'
-    self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    # `close` waits for the serving loop's next poll (0.5 s by default): a short poll closes
+    # each of a test's proxies at once.
+    self._thread = threading.Thread(
+      target=self._server.serve_forever, kwargs={'poll_interval': 0.01}, daemon=True
+    )
     self._thread.start()
 
   def close(self) -> None:
