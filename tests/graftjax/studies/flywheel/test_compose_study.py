@@ -8,6 +8,8 @@ from graftjax.flywheel import library as library_lib
 from graftjax.flywheel import loop
 from graftjax.flywheel import tasks
 from graftjax.flywheel import verifiers
+from graftjax.models.gemma import config as gemma_config
+from graftjax.models.gemma import model as gemma_model
 from graftjax.studies.flywheel import compose
 
 SETUP = compose.Setup(capacity=1024, chunk_size=16, recall_tokens=4, solve_tokens=6)
@@ -34,8 +36,11 @@ def _item(i, a, b, *, prefix='q', template=None, solution=None):
 
 
 @pytest.fixture(scope='module')
-def model(text_model):
-  return text_model.with_position_scheme('rope_relative').with_impl('pallas')
+def model():
+  """The tiny model cut to one sliding-window layer and one global layer: the interpreter runs
+  a third of the layers."""
+  two = gemma_model.tiny(attention_types=gemma_config.attention_pattern(2, local_per_global=1))
+  return two.with_position_scheme('rope_relative').with_impl('pallas')
 
 
 @pytest.mark.slow
