@@ -29,7 +29,10 @@ START, END = 105, 106
 def chat_model(tmp_path_factory):
   vocab = tokenizer_files.small_vocabulary()
   folder = tmp_path_factory.mktemp('tiny-it')
-  source = gemma_model.random(config_lib.tiny(vocab_size=vocab.vocab_size), seed=7)
+  two = config_lib.attention_pattern(2, local_per_global=1)  # one sliding, one global layer
+  source = gemma_model.random(
+    config_lib.tiny(vocab_size=vocab.vocab_size, attention_types=two), seed=7
+  )
   safetensors_io.save(source.params, source.config, folder)
   tokenizer_files.write_all(folder, vocab, chat_template=test_chat_template.GEMMA3)
   return gemma_model.load(weights=folder)
