@@ -1,5 +1,6 @@
 """Reused prefixes are exact: the logits equal a cold prefill's byte for byte at every hit
-length, under the Pallas kernels (any token) and under XLA (rounded to the chunk grid)."""
+length (Gemma 3; Gemma 4 at the span and chunk boundaries), under the Pallas kernels (any
+token) and under XLA (rounded to the chunk grid)."""
 
 import numpy as np
 import pytest
@@ -8,9 +9,9 @@ from graftjax.models.gemma import sampler
 import prefix_cases as cases
 
 
-def _every_hit_length(m):
+def _hit_lengths(m, lengths):
   reference = cases.cold(m)  # one forward call over the whole prompt
-  for stored in range(0, cases.N + 1):
+  for stored in lengths:
     engine = cases.engine(m)
     if stored:
       engine.prefill(cases.diverging(cases.IDS, stored))
@@ -20,12 +21,18 @@ def _every_hit_length(m):
 
 
 def test_gemma3_every_hit_length_is_byte_equal_to_a_single_pass_prefill():
-  _every_hit_length(cases.model('tiny'))
+  _hit_lengths(cases.model('tiny'), range(0, cases.N + 1))
 
 
-def test_gemma4_every_hit_length_is_byte_equal_to_a_single_pass_prefill():
+# Nothing, one token, each side of every span boundary, the whole prompt less one and all of
+# it: suffixes whose last chunk holds 4, 3 and 1 tokens (each a program of its own to compile).
+BOUNDARIES = (0, 1, 7, 8, 9, 15, 16, 17, 19, 20)
+
+
+def test_gemma4_hit_lengths_at_the_boundaries_are_byte_equal_to_a_single_pass_prefill():
   """E2B's structure: kv-sharing layers, whose rows no span stores."""
-  _every_hit_length(cases.model('tiny-gemma4-e2b'))
+  assert {cases.SPAN - 1, cases.SPAN, cases.SPAN + 1, cases.N - 1, cases.N} <= set(BOUNDARIES)
+  _hit_lengths(cases.model('tiny-gemma4-e2b'), BOUNDARIES)
 
 
 def test_under_xla_hits_round_down_to_the_chunk_grid_and_equal_a_cold_prefill_on_it():
