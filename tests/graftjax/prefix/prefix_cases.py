@@ -17,10 +17,18 @@ CAPACITY = 64
 IDS = np.random.default_rng(11).integers(3, 256, N).astype(np.int32)
 
 
+@functools.cache
+def model(name: str = 'tiny', impl: str = 'pallas', **overrides):
+  """The tiny Gemma 3 ('tiny') or a tiny Gemma 4 structure, under `impl`."""
+  if name == 'tiny':
+    return gemma_model.tiny(**overrides).with_impl(impl)
+  return gemma_model.random(config_lib.get_config(name, **overrides), seed=3).with_impl(impl)
+
+
 # The fewest layers that keep each structure (a program's compile time grows with its layers):
 # Gemma 3, one sliding and one global layer; E2B, a sliding and a global layer each read
 # again by a kv-sharing layer of its kind.
-_LAYERS = {
+_LEAN = {
   'tiny': dict(attention_types=config_lib.attention_pattern(2, 1)),
   'tiny-gemma4-e2b': dict(
     attention_types=config_lib.attention_pattern(4, 1), num_kv_shared_layers=2
@@ -28,14 +36,9 @@ _LAYERS = {
 }
 
 
-@functools.cache
-def model(name: str = 'tiny', impl: str = 'pallas'):
-  """The tiny Gemma 3 ('tiny') or a tiny Gemma 4 structure, under `impl`, cut to the
-  layers of `_LAYERS` where it names them."""
-  if name == 'tiny':
-    return gemma_model.tiny(**_LAYERS[name]).with_impl(impl)
-  config = config_lib.get_config(name, **_LAYERS.get(name, {}))
-  return gemma_model.random(config, seed=3).with_impl(impl)
+def lean(name: str = 'tiny', impl: str = 'pallas'):
+  """`model(name, impl)` cut to the layers `_LEAN` names."""
+  return model(name, impl, **_LEAN[name])
 
 
 def memory_store() -> store_lib.BlockStore:
