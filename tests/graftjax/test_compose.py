@@ -1,6 +1,7 @@
 """Composition: stored blocks side by side are byte-equal to a fresh block-attention prefill.
 
-Tiny model, float32, rope_relative, Pallas kernels (the interpreter on CPU). Every block is
+Tiny model cut to one sliding and one global layer (a program's compile time grows with its
+layers), float32, rope_relative, Pallas kernels (the interpreter on CPU). Every block is
 deposited as the library deposits it: prefilled alone at slot 0 and captured. One capacity and one
 chunk size throughout, so each program compiles once.
 """
@@ -15,9 +16,11 @@ import pytest
 from graftjax import blocks
 from graftjax import compose
 from graftjax import store as store_lib
+from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
 CAPACITY, CHUNK = 1024, 8
+LAYERS = config_lib.attention_pattern(2, 1)  # one sliding layer, one global
 RNG = np.random.default_rng(5)
 # Three blocks of different lengths (each a multiple of CHUNK: one chunk shape to compile).
 TEXTS = [[2] + [int(t) for t in RNG.integers(3, 256, n - 1)] for n in (24, 40, 16)]
@@ -26,7 +29,11 @@ QUERY = [int(t) for t in RNG.integers(3, 256, CHUNK)]
 
 @pytest.fixture(scope='module')
 def model():
-  return gemma_model.tiny().with_position_scheme('rope_relative').with_impl('pallas')
+  return (
+    gemma_model.tiny(attention_types=LAYERS)
+    .with_position_scheme('rope_relative')
+    .with_impl('pallas')
+  )
 
 
 @pytest.fixture(scope='module')
@@ -186,7 +193,11 @@ def test_compose_refuses_a_missing_block(model, library):
 @pytest.mark.slow
 def test_bfloat16_pages_are_byte_equal_to_fresh_prefill(tmp_path):
   """bfloat16's split is 512 slots: pages of 512."""
-  m = gemma_model.tiny(dtype=jnp.bfloat16).with_position_scheme('rope_relative').with_impl('pallas')
+  m = (
+    gemma_model.tiny(dtype=jnp.bfloat16, attention_types=LAYERS)
+    .with_position_scheme('rope_relative')
+    .with_impl('pallas')
+  )
   store = store_lib.BlockStore(tmp_path / 'blocks')
   keys = []
   for ids in TEXTS[:2]:

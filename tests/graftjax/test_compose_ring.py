@@ -2,7 +2,8 @@
 block-attention prefill of the same layout in the same ring, with pages that are whole rings,
 and refused where the ring would drop rows the query sees.
 
-Tiny model (window 8), float32, rope_relative, Pallas kernels (the interpreter on CPU).
+Tiny model (window 8) cut to one sliding and one global layer (a program's compile time grows
+with its layers), float32, rope_relative, Pallas kernels (the interpreter on CPU).
 """
 
 import hashlib
@@ -13,9 +14,11 @@ import pytest
 from graftjax import blocks
 from graftjax import compose
 from graftjax import store as store_lib
+from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
 CAPACITY, CHUNK = 1024, 8
+LAYERS = config_lib.attention_pattern(2, 1)  # one sliding layer, one global
 RNG = np.random.default_rng(11)
 TEXTS = [[2] + [int(t) for t in RNG.integers(3, 256, n - 1)] for n in (24, 40, 16, 8)]
 QUERY = [int(t) for t in RNG.integers(3, 256, CHUNK)]
@@ -24,7 +27,11 @@ RING_FIELDS = ('ring_k', 'ring_v', 'ring_positions', 'ring_segments')
 
 
 def _model(ring_chunk: int):
-  base = gemma_model.tiny().with_position_scheme('rope_relative').with_impl('pallas')
+  base = (
+    gemma_model.tiny(attention_types=LAYERS)
+    .with_position_scheme('rope_relative')
+    .with_impl('pallas')
+  )
   return base.with_local_cache('ring', chunk_size=ring_chunk)
 
 

@@ -4,7 +4,11 @@ store and restore stay byte-exact on every one.
 Tiny random configs keep each size's structure: kv sharing with per-layer inputs
 (E2B-like), K=V global layers with their own kv heads (31B-like), and the
 mixture of experts (26B-like); global layers cache head size 32, sliding ones 16.
+The byte tests cut each to the fewest layers that keep its structure (a program's compile
+time grows with its layers).
 """
+
+import functools
 
 import numpy as np
 import pytest
@@ -16,18 +20,35 @@ from graftjax import restore as restore_lib
 from graftjax import store as store_lib
 
 PREFIX = np.random.default_rng(4).integers(3, 256, 12).astype(np.int32)
-CONT = np.random.default_rng(5).integers(3, 256, 5).astype(np.int32)
+CONT = np.random.default_rng(5).integers(3, 256, 4).astype(np.int32)  # one chunk
 CAPACITY = 24
 STRUCTURES = ('tiny-gemma4-e2b', 'tiny-gemma4-31b', 'tiny-gemma4-26b')
+# One sliding and one global layer; E2B's two are each read again by a kv-sharing layer.
+_LEAN = {
+  'tiny-gemma4-e2b': dict(
+    attention_types=config_lib.attention_pattern(4, 1), num_kv_shared_layers=2
+  ),
+  'tiny-gemma4-31b': dict(attention_types=config_lib.attention_pattern(2, 1)),
+  'tiny-gemma4-26b': dict(attention_types=config_lib.attention_pattern(2, 1)),
+}
 
 
 def _model(name, layout='full'):
+  """The structure `name` at its full tiny depth (for the cache's shapes)."""
   m = gemma_model.random(config_lib.get_config(name), seed=3)
   return m.with_local_cache(layout, chunk_size=4)
 
 
+@functools.cache
+def _lean(name, layout='full'):
+  """The structure `name` cut to `_LEAN`'s layers, shared by the tests that run it."""
+  m = gemma_model.random(config_lib.get_config(name, **_LEAN[name]), seed=3)
+  return m.with_local_cache(layout, chunk_size=4)
+
+
 def _prefilled(m, ids=PREFIX):
-  _, cache = m.prefill(ids, cache=m.init_cache(capacity=CAPACITY), chunk_size=4, logits='none')
+  # Logits 'all', as the continuation asks: both run one compiled program.
+  _, cache = m.prefill(ids, cache=m.init_cache(capacity=CAPACITY), chunk_size=4, logits='all')
   return cache
 
 
@@ -60,7 +81,7 @@ def test_global_layers_cache_their_own_kv_heads_and_head_size():
     assert cache.row_shape() == (1, 1, 32 + 5 * 2 * 16)
 
 
-# Two cases in the fast tier; the others take tens of seconds each on two cores.
+# Two cases in the fast tier; each of the others compiles programs of its own.
 _FAST = {('tiny-gemma4-e2b', 'ring'), ('tiny-gemma4-31b', 'full')}
 
 
@@ -73,7 +94,7 @@ _FAST = {('tiny-gemma4-e2b', 'ring'), ('tiny-gemma4-31b', 'full')}
   ],
 )
 def test_graft_and_restore_then_continue_are_byte_equal_to_fresh(name, layout, tmp_path):
-  m = _model(name, layout)
+  m = _lean(name, layout)
   fresh = _continued(m, _prefilled(m))
   block = _captured(m)
   cache = m.init_cache(capacity=CAPACITY)
@@ -100,11 +121,11 @@ def test_graft_and_restore_then_continue_are_byte_equal_to_fresh(name, layout, t
 
 def test_a_graft_is_not_byte_equal_when_the_block_is_damaged():
   """The byte test can fail: one flipped key of the global layer changes the continuation."""
-  m = _model('tiny-gemma4-31b')
+  m = _lean('tiny-gemma4-31b')
   fresh = _continued(m, _prefilled(m))
   block = _captured(m)
   k = np.asarray(block.k).copy()
-  k[0, 3, 0, 0] += 1.0  # slot 3's first key value of layer 5 (global, the only whole layer)
+  k[0, 3, 0, 0] += 1.0  # slot 3's first key value of layer 1 (global, the only whole layer)
   grafted = blocks.graft(
     m.init_cache(capacity=CAPACITY), block.replace(k=k), target=m.graft_target, chunk_size=4
   )
@@ -112,11 +133,11 @@ def test_a_graft_is_not_byte_equal_when_the_block_is_damaged():
 
 
 def test_a_block_is_refused_by_a_model_of_another_layout():
-  block = _captured(_model('tiny-gemma4-31b'))
-  other = _model('tiny-gemma4-e2b')
+  block = _captured(_lean('tiny-gemma4-31b'))
+  other = _lean('tiny-gemma4-e2b')
   with pytest.raises(blocks.GraftError, match='another model'):
     blocks.graft(other.init_cache(capacity=CAPACITY), block, target=other.graft_target)
-  own = _model('tiny-gemma4-31b')  # its own target, but a cache that holds other rows
+  own = _lean('tiny-gemma4-31b')  # its own target, but a cache that holds other rows
   with pytest.raises(blocks.GraftError, match='this cache takes'):
     blocks.graft(other.init_cache(capacity=CAPACITY), block, target=own.graft_target)
 
@@ -126,7 +147,7 @@ def test_a_block_is_refused_by_a_model_of_another_layout():
 def test_capture_checks_token_ids_against_the_captured_rows(name, layout):
   """Layer 0 (sliding) holds the last W - 1 = 7 rows' values (value norm applied): a wrong
   token id among them is named."""
-  m = _model(name, layout)
+  m = _lean(name, layout)
   cache = _prefilled(m)
   capture = lambda ids: blocks.capture(
     cache, blocks.Span(0, PREFIX.size), token_ids=ids, target=m.graft_target, chunk_size=4

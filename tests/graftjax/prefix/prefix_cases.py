@@ -18,11 +18,27 @@ IDS = np.random.default_rng(11).integers(3, 256, N).astype(np.int32)
 
 
 @functools.cache
-def model(name: str = 'tiny', impl: str = 'pallas'):
+def model(name: str = 'tiny', impl: str = 'pallas', **overrides):
   """The tiny Gemma 3 ('tiny') or a tiny Gemma 4 structure, under `impl`."""
   if name == 'tiny':
-    return gemma_model.tiny().with_impl(impl)
-  return gemma_model.random(config_lib.get_config(name), seed=3).with_impl(impl)
+    return gemma_model.tiny(**overrides).with_impl(impl)
+  return gemma_model.random(config_lib.get_config(name, **overrides), seed=3).with_impl(impl)
+
+
+# The fewest layers that keep each structure (a program's compile time grows with its layers):
+# Gemma 3, one sliding and one global layer; E2B, a sliding and a global layer each read
+# again by a kv-sharing layer of its kind.
+_LEAN = {
+  'tiny': dict(attention_types=config_lib.attention_pattern(2, 1)),
+  'tiny-gemma4-e2b': dict(
+    attention_types=config_lib.attention_pattern(4, 1), num_kv_shared_layers=2
+  ),
+}
+
+
+def lean(name: str = 'tiny', impl: str = 'pallas'):
+  """`model(name, impl)` cut to the layers `_LEAN` names."""
+  return model(name, impl, **_LEAN[name])
 
 
 def memory_store() -> store_lib.BlockStore:

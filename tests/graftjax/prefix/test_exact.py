@@ -1,5 +1,7 @@
 """Reused prefixes are exact: the logits equal a cold prefill's byte for byte at every hit
-length, under the Pallas kernels (any token) and under XLA (rounded to the chunk grid)."""
+length (Gemma 3; Gemma 4 at the span and chunk boundaries), under the Pallas kernels (any
+token) and under XLA (rounded to the chunk grid). The models are cut to the fewest layers
+that keep their structure (`prefix_cases.lean`)."""
 
 import numpy as np
 import pytest
@@ -8,9 +10,9 @@ from graftjax.models.gemma import sampler
 import prefix_cases as cases
 
 
-def _every_hit_length(m):
+def _hit_lengths(m, lengths):
   reference = cases.cold(m)  # one forward call over the whole prompt
-  for stored in range(0, cases.N + 1):
+  for stored in lengths:
     engine = cases.engine(m)
     if stored:
       engine.prefill(cases.diverging(cases.IDS, stored))
@@ -20,16 +22,22 @@ def _every_hit_length(m):
 
 
 def test_gemma3_every_hit_length_is_byte_equal_to_a_single_pass_prefill():
-  _every_hit_length(cases.model('tiny'))
+  _hit_lengths(cases.lean('tiny'), range(0, cases.N + 1))
 
 
-def test_gemma4_every_hit_length_is_byte_equal_to_a_single_pass_prefill():
+# Nothing, one token, each side of every span boundary, the whole prompt less one and all of
+# it: suffixes whose last chunk holds 4, 3 and 1 tokens (each a program of its own to compile).
+BOUNDARIES = (0, 1, 7, 8, 9, 15, 16, 17, 19, 20)
+
+
+def test_gemma4_hit_lengths_at_the_boundaries_are_byte_equal_to_a_single_pass_prefill():
   """E2B's structure: kv-sharing layers, whose rows no span stores."""
-  _every_hit_length(cases.model('tiny-gemma4-e2b'))
+  assert {cases.SPAN - 1, cases.SPAN, cases.SPAN + 1, cases.N - 1, cases.N} <= set(BOUNDARIES)
+  _hit_lengths(cases.lean('tiny-gemma4-e2b'), BOUNDARIES)
 
 
 def test_under_xla_hits_round_down_to_the_chunk_grid_and_equal_a_cold_prefill_on_it():
-  m = cases.model('tiny', 'xla')
+  m = cases.lean('tiny', 'xla')
   reference = cases.cold(m, chunk_size=cases.CHUNK)
   for stored in range(0, cases.N + 1):
     engine = cases.engine(m)
@@ -43,7 +51,7 @@ def test_under_xla_hits_round_down_to_the_chunk_grid_and_equal_a_cold_prefill_on
 
 def test_under_xla_token_granular_hits_would_not_be_exact():
   """Why XLA rounds: a graft at a token off the grid changes the logits' bits."""
-  m = cases.model('tiny', 'xla')
+  m = cases.lean('tiny', 'xla')
   reference = cases.cold(m, chunk_size=cases.CHUNK)
   _, cache = m.prefill(cases.IDS[:6], cache=m.init_cache(capacity=cases.CAPACITY), chunk_size=4)
   out, _ = m.prefill(cases.IDS[6:], cache=cache, chunk_size=4, start_position=6)
@@ -53,7 +61,7 @@ def test_under_xla_token_granular_hits_would_not_be_exact():
 def test_a_batch_shares_its_lookups_and_each_prompt_is_exact():
   """The last two prompts hold the same tokens at [16, 20) after different prefixes: each
   keeps its own span (a block's content key names its tokens, not what came before)."""
-  m = cases.model('tiny')
+  m = cases.lean('tiny')
   prompts = [cases.diverging(cases.IDS, s) for s in (20, 13, 9)]
   engine = cases.engine(m)
   outs = engine.prefill_many(prompts)
@@ -65,7 +73,7 @@ def test_a_batch_shares_its_lookups_and_each_prompt_is_exact():
 
 @pytest.mark.parametrize('chunk_size', [3, 8])
 def test_pallas_hits_are_exact_whatever_the_chunk_size(chunk_size):
-  m = cases.model('tiny')
+  m = cases.lean('tiny')
   engine = cases.engine(m, chunk_size=chunk_size)
   engine.prefill(cases.diverging(cases.IDS, 11))
   out = engine.prefill(cases.IDS, deposit=False)
@@ -75,7 +83,7 @@ def test_pallas_hits_are_exact_whatever_the_chunk_size(chunk_size):
 
 def test_generate_deposits_its_answer_and_the_next_turn_reuses_it_exactly():
   """Under Pallas a decode step computes a prefill's bits: the answer's rows are spans too."""
-  m = cases.model('tiny')
+  m = cases.lean('tiny')
   engine = cases.engine(m)
   first = engine.generate(cases.IDS[:12], max_new_tokens=4, stop_ids=())
   turn = np.concatenate([cases.IDS[:12], first['tokens'], [7, 8]]).astype(np.int32)
