@@ -8,6 +8,7 @@ import pytest
 
 from graftjax import blocks
 from graftjax.models import cache as cache_lib
+from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
 CHUNK = 4  # tiny: window 8, so an XLA ring of 8 - 1 + 4 = 11 slots
@@ -161,8 +162,12 @@ def test_ring_as_large_as_the_capacity_is_the_full_layout():
 @pytest.mark.slow
 def test_ring_is_chunk_invariant_under_pallas():
   """Pallas (interpreted): a continuation after a graft equals one pass over prompt and
-  continuation, through a ring that wrapped (64 of 128 slots). Three chunk shapes only."""
-  model = gemma_model.tiny(impl='pallas').with_local_cache('ring', chunk_size=57)
+  continuation, through a ring that wrapped (64 of 128 slots). Three chunk shapes only, and
+  two layers (a sliding one in the ring, a global one)."""
+  two_layers = config_lib.attention_pattern(2, 1)
+  model = gemma_model.tiny(impl='pallas', attention_types=two_layers).with_local_cache(
+    'ring', chunk_size=57
+  )
   capacity = 128
   assert model.ring_capacity(capacity) == 64 and model.max_chunk(capacity) == 57
   prompt, continuation = _ids(72), _ids(24, seed=3)

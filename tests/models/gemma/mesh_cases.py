@@ -50,7 +50,9 @@ def _fresh_and_grafted(model, ids, *, batch_size=1):
   return np.asarray(fresh), np.asarray(out), cache
 
 
-@pytest.mark.parametrize('ways', [1, 2, 4, 8])
+# 2- and 8-way (one kv head a device); one device and 4-way graft in the ring, one-kv-head,
+# data-split and loading cases below.
+@pytest.mark.parametrize('ways', [2, 8])
 def test_grafted_equals_fresh_under_model_parallelism(ways):
   base = gemma_model.tiny(num_heads=8, num_kv_heads=8)
   model = sharding.shard_model(base, sharding.make_mesh(1, ways))

@@ -7,6 +7,9 @@ from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
 IDS = np.random.default_rng(2).integers(3, 256, 12).astype(np.int32)
+# Two layers, one sliding and one global: both kinds of layer, at a third of the tiny
+# model's six layers (the Pallas interpreter's time grows with the layers).
+TWO_LAYERS = dict(attention_types=config_lib.attention_pattern(2, 1))
 
 
 def test_the_default_keeps_its_digest_form():
@@ -27,7 +30,7 @@ def test_unknown_precisions_are_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize('impl', ['xla', 'pallas'])
 def test_split_logits_repeat_and_stay_close_to_ieee(impl):
-  ieee = gemma_model.tiny(impl=impl)
+  ieee = gemma_model.tiny(impl=impl, **TWO_LAYERS)
   split = ieee.with_dot_precision('bf16x3')
   assert split.fingerprint != ieee.fingerprint
 

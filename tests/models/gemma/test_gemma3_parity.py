@@ -7,7 +7,8 @@ weights, exported as a safetensors checkpoint that transformers loaded with
 its own `from_pretrained`. Each fixture carries the config.json and seed that
 regenerate the weights. Reduced cases keep a size's structure (kv heads,
 head_dim, query_pre_attn_scalar, sliding window, linear rope scaling) at
-width 64 and run past the window; `1b_full` is the published 1B config.
+width 64 and run past the window; `1b_full` is the published 1B config, whose
+first `FULL_1B_TOKENS` tokens are compared (its weights, drawn anew, are the cost).
 
 Negative tests show the comparison has teeth: without the 4B's rope scaling,
 or with the 27B's queries scaled by head_dim instead of 168, the 2e-3
@@ -27,6 +28,7 @@ from graftjax.models.gemma import model
 _FIXTURES = pathlib.Path(__file__).resolve().parents[2] / 'fixtures' / 'gemma3_parity'
 TOLERANCE = 2e-3
 REDUCED = ('1b_reduced', '4b_reduced', '12b_reduced', '27b_reduced')
+FULL_1B_TOKENS = 64
 
 
 def _fixture(name):
@@ -85,8 +87,9 @@ def test_reduced_sizes_match_transformers(name):
 def test_full_1b_config_matches_transformers():
   if jax.devices()[0].platform == 'cpu' and _free_gib() < 8:
     pytest.skip(f'the full 1B needs ~8 GiB of free memory, {_free_gib():.1f} GiB free')
-  fx, logits, _ = _case('1b_full')
+  fx, logits, _ = _case('1b_full', length=FULL_1B_TOKENS)
   assert fx['meta']['config_json']['num_hidden_layers'] == 26
+  assert (fx['positions'] < FULL_1B_TOKENS).sum() >= FULL_1B_TOKENS // 2
   max_diff, agree = _compare(fx, logits)
   assert max_diff <= TOLERANCE, f'max |dlogit| {max_diff}'
   assert agree == 1.0

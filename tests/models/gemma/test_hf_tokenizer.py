@@ -185,31 +185,38 @@ def exported_270m(real_model, vocab_files, tmp_path_factory):
   return folders
 
 
-@pytest.mark.slow  # the 270M exported, then the graft gate three times
+@pytest.mark.slow  # the 270M exported, then the graft gate twice
 @pytest.mark.real_model
 def test_the_exported_270m_runs_byte_equal_to_the_gguf_path(real_model, exported_270m):
+  """Both folders load the GGUF's weights and give its ids, logits and gate samples (the one
+  input of the graft gate a tokenizer makes); the gate run from the tokenizer.json folder
+  gives the GGUF path's results (from the tokenizer.model folder it would repeat that run)."""
+  from graftjax.studies.common import corpus
   from graftjax.studies.graft import graft_gate
 
   text = 'def fibonacci(n):\n  """The n-th Fibonacci number."""\n'
   ids = real_model.tokenizer.encode(text)
   cache = real_model.init_cache(capacity=64)
   want, _ = real_model.prefill(ids, cache=cache, chunk_size=16, logits='all')
-  kwargs = dict(samples=1, prefix_tokens=24, continuation_tokens=4, rollout_tokens=4, chunk_size=8)
+  sizes = dict(prefix_tokens=24, continuation_tokens=4)
+  gate_samples = corpus.text_samples(real_model.tokenizer, count=1, **sizes)
+  kwargs = dict(sizes, samples=1, rollout_tokens=4, chunk_size=8)
   kwargs.update(dtype='float32', other_process=False, store_dir=None, command='test')
-  runs = {'gguf': graft_gate.experiment(model_name='gemma3-270m', **kwargs)}
   for name, folder in exported_270m.items():
     mine = gemma_model.load_named(str(folder))  # as the experiments' --model loads it
     assert mine.params_digest == real_model.params_digest and mine.config == real_model.config
     assert mine.tokenizer.digest() == hf_tokenizer.load(folder / name).digest()
     assert mine.tokenizer.encode(text) == ids
+    assert corpus.text_samples(mine.tokenizer, count=1, **sizes) == gate_samples
     got, _ = mine.prefill(ids, cache=mine.init_cache(capacity=64), chunk_size=16, logits='all')
     assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
-    runs[name] = graft_gate.experiment(model_name=str(folder), **kwargs)
-    assert runs[name]['inputs']['tokenizer_sha256'] == mine.tokenizer.digest()
+  folder = exported_270m['tokenizer.json']
+  gguf_run = graft_gate.experiment(model_name='gemma3-270m', **kwargs)
+  run = graft_gate.experiment(model_name=str(folder), **kwargs)
+  assert run['inputs']['tokenizer_sha256'] == hf_tokenizer.load(folder).digest()
   # Token ids, logit digests, generated tokens and verdicts byte-equal; block keys name each
   # model (its fingerprint holds its tokenizer file's digest), so they differ.
-  keys = {k: [r.pop('block_key') for r in run['samples']] for k, run in runs.items()}
-  for name in hf_tokenizer.FILES:
-    assert runs[name]['samples'] == runs['gguf']['samples']
-    assert runs[name]['summary'] == runs['gguf']['summary']
-    assert keys[name] != keys['gguf']
+  keys = [[r.pop('block_key') for r in one['samples']] for one in (run, gguf_run)]
+  assert run['samples'] == gguf_run['samples']
+  assert run['summary'] == gguf_run['summary']
+  assert keys[0] != keys[1]

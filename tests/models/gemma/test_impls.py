@@ -11,6 +11,9 @@ from graftjax.models.gemma import config as config_lib
 from graftjax.models.gemma import model as gemma_model
 
 IDS = np.random.default_rng(1).integers(3, 256, 12).astype(np.int32)
+# Two layers, one sliding and one global: each op's code paths, at a third of the tiny
+# model's six layers (the Pallas interpreter's time grows with the layers).
+TWO_LAYERS = dict(attention_types=config_lib.attention_pattern(2, 1))
 
 
 def test_single_impl_configs_keep_their_digest_form():
@@ -47,7 +50,7 @@ def test_bad_settings_are_refused():
 @pytest.mark.slow
 @pytest.mark.parametrize('op', config_lib.OPS)
 def test_one_op_on_pallas_runs_and_stays_close_to_xla(op):
-  xla = gemma_model.tiny()
+  xla = gemma_model.tiny(**TWO_LAYERS)
   mixed = xla.with_impl('xla', **{op: 'pallas'})
   assert mixed.fingerprint != xla.fingerprint
   cache = lambda m: m.init_cache(capacity=64)
@@ -73,7 +76,7 @@ def test_flags_give_with_impl_arguments():
 
 
 def test_xla_split_is_an_attention_impl_close_to_xla():
-  xla = gemma_model.tiny()
+  xla = gemma_model.tiny(**TWO_LAYERS)
   split = xla.with_impl('xla', attention='xla_split')
   assert split.config.impl_of('attention') == 'xla_split' and split.fingerprint != xla.fingerprint
   with pytest.raises(ValueError, match='matmul_impl must be one of'):

@@ -13,6 +13,8 @@ import pytest
 
 from graftjax.kernels import matmul_decode
 from graftjax.kernels import matmul_tiles
+from graftjax.models.gemma import config as config_lib
+from graftjax.models.gemma import model as gemma_model
 from graftjax.models.gemma import ops
 
 INTERPRET = jax.default_backend() != 'gpu'
@@ -77,10 +79,11 @@ def _logits(model, monkeypatch, setting):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('variant', matmul_tiles.MATMUL_DECODE_VARIANTS)
-def test_pallas_model_keeps_its_bits(monkeypatch, tiny_model, variant):
+def test_pallas_model_keeps_its_bits(monkeypatch, variant):
   if INTERPRET and variant == 'transposed':
     pytest.skip('the transposed tile runs natively only (tests/kernels/test_matmul_decode.py)')
-  model = tiny_model.with_impl('pallas')
+  # The tiny model at two layers (one sliding, one global): every dense kind, few programs.
+  model = gemma_model.tiny(attention_types=config_lib.attention_pattern(2, 1), impl='pallas')
   if not _OFF_LOGITS:
     _OFF_LOGITS.append(_logits(model, monkeypatch, 'off'))
   calls = _spy(monkeypatch)

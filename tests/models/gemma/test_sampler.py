@@ -16,14 +16,15 @@ def test_greedy_matches_step_by_step_argmax(tiny_model):
     tiny_model, PROMPT, max_new_tokens=6, capacity=32, chunk_size=4, stop_ids=(), keep_logits=True
   )
   assert len(out['tokens']) == 6
-  ids = list(PROMPT)
-  for token, step_logits in zip(out['tokens'], out['logits']):
-    logits, _ = tiny_model.prefill(
-      np.asarray(ids), cache=tiny_model.init_cache(capacity=32), chunk_size=64, logits='last'
-    )
+  # One full forward pass over the prompt and the tokens: causal, so its logits at each
+  # step's last position are those of a pass over that step's ids alone.
+  ids = np.concatenate([PROMPT, out['tokens']])
+  logits, _ = tiny_model.prefill(
+    ids, cache=tiny_model.init_cache(capacity=32), chunk_size=ids.size, logits='all'
+  )
+  for step, (token, step_logits) in enumerate(zip(out['tokens'], out['logits'])):
     assert int(np.argmax(step_logits)) == token
-    assert int(jnp.argmax(logits[0])) == token
-    ids.append(token)
+    assert int(jnp.argmax(logits[0, PROMPT.size - 1 + step])) == token
 
 
 @pytest.mark.slow
