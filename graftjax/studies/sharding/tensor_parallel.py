@@ -41,6 +41,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from graftjax import blocks
+from graftjax import errors
 from graftjax import exactness
 from graftjax import ledger
 from graftjax.models.gemma import config as config_lib
@@ -263,7 +264,7 @@ def run_restore(model, settings, samples, store_root, workdir) -> dict[str, Any]
   }
 
 
-class RestoreProcessError(RuntimeError):
+class RestoreProcessError(errors.GraftjaxError):
   """The fresh process that restores the blocks failed; carries its stderr's tail."""
 
 
