@@ -86,16 +86,22 @@ def test_shifted_block_needs_explicit_consent():
 
 
 # impl='pallas': every forward is one chunk of 3 tokens, so each model
-# compiles once (the interpreter is slow to build).
+# compiles once (the interpreter is slow to build), and the tiny model is cut to one
+# sliding-window layer and one global one (both kinds of attention, a third of the programs).
 PALLAS_BLOCK, PALLAS_CONT = BLOCK[:6], CONT[:3]
 PALLAS_LAYOUT = relocation.Layout(capacity=64, chunk_size=3)
 PALLAS_OFFSETS = (64, 200)
+LOCAL, GLOBAL = config_lib.AttentionType.LOCAL_SLIDING, config_lib.AttentionType.GLOBAL
+
+
+def pallas_tiny(scheme):
+  return gemma_model.tiny(position_scheme=scheme, impl='pallas', attention_types=(LOCAL, GLOBAL))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('scheme', schemes.names())
 def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
-  m = gemma_model.tiny(position_scheme=scheme, impl='pallas')
+  m = pallas_tiny(scheme)
   fresh = {
     offset: relocation.fresh_at(m, PALLAS_BLOCK, PALLAS_CONT, offset, PALLAS_LAYOUT)
     for offset in PALLAS_OFFSETS
@@ -118,7 +124,7 @@ def test_pallas_relocation_is_exact_only_without_absolute_positions(scheme):
 
 @pytest.mark.slow
 def test_pallas_block_attention_matches_xla_and_composes_exactly():
-  m = gemma_model.tiny(position_scheme='alibi', impl='pallas')
+  m = pallas_tiny('alibi')
   a, b = PALLAS_BLOCK[:3], PALLAS_BLOCK[3:]
   # B right after A, inside its sliding window: only segments keep B from A
   # (without them the logits move by ~2).
@@ -133,12 +139,22 @@ def test_pallas_block_attention_matches_xla_and_composes_exactly():
   )
 
 
+# The Gemma 4 structures cut to a few layers that keep what they test: a global layer of
+# head size 32 rotating a quarter of its pairs, and E2B's kv-shared layers (one of each kind,
+# reading an earlier layer's keys and values) or 31B's K=V global layer.
+GEMMA4_LAYERS = {
+  'tiny-gemma4-e2b': {'attention_types': (LOCAL, GLOBAL) * 2, 'num_kv_shared_layers': 2},
+  'tiny-gemma4-31b': {'attention_types': (LOCAL, GLOBAL)},
+}
+
+
 @pytest.mark.parametrize('structure', ['tiny-gemma4-e2b', 'tiny-gemma4-31b'])
 @pytest.mark.parametrize('scheme', ['rope', 'rope_relative'])
 def test_gemma4_relocation_with_partial_rotary(structure, scheme):
   """Global layers of head size 32 rotating a quarter of their pairs, kv sharing or K=V:
   `rope_relative` relocates exactly, re-rotated `rope` keys do not."""
-  m = gemma_model.random(config_lib.get_config(structure), seed=5).with_position_scheme(scheme)
+  config = config_lib.get_config(structure).replace(**GEMMA4_LAYERS[structure])
+  m = gemma_model.random(config, seed=5).with_position_scheme(scheme)
   assert m.config.global_rotary_fraction == 0.25
   equal = [
     same_bytes(
