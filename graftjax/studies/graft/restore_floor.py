@@ -68,19 +68,25 @@ def _read_into(path: pathlib.Path, out: np.ndarray, new_hash, piece: int) -> Non
       done += count
 
 
-def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
-  """Floors (seconds) and the rates behind them for the block stored under `folder`."""
+def _staged_files(folder: pathlib.Path):
+  """The block's files under `folder`, a touched host buffer cut into one place per file (no
+  page faults while timed), their total bytes and the store format."""
   files = sorted(p for p in folder.rglob('*') if p.is_file())
   sizes = [p.stat().st_size for p in files]
-  nbytes = sum(sizes)
   starts = np.cumsum([0, *sizes])
-  memory = np.ones(nbytes, np.uint8)  # touched: no page faults while timed
+  memory = np.ones(sum(sizes), np.uint8)
   places = [memory[a:b] for a, b in zip(starts, starts[1:])]
   store_format = json.loads((folder / store_manifest.MANIFEST).read_text())['format']
+  return files, places, sum(sizes), store_format
+
+
+def measure(folder: pathlib.Path, *, repeats: int = 3) -> dict:
+  """Floors (seconds) and the rates behind them for the block stored under `folder`."""
+  files, places, nbytes, store_format = _staged_files(folder)
   new_hash = lambda nbytes: store_read.chunk_hash(store_format, nbytes)  # as a restore does
   sha256 = lambda nbytes: hashlib.sha256()
   threads = os.cpu_count() or 1
-  pieces = (store_read.PIECE, max(sizes))
+  pieces = (store_read.PIECE, max(len(p) for p in places))
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
 
     def read(hashing, parallel: bool, piece: int = store_read.PIECE):
@@ -164,13 +170,7 @@ def side_by_side(
     block's bytes over the medians of read, read_one_thread, copy, hash_one_thread and
     xla_write.
   """
-  files = sorted(p for p in folder.rglob('*') if p.is_file())
-  sizes = [p.stat().st_size for p in files]
-  nbytes = sum(sizes)
-  starts = np.cumsum([0, *sizes])
-  memory = np.ones(nbytes, np.uint8)  # touched: no page faults while timed
-  places = [memory[a:b] for a, b in zip(starts, starts[1:])]
-  store_format = json.loads((folder / store_manifest.MANIFEST).read_text())['format']
+  files, places, nbytes, store_format = _staged_files(folder)
   new_hash = lambda size: store_read.chunk_hash(store_format, size)
   one_thread = lambda size: store_manifest.new_hash(store_format)
   jobs = list(zip(files, places))
