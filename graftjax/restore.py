@@ -53,10 +53,8 @@ class Staging:
   `early_copies` says whether `read` copies verified layers to the device while
   later ones are still read (`COPY_BYTES` at a time). By default only off the
   host CPU: there XLA takes a staging buffer without copying it, so an early
-  `device_put` overlaps nothing and costs only its dispatch (70-120 us each on
-  the 2-core CPU, 1.7-2.2 ms of a 2k-token restore of gemma-3-270m, on the cores
-  that read and hash; the read stage took 0.5-2.7 ms less without them, the
-  whole restore within that machine's noise:
+  `device_put` overlaps nothing and costs only its dispatch, on the cores that
+  read and hash (measured in
   experiments/results/graft_speed/logs/restore_install_probe_cpu.txt); the install
   then takes each array whole.
 
